@@ -1,0 +1,19 @@
+"""kaun_ir: a graph-compiling deep-learning framework.
+
+Functions trace into kaun_ir's own SSA IR, passes transform it, and the result is lowered to
+StableHLO and run by XLA. ``import kaun_ir as kn``; see README.md and docs/.
+"""
+
+from . import dtypes, ir, ops, tree
+from .dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8,
+                     uint16, uint32, uint64)
+from .errors import CompileError, IRError, KaunError, ParseError, ShapeError
+from .ir.core import Graph, TensorType
+from .numeric import *  # noqa: F401,F403 - the NumPy-style surface
+from .tensor import Tensor, TracerError
+from .trace import ShapeDtype, trace
+
+from . import passes, runtime  # noqa: E402  (both build on the core above)
+from .runtime import jit
+
+__version__ = "0.1.0"

@@ -1,0 +1,123 @@
+"""Graph construction while tracing: the active builder, layer-path scopes, source lines."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from typing import Any, Sequence
+
+from ..errors import ShapeError
+from .core import Graph, Node, TensorType, Value
+
+
+class _State(threading.local):
+    def __init__(self):
+        self.builders: list["Builder"] = []
+        self.path: list[str] = []
+
+
+_STATE = _State()
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SKIP_DIRS = (_PACKAGE_DIR + os.sep,)
+
+
+@contextlib.contextmanager
+def scope(name: str):
+    """Push a layer-path component: every node created inside records ``outer.name``.
+
+    ``with kn.ir.scope("1.linear"): ...`` makes nodes whose path is ``"1.linear"`` (nested
+    scopes join with ``.``, e.g. ``"encoder.0.attn"``).
+    """
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"scope name must be a non-empty string, got {name!r}")
+    _STATE.path.append(name)
+    try:
+        yield
+    finally:
+        _STATE.path.pop()
+
+
+def current_path() -> str:
+    """The layer path of the innermost scopes, ``""`` outside every scope."""
+    return ".".join(_STATE.path)
+
+
+def current_builder() -> "Builder | None":
+    """The builder of the innermost active trace, or None outside tracing."""
+    return _STATE.builders[-1] if _STATE.builders else None
+
+
+def _user_source() -> str:
+    """``file:line`` of the innermost frame outside the kaun_ir package."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_filename.startswith(_SKIP_DIRS):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    return f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+
+
+def describe_operands(types: Sequence[TensorType]) -> str:
+    return " and ".join(map(str, types)) if len(types) == 2 else ", ".join(map(str, types))
+
+
+def infer_or_raise(opdef, types: Sequence[TensorType], attrs: dict[str, Any], path: str = "") -> tuple:
+    """Run an op's type rule; re-raise its complaint naming the layer path, op and operand types."""
+    try:
+        return opdef.infer_types(types, attrs)
+    except (ShapeError, TypeError, ValueError) as err:
+        where = f"{path}: " if path else ""
+        cls = TypeError if isinstance(err, TypeError) and not isinstance(err, ShapeError) else ShapeError
+        raise cls(f"{where}{opdef.name} of {describe_operands(types)}: {err}") from None
+
+
+class Builder:
+    """Accumulates the nodes of one trace; ``Graph`` is made by :meth:`finish`."""
+
+    def __init__(self, record_source: bool = True):
+        self.nodes: list[Node] = []
+        self.inputs: list[Value] = []
+        self.record_source = record_source
+        # Tensors of enclosing traces used inside this one become extra inputs ("captures").
+        self.captures: list = []
+        self._captured: dict[int, Value] = {}
+
+    def __enter__(self) -> "Builder":
+        _STATE.builders.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        popped = _STATE.builders.pop()
+        assert popped is self, "trace builders were exited out of order"
+
+    def add_input(self, type: TensorType) -> Value:
+        value = Value(None, len(self.inputs), type)
+        self.inputs.append(value)
+        return value
+
+    def capture(self, outer) -> Value:
+        """The input standing for ``outer`` (a Tensor of an enclosing trace), made on first use."""
+        value = self._captured.get(id(outer.value))
+        if value is None:
+            value = self.add_input(outer.value.type)
+            self._captured[id(outer.value)] = value
+            self.captures.append(outer)
+        return value
+
+    def add(self, opdef, inputs: Sequence[Value], attrs: dict[str, Any],
+            regions: Sequence[Graph] = ()) -> tuple[Value, ...]:
+        """Type-check and append one node; returns its outputs."""
+        attrs = opdef.check_attrs(attrs)
+        path = current_path()
+        types = infer_or_raise(opdef, [v.type for v in inputs], attrs, path)
+        source = _user_source() if self.record_source else ""
+        node = Node(opdef.name, inputs, attrs, types, regions, path=path, source=source)
+        self.nodes.append(node)
+        return node.outputs
+
+    def finish(self, outputs: Sequence[Value], name: str = "main",
+               input_names: Sequence[str] | None = None) -> Graph:
+        """The traced graph; dead nodes are kept (the ``dce`` pass removes them)."""
+        return Graph(self.inputs, outputs, self.nodes, name, input_names)

@@ -1,0 +1,38 @@
+"""The networkx view of a graph (for analyses and the visualisation tools)."""
+
+from __future__ import annotations
+
+from .core import Graph
+
+
+def to_networkx(graph: Graph):
+    """A ``networkx.DiGraph`` with one node per graph input, op and output.
+
+    Node ids: ``"arg<i>"``, ``"n<k>"`` (k = position in ``graph.nodes``), ``"out<i>"``. Op nodes
+    carry ``op``, ``types`` (text), ``attrs`` (dict), ``path`` (layer path) and ``source``;
+    edges carry ``type`` and ``index`` (result index at the source, operand index at the target).
+    """
+    import networkx as nx
+
+    dg = nx.DiGraph(name=graph.name)
+    ids: dict[int, str] = {}
+    for i, value in enumerate(graph.inputs):
+        nid = f"arg{i}"
+        name = graph.input_names[i] if graph.input_names else ""
+        dg.add_node(nid, op="input", types=[str(value.type)], attrs={"index": i, "name": name},
+                    path="", source="")
+        ids[id(value)] = nid
+    for k, node in enumerate(graph.nodes):
+        nid = f"n{k}"
+        dg.add_node(nid, op=node.op, types=[str(t) for t in node.types], attrs=node.attr_dict,
+                    path=node.path, source=node.source)
+        for operand_index, value in enumerate(node.inputs):
+            dg.add_edge(ids[id(value)], nid, type=str(value.type), index=operand_index,
+                        result=value.index)
+        for out in node.outputs:
+            ids[id(out)] = nid
+    for i, value in enumerate(graph.outputs):
+        nid = f"out{i}"
+        dg.add_node(nid, op="output", types=[str(value.type)], attrs={"index": i}, path="", source="")
+        dg.add_edge(ids[id(value)], nid, type=str(value.type), index=0, result=value.index)
+    return dg

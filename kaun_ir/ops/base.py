@@ -1,0 +1,194 @@
+"""The op declaration record and the StableHLO text emitter that declarations write with.
+
+Every primitive is declared once, as one :class:`OpDef` holding all of its rules:
+
+- ``infer(*types, **attrs)``: the type rule, returning the output ``TensorType`` (or a tuple of
+  them); it raises ``ShapeError`` / ``TypeError`` with the reason, and the tracer adds the op,
+  the operand types and the layer path to the message;
+- ``reference(*arrays, **attrs)``: a NumPy implementation, the semantics the tests hold the XLA
+  result to and what ``kn.ir.interpret`` runs;
+- ``emit(em, node, *operands)``: the StableHLO, written through :class:`Emitter`;
+- ``samples(rng)``: example inputs and attributes from which the tests are generated;
+- ``vjp`` (autodiff) or ``nondiff`` (why the op has no derivative).
+
+This module is plain text generation: nothing here imports jaxlib.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from .. import dtypes
+from ..ir.core import TensorType, freeze_attr
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One generated test case of an op: input arrays, attributes and a comparison tolerance."""
+
+    inputs: tuple[np.ndarray, ...]
+    attrs: dict[str, Any] = field(default_factory=dict)
+    rtol: float | None = None
+    atol: float | None = None
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """The single declaration of a primitive (see the module docstring)."""
+
+    name: str
+    arity: int | None  # None: variadic
+    infer: Callable[..., TensorType | tuple[TensorType, ...]]
+    reference: Callable[..., Any]
+    emit: Callable[..., str | list[str]]
+    samples: Callable[[np.random.Generator], Iterable[Sample]]
+    attrs: tuple[str, ...] = ()  # required attribute names
+    optional: dict[str, Any] = field(default_factory=dict)  # optional attribute -> default
+    doc: str = ""
+    vjp: Callable[..., Any] | None = None
+    nondiff: str | None = None  # why the op has no derivative, when it has none
+
+    def check_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        """Fill defaults and reject unknown or missing attributes (TypeError)."""
+        missing = [a for a in self.attrs if a not in attrs]
+        unknown = [a for a in attrs if a not in self.attrs and a not in self.optional]
+        if missing or unknown:
+            parts = []
+            if missing:
+                parts.append(f"missing attribute(s) {', '.join(missing)}")
+            if unknown:
+                known = ", ".join(self.attrs + tuple(self.optional)) or "none"
+                parts.append(f"unknown attribute(s) {', '.join(unknown)} (known: {known})")
+            raise TypeError(f"{self.name}: {'; '.join(parts)}")
+        full = dict(self.optional)
+        full.update(attrs)
+        return {k: freeze_attr(v) for k, v in full.items()}
+
+    def infer_types(self, types: Sequence[TensorType], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+        if self.arity is not None and len(types) != self.arity:
+            raise TypeError(f"{self.name} takes {self.arity} operand(s), got {len(types)}")
+        out = self.infer(*types, **attrs)
+        return (out,) if isinstance(out, TensorType) else tuple(out)
+
+    def run_reference(self, arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[np.ndarray, ...]:
+        out = self.reference(*arrays, **attrs)
+        return tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
+# --------------------------------------------------------------------------- StableHLO emission
+
+
+def tensor_type(t: TensorType) -> str:
+    """``tensor<3x4xf32>``; a scalar is ``tensor<f32>``."""
+    dims = "".join(f"{d}x" for d in t.shape)
+    return f"tensor<{dims}{dtypes.mlir_name(t.dtype)}>"
+
+
+def i64_array(values: Iterable[int]) -> str:
+    """A ``DenseI64ArrayAttr``: ``array<i64: 1, 2>``."""
+    vals = [int(v) for v in values]
+    return f"array<i64: {', '.join(map(str, vals))}>" if vals else "array<i64>"
+
+
+def bool_array(values: Iterable[bool]) -> str:
+    vals = ["true" if v else "false" for v in values]
+    return f"array<i1: {', '.join(vals)}>" if vals else "array<i1>"
+
+
+def scalar_literal(value, dtype) -> str:
+    """A scalar in MLIR attribute syntax for ``dtype`` (hex for non-finite floats)."""
+    dt = np.dtype(dtype)
+    if dt == dtypes.bool_:
+        return "true" if bool(value) else "false"
+    if dt in dtypes.INTEGERS:
+        return str(int(value))
+    arr = np.asarray(value, dtype=dt)
+    if np.isfinite(arr):
+        return repr(float(arr))
+    bits = arr.view(f"u{dt.itemsize}")
+    return f"0x{int(bits):0{2 * dt.itemsize}X}"
+
+
+def dense_literal(array: np.ndarray) -> str:
+    """``dense<...>`` for an array: a splat where possible, else hex of the raw bytes."""
+    arr = np.asarray(array)
+    t = TensorType(arr.dtype, arr.shape)
+    flat = arr.reshape(-1)
+    if flat.size and np.all(flat == flat[0]) and not (arr.dtype in dtypes.FLOATS and np.isnan(flat[0])):
+        body = scalar_literal(flat[0], arr.dtype)
+    elif flat.size == 0:
+        return f"dense<> : {tensor_type(t)}"
+    elif arr.dtype == dtypes.bool_:
+        # MLIR's hex form for i1 is one byte per element.
+        body = f'"0x{flat.astype(np.uint8).tobytes().hex().upper()}"'
+    else:
+        body = f'"0x{flat.astype(flat.dtype.newbyteorder("<")).tobytes().hex().upper()}"'
+    return f"dense<{body}> : {tensor_type(t)}"
+
+
+class Emitter:
+    """Collects StableHLO lines for one function body; ops write through :meth:`op`."""
+
+    def __init__(self, indent: int = 2, parent: "Emitter | None" = None):
+        self.lines: list[str] = []
+        self.indent = indent
+        self.location = parent.location if parent else ""
+        self._root = parent._root if parent else self
+        self.counter = 0  # used on the root only: SSA names are unique in the whole function
+
+    def fresh(self, prefix: str = "") -> str:
+        self._root.counter += 1
+        return f"%{prefix}{self._root.counter}"
+
+    def op(
+        self,
+        name: str,
+        operands: Sequence[str],
+        operand_types: Sequence[TensorType],
+        result_types: Sequence[TensorType],
+        attrs: dict[str, str] | None = None,
+        regions: Sequence[str] = (),
+    ) -> list[str]:
+        """Write one op in MLIR's generic form and return the names of its results."""
+        base = self.fresh()
+        n = len(result_types)
+        results = [base] if n == 1 else [f"{base}#{i}" for i in range(n)]
+        lhs = "" if n == 0 else (f"{base} = " if n == 1 else f"{base}:{n} = ")
+        attr_text = ""
+        if attrs:
+            attr_text = " {" + ", ".join(f"{k} = {v}" for k, v in attrs.items()) + "}"
+        region_text = ""
+        if regions:
+            region_text = " (" + ", ".join(regions) + ")"
+        ins = ", ".join(tensor_type(t) for t in operand_types)
+        outs = ", ".join(tensor_type(t) for t in result_types)
+        outs = outs if n == 1 else f"({outs})"
+        loc = f' loc("{self.location}")' if self.location else ""
+        self.lines.append(
+            f"{' ' * self.indent}{lhs}\"{name}\"({', '.join(operands)}){region_text}{attr_text}"
+            f" : ({ins}) -> {outs}{loc}"
+        )
+        return results
+
+    def region(self, arg_types: Sequence[TensorType], body: Callable[["Emitter", list[str]], Sequence[str]],
+               result_types: Sequence[TensorType] | None = None) -> str:
+        """A one-block region: ``body(em, args)`` writes ops and returns the values to return."""
+        inner = Emitter(indent=self.indent + 2, parent=self)
+        args = [self.fresh("b") for _ in arg_types]
+        results = list(body(inner, args))
+        rtypes = result_types if result_types is not None else arg_types[: len(results)]
+        inner.op("stablehlo.return", results, rtypes, [])
+        header = ", ".join(f"{a}: {tensor_type(t)}" for a, t in zip(args, arg_types))
+        pad = " " * (self.indent + 1)
+        return "{\n" + f"{pad}^bb0({header}):\n" + "\n".join(inner.lines) + f"\n{' ' * self.indent}}}"
+
+    # Short forms for the common cases --------------------------------------------------------
+
+    def simple(self, name: str, node, *operands: str, attrs: dict[str, str] | None = None,
+               regions: Sequence[str] = ()) -> list[str]:
+        """``name`` applied to the node's operands with the node's result types."""
+        return self.op(name, operands, [v.type for v in node.inputs], node.types, attrs, regions)

@@ -1,0 +1,67 @@
+"""Primitives without operands: constant and iota."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import ShapeError
+from ..ir.core import TensorType
+from .base import OpDef, Sample, dense_literal
+
+
+def _constant_infer(value) -> TensorType:
+    arr = value.array
+    return TensorType(arr.dtype, arr.shape)
+
+
+def _constant_samples(rng):
+    yield Sample((), {"value": np.array(1.5, np.float32)})
+    yield Sample((), {"value": rng.standard_normal((3, 4)).astype(np.float32)})
+    yield Sample((), {"value": rng.standard_normal((50,)).astype(np.float64)})
+    yield Sample((), {"value": np.array([[True, False, True]])})
+    yield Sample((), {"value": np.arange(-3, 3, dtype=np.int32)})
+    yield Sample((), {"value": np.array([np.inf, -np.inf, 0.0, -0.0], np.float32)})
+    yield Sample((), {"value": np.zeros((0, 3), np.float32)})
+    yield Sample((), {"value": rng.standard_normal((2, 3)).astype(dtypes.bfloat16)})
+
+
+def _iota_infer(dtype, shape, dimension) -> TensorType:
+    shape = tuple(shape)
+    if not 0 <= dimension < len(shape):
+        raise ShapeError(f"iota dimension {dimension} out of range for rank {len(shape)}")
+    return TensorType(dtypes.canonical(dtype), shape)
+
+
+def _iota_reference(dtype, shape, dimension):
+    shape = tuple(shape)
+    ramp = np.arange(shape[dimension]).reshape([-1 if i == dimension else 1 for i in range(len(shape))])
+    return np.broadcast_to(ramp, shape).astype(dtype)
+
+
+def _iota_samples(rng):
+    yield Sample((), {"dtype": np.dtype(np.int32), "shape": (5,), "dimension": 0})
+    yield Sample((), {"dtype": np.dtype(np.float32), "shape": (3, 4), "dimension": 1})
+    yield Sample((), {"dtype": np.dtype(np.uint32), "shape": (2, 3, 2), "dimension": 0})
+
+
+OPS = [
+    OpDef(
+        name="constant", arity=0, attrs=("value",), infer=_constant_infer,
+        reference=lambda value: value.array,
+        emit=lambda em, node: em.op("stablehlo.constant", [], [], node.types,
+                                    {"value": dense_literal(node.attr("value").array)}),
+        samples=_constant_samples,
+        doc="A literal array (attribute ``value``).",
+        nondiff="a constant has no inputs",
+    ),
+    OpDef(
+        name="iota", arity=0, attrs=("dtype", "shape", "dimension"), infer=_iota_infer,
+        reference=_iota_reference,
+        emit=lambda em, node: em.op("stablehlo.iota", [], [], node.types,
+                                    {"iota_dimension": f"{node.attr('dimension')} : i64"}),
+        samples=_iota_samples,
+        doc="Indices 0, 1, ... along ``dimension``, broadcast to ``shape``.",
+        nondiff="iota has no inputs",
+    ),
+]

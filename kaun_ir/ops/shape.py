@@ -1,0 +1,252 @@
+"""Data-movement primitives: broadcast_in_dim, reshape, transpose, slice, concatenate, pad, reverse."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..ir.core import TensorType
+from .base import OpDef, Sample, i64_array
+
+
+def _rand(rng, shape, dtype=np.float32):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+# broadcast_in_dim ---------------------------------------------------------------------------
+
+
+def _bid_infer(x: TensorType, shape, broadcast_dimensions) -> TensorType:
+    shape, dims = tuple(shape), tuple(broadcast_dimensions)
+    if len(dims) != x.ndim:
+        raise ShapeError(f"broadcast_dimensions {list(dims)} must list one target axis per operand axis")
+    if len(set(dims)) != len(dims) or any(not 0 <= d < len(shape) for d in dims):
+        raise ShapeError(f"broadcast_dimensions {list(dims)} must be distinct axes of the result {list(shape)}")
+    if list(dims) != sorted(dims):
+        raise ShapeError(f"broadcast_dimensions {list(dims)} must be increasing (transpose first)")
+    for axis, d in enumerate(dims):
+        if x.shape[axis] not in (1, shape[d]):
+            raise ShapeError(f"operand axis {axis} of size {x.shape[axis]} cannot broadcast to {shape[d]}")
+    return TensorType(x.dtype, shape)
+
+
+def _bid_reference(x, shape, broadcast_dimensions):
+    shape = tuple(shape)
+    expanded = [1] * len(shape)
+    for axis, d in enumerate(broadcast_dimensions):
+        expanded[d] = x.shape[axis]
+    return np.broadcast_to(x.reshape(expanded), shape).copy()
+
+
+def _bid_samples(rng):
+    yield Sample((_rand(rng, ()),), {"shape": (2, 3), "broadcast_dimensions": ()})
+    yield Sample((_rand(rng, (3,)),), {"shape": (2, 3), "broadcast_dimensions": (1,)})
+    yield Sample((_rand(rng, (2, 1)),), {"shape": (2, 4), "broadcast_dimensions": (0, 1)})
+    yield Sample((_rand(rng, (1, 3)),), {"shape": (4, 2, 3), "broadcast_dimensions": (1, 2)})
+    yield Sample((np.arange(3, dtype=np.int32),), {"shape": (3, 0), "broadcast_dimensions": (0,)})
+
+
+# reshape ------------------------------------------------------------------------------------
+
+
+def _reshape_infer(x: TensorType, shape) -> TensorType:
+    shape = tuple(shape)
+    if int(np.prod(shape, dtype=np.int64)) != x.size:
+        raise ShapeError(f"cannot reshape {x.size} elements into shape {list(shape)}")
+    return TensorType(x.dtype, shape)
+
+
+def _reshape_samples(rng):
+    yield Sample((_rand(rng, (2, 6)),), {"shape": (3, 4)})
+    yield Sample((_rand(rng, (2, 3, 4)),), {"shape": (24,)})
+    yield Sample((_rand(rng, (1,)),), {"shape": ()})
+    yield Sample((_rand(rng, ()),), {"shape": (1, 1)})
+    yield Sample((np.zeros((0, 3), np.int32),), {"shape": (3, 0)})
+
+
+# transpose ----------------------------------------------------------------------------------
+
+
+def _transpose_infer(x: TensorType, permutation) -> TensorType:
+    perm = tuple(permutation)
+    if sorted(perm) != list(range(x.ndim)):
+        raise ShapeError(f"permutation {list(perm)} is not a permutation of {x.ndim} axes")
+    return TensorType(x.dtype, tuple(x.shape[p] for p in perm))
+
+
+def _transpose_samples(rng):
+    yield Sample((_rand(rng, (2, 3)),), {"permutation": (1, 0)})
+    yield Sample((_rand(rng, (2, 3, 4)),), {"permutation": (2, 0, 1)})
+    yield Sample((_rand(rng, ()),), {"permutation": ()})
+    yield Sample((np.zeros((0, 2, 1), np.float32),), {"permutation": (1, 2, 0)})
+
+
+# slice --------------------------------------------------------------------------------------
+
+
+def _slice_infer(x: TensorType, start_indices, limit_indices, strides) -> TensorType:
+    start, limit, strides = tuple(start_indices), tuple(limit_indices), tuple(strides)
+    if not len(start) == len(limit) == len(strides) == x.ndim:
+        raise ShapeError("start_indices, limit_indices and strides need one entry per axis")
+    dims = []
+    for axis, (lo, hi, st) in enumerate(zip(start, limit, strides)):
+        if st < 1 or not 0 <= lo <= hi <= x.shape[axis]:
+            raise ShapeError(f"axis {axis}: slice [{lo}:{hi}:{st}] is out of bounds for size {x.shape[axis]}")
+        dims.append(-(-(hi - lo) // st))
+    return TensorType(x.dtype, tuple(dims))
+
+
+def _slice_reference(x, start_indices, limit_indices, strides):
+    return x[tuple(slice(lo, hi, st) for lo, hi, st in zip(start_indices, limit_indices, strides))]
+
+
+def _slice_samples(rng):
+    yield Sample((_rand(rng, (5, 6)),), {"start_indices": (1, 0), "limit_indices": (4, 6), "strides": (1, 2)})
+    yield Sample((_rand(rng, (7,)),), {"start_indices": (2,), "limit_indices": (2,), "strides": (1,)})
+    yield Sample((_rand(rng, (3, 4, 5)),), {"start_indices": (0, 1, 2), "limit_indices": (3, 4, 5),
+                                            "strides": (2, 3, 1)})
+
+
+# concatenate --------------------------------------------------------------------------------
+
+
+def _concat_infer(*xs: TensorType, dimension) -> TensorType:
+    if not xs:
+        raise ShapeError("concatenate needs at least one operand")
+    first = xs[0]
+    if not 0 <= dimension < first.ndim:
+        raise ShapeError(f"dimension {dimension} out of range for rank {first.ndim}")
+    for x in xs[1:]:
+        if x.dtype != first.dtype:
+            raise TypeError("operands must have the same dtype")
+        if x.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, first.shape))
+                                       if i != dimension):
+            raise ShapeError(f"operands must agree on every axis but {dimension}")
+    total = sum(x.shape[dimension] for x in xs)
+    shape = list(first.shape)
+    shape[dimension] = total
+    return TensorType(first.dtype, tuple(shape))
+
+
+def _concat_samples(rng):
+    yield Sample((_rand(rng, (2, 3)), _rand(rng, (4, 3))), {"dimension": 0})
+    yield Sample((_rand(rng, (2, 1)), _rand(rng, (2, 0)), _rand(rng, (2, 3))), {"dimension": 1})
+    yield Sample((np.arange(3, dtype=np.int32),), {"dimension": 0})
+
+
+# pad ----------------------------------------------------------------------------------------
+
+
+def _pad_infer(x: TensorType, value: TensorType, low, high, interior) -> TensorType:
+    low, high, interior = tuple(low), tuple(high), tuple(interior)
+    if value.shape != () or value.dtype != x.dtype:
+        raise ShapeError("padding value must be a scalar of the operand's dtype")
+    if not len(low) == len(high) == len(interior) == x.ndim:
+        raise ShapeError("low, high and interior need one entry per axis")
+    dims = []
+    for axis, (lo, hi, mid) in enumerate(zip(low, high, interior)):
+        if mid < 0:
+            raise ShapeError("interior padding must be non-negative")
+        size = x.shape[axis] + max(x.shape[axis] - 1, 0) * mid + lo + hi
+        if size < 0:
+            raise ShapeError(f"axis {axis}: padding gives a negative size")
+        dims.append(size)
+    return TensorType(x.dtype, tuple(dims))
+
+
+def _pad_reference(x, value, low, high, interior):
+    # interior first (spread the elements out), then edge padding which may be negative (cropping)
+    shape = [n + max(n - 1, 0) * m for n, m in zip(x.shape, interior)]
+    spread = np.full(shape, value, dtype=x.dtype)
+    spread[tuple(slice(None, None, m + 1) for m in interior)] = x
+    pads = [(max(lo, 0), max(hi, 0)) for lo, hi in zip(low, high)]
+    out = np.pad(spread, pads, constant_values=value) if x.ndim else spread
+    crop = tuple(slice(-lo if lo < 0 else 0, (out.shape[i] + hi) if hi < 0 else None)
+                 for i, (lo, hi) in enumerate(zip(low, high)))
+    return out[crop]
+
+
+def _pad_samples(rng):
+    yield Sample((_rand(rng, (2, 3)), np.float32(0)), {"low": (1, 0), "high": (0, 2), "interior": (0, 0)})
+    yield Sample((_rand(rng, (3, 4)), np.float32(-1)), {"low": (0, 1), "high": (1, 0), "interior": (1, 2)})
+    yield Sample((_rand(rng, (4, 5)), np.float32(7)), {"low": (-1, 2), "high": (1, -2), "interior": (0, 0)})
+    yield Sample((np.arange(4, dtype=np.int32), np.int32(9)), {"low": (2,), "high": (0,), "interior": (1,)})
+
+
+# reverse ------------------------------------------------------------------------------------
+
+
+def _reverse_infer(x: TensorType, dimensions) -> TensorType:
+    dims = tuple(dimensions)
+    if len(set(dims)) != len(dims) or any(not 0 <= d < x.ndim for d in dims):
+        raise ShapeError(f"dimensions {list(dims)} must be distinct axes of rank {x.ndim}")
+    return x
+
+
+def _reverse_samples(rng):
+    yield Sample((_rand(rng, (3, 4)),), {"dimensions": (1,)})
+    yield Sample((_rand(rng, (2, 3, 4)),), {"dimensions": (0, 2)})
+    yield Sample((np.arange(5, dtype=np.int32),), {"dimensions": ()})
+
+
+OPS = [
+    OpDef(
+        name="broadcast_in_dim", arity=1, attrs=("shape", "broadcast_dimensions"), infer=_bid_infer,
+        reference=_bid_reference,
+        emit=lambda em, node, x: em.simple("stablehlo.broadcast_in_dim", node, x, attrs={
+            "broadcast_dimensions": i64_array(node.attr("broadcast_dimensions"))}),
+        samples=_bid_samples,
+        doc="Broadcast to ``shape``; operand axis i maps to result axis broadcast_dimensions[i].",
+    ),
+    OpDef(
+        name="reshape", arity=1, attrs=("shape",), infer=_reshape_infer,
+        reference=lambda x, shape: x.reshape(tuple(shape)),
+        emit=lambda em, node, x: em.simple("stablehlo.reshape", node, x),
+        samples=_reshape_samples,
+        doc="Row-major reshape to ``shape`` (same number of elements).",
+    ),
+    OpDef(
+        name="transpose", arity=1, attrs=("permutation",), infer=_transpose_infer,
+        reference=lambda x, permutation: np.transpose(x, tuple(permutation)).copy(),
+        emit=lambda em, node, x: em.simple("stablehlo.transpose", node, x, attrs={
+            "permutation": i64_array(node.attr("permutation"))}),
+        samples=_transpose_samples,
+        doc="Permute axes: result axis i is operand axis permutation[i].",
+    ),
+    OpDef(
+        name="slice", arity=1, attrs=("start_indices", "limit_indices", "strides"), infer=_slice_infer,
+        reference=_slice_reference,
+        emit=lambda em, node, x: em.simple("stablehlo.slice", node, x, attrs={
+            "start_indices": i64_array(node.attr("start_indices")),
+            "limit_indices": i64_array(node.attr("limit_indices")),
+            "strides": i64_array(node.attr("strides"))}),
+        samples=_slice_samples,
+        doc="Static strided slice [start:limit:stride] on every axis.",
+    ),
+    OpDef(
+        name="concatenate", arity=None, attrs=("dimension",), infer=_concat_infer,
+        reference=lambda *xs, dimension: np.concatenate(xs, axis=dimension),
+        emit=lambda em, node, *xs: em.simple("stablehlo.concatenate", node, *xs, attrs={
+            "dimension": f"{node.attr('dimension')} : i64"}),
+        samples=_concat_samples,
+        doc="Join operands along ``dimension``.",
+    ),
+    OpDef(
+        name="pad", arity=2, attrs=("low", "high", "interior"), infer=_pad_infer,
+        reference=_pad_reference,
+        emit=lambda em, node, x, v: em.simple("stablehlo.pad", node, x, v, attrs={
+            "edge_padding_low": i64_array(node.attr("low")),
+            "edge_padding_high": i64_array(node.attr("high")),
+            "interior_padding": i64_array(node.attr("interior"))}),
+        samples=_pad_samples,
+        doc="pad(x, value): edge padding low/high (negative crops) and interior padding.",
+    ),
+    OpDef(
+        name="reverse", arity=1, attrs=("dimensions",), infer=_reverse_infer,
+        reference=lambda x, dimensions: np.flip(x, tuple(dimensions)).copy() if dimensions else x.copy(),
+        emit=lambda em, node, x: em.simple("stablehlo.reverse", node, x, attrs={
+            "dimensions": i64_array(node.attr("dimensions"))}),
+        samples=_reverse_samples,
+        doc="Reverse the order of elements along ``dimensions``.",
+    ),
+]

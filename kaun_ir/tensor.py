@@ -1,0 +1,246 @@
+"""Symbolic tensors (what user code sees while tracing) and ``apply``, the one way ops are made.
+
+``apply("add", x, y)`` inside a trace appends a node to the active builder and returns Tensors;
+outside any trace, with concrete operands, it runs the single op through XLA (compiled once
+per op signature and cached) and returns ``jax.Array``s.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .ir.builder import Builder, _STATE, current_builder, infer_or_raise
+from .ir.core import Graph, Node, TensorType, Value
+from .ops import TABLE
+
+
+class TracerError(TypeError):
+    """A symbolic tensor was used where a concrete value is needed (``bool(t)``, ``np.asarray(t)``)."""
+
+
+class Tensor:
+    """A value of the graph being traced. Supports the NumPy-style surface of API.md §1."""
+
+    __slots__ = ("value", "builder")
+    __array_priority__ = 1000  # NumPy defers binary operators to us
+
+    def __init__(self, value: Value, builder: Builder):
+        self.value = value
+        self.builder = builder
+
+    # -- metadata ------------------------------------------------------------------------------
+    @property
+    def type(self) -> TensorType:
+        return self.value.type
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.value.type.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.value.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.value.type.shape)
+
+    @property
+    def size(self) -> int:
+        return self.value.type.size
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a scalar tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.type})"
+
+    __hash__ = object.__hash__
+
+    # -- concrete conversions are errors while tracing -----------------------------------------
+    def _concrete(self, what: str):
+        raise TracerError(
+            f"{what} of a traced {self.type} needs a concrete value, which does not exist while "
+            "tracing; use kn.where / kn.select-style ops instead of Python control flow")
+
+    def __bool__(self):
+        self._concrete("bool()")
+
+    def __int__(self):
+        self._concrete("int()")
+
+    def __float__(self):
+        self._concrete("float()")
+
+    def __index__(self):
+        self._concrete("using as an index")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("np.asarray()")
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    # -- the NumPy-style surface (implemented in numeric.py) -----------------------------------
+    def _n(self):
+        from . import numeric
+
+        return numeric
+
+    def __add__(self, other): return self._n().add(self, other)
+    def __radd__(self, other): return self._n().add(other, self)
+    def __sub__(self, other): return self._n().subtract(self, other)
+    def __rsub__(self, other): return self._n().subtract(other, self)
+    def __mul__(self, other): return self._n().multiply(self, other)
+    def __rmul__(self, other): return self._n().multiply(other, self)
+    def __truediv__(self, other): return self._n().divide(self, other)
+    def __rtruediv__(self, other): return self._n().divide(other, self)
+    def __floordiv__(self, other): return self._n().floor_divide(self, other)
+    def __rfloordiv__(self, other): return self._n().floor_divide(other, self)
+    def __mod__(self, other): return self._n().mod(self, other)
+    def __rmod__(self, other): return self._n().mod(other, self)
+    def __pow__(self, other): return self._n().power(self, other)
+    def __rpow__(self, other): return self._n().power(other, self)
+    def __matmul__(self, other): return self._n().matmul(self, other)
+    def __rmatmul__(self, other): return self._n().matmul(other, self)
+    def __neg__(self): return self._n().negative(self)
+    def __pos__(self): return self
+    def __abs__(self): return self._n().abs(self)
+    def __invert__(self): return self._n().invert(self)
+    def __and__(self, other): return self._n().bitwise_and(self, other)
+    def __rand__(self, other): return self._n().bitwise_and(other, self)
+    def __or__(self, other): return self._n().bitwise_or(self, other)
+    def __ror__(self, other): return self._n().bitwise_or(other, self)
+    def __xor__(self, other): return self._n().bitwise_xor(self, other)
+    def __rxor__(self, other): return self._n().bitwise_xor(other, self)
+    def __lshift__(self, other): return self._n().left_shift(self, other)
+    def __rshift__(self, other): return self._n().right_shift(self, other)
+    def __lt__(self, other): return self._n().less(self, other)
+    def __le__(self, other): return self._n().less_equal(self, other)
+    def __gt__(self, other): return self._n().greater(self, other)
+    def __ge__(self, other): return self._n().greater_equal(self, other)
+    def __eq__(self, other): return self._n().equal(self, other)  # type: ignore[override]
+    def __ne__(self, other): return self._n().not_equal(self, other)  # type: ignore[override]
+    def __getitem__(self, index): return self._n().getitem(self, index)
+
+    @property
+    def T(self):
+        return self._n().transpose(self)
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return self._n().reshape(self, shape)
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        return self._n().transpose(self, axes or None)
+
+    def astype(self, dtype):
+        return self._n().astype(self, dtype)
+
+    def sum(self, axis=None, keepdims=False):
+        return self._n().sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        return self._n().mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        return self._n().max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        return self._n().min(self, axis=axis, keepdims=keepdims)
+
+    def prod(self, axis=None, keepdims=False):
+        return self._n().prod(self, axis=axis, keepdims=keepdims)
+
+    def var(self, axis=None, keepdims=False):
+        return self._n().var(self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        return self._n().argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        return self._n().argmin(self, axis=axis, keepdims=keepdims)
+
+    def flatten(self):
+        return self._n().reshape(self, (-1,))
+
+
+def is_tensor(x: Any) -> bool:
+    return isinstance(x, Tensor)
+
+
+def concrete_array(x: Any) -> np.ndarray:
+    """A host array for a concrete operand; Python scalars get the default dtypes (f32 / i32)."""
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return np.asarray(x, dtype=dtypes.dtype_of_scalar(x))
+    arr = np.asarray(x)
+    if arr.dtype not in dtypes.ALL:
+        if arr.dtype.kind == "f":
+            arr = arr.astype(np.float32)
+        else:
+            dtypes.canonical(arr.dtype)  # raises a clear TypeError
+    return arr
+
+
+def type_of(x: Any) -> TensorType:
+    """The TensorType of a Tensor, jax.Array, NumPy array or Python scalar."""
+    if isinstance(x, Tensor):
+        return x.type
+    if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.ndarray):
+        return TensorType(x.dtype, x.shape)
+    arr = concrete_array(x)
+    return TensorType(arr.dtype, arr.shape)
+
+
+def to_value(builder: Builder, x: Any) -> Value:
+    """The graph value for an operand: the tensor's own, a capture, or a new constant node."""
+    if isinstance(x, Tensor):
+        if x.builder is builder:
+            return x.value
+        if x.builder in _STATE.builders:
+            return builder.capture(x)
+        raise TracerError(
+            f"a {x.type} tensor from a trace that has already finished was used; tensors must not "
+            "escape the function being traced (return them instead)")
+    arr = concrete_array(x)
+    return builder.add(TABLE["constant"], [], {"value": arr})[0]
+
+
+def apply(op: str, *operands: Any, regions: tuple[Graph, ...] = (), **attrs: Any):
+    """Apply primitive ``op``; one output -> Tensor (or jax.Array), several -> a tuple."""
+    opdef = TABLE[op]
+    builder = current_builder()
+    if builder is None:
+        outs = _eager(opdef, operands, attrs, regions)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    values = [to_value(builder, x) for x in operands]
+    outs = builder.add(opdef, values, attrs, regions)
+    tensors = tuple(Tensor(v, builder) for v in outs)
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+_EAGER: dict[tuple, Any] = {}
+
+
+def _eager(opdef, operands, attrs, regions) -> list:
+    """Run one primitive on concrete operands through XLA (compiled once per signature)."""
+    from kaun_ir import runtime
+
+    types = [type_of(x) for x in operands]
+    attrs = opdef.check_attrs(attrs)
+    out_types = infer_or_raise(opdef, types, attrs)
+    args = Graph.arguments(types)
+    node = Node(opdef.name, args, attrs, out_types, regions)
+    key = (node.op, node.attrs, tuple(types), tuple(r.text() for r in regions))
+    exe = _EAGER.get(key)
+    if exe is None:
+        exe = runtime.compile(Graph(args, node.outputs, [node], name=opdef.name))
+        _EAGER[key] = exe
+    return list(exe(*operands))

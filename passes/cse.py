@@ -1,0 +1,25 @@
+"""Common-subexpression elimination over structurally identical nodes."""
+
+from kaun_ir.ir.core import Graph, Node
+
+from .registry import register
+
+
+@register("cse")
+def cse(graph: Graph) -> Graph:
+    """Merge nodes with the same op, attributes, regions and operands (all ops are pure)."""
+    replacement: dict[int, object] = {}  # id(old value) -> new value
+    seen: dict[tuple, Node] = {}
+    nodes: list[Node] = []
+    for node in graph.nodes:
+        inputs = [replacement.get(id(v), v) for v in node.inputs]
+        fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, node.path, node.source)
+        twin = seen.get(fresh.key)
+        if twin is None:
+            seen[fresh.key] = fresh
+            nodes.append(fresh)
+            twin = fresh
+        for old, new in zip(node.outputs, twin.outputs):
+            replacement[id(old)] = new
+    outputs = [replacement.get(id(v), v) for v in graph.outputs]
+    return Graph(graph.inputs, outputs, nodes, graph.name, graph.input_names)

@@ -1,0 +1,48 @@
+"""The runtime: lowering to StableHLO and compiling/running through XLA's PJRT client.
+
+Imported as ``kaun_ir.runtime``; jaxlib is only touched through the ``xla`` adapter module.
+"""
+
+from __future__ import annotations
+
+import os
+
+from .executable import Executable, compile, stats
+from .jit import DEFAULT_PIPELINE, Jitted, jit
+from .lower import lower
+from .xla import backend_name, parse_mlir
+
+
+def devices():
+    """The XLA devices of the backend in use (``KAUN_IR_BACKEND=cpu|gpu|tpu``, default best)."""
+    from . import xla
+
+    return xla.devices()
+
+
+def export(graph, path: str) -> str:
+    """Write ``graph`` as StableHLO: ``.mlir`` (text) or ``.mlirbc`` (portable artifact).
+
+    The write is atomic. Returns ``path``.
+    """
+    from . import xla
+
+    text = lower(graph)
+    if path.endswith(".mlirbc"):
+        data = xla.serialize_portable(text)
+    elif path.endswith(".mlir"):
+        data = text.encode()
+    else:
+        raise ValueError(f"export path must end in .mlir or .mlirbc, got {path!r}")
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return path
+
+
+__all__ = ["DEFAULT_PIPELINE", "Executable", "Jitted", "backend_name", "compile", "devices",
+           "export", "jit", "lower", "parse_mlir", "stats"]

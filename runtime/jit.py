@@ -1,0 +1,120 @@
+"""``kn.jit``: trace once per input signature, run the pass pipeline, compile, cache, execute."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+from kaun_ir import tree
+from kaun_ir.tensor import Tensor
+from kaun_ir.trace import is_array_leaf, leaf_type, trace_flat
+
+from . import xla
+from .executable import Executable
+
+DEFAULT_PIPELINE = "cse,dce"
+
+
+class _Entry:
+    __slots__ = ("executable", "out_treedef", "dtypes")
+
+    def __init__(self, executable, out_treedef, dtypes):
+        self.executable, self.out_treedef, self.dtypes = executable, out_treedef, dtypes
+
+
+class Jitted:
+    """A compiled-on-demand function; see :func:`jit`.
+
+    ``trace_count`` counts traces (one per distinct signature); ``lower(*args)`` returns the
+    StableHLO and ``graph(*args)`` the optimised IR for a signature.
+    """
+
+    def __init__(self, f: Callable, donate_argnums: Sequence[int] = (), pipeline: str | None = None,
+                 device=None):
+        self.f = f
+        self.donate_argnums = tuple(sorted({int(i) for i in donate_argnums}))
+        self.pipeline = DEFAULT_PIPELINE if pipeline is None else pipeline
+        self.device = device
+        self.trace_count = 0
+        self._cache: dict[Any, _Entry] = {}
+        functools.update_wrapper(self, f)
+
+    def _signature(self, args, kwargs):
+        leaves, treedef = tree.flatten((args, kwargs))
+        key = [treedef]
+        arrays = []
+        for leaf in leaves:
+            if is_array_leaf(leaf):
+                if isinstance(leaf, Tensor):
+                    return None, leaves, None
+                arrays.append(leaf)
+                key.append((tuple(leaf.shape), leaf.dtype) if hasattr(leaf, "dtype") else leaf_type(leaf))
+            else:
+                key.append(("static", type(leaf), leaf))
+        return tuple(key), leaves, arrays
+
+    def __call__(self, *args, **kwargs):
+        key, leaves, arrays = self._signature(args, kwargs)
+        if key is None:  # called inside another trace: trace through (inline)
+            return self.f(*args, **kwargs)
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._compile(args, kwargs, key)
+        device = entry.executable.device
+        device_arrays = [xla.to_device(a, dt, device) for a, dt in zip(arrays, entry.dtypes)]
+        outs = entry.executable.run(device_arrays)
+        return tree.unflatten(entry.out_treedef, outs)
+
+    def _compile(self, args, kwargs, key) -> _Entry:
+        from kaun_ir import passes
+
+        traced = trace_flat(self.f, args, kwargs)
+        self.trace_count += 1
+        graph = passes.run(traced.graph, self.pipeline) if self.pipeline else traced.graph
+        donate = self._donated_inputs(args, traced.array_positions)
+        exe = Executable(graph, device=self.device, donate=donate, pipeline=self.pipeline)
+        entry = _Entry(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
+        self._cache[key] = entry
+        return entry
+
+    def _donated_inputs(self, args, positions) -> list[int]:
+        if not self.donate_argnums:
+            return []
+        owner = []  # top-level positional argument of every flat leaf (-1 for kwargs)
+        for i, arg in enumerate(args):
+            owner += [i] * len(tree.flatten(arg)[0])
+        owner += [-1] * (max(positions, default=-1) + 1 - len(owner))
+        return [k for k, pos in enumerate(positions) if owner[pos] in self.donate_argnums]
+
+    def graph(self, *args, **kwargs):
+        """The IR after the pipeline for this signature (traces and compiles if needed)."""
+        key, _, _ = self._signature(args, kwargs)
+        entry = self._cache.get(key) or self._compile(args, kwargs, key)
+        return entry.executable.graph
+
+    def lower(self, *args, **kwargs) -> str:
+        """The StableHLO text for this signature."""
+        key, _, _ = self._signature(args, kwargs)
+        entry = self._cache.get(key) or self._compile(args, kwargs, key)
+        return entry.executable.mlir
+
+    def executable(self, *args, **kwargs) -> Executable:
+        """The compiled executable for this signature."""
+        key, _, _ = self._signature(args, kwargs)
+        return (self._cache.get(key) or self._compile(args, kwargs, key)).executable
+
+
+def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline: str | None = None,
+        device=None):
+    """Compile ``f`` with kaun_ir: trace per input signature, optimise, lower, XLA-compile, cache.
+
+    The signature is the tree structure of the arguments, the shape and dtype of every array
+    leaf, and the value of every static (Python scalar / string) leaf. A second call with the
+    same signature neither retraces nor recompiles. ``donate_argnums``: positional arguments
+    whose buffers XLA may reuse for outputs (the caller must not use them afterwards).
+    ``pipeline``: the pass pipeline run before lowering (default ``"cse,dce"``).
+    Inside another trace, a jitted function is traced through (inlined).
+    """
+    if f is None:
+        return lambda g: Jitted(g, donate_argnums, pipeline, device)
+    return Jitted(f, donate_argnums, pipeline, device)

@@ -1,0 +1,78 @@
+"""Lowering: a graph becomes a StableHLO module (MLIR text) with ``loc`` from layer paths."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+from kaun_ir.ir.core import Graph
+from kaun_ir.ops import TABLE
+from kaun_ir.ops.base import Emitter, tensor_type
+
+
+def lower(graph: Graph, donate: Sequence[int] = (), name: str = "main") -> str:
+    """StableHLO text of ``graph`` as ``func.func public @main``.
+
+    ``donate``: indices of inputs whose buffers XLA may reuse for an output of the same type
+    (written as ``tf.aliasing_output``); each donated input is paired with the first unclaimed
+    output of its type, and inputs with no such output are simply not aliased.
+    """
+    aliases = _pair_donations(graph, donate)
+    args = []
+    for i, value in enumerate(graph.inputs):
+        attr = f" {{tf.aliasing_output = {aliases[i]} : i32}}" if i in aliases else ""
+        args.append(f"%arg{i}: {tensor_type(value.type)}{attr}")
+    results = ", ".join(tensor_type(v.type) for v in graph.outputs)
+    em = Emitter(indent=4)
+    body = emit_body(em, graph, [f"%arg{i}" for i in range(len(graph.inputs))])
+    returned = ", ".join(body)
+    return_types = ", ".join(tensor_type(v.type) for v in graph.outputs)
+    lines = [
+        f"module @{_module_name(graph.name)} attributes {{mhlo.num_partitions = 1 : i32, "
+        f"mhlo.num_replicas = 1 : i32}} {{",
+        f"  func.func public @{name}({', '.join(args)}) -> ({results}) {{",
+        *em.lines,
+        f"    \"func.return\"({returned}) : ({return_types}) -> ()",
+        "  }",
+        "}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def emit_body(em: Emitter, graph: Graph, arg_names: Sequence[str]) -> list[str]:
+    """Emit every node of ``graph`` into ``em``; returns the SSA names of the graph's outputs.
+
+    Ops with regions (``while``) call this recursively for their sub-graphs.
+    """
+    names: dict[int, str] = {id(v): n for v, n in zip(graph.inputs, arg_names)}
+    for node in graph.nodes:
+        opdef = TABLE[node.op]
+        em.location = node.location
+        operands = [names[id(v)] for v in node.inputs]
+        results = opdef.emit(em, node, *operands)
+        if isinstance(results, str):
+            results = [results]
+        if len(results) != len(node.outputs):
+            raise RuntimeError(f"emission of {node.op} produced {len(results)} results, "
+                               f"expected {len(node.outputs)}")
+        for value, result in zip(node.outputs, results):
+            names[id(value)] = result
+    return [names[id(v)] for v in graph.outputs]
+
+
+def _pair_donations(graph: Graph, donate: Sequence[int]) -> dict[int, int]:
+    taken: set[int] = set()
+    aliases: dict[int, int] = {}
+    for i in sorted(set(donate)):
+        if not 0 <= i < len(graph.inputs):
+            raise IndexError(f"donated input {i} out of range for {len(graph.inputs)} inputs")
+        for j, out in enumerate(graph.outputs):
+            if j not in taken and out.type == graph.inputs[i].type:
+                aliases[i] = j
+                taken.add(j)
+                break
+    return aliases
+
+
+def _module_name(name: str) -> str:
+    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return cleaned or "main"

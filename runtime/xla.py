@@ -1,0 +1,186 @@
+"""The one adapter between kaun_ir and jaxlib: PJRT client, compile, execute, MLIR bindings.
+
+Everything that touches jaxlib's API lives here, so a jaxlib upgrade touches one file. Only
+public modules are used: ``jax.extend.backend`` for the PJRT client, ``jaxlib.xla_client`` for
+compile options, ``jax.device_put`` for host-to-device transfer, and the MLIR Python bindings
+shipped inside jaxlib for parsing and serialising StableHLO.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+from typing import Sequence
+
+import numpy as np
+
+_BACKEND_ENV = "KAUN_IR_BACKEND"
+_PREFERENCE = ("gpu", "tpu", "cpu")
+
+
+@functools.lru_cache(maxsize=None)
+def _jax():
+    import jax  # imported lazily: `import kaun_ir` stays cheap and jax-free until needed
+
+    return jax
+
+
+def backend_name() -> str:
+    """The platform in use: ``KAUN_IR_BACKEND`` if set (cpu/gpu/tpu), else the best available."""
+    wanted = os.environ.get(_BACKEND_ENV, "").strip().lower()
+    if wanted:
+        if wanted not in _PREFERENCE:
+            raise ValueError(f"{_BACKEND_ENV}={wanted!r}: expected one of cpu, gpu, tpu")
+        return wanted
+    return _best_available()
+
+
+@functools.lru_cache(maxsize=None)
+def _best_available() -> str:
+    from jax.extend import backend as jex_backend
+
+    for name in _PREFERENCE:
+        try:
+            jex_backend.get_backend(name)
+            return name
+        except RuntimeError:
+            continue
+    return "cpu"
+
+
+@functools.lru_cache(maxsize=None)
+def client(name: str | None = None):
+    """The PJRT client of a platform (default: :func:`backend_name`)."""
+    from jax.extend import backend as jex_backend
+
+    name = name or backend_name()
+    try:
+        return jex_backend.get_backend(name)
+    except RuntimeError as err:
+        raise RuntimeError(f"XLA backend {name!r} is not available here ({err}); "
+                           f"set {_BACKEND_ENV}=cpu to run on the CPU") from None
+
+
+def devices(name: str | None = None) -> list:
+    """The devices of a platform (default: the one in use)."""
+    return list(client(name).devices())
+
+
+def default_device():
+    return devices()[0]
+
+
+def compile(mlir_text: str, device) -> object:
+    """Compile StableHLO text for one device; returns a loaded executable (raises on failure)."""
+    from jaxlib import xla_client as xc
+
+    options = xc.CompileOptions()
+    pjrt = device.client
+    device_list = xc.DeviceList((device,))
+    return pjrt.compile_and_load(mlir_text, device_list, options)
+
+
+def execute(executable, arrays: Sequence) -> list:
+    """Run a loaded executable on device arrays; returns device arrays (``jax.Array``)."""
+    return executable.execute(list(arrays))
+
+
+def is_device_array(x) -> bool:
+    return isinstance(x, _jax().Array)
+
+
+def _x64():
+    jax = _jax()
+    if hasattr(jax, "enable_x64"):
+        return jax.enable_x64(True)
+    from jax.experimental import enable_x64  # older releases
+
+    return enable_x64()
+
+
+def to_device(x, dtype: np.dtype, device) -> object:
+    """``x`` (NumPy, scalar or jax.Array) as a device array of ``dtype`` on ``device``."""
+    jax = _jax()
+    if isinstance(x, jax.Array) and x.dtype == dtype:
+        return x if device in x.devices() else jax.device_put(x, device)
+    host = np.asarray(x, dtype=dtype)
+    if dtype.itemsize == 8:  # jax would silently narrow 64-bit data without x64 enabled
+        with _x64():
+            return jax.device_put(host, device)
+    return jax.device_put(host, device)
+
+
+def to_host(x) -> np.ndarray:
+    return np.asarray(x)
+
+
+def hlo_text(executable) -> str:
+    """XLA's optimised HLO of a compiled executable."""
+    return "\n".join(m.to_string() for m in executable.hlo_modules())
+
+
+def cost_analysis(executable) -> dict:
+    """XLA's cost estimate (flops, bytes accessed, ...) of a compiled executable."""
+    result = executable.cost_analysis()
+    if isinstance(result, list):
+        result = result[0] if result else {}
+    return dict(result)
+
+
+# ----------------------------------------------------------------------- MLIR bindings (jaxlib)
+
+
+@contextlib.contextmanager
+def mlir_context():
+    """An MLIR context with the func, StableHLO and CHLO dialects loaded."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import chlo, stablehlo
+
+    registry = ir.DialectRegistry()
+    try:
+        from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+
+        _jax_mlir_ext.register_dialects(registry)
+    except ImportError:  # older jaxlib layouts
+        pass
+    with ir.Context() as ctx:
+        ctx.append_dialect_registry(registry)
+        ctx.load_all_available_dialects()
+        stablehlo.register_dialect(ctx)
+        chlo.register_dialect(ctx)
+        yield ctx
+
+
+def parse_mlir(text: str) -> str:
+    """Parse and verify StableHLO text with jaxlib's MLIR bindings; returns the pretty form.
+
+    Raises ``ValueError`` with MLIR's diagnostic if the text does not parse or verify.
+    """
+    from jaxlib.mlir import ir
+
+    with mlir_context():
+        try:
+            module = ir.Module.parse(text)
+        except Exception as err:  # MLIRError: diagnostics in the message
+            raise ValueError(f"StableHLO does not parse: {err}") from None
+        if not module.operation.verify():
+            raise ValueError("StableHLO does not verify")
+        return str(module)
+
+
+def serialize_portable(text: str) -> bytes:
+    """A portable StableHLO artifact (versioned bytecode) of the module, for other consumers."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    with mlir_context():
+        target = stablehlo.get_minimum_version()
+        return stablehlo.serialize_portable_artifact_str(text, target)
+
+
+def deserialize_portable(data: bytes) -> bytes:
+    """The module in a portable artifact, as MLIR bytecode that :func:`compile` accepts."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    with mlir_context():
+        return stablehlo.deserialize_portable_artifact_str(data)

@@ -1,0 +1,1 @@
+"""Command-line tools (``kaun-ir``), imported as ``kaun_ir.tools``."""
