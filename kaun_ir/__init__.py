@@ -10,6 +10,10 @@ from .dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, in
 from .errors import CompileError, IRError, KaunError, ParseError, ShapeError
 from .ir.core import Graph, TensorType
 from .numeric import *  # noqa: F401,F403 - the NumPy-style surface
+from .indexing import *  # noqa: F401,F403
+from .linalg import *  # noqa: F401,F403
+from .reductions import *  # noqa: F401,F403
+from . import fn, random  # noqa: E402
 from .tensor import Tensor, TracerError
 from .trace import ShapeDtype, trace
 

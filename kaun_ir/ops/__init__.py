@@ -6,10 +6,10 @@ family modules export; nothing registers itself as an import side effect.
 
 from __future__ import annotations
 
-from . import elementwise, misc, shape
+from . import elementwise, indexing, linalg, misc, reduce, shape, window
 from .base import Emitter, OpDef, Sample
 
-_FAMILIES = (elementwise, misc, shape)
+_FAMILIES = (elementwise, misc, shape, indexing, linalg, reduce, window)
 
 TABLE: dict[str, OpDef] = {}
 for _family in _FAMILIES:

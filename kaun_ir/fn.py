@@ -1,0 +1,3 @@
+"""kaun_ir.fn (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""kaun_ir.indexing (being written)."""
+
+__all__: list[str] = []

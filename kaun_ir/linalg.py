@@ -1,0 +1,3 @@
+"""kaun_ir.linalg (being written)."""
+
+__all__: list[str] = []

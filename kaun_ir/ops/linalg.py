@@ -1,0 +1,5 @@
+"""Primitives of the linalg family (being written)."""
+
+from .base import OpDef
+
+OPS: list[OpDef] = []

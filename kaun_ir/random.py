@@ -1,0 +1,3 @@
+"""kaun_ir.random (being written)."""
+
+__all__: list[str] = []

@@ -1,0 +1,3 @@
+"""kaun_ir.reductions (being written)."""
+
+__all__: list[str] = []
