@@ -235,7 +235,7 @@ def _eager(opdef, operands, attrs, regions) -> list:
 
     types = [type_of(x) for x in operands]
     attrs = opdef.check_attrs(attrs)
-    out_types = infer_or_raise(opdef, types, attrs)
+    out_types = infer_or_raise(opdef, types, attrs, "", regions)
     args = Graph.arguments(types)
     node = Node(opdef.name, args, attrs, out_types, regions)
     key = (node.op, node.attrs, tuple(types), tuple(r.text() for r in regions))

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Sequence
 
 from kaun_ir.ir.core import Graph
-from kaun_ir.ops import TABLE
 from kaun_ir.ops.base import Emitter, tensor_type
 
 
@@ -23,7 +22,7 @@ def lower(graph: Graph, donate: Sequence[int] = (), name: str = "main") -> str:
         args.append(f"%arg{i}: {tensor_type(value.type)}{attr}")
     results = ", ".join(tensor_type(v.type) for v in graph.outputs)
     em = Emitter(indent=4)
-    body = emit_body(em, graph, [f"%arg{i}" for i in range(len(graph.inputs))])
+    body = em.emit_graph(graph, [f"%arg{i}" for i in range(len(graph.inputs))])
     returned = ", ".join(body)
     return_types = ", ".join(tensor_type(v.type) for v in graph.outputs)
     lines = [
@@ -36,27 +35,6 @@ def lower(graph: Graph, donate: Sequence[int] = (), name: str = "main") -> str:
         "}",
     ]
     return "\n".join(lines) + "\n"
-
-
-def emit_body(em: Emitter, graph: Graph, arg_names: Sequence[str]) -> list[str]:
-    """Emit every node of ``graph`` into ``em``; returns the SSA names of the graph's outputs.
-
-    Ops with regions (``while``) call this recursively for their sub-graphs.
-    """
-    names: dict[int, str] = {id(v): n for v, n in zip(graph.inputs, arg_names)}
-    for node in graph.nodes:
-        opdef = TABLE[node.op]
-        em.location = node.location
-        operands = [names[id(v)] for v in node.inputs]
-        results = opdef.emit(em, node, *operands)
-        if isinstance(results, str):
-            results = [results]
-        if len(results) != len(node.outputs):
-            raise RuntimeError(f"emission of {node.op} produced {len(results)} results, "
-                               f"expected {len(node.outputs)}")
-        for value, result in zip(node.outputs, results):
-            names[id(value)] = result
-    return [names[id(v)] for v in graph.outputs]
 
 
 def _pair_donations(graph: Graph, donate: Sequence[int]) -> dict[int, int]:

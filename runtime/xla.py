@@ -86,6 +86,13 @@ def execute(executable, arrays: Sequence) -> list:
     return executable.execute(list(arrays))
 
 
+@functools.lru_cache(maxsize=None)
+def array_types() -> tuple[type, ...]:
+    """Concrete array classes that may be passed straight through: (np.ndarray, jax's Array)."""
+    jax = _jax()
+    return (np.ndarray, type(jax.device_put(np.zeros((), np.float32), default_device())))
+
+
 def is_device_array(x) -> bool:
     return isinstance(x, _jax().Array)
 

@@ -26,8 +26,8 @@ def single_op_graph(opdef, sample) -> Graph:
     types = [TensorType(np.asarray(a).dtype, np.shape(a)) for a in sample.inputs]
     args = Graph.arguments(types)
     attrs = opdef.check_attrs(dict(sample.attrs))
-    out_types = opdef.infer_types(types, attrs)
-    node = Node(opdef.name, args, attrs, out_types)
+    out_types = opdef.infer_types(types, attrs, sample.regions)
+    node = Node(opdef.name, args, attrs, out_types, sample.regions)
     return Graph(args, node.outputs, [node], name=opdef.name)
 
 

@@ -31,7 +31,8 @@ def test_every_op_is_sampled():
 def test_type_rule_matches_reference(name, index, sample):
     opdef = ops.TABLE[name]
     graph = single_op_graph(opdef, sample)
-    outs = opdef.run_reference([np.asarray(a) for a in sample.inputs], opdef.check_attrs(dict(sample.attrs)))
+    outs = opdef.run_reference([np.asarray(a) for a in sample.inputs], opdef.check_attrs(dict(sample.attrs)),
+                              sample.regions)
     assert len(outs) == len(graph.outputs)
     for out, value in zip(outs, graph.outputs):
         assert np.shape(out) == value.type.shape, f"{name}: reference shape vs type rule"

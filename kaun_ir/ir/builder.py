@@ -63,10 +63,11 @@ def describe_operands(types: Sequence[TensorType]) -> str:
     return " and ".join(map(str, types)) if len(types) == 2 else ", ".join(map(str, types))
 
 
-def infer_or_raise(opdef, types: Sequence[TensorType], attrs: dict[str, Any], path: str = "") -> tuple:
+def infer_or_raise(opdef, types: Sequence[TensorType], attrs: dict[str, Any], path: str = "",
+                   regions: Sequence[Graph] = ()) -> tuple:
     """Run an op's type rule; re-raise its complaint naming the layer path, op and operand types."""
     try:
-        return opdef.infer_types(types, attrs)
+        return opdef.infer_types(types, attrs, regions)
     except (ShapeError, TypeError, ValueError) as err:
         where = f"{path}: " if path else ""
         cls = TypeError if isinstance(err, TypeError) and not isinstance(err, ShapeError) else ShapeError
@@ -111,7 +112,7 @@ class Builder:
         """Type-check and append one node; returns its outputs."""
         attrs = opdef.check_attrs(attrs)
         path = current_path()
-        types = infer_or_raise(opdef, [v.type for v in inputs], attrs, path)
+        types = infer_or_raise(opdef, [v.type for v in inputs], attrs, path, regions)
         source = _user_source() if self.record_source else ""
         node = Node(opdef.name, inputs, attrs, types, regions, path=path, source=source)
         self.nodes.append(node)

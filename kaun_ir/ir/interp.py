@@ -23,10 +23,7 @@ def interpret(graph: Graph, *arrays) -> list[np.ndarray]:
     for node in graph.nodes:
         opdef = TABLE[node.op]
         args = [env[id(v)] for v in node.inputs]
-        attrs = node.attr_dict
-        if node.regions:
-            attrs["regions"] = node.regions
-        outs = opdef.run_reference(args, attrs)
+        outs = opdef.run_reference(args, node.attr_dict, node.regions)
         if len(outs) != len(node.outputs):
             raise IRError(f"reference of {node.op} returned {len(outs)} results, expected {len(node.outputs)}")
         for value, out in zip(node.outputs, outs):

@@ -26,7 +26,7 @@ def verify(graph: Graph, _outer: str = "") -> None:
                               "or comes from outside the graph")
         try:
             attrs = opdef.check_attrs(node.attr_dict)
-            expected = opdef.infer_types([v.type for v in node.inputs], attrs)
+            expected = opdef.infer_types([v.type for v in node.inputs], attrs, node.regions)
         except (TypeError, ValueError) as err:
             raise IRError(f"{label}: type rule rejects the operands: {err}") from None
         if tuple(expected) != node.types:

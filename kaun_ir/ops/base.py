@@ -34,6 +34,7 @@ class Sample:
     rtol: float | None = None
     atol: float | None = None
     name: str = ""
+    regions: tuple = ()  # sub-graphs, for ops that carry them
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ class OpDef:
     emit: Callable[..., str | list[str]]
     samples: Callable[[np.random.Generator], Iterable[Sample]]
     attrs: tuple[str, ...] = ()  # required attribute names
+    regions: int = 0  # number of sub-graphs the op carries (``while``: cond and body)
     optional: dict[str, Any] = field(default_factory=dict)  # optional attribute -> default
     doc: str = ""
     vjp: Callable[..., Any] | None = None
@@ -68,14 +70,19 @@ class OpDef:
         full.update(attrs)
         return {k: freeze_attr(v) for k, v in full.items()}
 
-    def infer_types(self, types: Sequence[TensorType], attrs: dict[str, Any]) -> tuple[TensorType, ...]:
+    def infer_types(self, types: Sequence[TensorType], attrs: dict[str, Any],
+                    regions: Sequence[Any] = ()) -> tuple[TensorType, ...]:
         if self.arity is not None and len(types) != self.arity:
             raise TypeError(f"{self.name} takes {self.arity} operand(s), got {len(types)}")
-        out = self.infer(*types, **attrs)
+        if len(regions) != self.regions:
+            raise TypeError(f"{self.name} carries {self.regions} region(s), got {len(regions)}")
+        out = self.infer(*types, regions=tuple(regions), **attrs) if self.regions else self.infer(*types, **attrs)
         return (out,) if isinstance(out, TensorType) else tuple(out)
 
-    def run_reference(self, arrays: Sequence[np.ndarray], attrs: dict[str, Any]) -> tuple[np.ndarray, ...]:
-        out = self.reference(*arrays, **attrs)
+    def run_reference(self, arrays: Sequence[np.ndarray], attrs: dict[str, Any],
+                      regions: Sequence[Any] = ()) -> tuple[np.ndarray, ...]:
+        out = self.reference(*arrays, regions=tuple(regions), **attrs) if self.regions else \
+            self.reference(*arrays, **attrs)
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
@@ -185,6 +192,28 @@ class Emitter:
         header = ", ".join(f"{a}: {tensor_type(t)}" for a, t in zip(args, arg_types))
         pad = " " * (self.indent + 1)
         return "{\n" + f"{pad}^bb0({header}):\n" + "\n".join(inner.lines) + f"\n{' ' * self.indent}}}"
+
+    def emit_graph(self, graph, arg_names: Sequence[str]) -> list[str]:
+        """Emit every node of ``graph`` (arguments named ``arg_names``); returns its output names.
+
+        The lowering calls this for the main function; ops with regions call it for sub-graphs.
+        """
+        from . import TABLE
+
+        names: dict[int, str] = {id(v): n for v, n in zip(graph.inputs, arg_names)}
+        for node in graph.nodes:
+            outer_location = self.location
+            self.location = node.location
+            results = TABLE[node.op].emit(self, node, *[names[id(v)] for v in node.inputs])
+            self.location = outer_location
+            if isinstance(results, str):
+                results = [results]
+            if len(results) != len(node.outputs):
+                raise RuntimeError(f"emission of {node.op} produced {len(results)} results, "
+                                   f"expected {len(node.outputs)}")
+            for value, result in zip(node.outputs, results):
+                names[id(value)] = result
+        return [names[id(v)] for v in graph.outputs]
 
     # Short forms for the common cases --------------------------------------------------------
 

@@ -1,0 +1,31 @@
+"""The ``kaun-ir`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import demo
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kaun-ir",
+        description="kaun_ir: trace models into an own IR, transform it with passes, "
+                    "lower to StableHLO and run with XLA.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    demo.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    return int(args.run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
