@@ -14,6 +14,7 @@ from .indexing import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .control import fori_loop, while_loop
+from .autodiff import GradientError, grad, stop_gradient, value_and_grad, vjp
 from . import fn, random  # noqa: E402
 from .tensor import Tensor, TracerError
 from .trace import ShapeDtype, trace

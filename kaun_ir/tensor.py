@@ -89,9 +89,9 @@ class Tensor:
 
     # -- the NumPy-style surface (implemented in numeric.py) -----------------------------------
     def _n(self):
-        from . import numeric
+        import kaun_ir  # the whole function namespace (numeric, linalg, reductions, indexing)
 
-        return numeric
+        return kaun_ir
 
     def __add__(self, other): return self._n().add(self, other)
     def __radd__(self, other): return self._n().add(other, self)

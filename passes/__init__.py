@@ -4,7 +4,7 @@
 ``register(name)`` adds your own.
 """
 
-from . import cse, dce  # noqa: F401  (the built-in passes)
+from . import autodiff, cse, dce  # noqa: F401  (the built-in passes)
 from .registry import REGISTRY, PassInfo, available, parse_pipeline, register, run
 
 __all__ = ["REGISTRY", "PassInfo", "available", "parse_pipeline", "register", "run"]

@@ -60,6 +60,7 @@ OPS = [
     OpDef(
         name="while", arity=None, regions=2, infer=_while_infer, reference=_while_reference,
         emit=_while_emit, samples=_while_samples,
+        nondiff="reverse mode through a while loop needs a bounded trip count (not supported yet)",
         doc="Loop: carries its operands through ``body`` while ``cond`` returns true.",
     ),
 ]

@@ -51,6 +51,101 @@ def _erf(x: np.ndarray) -> np.ndarray:
     return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)) if x.size else x.astype(np.float64)
 
 
+def kn():
+    """The ``kaun_ir`` function namespace, imported lazily (it is built on this op table)."""
+    import kaun_ir
+
+    return kaun_ir
+
+
+# VJP rules: ``vjp(ct, out, *inputs, **attrs) -> one cotangent (or None) per input``, written
+# with other ops so they can be differentiated again. A None cotangent means zero.
+_UNARY_VJP = {
+    "negate": lambda ct, y, x: (-ct,),
+    "abs": lambda ct, y, x: (ct * kn().sign(x),),
+    "sign": lambda ct, y, x: (None,),
+    "floor": lambda ct, y, x: (None,),
+    "ceil": lambda ct, y, x: (None,),
+    "round_nearest_even": lambda ct, y, x: (None,),
+    "exponential": lambda ct, y, x: (ct * y,),
+    "exponential_minus_one": lambda ct, y, x: (ct * (y + 1.0),),
+    "log": lambda ct, y, x: (ct / x,),
+    "log_plus_one": lambda ct, y, x: (ct / (x + 1.0),),
+    "sqrt": lambda ct, y, x: (ct * 0.5 / y,),
+    "rsqrt": lambda ct, y, x: (ct * -0.5 * y / x,),
+    "tanh": lambda ct, y, x: (ct * (1.0 - y * y),),
+    "logistic": lambda ct, y, x: (ct * y * (1.0 - y),),
+    "sine": lambda ct, y, x: (ct * kn().cos(x),),
+    "cosine": lambda ct, y, x: (-ct * kn().sin(x),),
+    "erf": lambda ct, y, x: (ct * (2.0 / math.sqrt(math.pi)) * kn().exp(-(x * x)),),
+}
+
+
+def _max_vjp(ct, y, a, b, *, pick):
+    # ties split the cotangent evenly, like jax
+    n = kn()
+    win_a = n.where(pick(a, b), ct, 0.0)
+    tie = n.where(n.equal(a, b), ct * 0.5, 0.0)
+    return win_a + tie, ct - win_a - tie
+
+
+def _power_vjp(ct, y, a, b):
+    n = kn()
+    da = ct * b * n.power(a, b - 1.0)
+    safe = n.where(n.equal(a, 0.0), n.ones_like(a), a)
+    db = ct * y * n.log(safe)
+    return da, db
+
+
+def _remainder_vjp(ct, y, a, b):
+    n = kn()
+    quotient = a / b
+    return ct, -ct * n.sign(quotient) * n.floor(n.abs(quotient))
+
+
+def _atan2_vjp(ct, y, a, b):
+    denom = a * a + b * b
+    return ct * b / denom, -ct * a / denom
+
+
+_BINARY_VJP = {
+    "add": lambda ct, y, a, b: (ct, ct),
+    "subtract": lambda ct, y, a, b: (ct, -ct),
+    "multiply": lambda ct, y, a, b: (ct * b, ct * a),
+    "divide": lambda ct, y, a, b: (ct / b, -ct * y / b),
+    "power": _power_vjp,
+    "maximum": lambda ct, y, a, b: _max_vjp(ct, y, a, b, pick=lambda p, q: kn().greater(p, q)),
+    "minimum": lambda ct, y, a, b: _max_vjp(ct, y, a, b, pick=lambda p, q: kn().less(p, q)),
+    "remainder": _remainder_vjp,
+    "atan2": _atan2_vjp,
+}
+
+
+def _sum_to_shape(x, shape):
+    """Sum a cotangent down to the (scalar) shape of a broadcast operand."""
+    return x if x.shape == tuple(shape) else kn().sum(x).reshape(shape)
+
+
+def _select_vjp(ct, y, pred, on_true, on_false):
+    n = kn()
+    zero = n.zeros_like(ct)
+    return None, n.where(pred, ct, zero), n.where(pred, zero, ct)
+
+
+def _clamp_vjp(ct, y, lo, x, hi):
+    n = kn()
+    zero = n.zeros_like(ct)
+    inside = n.bitwise_and(n.greater(x, lo), n.less(x, hi))
+    below = n.bitwise_and(n.greater(lo, x), n.less(lo, hi))
+    above = n.less(hi, x)
+    return (_sum_to_shape(n.where(below, ct, zero), lo.shape), n.where(inside, ct, zero),
+            _sum_to_shape(n.where(above, ct, zero), hi.shape))
+
+
+def _convert_vjp(ct, y, x, dtype):
+    return (kn().astype(ct, x.dtype) if dtypes.is_float(x.dtype) else None,)
+
+
 def _in_float64(fn):
     """NumPy reference evaluated in float64, cast back to the operand dtype."""
     return lambda x: np.asarray(fn(np.asarray(x, np.float64))).astype(x.dtype)
@@ -102,6 +197,8 @@ def _unary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
         name=name, arity=1, infer=infer, reference=lambda x: ref(x),
         emit=lambda em, node, x: em.simple(mlir, node, x), samples=samples,
         doc=f"Elementwise {name} ({mlir}).",
+        vjp=_UNARY_VJP.get(name),
+        nondiff=None if name in _UNARY_VJP else "a bitwise / logical op on integers or bools",
     )
 
 
@@ -181,6 +278,8 @@ def _binary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
         name=name, arity=2, infer=infer, reference=lambda a, b: ref(a, b),
         emit=lambda em, node, a, b: em.simple(mlir, node, a, b), samples=samples,
         doc=f"Elementwise {name} of two operands of one shape and dtype ({mlir}).",
+        vjp=_BINARY_VJP.get(name),
+        nondiff=None if name in _BINARY_VJP else "a bitwise / logical op on integers or bools",
     )
 
 
@@ -294,26 +393,27 @@ OPS: list[OpDef] = (
             reference=lambda a, b, direction: _DIRECTIONS[direction](a, b),
             emit=_compare_emit, samples=_compare_samples,
             doc="Elementwise comparison with direction EQ/NE/LT/LE/GT/GE; result is bool.",
+            nondiff="its result is boolean",
         ),
         OpDef(
             name="select", arity=3, infer=_select_infer,
             reference=lambda p, t, f: np.where(p, t, f),
             emit=lambda em, node, p, t, f: em.simple("stablehlo.select", node, p, t, f),
-            samples=_select_samples,
+            samples=_select_samples, vjp=_select_vjp,
             doc="select(pred, on_true, on_false): elementwise choice; pred may be a scalar.",
         ),
         OpDef(
             name="clamp", arity=3, infer=_clamp_infer,
             reference=lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
             emit=lambda em, node, lo, x, hi: em.simple("stablehlo.clamp", node, lo, x, hi),
-            samples=_clamp_samples,
+            samples=_clamp_samples, vjp=_clamp_vjp,
             doc="clamp(min, x, max); bounds may be scalars.",
         ),
         OpDef(
             name="convert", arity=1, attrs=("dtype",), infer=_convert_infer,
             reference=_convert_reference,
             emit=lambda em, node, x: em.simple("stablehlo.convert", node, x),
-            samples=_convert_samples,
+            samples=_convert_samples, vjp=_convert_vjp,
             doc="Convert to another dtype (float -> int truncates toward zero; -> bool is x != 0).",
         ),
         OpDef(

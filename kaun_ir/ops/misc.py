@@ -45,7 +45,18 @@ def _iota_samples(rng):
     yield Sample((), {"dtype": np.dtype(np.uint32), "shape": (2, 3, 2), "dimension": 0})
 
 
+def _stop_gradient_samples(rng):
+    yield Sample((rng.standard_normal((2, 3)).astype(np.float32),))
+    yield Sample((np.arange(4, dtype=np.int32),))
+
+
 OPS = [
+    OpDef(
+        name="stop_gradient", arity=1, infer=lambda x: x, reference=lambda x: x,
+        emit=lambda em, node, x: x,  # the identity: no StableHLO op at all
+        samples=_stop_gradient_samples, vjp=lambda ct, y, x: (None,),
+        doc="The identity, whose derivative is zero.",
+    ),
     OpDef(
         name="constant", arity=0, attrs=("value",), infer=_constant_infer,
         reference=lambda value: value.array,

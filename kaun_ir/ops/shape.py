@@ -9,6 +9,67 @@ from ..ir.core import TensorType
 from .base import OpDef, Sample, i64_array
 
 
+def _apply(op, *args, **attrs):
+    from ..tensor import apply
+
+    return apply(op, *args, **attrs)
+
+
+def _zero_scalar(like):
+    return _apply("constant", value=np.zeros((), like.dtype))
+
+
+# VJP rules: ``vjp(ct, out, *inputs, **attrs)`` -> one cotangent per input (see autodiff.py).
+
+
+def _bid_vjp(ct, y, x, shape, broadcast_dimensions):
+    dims = tuple(broadcast_dimensions)
+    summed = {d for d in range(len(shape)) if d not in dims}
+    summed |= {d for axis, d in enumerate(dims) if x.shape[axis] == 1 and shape[d] != 1}
+    out = _apply("reduce", ct, kind="sum", dimensions=tuple(sorted(summed))) if summed else ct
+    return (out if out.shape == x.shape else _apply("reshape", out, shape=x.shape),)
+
+
+def _transpose_vjp(ct, y, x, permutation):
+    inverse = tuple(int(i) for i in np.argsort(permutation))
+    return (_apply("transpose", ct, permutation=inverse),)
+
+
+def _slice_vjp(ct, y, x, start_indices, limit_indices, strides):
+    low, high, interior = [], [], []
+    for size, lo, stride, n in zip(x.shape, start_indices, strides, ct.shape):
+        if n == 0:
+            low.append(size), high.append(0), interior.append(0)
+        else:
+            low.append(lo), interior.append(stride - 1)
+            high.append(size - (lo + (n - 1) * stride + 1))
+    return (_apply("pad", ct, _zero_scalar(ct), low=tuple(low), high=tuple(high), interior=tuple(interior)),)
+
+
+def _concat_vjp(ct, y, *xs, dimension):
+    out, offset = [], 0
+    for x in xs:
+        start = [0] * ct.ndim
+        limit = list(ct.shape)
+        start[dimension], limit[dimension] = offset, offset + x.shape[dimension]
+        offset += x.shape[dimension]
+        out.append(_apply("slice", ct, start_indices=tuple(start), limit_indices=tuple(limit),
+                          strides=(1,) * ct.ndim))
+    return tuple(out)
+
+
+def _pad_vjp(ct, y, x, value, low, high, interior):
+    # undo the edge padding (negative padding crops), then pick every (interior+1)-th element
+    unpadded = _apply("pad", ct, _zero_scalar(ct), low=tuple(-v for v in low),
+                      high=tuple(-v for v in high), interior=(0,) * ct.ndim)
+    ct_x = _apply("slice", unpadded, start_indices=(0,) * ct.ndim, limit_indices=unpadded.shape,
+                  strides=tuple(m + 1 for m in interior))
+    every = tuple(range(ct.ndim))
+    total = _apply("reduce", ct, kind="sum", dimensions=every) if ct.ndim else ct
+    inner = _apply("reduce", ct_x, kind="sum", dimensions=every) if ct.ndim else ct_x
+    return ct_x, _apply("subtract", total, inner)
+
+
 def _rand(rng, shape, dtype=np.float32):
     return rng.standard_normal(shape).astype(dtype)
 
@@ -195,14 +256,14 @@ OPS = [
         reference=_bid_reference,
         emit=lambda em, node, x: em.simple("stablehlo.broadcast_in_dim", node, x, attrs={
             "broadcast_dimensions": i64_array(node.attr("broadcast_dimensions"))}),
-        samples=_bid_samples,
+        samples=_bid_samples, vjp=_bid_vjp,
         doc="Broadcast to ``shape``; operand axis i maps to result axis broadcast_dimensions[i].",
     ),
     OpDef(
         name="reshape", arity=1, attrs=("shape",), infer=_reshape_infer,
         reference=lambda x, shape: x.reshape(tuple(shape)),
         emit=lambda em, node, x: em.simple("stablehlo.reshape", node, x),
-        samples=_reshape_samples,
+        samples=_reshape_samples, vjp=lambda ct, y, x, shape: (_apply("reshape", ct, shape=x.shape),),
         doc="Row-major reshape to ``shape`` (same number of elements).",
     ),
     OpDef(
@@ -210,7 +271,7 @@ OPS = [
         reference=lambda x, permutation: np.transpose(x, tuple(permutation)).copy(),
         emit=lambda em, node, x: em.simple("stablehlo.transpose", node, x, attrs={
             "permutation": i64_array(node.attr("permutation"))}),
-        samples=_transpose_samples,
+        samples=_transpose_samples, vjp=_transpose_vjp,
         doc="Permute axes: result axis i is operand axis permutation[i].",
     ),
     OpDef(
@@ -220,7 +281,7 @@ OPS = [
             "start_indices": i64_array(node.attr("start_indices")),
             "limit_indices": i64_array(node.attr("limit_indices")),
             "strides": i64_array(node.attr("strides"))}),
-        samples=_slice_samples,
+        samples=_slice_samples, vjp=_slice_vjp,
         doc="Static strided slice [start:limit:stride] on every axis.",
     ),
     OpDef(
@@ -228,7 +289,7 @@ OPS = [
         reference=lambda *xs, dimension: np.concatenate(xs, axis=dimension),
         emit=lambda em, node, *xs: em.simple("stablehlo.concatenate", node, *xs, attrs={
             "dimension": f"{node.attr('dimension')} : i64"}),
-        samples=_concat_samples,
+        samples=_concat_samples, vjp=_concat_vjp,
         doc="Join operands along ``dimension``.",
     ),
     OpDef(
@@ -238,7 +299,7 @@ OPS = [
             "edge_padding_low": i64_array(node.attr("low")),
             "edge_padding_high": i64_array(node.attr("high")),
             "interior_padding": i64_array(node.attr("interior"))}),
-        samples=_pad_samples,
+        samples=_pad_samples, vjp=_pad_vjp,
         doc="pad(x, value): edge padding low/high (negative crops) and interior padding.",
     ),
     OpDef(
@@ -247,6 +308,7 @@ OPS = [
         emit=lambda em, node, x: em.simple("stablehlo.reverse", node, x, attrs={
             "dimensions": i64_array(node.attr("dimensions"))}),
         samples=_reverse_samples,
+        vjp=lambda ct, y, x, dimensions: (_apply("reverse", ct, dimensions=dimensions),),
         doc="Reverse the order of elements along ``dimensions``.",
     ),
 ]

@@ -1,0 +1,12 @@
+"""The ``autodiff`` pass: append the reverse-mode gradient of output 0 w.r.t. every float input."""
+
+from kaun_ir.autodiff import gradient_graph
+from kaun_ir.ir.core import Graph
+
+from .registry import register
+
+
+@register("autodiff")
+def autodiff(graph: Graph) -> Graph:
+    """Reverse mode: add gradients of the scalar output 0 w.r.t. every floating-point input."""
+    return gradient_graph(graph)

@@ -1,0 +1,75 @@
+"""The JAX equivalent of every differentiable primitive: the oracle for VJP tests.
+
+``JAX_OPS[name](*inputs, **attrs)`` computes the same function as kaun_ir's op ``name`` with
+``jax.lax``; the generated tests compare kaun_ir's VJP rules against ``jax.vjp`` of these.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+def _broadcast_in_dim(x, shape, broadcast_dimensions):
+    return lax.broadcast_in_dim(x, tuple(shape), tuple(broadcast_dimensions))
+
+
+def _pad(x, value, low, high, interior):
+    return lax.pad(x, value, [(lo, hi, mid) for lo, hi, mid in zip(low, high, interior)])
+
+
+def _select(pred, on_true, on_false):
+    return jnp.where(pred, on_true, on_false)
+
+
+JAX_OPS = {
+    "negate": lax.neg,
+    "abs": lax.abs,
+    "sign": lax.sign,
+    "exponential": lax.exp,
+    "exponential_minus_one": lax.expm1,
+    "log": lax.log,
+    "log_plus_one": lax.log1p,
+    "sqrt": lax.sqrt,
+    "rsqrt": lax.rsqrt,
+    "tanh": lax.tanh,
+    "logistic": lax.logistic,
+    "sine": lax.sin,
+    "cosine": lax.cos,
+    "floor": lax.floor,
+    "ceil": lax.ceil,
+    "round_nearest_even": lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN),
+    "erf": lax.erf,
+    "add": lax.add,
+    "subtract": lax.sub,
+    "multiply": lax.mul,
+    "divide": lax.div,
+    "power": lax.pow,
+    "maximum": lax.max,
+    "minimum": lax.min,
+    "remainder": lax.rem,
+    "atan2": lax.atan2,
+    "select": _select,
+    "clamp": lax.clamp,
+    "convert": lambda x, dtype: lax.convert_element_type(x, dtype),
+    "broadcast_in_dim": _broadcast_in_dim,
+    "reshape": lambda x, shape: lax.reshape(x, tuple(shape)),
+    "transpose": lambda x, permutation: lax.transpose(x, tuple(permutation)),
+    "slice": lambda x, start_indices, limit_indices, strides: lax.slice(
+        x, tuple(start_indices), tuple(limit_indices), tuple(strides)),
+    "concatenate": lambda *xs, dimension: lax.concatenate(xs, dimension),
+    "pad": _pad,
+    "reverse": lambda x, dimensions: lax.rev(x, tuple(dimensions)),
+    "stop_gradient": lax.stop_gradient,
+}
+
+from jax_ops_indexing import JAX_OPS as _INDEXING  # noqa: E402
+from jax_ops_linalg import JAX_OPS as _LINALG  # noqa: E402
+from jax_ops_reduce import JAX_OPS as _REDUCE  # noqa: E402
+
+JAX_OPS.update(_INDEXING)
+JAX_OPS.update(_LINALG)
+JAX_OPS.update(_REDUCE)
+
+jax.config.update("jax_enable_x64", True)

@@ -1,0 +1,3 @@
+"""JAX equivalents (jax.lax) of the reduce primitives, for the VJP tests (merged into jax_ops.JAX_OPS)."""
+
+JAX_OPS: dict = {}
