@@ -288,11 +288,11 @@ def clip(x, min=None, max=None):  # noqa: A002 - NumPy's names
 def _normalize_shape(shape: Sequence[int], size: int) -> tuple[int, ...]:
     shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
     if shape.count(-1) > 1:
-        raise ShapeError(f"reshape: more than one -1 in {list(shape)}")
+        raise ShapeError(f"more than one -1 in {list(shape)}")
     if -1 in shape:
         known = int(np.prod([d for d in shape if d != -1], dtype=np.int64))
         if known == 0 or size % known:
-            raise ShapeError(f"reshape: cannot infer -1 in {list(shape)} for {size} elements")
+            raise ShapeError(f"cannot infer -1 in {list(shape)} for {size} elements")
         shape = tuple(size // known if d == -1 else d for d in shape)
     return shape
 
@@ -301,9 +301,12 @@ def _normalize_shape(shape: Sequence[int], size: int) -> tuple[int, ...]:
 def reshape(x, shape):
     """Row-major reshape; one entry of ``shape`` may be -1."""
     t = type_of(x)
-    shape = _normalize_shape(shape, t.size)
+    where_ = f"{current_path()}: " if current_path() else ""
+    try:
+        shape = _normalize_shape(shape, t.size)
+    except ShapeError as err:
+        raise ShapeError(f"{where_}reshape of {t}: {err}") from None
     if int(np.prod(shape, dtype=np.int64)) != t.size:
-        where_ = f"{current_path()}: " if current_path() else ""
         raise ShapeError(f"{where_}reshape of {t}: cannot reshape {t.size} elements into {list(shape)}")
     return x if shape == t.shape else apply("reshape", x, shape=shape)
 

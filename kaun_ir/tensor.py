@@ -15,6 +15,7 @@ from . import dtypes
 from .ir.builder import Builder, _STATE, current_builder, infer_or_raise
 from .ir.core import Graph, Node, TensorType, Value
 from .ops import TABLE
+from .ops import get as get_op
 
 
 class TracerError(TypeError):
@@ -215,9 +216,14 @@ def to_value(builder: Builder, x: Any) -> Value:
 
 def apply(op: str, *operands: Any, regions: tuple[Graph, ...] = (), **attrs: Any):
     """Apply primitive ``op``; one output -> Tensor (or jax.Array), several -> a tuple."""
-    opdef = TABLE[op]
+    opdef = TABLE.get(op) or get_op(op)  # get_op raises a KeyError listing the known ops
     builder = current_builder()
     if builder is None:
+        for x in operands:
+            if isinstance(x, Tensor):
+                raise TracerError(
+                    f"a {x.type} tensor from a trace that has already finished was used; tensors must "
+                    "not escape the function being traced (return them instead)")
         outs = _eager(opdef, operands, attrs, regions)
         return outs[0] if len(outs) == 1 else tuple(outs)
     values = [to_value(builder, x) for x in operands]

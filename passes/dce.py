@@ -8,4 +8,6 @@ from .registry import register
 @register("dce")
 def dce(graph: Graph) -> Graph:
     """Remove nodes whose results no output depends on."""
-    return Graph.from_outputs(graph.inputs, graph.outputs, graph.name, graph.input_names)
+    live = {id(node) for node in Graph.from_outputs(graph.inputs, graph.outputs).nodes}
+    nodes = [node for node in graph.nodes if id(node) in live]  # keep the original order
+    return Graph(graph.inputs, graph.outputs, nodes, graph.name, graph.input_names)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import demo
+from . import demo, opt
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,6 +15,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "lower to StableHLO and run with XLA.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo.add_parser(sub)
+    opt.add_parser(sub)
     return parser
 
 

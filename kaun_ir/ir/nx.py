@@ -14,7 +14,7 @@ def to_networkx(graph: Graph):
     """
     import networkx as nx
 
-    dg = nx.DiGraph(name=graph.name)
+    dg = nx.MultiDiGraph(name=graph.name)  # one edge per operand, even x * x
     ids: dict[int, str] = {}
     for i, value in enumerate(graph.inputs):
         nid = f"arg{i}"
@@ -27,7 +27,7 @@ def to_networkx(graph: Graph):
         dg.add_node(nid, op=node.op, types=[str(t) for t in node.types], attrs=node.attr_dict,
                     path=node.path, source=node.source)
         for operand_index, value in enumerate(node.inputs):
-            dg.add_edge(ids[id(value)], nid, type=str(value.type), index=operand_index,
+            dg.add_edge(ids[id(value)], nid, key=operand_index, type=str(value.type), index=operand_index,
                         result=value.index)
         for out in node.outputs:
             ids[id(out)] = nid

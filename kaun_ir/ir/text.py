@@ -109,7 +109,8 @@ def _print_into(graph: Graph, lines: list[str], indent: int, counter: list[int],
             lines.append(f"{pad}  }}")
         else:
             lines.append(text)
-    lines.append(f"{pad}  return {', '.join(ref(v) for v in graph.outputs)}")
+    returned = ", ".join(ref(v) for v in graph.outputs)
+    lines.append(f"{pad}  return {returned}" if returned else f"{pad}  return")
     lines.append(f"{pad}}}")
 
 
@@ -186,6 +187,24 @@ class _Tokens:
         return False
 
 
+def _string(toks: "_Tokens", tok) -> str:
+    """The decoded content of a STRING token; ParseError at the token if it is malformed."""
+    try:
+        return json.loads(tok[1])
+    except json.JSONDecodeError as err:
+        raise toks.error(f"malformed string literal ({err.msg})", tok) from None
+
+
+def _type(toks: "_Tokens", what: str) -> TensorType:
+    """The next token as a TensorType; ParseError at the token if its shape is malformed."""
+    tok = toks.peek()
+    text = toks.expect_kind("type", what)
+    try:
+        return _parse_type(text)
+    except ValueError:
+        raise toks.error(f"malformed tensor type {text!r}", tok) from None
+
+
 def _parse_type(text: str) -> TensorType:
     name, dims = text.split("[", 1)
     dims = dims.rstrip("]").replace(" ", "")
@@ -205,8 +224,7 @@ def _parse_attr(toks: _Tokens) -> Any:
         toks.next()
         return _parse_number(text)
     if kind == "string":
-        toks.next()
-        return json.loads(text)
+        return _string(toks, toks.next())
     if text == "[":
         toks.next()
         items = []
@@ -234,14 +252,17 @@ def _parse_attr(toks: _Tokens) -> Any:
 
 def _parse_dense(toks: _Tokens) -> ArrayAttr:
     toks.expect("<")
-    ttype = _parse_type(toks.expect_kind("type", "a tensor type such as f32[2,3]"))
+    ttype = _type(toks, "a tensor type such as f32[2,3]")
     toks.expect(">")
     if toks.peek()[0] == "string":
         tok = toks.next()
-        raw = json.loads(tok[1])
+        raw = _string(toks, tok)
         if not raw.startswith("0x"):
             raise toks.error("expected hex bytes \"0x...\"", tok)
-        data = bytes.fromhex(raw[2:])
+        try:
+            data = bytes.fromhex(raw[2:])
+        except ValueError:
+            raise toks.error("expected hex bytes \"0x...\"", tok) from None
         if len(data) != ttype.nbytes:
             raise toks.error(f"expected {ttype.nbytes} bytes for {ttype}, got {len(data)}", tok)
         arr = np.frombuffer(data, dtype=ttype.dtype.newbyteorder("<")).astype(ttype.dtype)
@@ -250,7 +271,13 @@ def _parse_dense(toks: _Tokens) -> ArrayAttr:
     values = _parse_attr(toks)
     if not isinstance(values, tuple) or len(values) != ttype.size:
         raise toks.error(f"expected a flat list of {ttype.size} elements for {ttype}", start)
-    return ArrayAttr(np.array(values, dtype=ttype.dtype).reshape(ttype.shape))
+    if not all(isinstance(v, (bool, int, float)) for v in values):
+        raise toks.error(f"expected numbers or true/false as elements of {ttype}", start)
+    try:
+        array = np.array(values, dtype=ttype.dtype)
+    except (OverflowError, ValueError) as err:
+        raise toks.error(f"elements do not fit {ttype} ({err})", start) from None
+    return ArrayAttr(array.reshape(ttype.shape))
 
 
 def parse(text: str) -> Graph:
@@ -280,10 +307,10 @@ def _parse_graph(toks: _Tokens) -> Graph:
             tok = toks.peek()
             vname = toks.expect_kind("value", "an argument name such as %0")
             toks.expect(":")
-            ttype = _parse_type(toks.expect_kind("type", "a tensor type such as f32[2,3]"))
+            ttype = _type(toks, "a tensor type such as f32[2,3]")
             if vname in env:
                 raise toks.error(f"argument {vname} defined twice", tok)
-            label = json.loads(toks.next()[1]) if toks.peek()[0] == "string" else ""
+            label = _string(toks, toks.next()) if toks.peek()[0] == "string" else ""
             value = Value(None, len(inputs), ttype)
             env[vname] = value
             inputs.append(value)
@@ -296,7 +323,7 @@ def _parse_graph(toks: _Tokens) -> Graph:
     out_types: list[TensorType] = []
     if not toks.accept(")"):
         while True:
-            out_types.append(_parse_type(toks.expect_kind("type", "a tensor type")))
+            out_types.append(_type(toks, "a tensor type"))
             if toks.accept(")"):
                 break
             toks.expect(",")
@@ -306,9 +333,11 @@ def _parse_graph(toks: _Tokens) -> Graph:
         tok = toks.peek()
         if tok[1] == "return" and tok[0] == "ident":
             toks.next()
-            outputs = [_lookup(toks, env)]
-            while toks.accept(","):
+            outputs = []
+            if toks.peek()[0] == "value":
                 outputs.append(_lookup(toks, env))
+                while toks.accept(","):
+                    outputs.append(_lookup(toks, env))
             toks.expect("}")
             break
         nodes.append(_parse_node(toks, env, TABLE))
@@ -348,24 +377,31 @@ def _parse_node(toks: _Tokens, env: dict[str, Value], table) -> Node:
     if toks.accept("{"):
         if not toks.accept("}"):
             while True:
+                key_tok = toks.peek()
                 key = toks.expect_kind("ident", "an attribute name")
+                if key in attrs:
+                    raise toks.error(f"attribute {key!r} given twice", key_tok)
                 toks.expect("=")
                 attrs[key] = _parse_attr(toks)
                 if toks.accept("}"):
                     break
                 toks.expect(",")
     toks.expect(":")
-    types = [_parse_type(toks.expect_kind("type", "a result type"))]
+    types = [_type(toks, "a result type")]
     while toks.accept(","):
-        types.append(_parse_type(toks.expect_kind("type", "a result type")))
+        types.append(_type(toks, "a result type"))
     if len(types) != len(results):
         raise toks.error(f"{len(results)} result name(s) but {len(types)} result type(s)", start)
     path = source = ""
     if toks.accept("loc"):
         toks.expect("(")
-        path = json.loads(toks.expect_kind("string", "a layer path string"))
+        tok = toks.peek()
+        toks.expect_kind("string", "a layer path string")
+        path = _string(toks, tok)
         if toks.accept("at"):
-            source = json.loads(toks.expect_kind("string", "a source location string"))
+            tok = toks.peek()
+            toks.expect_kind("string", "a source location string")
+            source = _string(toks, tok)
         toks.expect(")")
     regions: list[Graph] = []
     if toks.accept("regions"):

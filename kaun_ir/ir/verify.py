@@ -27,7 +27,7 @@ def verify(graph: Graph, _outer: str = "") -> None:
         try:
             attrs = opdef.check_attrs(node.attr_dict)
             expected = opdef.infer_types([v.type for v in node.inputs], attrs, node.regions)
-        except (TypeError, ValueError) as err:
+        except Exception as err:  # any complaint of a type rule is a broken graph, reported at the node
             raise IRError(f"{label}: type rule rejects the operands: {err}") from None
         if tuple(expected) != node.types:
             got = ", ".join(map(str, node.types))
@@ -38,6 +38,8 @@ def verify(graph: Graph, _outer: str = "") -> None:
         for out in node.outputs:
             if out.node is not node:
                 raise IRError(f"{label}: output does not point back at its node")
+            if id(out) in defined:
+                raise IRError(f"{label}: result {out.index} is defined twice (the node is listed more than once)")
             defined.add(id(out))
     for i, value in enumerate(graph.outputs):
         if id(value) not in defined:
