@@ -22,5 +22,6 @@ from .trace import ShapeDtype, trace
 from . import passes, runtime  # noqa: E402  (both build on the core above)
 from .runtime import jit
 from . import checkpoint, data, datasets, ptree  # noqa: E402
+from . import loss, metric, optim  # noqa: E402
 
 __version__ = "0.1.0"

@@ -195,8 +195,9 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
     # output 0 is the value (must be a single leaf), the rest is aux
     value_def, aux_def = out_leaves[1]
     if value_def != tree.LEAF:
-        raise GradientError("grad needs a function returning a single scalar array "
-                            "(has_aux=True to return more)")
+        raise GradientError("grad needs a function returning a single scalar array" +
+                            (" as the first element of its (output, aux) pair" if has_aux
+                             else " (has_aux=True to return more)"))
     gradient = gradient_graph(graph, wrt=wrt, of=(0,))
     builder = current_builder()
     leaves = tree.flatten((args, kwargs))[0]
@@ -205,17 +206,20 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
 
     values = [to_value(builder, x) for x in operands]
     env = {id(old): new for old, new in zip(gradient.inputs, values)}
-    outs = copy_nodes(gradient, env, builder.nodes, path_prefix=".".join(_STATE.path))
+    # f was traced inside the caller's scopes, so its nodes already carry full layer paths
+    outs = copy_nodes(gradient, env, builder.nodes)
     tensors = [Tensor(v, builder) for v in outs]
     n_out = len(graph.outputs)
     value = tensors[0]
     aux = tree.unflatten(aux_def, tensors[1:n_out])
-    grad_leaves = iter(tensors[n_out:])
-    # rebuild one gradient tree per wrt argument, zeros for non-array leaves are not produced
+    by_argument: dict[int, list] = {i: [] for i in nums}
+    for k, t in zip(wrt, tensors[n_out:]):
+        by_argument[input_owner[k]].append(t)
     grads = []
     for i in nums:
         arg_leaves, arg_def = tree.flatten(args[i])
-        grads.append(tree.unflatten(arg_def, [next(grad_leaves) if is_array_leaf(leaf) else None
+        leaf_grads = iter(by_argument[i])
+        grads.append(tree.unflatten(arg_def, [next(leaf_grads) if is_array_leaf(leaf) else None
                                               for leaf in arg_leaves]))
     return value, aux, (grads[0] if single else tuple(grads))
 
@@ -293,6 +297,12 @@ def _vjp_traced(f: Callable, primals: tuple, cotangent) -> tuple:
     ct_leaves, ct_def = tree.flatten(cotangent)
     if ct_def != traced.out_treedef:
         raise ValueError("the cotangent must have the structure of f's output")
+    from .tensor import type_of
+
+    for k, (leaf, out) in enumerate(zip(ct_leaves, graph.outputs)):
+        if is_array_leaf(leaf) and type_of(leaf) != out.type:
+            raise ValueError(f"cotangent {k} has type {type_of(leaf)} but output {k} of f has type "
+                             f"{out.type}: each cotangent must match its output's shape and dtype")
     gradient = gradient_graph(graph, wrt=None, of=tuple(range(len(graph.outputs))), seed_inputs=True,
                               keep_outputs=False)
     wrt = [k for k, v in enumerate(graph.inputs) if differentiable(v.type)]

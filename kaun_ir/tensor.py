@@ -163,6 +163,15 @@ class Tensor:
     def var(self, axis=None, keepdims=False):
         return self._n().var(self, axis=axis, keepdims=keepdims)
 
+    def std(self, axis=None, keepdims=False):
+        return self._n().std(self, axis=axis, keepdims=keepdims)
+
+    def all(self, axis=None, keepdims=False):
+        return self._n().all(self, axis=axis, keepdims=keepdims)
+
+    def any(self, axis=None, keepdims=False):
+        return self._n().any(self, axis=axis, keepdims=keepdims)
+
     def argmax(self, axis=None, keepdims=False):
         return self._n().argmax(self, axis=axis, keepdims=keepdims)
 

@@ -51,7 +51,8 @@ JAX_OPS = {
     "remainder": lax.rem,
     "atan2": lax.atan2,
     "select": _select,
-    "clamp": lax.clamp,
+    # lax.clamp's own VJP breaks on scalar bounds; broadcasting first gives the same function
+    "clamp": lambda lo, x, hi: lax.clamp(jnp.broadcast_to(lo, x.shape), x, jnp.broadcast_to(hi, x.shape)),
     "convert": lambda x, dtype: lax.convert_element_type(x, dtype),
     "broadcast_in_dim": _broadcast_in_dim,
     "reshape": lambda x, shape: lax.reshape(x, tuple(shape)),
@@ -71,5 +72,3 @@ from jax_ops_reduce import JAX_OPS as _REDUCE  # noqa: E402
 JAX_OPS.update(_INDEXING)
 JAX_OPS.update(_LINALG)
 JAX_OPS.update(_REDUCE)
-
-jax.config.update("jax_enable_x64", True)

@@ -115,7 +115,11 @@ def scalar_literal(value, dtype) -> str:
         return str(int(value))
     arr = np.asarray(value, dtype=dt)
     if np.isfinite(arr):
-        return repr(float(arr))
+        text = repr(float(arr))
+        if "e" in text and "." not in text:  # MLIR wants '1.0e-05' where repr gives '1e-05'
+            mantissa, exponent = text.split("e")
+            text = f"{mantissa}.0e{exponent}"
+        return text
     bits = arr.view(f"u{dt.itemsize}")
     return f"0x{int(bits):0{2 * dt.itemsize}X}"
 

@@ -1,0 +1,165 @@
+"""``kn.loss``: loss functions. Each returns the scalar mean over all examples.
+
+All are composites of differentiable ops (``kn.grad`` works, and grad of grad), run inside a
+trace or, on concrete arrays, as one compiled graph per signature. Shapes are checked strictly:
+predictions and targets must have exactly the shapes stated (no broadcasting, which would hide
+an ``[N, 1]`` vs ``[N]`` mistake); a mismatch raises :class:`kaun_ir.ShapeError`. Integer or
+bool targets are converted to the predictions' float dtype; integer predictions to float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import dtypes
+from .api import op_function
+from .errors import ShapeError
+
+__all__ = ["cross_entropy", "cross_entropy_sparse", "binary_cross_entropy", "mse", "mae", "huber"]
+
+
+def _kn():
+    import kaun_ir
+
+    return kaun_ir
+
+
+def _shape_text(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _float(x: Any) -> Any:
+    kn = _kn()
+    return x if dtypes.is_float(kn.dtype_of(x)) else kn.astype(x, kn.float32)
+
+
+def _same_shape(name: str, what: tuple[str, str], a: Any, b: Any) -> None:
+    kn = _kn()
+    sa, sb = kn.shape_of(a), kn.shape_of(b)
+    if sa != sb:
+        raise ShapeError(f"loss.{name}: {what[0]} {_shape_text(sa)} and {what[1]} {_shape_text(sb)} "
+                         "must have the same shape")
+
+
+def _pair(name: str, what: tuple[str, str], predictions: Any, targets: Any) -> tuple[Any, Any]:
+    """Predictions as float and targets in the same dtype, after the shape check."""
+    kn = _kn()
+    _same_shape(name, what, predictions, targets)
+    predictions = _float(predictions)
+    return predictions, kn.astype(targets, kn.dtype_of(predictions))
+
+
+def _class_axis(name: str, logits: Any) -> None:
+    if len(_kn().shape_of(logits)) == 0:
+        raise ShapeError(f"loss.{name}: logits must have a class axis (shape [..., C]), got a scalar")
+
+
+@op_function
+def cross_entropy(logits, one_hot):
+    """Softmax cross-entropy with (one-hot or soft) target distributions.
+
+    logits ``[..., C]``, one_hot ``[..., C]`` (same shape) -> scalar
+    ``mean(-sum(one_hot * log_softmax(logits), axis=-1))`` over the leading axes
+    (optax ``softmax_cross_entropy(...).mean()``, PyTorch ``cross_entropy`` with probabilities).
+    """
+    kn = _kn()
+    _class_axis("cross_entropy", logits)
+    logits, targets = _pair("cross_entropy", ("logits", "one_hot"), logits, one_hot)
+    per_example = kn.negative(kn.sum(kn.multiply(targets, kn.log_softmax(logits, axis=-1)), axis=-1))
+    return kn.mean(per_example)
+
+
+def _check_labels_on_host(labels: Any, num_classes: int) -> None:
+    """Out-of-range labels cannot be detected while tracing; NumPy labels are checked here."""
+    if isinstance(labels, np.ndarray):
+        host = labels
+        if host.size and host.dtype.kind in "iu" and (host.min() < 0 or host.max() >= num_classes):
+            raise ValueError(f"loss.cross_entropy_sparse: labels must lie in [0, {num_classes}), got "
+                             f"values from {host.min()} to {host.max()}")
+
+
+@op_function
+def _cross_entropy_sparse(logits, labels):
+    kn = _kn()
+    _class_axis("cross_entropy_sparse", logits)
+    shape = kn.shape_of(logits)
+    if kn.shape_of(labels) != shape[:-1]:
+        raise ShapeError(f"loss.cross_entropy_sparse: labels {_shape_text(kn.shape_of(labels))} must have "
+                         f"the logits' shape without the class axis, {_shape_text(shape[:-1])} (logits "
+                         f"{_shape_text(shape)})")
+    if not dtypes.is_integer(kn.dtype_of(labels)):
+        raise TypeError(f"loss.cross_entropy_sparse: labels must be integers, got {kn.dtype_of(labels)} "
+                        "(use loss.cross_entropy for one-hot or soft targets)")
+    logits = _float(logits)
+    # the one-hot product (rather than a gather) keeps the forward and backward pass elementwise,
+    # which XLA fuses with the softmax; a label outside [0, C) selects nothing (zero loss)
+    picked = kn.one_hot(labels, shape[-1], dtype=kn.dtype_of(logits))
+    per_example = kn.negative(kn.sum(kn.multiply(picked, kn.log_softmax(logits, axis=-1)), axis=-1))
+    return kn.mean(per_example)
+
+
+def cross_entropy_sparse(logits, labels):
+    """Softmax cross-entropy with integer class labels.
+
+    logits ``[..., C]``, labels integer ``[...]`` in ``[0, C)`` -> scalar
+    ``mean(-log_softmax(logits)[..., label])`` (optax
+    ``softmax_cross_entropy_with_integer_labels(...).mean()``, PyTorch ``cross_entropy``).
+    NumPy labels out of range raise ``ValueError``; inside a trace such a label contributes 0.
+    """
+    kn = _kn()
+    if isinstance(labels, list):
+        labels = np.asarray(labels)
+    shape = kn.shape_of(logits)
+    if shape:
+        _check_labels_on_host(labels, shape[-1])
+    return _cross_entropy_sparse(logits, labels)
+
+
+@op_function
+def binary_cross_entropy(logits, labels):
+    """Sigmoid cross-entropy on logits (not probabilities), computed stably.
+
+    logits ``[...]``, labels ``[...]`` (same shape; 0/1 or soft targets in [0, 1]) -> scalar
+    ``mean(max(x, 0) - x * y + log(1 + exp(-|x|)))`` = ``mean(-y log sigmoid(x) - (1 - y)
+    log(1 - sigmoid(x)))`` (optax ``sigmoid_binary_cross_entropy(...).mean()``, PyTorch
+    ``binary_cross_entropy_with_logits``).
+    """
+    kn = _kn()
+    x, y = _pair("binary_cross_entropy", ("logits", "labels"), logits, labels)
+    per_element = kn.add(kn.subtract(kn.maximum(x, 0.0), kn.multiply(x, y)),
+                         kn.log1p(kn.exp(kn.negative(kn.abs(x)))))
+    return kn.mean(per_element)
+
+
+@op_function
+def mse(predictions, targets):
+    """Mean squared error: ``[...]`` and ``[...]`` (same shape) -> scalar ``mean((p - t)**2)``."""
+    kn = _kn()
+    p, t = _pair("mse", ("predictions", "targets"), predictions, targets)
+    error = kn.subtract(p, t)
+    return kn.mean(kn.multiply(error, error))
+
+
+@op_function
+def mae(predictions, targets):
+    """Mean absolute error: ``[...]`` and ``[...]`` (same shape) -> scalar ``mean(|p - t|)``."""
+    kn = _kn()
+    p, t = _pair("mae", ("predictions", "targets"), predictions, targets)
+    return kn.mean(kn.abs(kn.subtract(p, t)))
+
+
+@op_function
+def huber(predictions, targets, delta=1.0):
+    """Huber loss: ``[...]`` and ``[...]`` (same shape) -> scalar mean of ``0.5 * e**2`` where
+    ``|e| <= delta`` and ``delta * (|e| - 0.5 * delta)`` beyond, ``e = p - t`` (optax
+    ``huber_loss(...).mean()``; PyTorch ``huber_loss``). ``delta > 0``."""
+    kn = _kn()
+    if isinstance(delta, (int, float)) and not delta > 0:
+        raise ValueError(f"loss.huber: delta must be > 0, got {delta}")
+    p, t = _pair("huber", ("predictions", "targets"), predictions, targets)
+    abs_error = kn.abs(kn.subtract(p, t))
+    quadratic = kn.minimum(abs_error, delta)
+    linear = kn.subtract(abs_error, quadratic)
+    return kn.mean(kn.add(kn.multiply(0.5, kn.multiply(quadratic, quadratic)), kn.multiply(delta, linear)))

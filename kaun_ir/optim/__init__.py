@@ -1,0 +1,22 @@
+"""``kn.optim``: optimisers as data plus pure functions, and learning-rate schedules.
+
+```python
+alg = optim.adam(optim.schedule.cosine_decay(1e-3, decay_steps=1000))
+state = optim.init(alg, params)
+params, state = optim.update(alg, state, params, grads)   # or step + apply_updates
+```
+
+An :class:`Algorithm` is a record ``(init, step, name, hyperparams, slots)``; a :class:`State`
+is ``(count, trees)``. Everything works on concrete arrays (one compiled graph per call
+signature) and inside ``kn.jit`` / ``train.step`` (traced into the surrounding graph, with the
+schedule evaluated on the traced step count so the compiled step never retraces).
+"""
+
+from . import schedule
+from .algorithms import adagrad, adam, adamw, rmsprop, sgd
+from .core import (Algorithm, State, apply_updates, clip_by_global_norm, global_norm, init,
+                   state_of_trees, state_to_trees, step, update)
+
+__all__ = ["Algorithm", "State", "init", "step", "update", "apply_updates", "global_norm",
+           "clip_by_global_norm", "state_to_trees", "state_of_trees", "sgd", "adam", "adamw",
+           "rmsprop", "adagrad", "schedule"]

@@ -1,0 +1,301 @@
+"""Optimiser records and the pure functions that drive them (``kn.optim.init/step/update``).
+
+An optimiser is data: an :class:`Algorithm` holds two functions, ``init`` (parameters -> a tuple
+of parameter-shaped trees, e.g. Adam's ``(mu, nu)``) and ``step`` (one update given the 1-based
+step number). Its :class:`State` is the number of steps taken plus those trees. Every function
+here is pure and works
+
+* inside a trace (``kn.jit``, ``train.step``): it adds its nodes to the graph being built, so
+  the optimiser update fuses with the forward and backward pass into one XLA program;
+* on concrete arrays: the whole update runs as one compiled graph (cached per optimiser and
+  tree signature), never op by op.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import dtypes, ptree
+from ..api import op_function
+from ..ir.builder import current_builder
+
+__all__ = ["Algorithm", "State", "init", "step", "update", "apply_updates", "global_norm",
+           "clip_by_global_norm", "state_to_trees", "state_of_trees"]
+
+_INT32_MAX = np.iinfo(np.int32).max
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """An optimiser: a record of two pure functions plus a description.
+
+    - ``init(params) -> trees``: a tuple of trees shaped like ``params`` (one per slot).
+    - ``step(t, trees, params, grads) -> (updates, trees)``: the update for the 1-based step
+      ``t`` (an int32 scalar, traced inside a compiled step); ``updates`` are added to the
+      parameters by :func:`apply_updates`.
+    - ``name``: e.g. ``"adam"``; ``hyperparams``: the constructor's arguments (for display and
+      logging; not part of equality); ``slots``: the names of the trees, e.g. ``("mu", "nu")``.
+
+    Algorithms compare and hash by identity of their functions, so an algorithm can be a static
+    argument of ``kn.jit``.
+    """
+
+    init: Callable[[Any], tuple]
+    step: Callable[[Any, tuple, Any, Any], tuple]
+    name: str
+    hyperparams: dict = field(default_factory=dict, compare=False)
+    slots: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        params = ", ".join(f"{key}={value!r}" for key, value in self.hyperparams.items())
+        return f"optim.{self.name}({params})"
+
+
+class State(tuple):
+    """An optimiser's state ``State(count, trees)``: ``count`` is an int32 scalar array (steps
+    taken so far), ``trees`` a tuple of parameter-shaped trees (``alg.slots`` names them).
+
+    ``State`` is a 2-tuple, so ``kn.jit``, ``kn.ptree`` and ``kn.checkpoint`` see its leaves
+    (``count`` first, then the trees). What comes back out of a compiled function is a plain
+    ``(count, trees)`` tuple; every function of ``kn.optim`` accepts that too.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls, count: Any, trees: Any = ()):
+        return super().__new__(cls, (count, tuple(trees)))
+
+    @property
+    def count(self) -> Any:
+        return self[0]
+
+    @property
+    def trees(self) -> tuple:
+        return self[1]
+
+    def __repr__(self) -> str:
+        return f"State(count={self.count!r}, trees=<{len(self.trees)} trees>)"
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _check_algorithm(alg: Any, where: str) -> None:
+    if not isinstance(alg, Algorithm):
+        raise TypeError(f"optim.{where}: expected an optim.Algorithm (e.g. optim.adam(1e-3)), got "
+                        f"{type(alg).__name__}")
+
+
+def _as_state(alg: Algorithm, state: Any, where: str) -> State:
+    """A :class:`State` from a State or a plain ``(count, trees)`` pair, checked against ``alg``."""
+    if not (isinstance(state, (tuple, list)) and len(state) == 2 and not hasattr(state, "_fields")):
+        raise TypeError(f"optim.{where}: expected an optim.State (count, trees), got {type(state).__name__}")
+    count, trees = state
+    if not isinstance(trees, (tuple, list)) or len(trees) != len(alg.slots):
+        have = len(trees) if isinstance(trees, (tuple, list)) else type(trees).__name__
+        raise ValueError(f"optim.{where}: {alg.name} keeps {len(alg.slots)} trees {alg.slots}, "
+                         f"the state holds {have}")
+    return state if isinstance(state, State) else State(count, trees)
+
+
+def _tracing() -> bool:
+    return current_builder() is not None
+
+
+_COMPILED: dict[str, Any] = {}
+
+
+def _compiled(name: str, fn: Callable) -> Any:
+    """One ``kn.jit`` per entry point; the algorithm is a static (hashable) argument."""
+    jitted = _COMPILED.get(name)
+    if jitted is None:
+        from ..runtime import jit
+
+        jitted = _COMPILED[name] = jit(fn)
+    return jitted
+
+
+def _filled_like(params: Any, value: float) -> Any:
+    """A tree like ``params`` filled with ``value`` (symbolic while tracing, else device arrays)."""
+    if value == 0.0:
+        return ptree.zeros_like(params)
+    if _tracing():
+        import kaun_ir as kn
+
+        return ptree.map(lambda p: kn.full(kn.shape_of(p), value, kn.dtype_of(p)), params)
+    from ..runtime import xla
+    from ..tensor import type_of
+
+    def fill(leaf):
+        t = type_of(leaf)
+        return xla.to_device(np.full(t.shape, value, t.dtype), t.dtype, xla.default_device())
+
+    return ptree.map(fill, params)
+
+
+def _zero_count() -> Any:
+    if _tracing():
+        import kaun_ir as kn
+
+        return kn.zeros((), kn.int32)
+    from ..runtime import xla
+
+    return xla.to_device(np.zeros((), np.int32), dtypes.int32, xla.default_device())
+
+
+# ------------------------------------------------------------------------------ the API
+
+
+def init(alg: Algorithm, params: Any) -> State:
+    """A fresh state for ``params``: ``count = 0`` and the algorithm's trees (zeros for moments,
+    ``initial_accumulator_value`` for Adagrad)."""
+    _check_algorithm(alg, "init")
+    trees = tuple(alg.init(params))
+    if len(trees) != len(alg.slots):
+        raise ValueError(f"optim.init: {alg.name}.init returned {len(trees)} trees for slots {alg.slots}")
+    return State(_zero_count(), trees)
+
+
+def _step_traced(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
+    import kaun_ir as kn
+
+    count, trees = _as_state(alg, state, "step")
+    if kn.shape_of(count) != () or not dtypes.is_integer(kn.dtype_of(count)):
+        raise TypeError(f"optim.step: count must be an integer scalar, got {kn.type_of(count)}")
+    count = kn.astype(count, kn.int32)
+    # saturate instead of wrapping around (like optax.safe_increment)
+    t = kn.where(kn.less(count, _INT32_MAX), kn.add(count, 1), count)
+    updates, new_trees = alg.step(t, tuple(trees), params, grads)
+    return updates, State(t, new_trees)
+
+
+def step(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
+    """One optimiser step: ``(updates, new_state)``; add ``updates`` with :func:`apply_updates`.
+
+    ``params`` and ``grads`` are trees of the same structure (``ValueError`` naming the first
+    differing path otherwise); ``updates`` has that structure too and the parameters' dtypes.
+    """
+    _check_algorithm(alg, "step")
+    if _tracing():
+        return _step_traced(alg, state, params, grads)
+    state = _as_state(alg, state, "step")
+    updates, new_state = _compiled("step", _step_traced)(alg, state, params, grads)
+    return updates, State(*new_state)
+
+
+def _apply(params: Any, updates: Any) -> Any:
+    import kaun_ir as kn
+
+    def add(p, u):
+        return kn.astype(kn.add(p, u), kn.dtype_of(p))
+
+    return ptree.map2(add, params, updates)
+
+
+@op_function
+def apply_updates(params: Any, updates: Any) -> Any:
+    """``params + updates`` leaf by leaf, keeping each parameter's dtype."""
+    return _apply(params, updates)
+
+
+def _update_traced(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
+    updates, new_state = _step_traced(alg, state, params, grads)
+    return _apply(params, updates), new_state
+
+
+def update(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
+    """:func:`step` then :func:`apply_updates`: ``(new_params, new_state)``.
+
+    On concrete arrays this is one compiled graph; inside ``kn.jit`` it is traced inline, e.g.
+    ``kn.jit(lambda p, s, x: ...)`` computing the loss, ``kn.value_and_grad`` and
+    ``optim.update`` compiles the whole training step into one XLA program.
+    """
+    _check_algorithm(alg, "update")
+    if _tracing():
+        return _update_traced(alg, state, params, grads)
+    state = _as_state(alg, state, "update")
+    new_params, new_state = _compiled("update", _update_traced)(alg, state, params, grads)
+    return new_params, State(*new_state)
+
+
+def _norm_dtype(leaves: list) -> np.dtype:
+    """float32 unless a leaf is float64 (low-precision leaves are summed in float32)."""
+    import kaun_ir as kn
+
+    return kn.float64 if any(kn.dtype_of(g) == kn.float64 for g in leaves) else kn.float32
+
+
+def _global_norm(grads: Any) -> Any:
+    import kaun_ir as kn
+
+    leaves = ptree.leaves(grads)
+    dtype = _norm_dtype(leaves)
+    total = kn.zeros((), dtype)
+    for g in leaves:
+        g = kn.astype(g, dtype)
+        total = kn.add(total, kn.sum(kn.multiply(g, g)))
+    return kn.sqrt(total)
+
+
+@op_function
+def global_norm(grads: Any) -> Any:
+    """``sqrt(sum of g**2 over every element of every leaf)``: a float32 scalar (float64 if a
+    leaf is float64)."""
+    return _global_norm(grads)
+
+
+@op_function
+def clip_by_global_norm(max_norm: Any, grads: Any) -> Any:
+    """``grads`` scaled by ``max_norm / global_norm(grads)`` when the norm exceeds ``max_norm``,
+    unchanged otherwise (like optax / ``torch.nn.utils.clip_grad_norm_``). Same tree, same
+    dtypes. ``max_norm`` is a positive number (or a scalar array)."""
+    import kaun_ir as kn
+
+    if isinstance(max_norm, (int, float)) and not max_norm > 0:
+        raise ValueError(f"optim.clip_by_global_norm: max_norm must be > 0, got {max_norm}")
+    norm = _global_norm(grads)
+    # one scalar per step: 1 while norm <= max_norm, max_norm / norm above (never divides by 0)
+    scale = kn.divide(max_norm, kn.maximum(norm, max_norm))
+    scales: dict = {}
+
+    def clip(g):
+        dt = kn.dtype_of(g)
+        if dt not in scales:
+            scales[dt] = kn.astype(scale, dt)
+        return kn.multiply(g, scales[dt])
+
+    return ptree.map(clip, grads)
+
+
+def state_to_trees(state: Any) -> tuple[Any, tuple]:
+    """``(count, trees)`` of a state, e.g. to save them with ``kn.checkpoint``."""
+    if not (isinstance(state, (tuple, list)) and len(state) == 2):
+        raise TypeError(f"optim.state_to_trees: expected an optim.State, got {type(state).__name__}")
+    return state[0], tuple(state[1])
+
+
+def state_of_trees(alg: Algorithm, count: Any, trees: Any) -> State:
+    """Rebuild a state from :func:`state_to_trees`' parts (``count`` may be a Python int or any
+    integer scalar array; it becomes int32). ``ValueError`` if the number of trees is not the
+    algorithm's."""
+    _check_algorithm(alg, "state_of_trees")
+    from ..tensor import Tensor
+
+    if isinstance(count, Tensor):
+        import kaun_ir as kn
+
+        count = kn.astype(count, kn.int32)
+    else:
+        host = np.asarray(count)
+        if host.shape != () or host.dtype.kind not in "iu":
+            raise TypeError(f"optim.state_of_trees: count must be an integer scalar, got {count!r}")
+        from ..runtime import xla
+
+        if not (xla.is_device_array(count) and count.dtype == np.int32):
+            count = xla.to_device(host.astype(np.int32), dtypes.int32, xla.default_device())
+    if isinstance(trees, dict) or not isinstance(trees, (tuple, list)):
+        raise TypeError(f"optim.state_of_trees: trees must be a tuple or list, got {type(trees).__name__}")
+    return _as_state(alg, (count, tuple(trees)), "state_of_trees")
