@@ -23,5 +23,6 @@ from . import passes, runtime  # noqa: E402  (both build on the core above)
 from .runtime import jit
 from . import checkpoint, data, datasets, ptree  # noqa: E402
 from . import loss, metric, optim  # noqa: E402
+from . import init, layer, rng, train  # noqa: E402
 
 __version__ = "0.1.0"
