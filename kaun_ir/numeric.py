@@ -147,7 +147,7 @@ def power(a, b):
         if b == 0:
             return ones_like(a)
         result = a
-        for _ in range(abs(b) - 1):
+        for _ in range(builtins.abs(b) - 1):
             result = multiply(result, a)
         return reciprocal(result) if b < 0 else result
     a, b = promote(a, b, op="power")

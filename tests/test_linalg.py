@@ -1,12 +1,16 @@
-"""kn.matmul / dot / tensordot / einsum / outer against NumPy and jax.numpy, eagerly and under kn.jit."""
+"""kn.matmul / dot / tensordot / einsum / outer against NumPy and jax.numpy, eagerly and under kn.jit;
+their derivatives (dot_general's VJP) against jax.grad, including second order."""
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import kaun_ir as kn
+from kaun_ir.autodiff import gradient_graph
+from kaun_ir.tensor import apply
 
 
 def _rand(rng, shape, dtype=np.float32):
@@ -188,3 +192,143 @@ def test_tensordot_errors():
         kn.tensordot(np.zeros((3, 4), np.float32), np.zeros((5, 3), np.float32), 1)
     with pytest.raises(kn.ShapeError, match="contracting dimensions differ"):
         kn.dot(np.zeros((3, 4), np.float32), np.zeros((3,), np.float32))
+
+
+# ------------------------------------------------------------------------------- derivatives
+
+
+def _weighted_sum_grads(kn_fn, jax_fn, operands, seed=0):
+    """Gradients of ``sum(f(*operands) * c)`` (random c, so every output element weighs
+    differently) w.r.t. every operand, by kaun_ir and by jax."""
+    rng = np.random.default_rng(seed)
+    c = _rand(rng, jax.eval_shape(jax_fn, *operands).shape)  # eval_shape: nothing compiled
+    argnums = tuple(range(len(operands)))
+    got = kn.grad(lambda *xs: kn.sum(kn_fn(*xs) * c), argnums=argnums)(*operands)
+    # jitted: one XLA compilation instead of one per primitive
+    want = jax.jit(jax.grad(lambda *xs: jnp.sum(jax_fn(*xs) * c), argnums=argnums))(*operands)
+    return got, want
+
+
+@pytest.mark.parametrize("sa,sb", MATMUL_SHAPES, ids=[f"{a}@{b}" for a, b in MATMUL_SHAPES])
+def test_matmul_grad_matches_jax(sa, sb):
+    rng = np.random.default_rng(10)
+    a, b = _rand(rng, sa), _rand(rng, sb)
+    got, want = _weighted_sum_grads(kn.matmul, lambda x, y: jnp.matmul(x, y, precision="highest"), (a, b))
+    for g, w in zip(got, want):
+        _check(g, np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("spec,shapes", EINSUM, ids=[s for s, _ in EINSUM])
+def test_einsum_grad_matches_jax(spec, shapes):
+    rng = np.random.default_rng(11)
+    operands = [_rand(rng, s) for s in shapes]
+    got, want = _weighted_sum_grads(lambda *xs: kn.einsum(spec, *xs),
+                                    lambda *xs: jnp.einsum(spec, *xs, precision="highest"), operands)
+    for g, w in zip(got, want):
+        _check(g, np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("sa,sb,axes", TENSORDOT)
+def test_tensordot_grad_matches_jax(sa, sb, axes):
+    rng = np.random.default_rng(12)
+    a, b = _rand(rng, sa), _rand(rng, sb)
+    got, want = _weighted_sum_grads(lambda x, y: kn.tensordot(x, y, axes),
+                                    lambda x, y: jnp.tensordot(x, y, axes, precision="highest"), (a, b))
+    for g, w in zip(got, want):
+        _check(g, np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+def _transposes(f, *specs):
+    """(transposes in the forward graph, transposes in the gradient graph) of scalar ``f``."""
+    forward = kn.trace(f, *specs)
+    return forward.op_counts().get("transpose", 0), gradient_graph(forward).op_counts().get("transpose", 0)
+
+
+@pytest.mark.parametrize("x_shape", [(8, 5), (2, 8, 5)])
+def test_mlp_backward_has_no_transpose(x_shape):
+    w = kn.ShapeDtype((5, 3))
+    assert _transposes(lambda x, w: kn.sum(x @ w), kn.ShapeDtype(x_shape), w) == (0, 0)
+    graph = gradient_graph(kn.trace(lambda x, w: kn.sum(x @ w), kn.ShapeDtype(x_shape), w))
+    assert graph.op_counts()["dot_general"] == 3  # forward, d/dx, d/dw
+
+    def mlp(x, w1, b1, w2):
+        return kn.sum(kn.tanh(x @ w1 + b1) @ w2)
+
+    specs = (kn.ShapeDtype(x_shape), kn.ShapeDtype((5, 7)), kn.ShapeDtype((7,)), kn.ShapeDtype((7, 2)))
+    assert _transposes(mlp, *specs) == (0, 0)
+
+
+def test_dot_general_backward_transposes_only_when_unavoidable():
+    # attention scores and values: batch axes lead everywhere, so no transpose is needed
+    q, k = kn.ShapeDtype((2, 3, 4, 5)), kn.ShapeDtype((2, 3, 6, 5))
+    assert _transposes(lambda q, k: kn.sum(kn.einsum("bhqd,bhkd->bhqk", q, k)), q, k) == (0, 0)
+    p, v = kn.ShapeDtype((2, 3, 4, 6)), kn.ShapeDtype((2, 3, 6, 5))
+    assert _transposes(lambda p, v: kn.sum(kn.einsum("bhqk,bhkd->bhqd", p, v)), p, v) == (0, 0)
+
+    # a batch axis in the middle of lhs: its cotangent comes out batch-first, one transpose
+    def middle_batch(a, b):
+        return kn.sum(apply("dot_general", a, b, lhs_batch=(1,), rhs_batch=(0,), lhs_contracting=(2,),
+                            rhs_contracting=(1,)))
+
+    assert _transposes(middle_batch, kn.ShapeDtype((3, 2, 4)), kn.ShapeDtype((2, 4, 5))) == (0, 1)
+
+
+def test_dot_general_grad_with_middle_batch_axis_matches_jax():
+    rng = np.random.default_rng(13)
+    a, b = _rand(rng, (3, 2, 4)), _rand(rng, (4, 5, 2))
+    dims = dict(lhs_batch=(1,), rhs_batch=(2,), lhs_contracting=(2,), rhs_contracting=(0,))
+    got, want = _weighted_sum_grads(
+        lambda x, y: apply("dot_general", x, y, **dims),
+        lambda x, y: jax.lax.dot_general(x, y, (((2,), (0,)), ((1,), (2,))), precision="highest"), (a, b))
+    for g, w in zip(got, want):
+        _check(g, np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+def test_dot_general_grad_with_wider_result_dtype():
+    rng = np.random.default_rng(14)
+    a = _rand(rng, (4, 6)).astype(kn.bfloat16)
+    b = _rand(rng, (6, 3)).astype(kn.bfloat16)
+    dims = dict(lhs_batch=(), rhs_batch=(), lhs_contracting=(1,), rhs_contracting=(0,))
+    got, want = _weighted_sum_grads(
+        lambda x, y: apply("dot_general", x, y, preferred_dtype=kn.float32, **dims),
+        lambda x, y: jax.lax.dot_general(x, y, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32),
+        (a, b))
+    for g, w in zip(got, want):
+        _check(g, np.asarray(w), rtol=3e-2, atol=6e-2)  # bf16 cotangents, like the operands
+
+
+def test_grad_of_integer_matmul_is_refused():
+    a = np.ones((2, 3), np.int32)
+    with pytest.raises(kn.GradientError, match="floating-point"):
+        kn.grad(lambda x: kn.sum(x @ x.T))(a)
+
+
+def _mlp_loss(x, y, params, n):
+    """Mean squared error of a two-layer tanh MLP; ``n`` is the module (kn or jnp)."""
+    w1, b1, w2, b2 = params
+    hidden = n.tanh(n.matmul(x, w1) + b1)
+    error = n.matmul(hidden, w2) + b2 - y
+    return n.mean(error * error)
+
+
+def test_mlp_hessian_vector_product_matches_jax():
+    rng = np.random.default_rng(15)
+    x, y = _rand(rng, (5, 4)), _rand(rng, (5, 3))
+    params = (_rand(rng, (4, 6)), _rand(rng, (6,)), _rand(rng, (6, 3)), _rand(rng, (3,)))
+    v = tuple(_rand(rng, np.shape(p)) for p in params)
+
+    def kn_hvp(params, v):
+        def directional(p):
+            grads = kn.grad(lambda q: _mlp_loss(x, y, q, kn))(p)
+            return sum(kn.sum(g * d) for g, d in zip(grads, v))
+
+        return kn.grad(directional)(params)
+
+    def jax_loss(p):
+        with jax.default_matmul_precision("highest"):
+            return _mlp_loss(x, y, p, jnp)
+
+    _, want = jax.jit(lambda p: jax.jvp(jax.grad(jax_loss), (p,), (v,)))(params)
+    for got in (kn_hvp(params, v), kn.jit(kn_hvp)(params, v)):
+        for g, w in zip(got, want):
+            _check(g, np.asarray(w), rtol=1e-4, atol=1e-5)

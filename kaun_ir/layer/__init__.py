@@ -1,0 +1,22 @@
+"""``kn.layer``: models as data — ``Layer`` records of ``init`` and ``apply``, their ``Vars``,
+combinators and the standard layers.
+
+    model = kn.layer.sequential([kn.layer.linear(784, 128), kn.layer.relu(), kn.layer.linear(128, 10)])
+    with kn.rng.scope(0):
+        vars = kn.layer.init(model)                      # params [{"weight", "bias"}, [], {...}]
+    logits, vars = kn.layer.apply(model, vars, x)        # compiled and cached
+
+See :mod:`kaun_ir.layer.core` for the calling conventions and the ``ctx`` dict (random keys for
+dropout, attention masks).
+"""
+
+from .attention import multi_head_attention
+from .basic import (avg_pool1d, avg_pool2d, batch_norm, conv1d, conv2d, dropout, embedding, flatten, gelu,
+                    layer_norm, linear, max_pool1d, max_pool2d, relu, rms_norm, sigmoid, silu, tanh)
+from .core import (Layer, Vars, apply, child_ctx, compose, dtype, init, params, sequential, state,
+                   with_params, with_state)
+
+__all__ = ["Layer", "Vars", "init", "apply", "params", "state", "dtype", "with_params", "with_state",
+           "sequential", "compose", "child_ctx", "linear", "conv1d", "conv2d", "max_pool1d", "max_pool2d",
+           "avg_pool1d", "avg_pool2d", "flatten", "dropout", "batch_norm", "layer_norm", "rms_norm",
+           "embedding", "relu", "gelu", "silu", "tanh", "sigmoid", "multi_head_attention"]

@@ -1,0 +1,124 @@
+"""``multi_head_attention``: self-attention over ``[B, T, E]`` with optional grouped key/value
+heads, causal masking, rotary embeddings and attention dropout."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .. import dtypes, nn
+from .. import init as initializers
+from ..errors import ShapeError
+from ..ir.builder import current_path, scope
+from ..numeric import reshape
+from ..tensor import type_of
+from .basic import dense, make_param, positive_int, rate_in_unit_interval, resolve_init
+from .core import Layer, Vars
+
+__all__ = ["multi_head_attention"]
+
+
+def _where() -> str:
+    path = current_path()
+    return f"{path}: " if path else ""
+
+
+def _attention_mask(mask: Any, batch: int, seq_len: int):
+    """``ctx["attention_mask"]`` as a bool mask broadcastable to ``[B, H, T, T]``: a ``[B, T]``
+    key-padding mask (True = a real token) becomes ``[B, 1, 1, T]``; 4-d masks pass through."""
+    t = type_of(mask)
+    if not dtypes.is_bool(t.dtype):
+        raise TypeError(f"{_where()}multi_head_attention: ctx['attention_mask'] must be bool "
+                        f"(True = attend), got {t}")
+    if t.ndim == 2:
+        if t.shape != (batch, seq_len):
+            raise ShapeError(f"{_where()}multi_head_attention: a 2-d attention_mask must be [B, T] = "
+                             f"[{batch}, {seq_len}], got {t}")
+        return reshape(mask, (batch, 1, 1, seq_len))
+    if t.ndim == 4:
+        return mask  # checked against [B, H, T, T] by dot_product_attention
+    raise ShapeError(f"{_where()}multi_head_attention: attention_mask must be [B, T] or [B, 1, T, T], "
+                     f"got {t}")
+
+
+def multi_head_attention(embed_dim: int, num_heads: int, num_kv_heads: int | None = None,
+                         dropout: float = 0.0, is_causal: bool = False, rope: bool = False,
+                         rope_base: float = 10000.0, use_bias: bool = True, weight_init=None,
+                         bias_init=None) -> Layer:
+    """Multi-head self-attention: ``[B, T, E] -> [B, T, E]``.
+
+    ``head_dim = embed_dim // num_heads``. Queries use ``num_heads`` heads, keys and values
+    ``num_kv_heads`` (default ``num_heads``; fewer gives grouped-query attention, 1 multi-query).
+    Parameters (each ``{"weight": [in, out], "bias": [out]}``, glorot_uniform / zeros)::
+
+        {"query": [E, H*hd], "key": [E, K*hd], "value": [E, K*hd], "out": [H*hd, E]}
+
+    The forward pass projects, optionally applies rotary embeddings (``rope=True``, base
+    ``rope_base``, positions ``0..T-1``) to queries and keys, runs
+    ``kn.fn.dot_product_attention`` and projects back. ``is_causal`` masks future positions;
+    ``ctx["attention_mask"]`` (bool, ``[B, T]`` key padding or ``[B, 1, T, T]``) masks more.
+    In training with ``dropout > 0`` the attention weights are dropped using ``ctx["rng"]``.
+    """
+    layer = "multi_head_attention"
+    embed_dim = positive_int(embed_dim, "embed_dim", layer)
+    num_heads = positive_int(num_heads, "num_heads", layer)
+    num_kv_heads = num_heads if num_kv_heads is None else positive_int(num_kv_heads, "num_kv_heads", layer)
+    if embed_dim % num_heads:
+        raise ValueError(f"layer.{layer}: embed_dim ({embed_dim}) must be divisible by num_heads "
+                         f"({num_heads})")
+    if num_heads % num_kv_heads:
+        raise ValueError(f"layer.{layer}: num_heads ({num_heads}) must be a multiple of num_kv_heads "
+                         f"({num_kv_heads})")
+    rate = rate_in_unit_interval(dropout, "dropout", layer)
+    head_dim = embed_dim // num_heads
+    if rope and head_dim % 2:
+        raise ValueError(f"layer.{layer}: rope needs an even head dimension, got embed_dim / num_heads = "
+                         f"{head_dim}")
+    if not rope_base > 0:
+        raise ValueError(f"layer.{layer}: rope_base must be positive, got {rope_base!r}")
+    weight_init = resolve_init(weight_init, initializers.glorot_uniform(), "weight_init", layer)
+    bias_init = resolve_init(bias_init, initializers.zeros, "bias_init", layer)
+    shapes = {"query": (embed_dim, num_heads * head_dim), "key": (embed_dim, num_kv_heads * head_dim),
+              "value": (embed_dim, num_kv_heads * head_dim), "out": (num_heads * head_dim, embed_dim)}
+
+    def init_(dt):
+        params = {}
+        for name in ("query", "key", "value", "out"):  # a fixed order of key draws
+            fan_in, fan_out = shapes[name]
+            p = {"weight": make_param(weight_init, (fan_in, fan_out), dt)}
+            if use_bias:
+                p["bias"] = make_param(bias_init, (fan_out,), dt)
+            params[name] = p
+        return Vars(params, [], dt)
+
+    def apply_(params, state, x, *, training, ctx):
+        t = type_of(x)
+        if t.ndim != 3 or t.shape[-1] != embed_dim:
+            raise ShapeError(f"{_where()}{layer}(embed_dim={embed_dim}) expects an input "
+                             f"[B, T, {embed_dim}], got {t}")
+        batch, seq_len, _ = t.shape
+
+        def project(name: str, heads: int):
+            with scope(name):
+                y = dense(params[name], x, embed_dim, f"{layer} {name} projection")
+                return reshape(y, (batch, seq_len, heads, head_dim))
+
+        q, k, v = project("query", num_heads), project("key", num_kv_heads), project("value", num_kv_heads)
+        if rope:
+            with scope("rope"):
+                q, k = nn.rope(q, base=rope_base), nn.rope(k, base=rope_base)
+        mask = ctx.get("attention_mask")
+        if mask is not None:
+            mask = _attention_mask(mask, batch, seq_len)
+        drop = rate if training else 0.0
+        key = ctx.get("rng") if drop > 0 else None
+        if drop > 0 and key is None:
+            raise ValueError(f"{_where()}{layer} with dropout in training mode needs a random key: pass "
+                             "ctx={'rng': key} to layer.apply, or call it inside `with kn.rng.scope(seed):`")
+        with scope("attention"):
+            out = nn.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_rate=drop,
+                                           key=key)
+        with scope("out"):
+            out = reshape(out, (batch, seq_len, num_heads * head_dim))
+            return dense(params["out"], out, num_heads * head_dim, f"{layer} output projection"), state
+
+    return Layer(init_, apply_, layer)

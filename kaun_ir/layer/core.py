@@ -1,0 +1,295 @@
+"""The layer abstraction: ``Layer`` (a record of ``init`` and ``apply``), ``Vars``, and the
+combinators ``sequential`` and ``compose``.
+
+A :class:`Layer` is plain data: two functions and a name.
+
+* ``layer.init(dtype) -> Vars`` makes fresh parameters and state, drawing random keys from the
+  current ``kn.rng`` scope.
+* ``layer.apply(params, state, x, *, training, ctx) -> (y, new_state)`` is the forward pass. It
+  is traced (it runs on symbolic tensors); ``params`` and ``state`` are trees of arrays,
+  ``training`` a Python bool and ``ctx`` a dict (see below).
+
+The module functions :func:`init` and :func:`apply` are what users call. :func:`apply` compiles
+the forward pass with ``kn.jit`` (one executable per model, input signature and value of
+``training``) when called on concrete arrays, and traces through when called inside another
+trace (``kn.jit``, ``kn.grad``, ``train.step``).
+
+**The context** ``ctx`` is a dict passed unchanged to every layer, except for two entries:
+
+* ``ctx["rng"]``, a ``uint32[2]`` key, is the source of randomness in the forward pass
+  (dropout). Combinators derive a distinct key per child with ``kn.random.fold_in``:
+  ``sequential`` folds in the child's index, ``compose`` 0 (left) and 1 (right). Because the key
+  is an *input* of the compiled function, a new key each call gives new masks without
+  recompiling. ``train.step`` supplies ``fold_in(base_key, step)`` computed inside the compiled
+  step from its step counter, so every step gets fresh randomness. When :func:`apply` runs
+  eagerly with ``training=True``, no ``"rng"`` and an active ``kn.rng`` scope, it draws the key
+  from the scope.
+* ``ctx["attention_mask"]`` is read by attention layers (bool, True = attend).
+
+Other entries are free for user layers; array values become inputs of the compiled function,
+other values are static (part of the compile-cache key).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .. import dtypes, random, rng, tree
+from ..ir.builder import current_builder, scope
+from ..numeric import astype, dtype_of
+
+__all__ = ["Layer", "Vars", "init", "apply", "params", "state", "dtype", "with_params", "with_state",
+           "sequential", "compose", "child_ctx"]
+
+
+@dataclass(frozen=True)
+class Vars:
+    """A model's variables: trainable ``params``, non-trainable ``state`` (e.g. batch-norm
+    statistics) and the floating-point ``dtype`` they were made with. Immutable; use
+    :func:`with_params` / :func:`with_state` for modified copies."""
+
+    params: Any
+    state: Any
+    dtype: np.dtype
+
+    def __post_init__(self):
+        object.__setattr__(self, "dtype", dtypes.canonical(self.dtype))
+
+
+@dataclass(frozen=True, eq=False)
+class Layer:
+    """A model: ``init(dtype) -> Vars`` and ``apply(params, state, x, *, training, ctx) ->
+    (y, state)``, plus a ``name`` used in layer paths (``"1.linear"``) and error messages.
+
+    Compared by identity. Write new layers by giving the two functions::
+
+        def scale_init(dtype):
+            return kn.layer.Vars({"s": kn.ones((), dtype)}, [], dtype)
+
+        def scale_apply(params, state, x, *, training, ctx):
+            return x * params["s"], state
+
+        scale = kn.layer.Layer(scale_init, scale_apply, "scale")
+    """
+
+    init: Callable[[np.dtype], Vars]
+    apply: Callable[..., tuple[Any, Any]]
+    name: str = "layer"
+
+
+def _check_layer(model: Any, what: str) -> Layer:
+    if not isinstance(model, Layer):
+        raise TypeError(f"{what} must be a kn.layer.Layer, got {type(model).__name__}")
+    return model
+
+
+def _float_dtype(dtype: Any) -> np.dtype:
+    dt = dtypes.canonical(dtype)
+    if not dtypes.is_float(dt):
+        raise TypeError(f"layer.init: the parameter dtype must be floating point, got "
+                        f"{dtypes.short_name(dt)}")
+    return dt
+
+
+# ------------------------------------------------------------------------------ init / apply
+
+
+def init(model: Layer, dtype: Any = dtypes.float32) -> Vars:
+    """Fresh variables of ``model`` in ``dtype``; random keys come from the current ``kn.rng``
+    scope (``with kn.rng.scope(seed): ...``), so the same seed gives identical parameters."""
+    _check_layer(model, "layer.init: model")
+    dt = _float_dtype(dtype)
+    result = model.init(dt)
+    if not isinstance(result, Vars):
+        raise TypeError(f"layer.init: the init function of layer {model.name!r} must return a "
+                        f"kn.layer.Vars, got {type(result).__name__}")
+    return result
+
+
+def _cast_inputs(x: Any, dtype: np.dtype) -> Any:
+    """Floating-point leaves of ``x`` converted to the model's dtype (integers, e.g. token ids,
+    are left alone)."""
+    leaves, treedef = tree.flatten(x)
+    cast = [astype(leaf, dtype) if _is_float_leaf(leaf) else leaf for leaf in leaves]
+    return tree.unflatten(treedef, cast)
+
+
+def _is_float_leaf(leaf: Any) -> bool:
+    if isinstance(leaf, (bool, int, float, str)) or leaf is None:
+        return False
+    try:
+        return dtypes.is_float(dtype_of(leaf))
+    except TypeError:
+        return False
+
+
+def _forward(model: Layer, params, state, x, ctx, training: bool, dtype: np.dtype):
+    x = _cast_inputs(x, dtype)
+    out = model.apply(params, state, x, training=training, ctx=ctx)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(f"the apply function of layer {model.name!r} must return (output, state), got "
+                        f"{type(out).__name__}")
+    y, new_state = out
+    before, after = tree.flatten(state)[1], tree.flatten(new_state)[1]
+    if before != after:
+        raise ValueError(f"the apply function of layer {model.name!r} returned a state whose structure "
+                         "differs from the state it was given")
+    return y, new_state
+
+
+def _compiled(model: Layer):
+    """The model's forward pass under ``kn.jit``, made once per model and kept on it."""
+    compiled = model.__dict__.get("_compiled")
+    if compiled is None:
+        from ..runtime import jit
+
+        def forward(params, state, x, ctx, training, dtype_name):
+            return _forward(model, params, state, x, ctx, training, dtypes.from_short_name(dtype_name))
+
+        forward.__name__ = model.name if model.name.isidentifier() else "forward"
+        compiled = jit(forward)
+        object.__setattr__(model, "_compiled", compiled)  # a cache, not a field: frozen is fine
+    return compiled
+
+
+def apply(model: Layer, vars: Vars, x: Any, training: bool = False, ctx: dict | None = None):
+    """The forward pass: ``(y, vars2)`` where ``vars2`` has the same params and the updated state.
+
+    ``x`` is an array or a tree of arrays; floating-point leaves are converted to
+    ``vars.dtype``. ``training`` switches dropout on and makes batch norm use (and update)
+    batch statistics. ``ctx`` is the context dict described in the module docstring (e.g.
+    ``{"rng": key, "attention_mask": mask}``). On concrete arrays the pass is compiled and
+    cached per input signature; inside a trace it is traced through.
+    """
+    _check_layer(model, "layer.apply: model")
+    if not isinstance(vars, Vars):
+        raise TypeError(f"layer.apply: vars must be a kn.layer.Vars (from layer.init), got "
+                        f"{type(vars).__name__}")
+    if not isinstance(training, (bool, np.bool_)):
+        raise TypeError(f"layer.apply: training must be a Python bool, got {type(training).__name__}")
+    training = bool(training)
+    if ctx is None:
+        ctx = {}
+    elif not isinstance(ctx, dict):
+        raise TypeError(f"layer.apply: ctx must be a dict, got {type(ctx).__name__}")
+    else:
+        ctx = dict(ctx)
+    if current_builder() is not None:
+        y, new_state = _forward(model, vars.params, vars.state, x, ctx, training, vars.dtype)
+    else:
+        if training and "rng" not in ctx and rng.in_scope():
+            ctx["rng"] = rng.next_key()
+        compiled = _compiled(model)
+        y, new_state = compiled(vars.params, vars.state, x, ctx, training, dtypes.short_name(vars.dtype))
+    return y, Vars(vars.params, new_state, vars.dtype)
+
+
+# ------------------------------------------------------------------------------ accessors
+
+
+def params(v: Vars) -> Any:
+    """The trainable parameter tree."""
+    return v.params
+
+
+def state(v: Vars) -> Any:
+    """The non-trainable state tree (e.g. batch-norm running statistics)."""
+    return v.state
+
+
+def dtype(v: Vars) -> np.dtype:
+    """The parameter dtype."""
+    return v.dtype
+
+
+def with_params(v: Vars, p: Any) -> Vars:
+    """``v`` with its parameters replaced by ``p``."""
+    return Vars(p, v.state, v.dtype)
+
+
+def with_state(v: Vars, s: Any) -> Vars:
+    """``v`` with its state replaced by ``s``."""
+    return Vars(v.params, s, v.dtype)
+
+
+# ------------------------------------------------------------------------------ combinators
+
+
+def child_ctx(ctx: dict, index: int) -> dict:
+    """The context for child ``index`` of a combinator: ``ctx`` with its ``"rng"`` key (if any)
+    replaced by ``kn.random.fold_in(ctx["rng"], index)``, so that children draw independent
+    randomness from one key."""
+    if "rng" not in ctx or ctx["rng"] is None:
+        return ctx
+    child = dict(ctx)
+    child["rng"] = random.fold_in(ctx["rng"], index)
+    return child
+
+
+def _path_name(prefix: str, layer: Layer) -> str:
+    return f"{prefix}.{layer.name}" if layer.name else prefix
+
+
+def sequential(layers: Sequence[Layer], name: str = "sequential") -> Layer:
+    """Layers applied one after the other; params and state are lists with one entry per layer
+    (``[]`` for layers without parameters), so parameter paths read ``"0.weight"``, ``"2.bias"``.
+
+    While tracing, layer ``i`` runs inside the layer-path scope ``f"{i}.{layer.name}"`` (nodes
+    show ``"1.linear"``), and it receives ``ctx["rng"]`` folded with ``i``.
+    """
+    layers = list(layers)
+    for i, layer in enumerate(layers):
+        _check_layer(layer, f"sequential: element {i}")
+
+    def init_(dt):
+        children = [layer.init(dt) for layer in layers]
+        return Vars([v.params for v in children], [v.state for v in children], dt)
+
+    def apply_(params, state, x, *, training, ctx):
+        if not isinstance(params, (list, tuple)) or len(params) != len(layers):
+            raise ValueError(f"sequential of {len(layers)} layers needs a list of {len(layers)} parameter "
+                             f"trees, got {type(params).__name__} of length {_length(params)}")
+        if not isinstance(state, (list, tuple)) or len(state) != len(layers):
+            raise ValueError(f"sequential of {len(layers)} layers needs a list of {len(layers)} state trees, "
+                             f"got {type(state).__name__} of length {_length(state)}")
+        new_state = []
+        for i, layer in enumerate(layers):
+            with scope(_path_name(str(i), layer)):
+                x, s = layer.apply(params[i], state[i], x, training=training, ctx=child_ctx(ctx, i))
+            new_state.append(s)
+        return x, new_state
+
+    return Layer(init_, apply_, name)
+
+
+def _length(t: Any) -> str:
+    return str(len(t)) if hasattr(t, "__len__") else "?"
+
+
+def compose(left: Layer, right: Layer, name: str = "compose") -> Layer:
+    """``right`` applied to the output of ``left``; params and state are ``{"left": ...,
+    "right": ...}``. The two layers' input and output types may differ (e.g. an embedding, int
+    ids -> floats, then a dense layer). Layer paths ``"left.<name>"`` / ``"right.<name>"``;
+    ``ctx["rng"]`` is folded with 0 for ``left`` and 1 for ``right``."""
+    _check_layer(left, "compose: left")
+    _check_layer(right, "compose: right")
+
+    def init_(dt):
+        lv, rv = left.init(dt), right.init(dt)
+        return Vars({"left": lv.params, "right": rv.params}, {"left": lv.state, "right": rv.state}, dt)
+
+    def apply_(params, state, x, *, training, ctx):
+        for what, t in (("params", params), ("state", state)):
+            if not isinstance(t, dict) or set(t) != {"left", "right"}:
+                raise ValueError(f"compose needs {what} of the form {{'left': ..., 'right': ...}}, got "
+                                 f"{type(t).__name__}")
+        with scope(_path_name("left", left)):
+            h, ls = left.apply(params["left"], state["left"], x, training=training, ctx=child_ctx(ctx, 0))
+        with scope(_path_name("right", right)):
+            y, rs = right.apply(params["right"], state["right"], h, training=training, ctx=child_ctx(ctx, 1))
+        return y, {"left": ls, "right": rs}
+
+    return Layer(init_, apply_, name)
