@@ -249,21 +249,11 @@ def grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -
 
 
 def _eager_or_traced(inner: Callable, f: Callable) -> Callable:
-    compiled = None
+    from .api import op_function
 
-    def call(*args, **kwargs):
-        nonlocal compiled
-        if current_builder() is not None:
-            return inner(*args, **kwargs)
-        if compiled is None:
-            from .runtime import jit
-
-            compiled = jit(inner)
-        return compiled(*args, **kwargs)
-
-    call.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
-    call.__doc__ = f"Derivative of {getattr(f, '__name__', 'f')} computed by kaun_ir's autodiff."
-    return call
+    inner.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
+    inner.__doc__ = f"Derivative of {getattr(f, '__name__', 'f')} computed by kaun_ir's autodiff."
+    return op_function(inner)
 
 
 def vjp(f: Callable, *primals) -> tuple[Any, Callable]:

@@ -35,13 +35,13 @@ def mlp():
 
 
 def cnn():
-    """conv3x3 16, pool 2, conv3x3 32, pool 2, dense 10 on 1x8x8 digits (NCHW)."""
+    """conv3x3 32, pool 2, conv3x3 64, pool 2, dense 10 on 1x8x8 digits (NCHW)."""
     from kaun_ir import layer
 
     return layer.sequential([
-        layer.conv2d(1, 16, 3), layer.relu(), layer.max_pool2d(2),
-        layer.conv2d(16, 32, 3), layer.relu(), layer.max_pool2d(2),
-        layer.flatten(), layer.linear(32 * 2 * 2, 10),
+        layer.conv2d(1, 32, 3), layer.relu(), layer.max_pool2d(2),
+        layer.conv2d(32, 64, 3), layer.relu(), layer.max_pool2d(2),
+        layer.flatten(), layer.linear(64 * 2 * 2, 10),
     ])
 
 
