@@ -8,12 +8,13 @@
     st = train.fit(trainer, st, batches)           # batches yield (x, loss_fn) pairs
 
 One compiled executable per input signature: the tree structure, shapes and dtypes of the
-parameters, layer state, optimiser state, ``x``, the arrays the ``loss_fn`` closure captures,
-the ``ctx`` arrays, the value of ``training``, and the ``loss_fn``'s code. The arrays a
-``loss_fn`` closes over (the labels of the batch) are *inputs* of the executable, so a new
-``lambda logits: ...`` over new labels of the same shape runs the same executable. (Arrays it
-reaches through module globals or through other functions are constants of the graph, and a new
-value would retrace — close over the arrays directly.)
+parameters, layer state, optimiser state, ``x``, the arrays the ``loss_fn`` captures, the
+``ctx`` arrays, the value of ``training``, and the ``loss_fn``'s code. The arrays a ``loss_fn``
+captures — through its closure, its default arguments, the module globals its code names (a
+loop at module level), or the bound arguments of a ``functools.partial`` — are *inputs* of the
+executable, so a new ``lambda logits: ...`` over new labels of the same shape runs the same
+executable. (Arrays it reaches only through other functions or object attributes are read once,
+when the step is traced, and baked into the executable: pass them in one of those ways.)
 
 Parameters, layer state and optimiser state are donated: XLA updates them in place, and the
 arrays of the ``State`` passed to ``step`` must not be used afterwards (use the returned one).
@@ -23,6 +24,7 @@ the optimiser's step counter, so every step draws fresh masks without recompilin
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 import types
@@ -49,6 +51,9 @@ class Trainer:
 
     model: layer.Layer
     optimizer: optim.Algorithm
+    #: the pass pipeline of the compiled step; None: ``$KAUN_IR_TRAIN_PIPELINE`` when compiling,
+    #: else ``kn.passes.DEFAULT_TRAIN_PIPELINE``
+    pipeline: str | None = None
 
 
 @dataclass(frozen=True)
@@ -66,13 +71,22 @@ class State:
     key: Any
 
 
-def make(model: layer.Layer, optimizer: optim.Algorithm) -> Trainer:
-    """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``)."""
+def make(model: layer.Layer, optimizer: optim.Algorithm, pipeline: str | None = None) -> Trainer:
+    """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``).
+
+    ``pipeline``: the pass pipeline run on the training step before lowering (e.g.
+    ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
+    ``kn.passes.DEFAULT_TRAIN_PIPELINE``.
+    """
     if not isinstance(model, layer.Layer):
         raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
     if not isinstance(optimizer, optim.Algorithm):
         raise TypeError(f"train.make: optimizer must be a kn.optim algorithm, got {type(optimizer).__name__}")
-    return Trainer(model, optimizer)
+    if pipeline is not None:
+        from . import passes
+
+        pipeline = str(passes.Pipeline.parse(pipeline))  # a bad pipeline fails here, not mid-training
+    return Trainer(model, optimizer, pipeline)
 
 
 def _base_key():
@@ -101,44 +115,64 @@ def vars(st: State) -> layer.Vars:  # noqa: A001 - the API's name
 class _LossSpec:
     """A ``loss_fn`` without its captured arrays: hashable, so it keys the compile cache.
 
-    Two closures made by the same ``lambda`` over arrays of the same shapes are equal specs.
+    The captured values of a Python function are its closure cells, its defaults and
+    keyword-only defaults, and the module globals its code names directly (a loop at module
+    level, ``for xb, yb in ...: train.step(..., lambda logits: ce(logits, yb))``, reads ``yb``
+    as a global); those of a ``functools.partial`` are its bound arguments. Their arrays become
+    inputs of the executable, everything else is static (part of the key). Two loss functions
+    made by the same code over arrays of the same shapes are equal specs.
     """
 
     def __init__(self, fn: Callable):
         if not callable(fn):
             raise TypeError(f"loss_fn must be callable, got {type(fn).__name__}")
         self.fn = fn
-        code = getattr(fn, "__code__", None)
-        if code is None or not isinstance(fn, types.FunctionType):  # builtins, partials, ...
-            self.leaves, self.treedef, self.key = [], None, ("object", id(fn))
+        self.leaves, self.treedef, self.key = [], None, ("object", id(fn))
+        self.global_names: tuple = ()
+        if isinstance(fn, functools.partial):
+            static, contents = ("partial", fn.func), [fn.args, fn.keywords]
+        elif isinstance(fn, types.FunctionType):
+            try:
+                cells = [cell.cell_contents for cell in (fn.__closure__ or ())]
+            except ValueError:
+                raise ValueError("loss_fn closes over a variable that is not assigned yet") from None
+            self.global_names = _array_globals(fn)
+            globals_ = [fn.__globals__[name] for name in self.global_names]
+            static = ("function", fn.__code__, id(fn.__globals__), self.global_names)
+            contents = [cells, fn.__defaults__, fn.__kwdefaults__, globals_]
+        else:  # builtins, callable objects: this exact object only
             return
-        try:
-            contents = [cell.cell_contents for cell in (fn.__closure__ or ())]
-        except ValueError:
-            raise ValueError("loss_fn closes over a variable that is not assigned yet") from None
         leaves, treedef = tree.flatten(contents)
-        self.leaves, self.treedef = leaves, treedef
-        statics = tuple(None if is_array_leaf(leaf) else leaf for leaf in leaves)
+        # (type, value): 1, 1.0 and True are equal in Python but may trace differently
+        statics = tuple(None if is_array_leaf(leaf) else (type(leaf), leaf) for leaf in leaves)
         try:
-            self.key = (code, id(fn.__globals__), treedef, statics, fn.__defaults__)
-            hash(self.key)
+            key = (static, treedef, statics)
+            hash(key)
         except TypeError:  # unhashable captured values: this exact function object only
-            self.key = ("object", id(fn))
+            return
+        self.leaves, self.treedef, self.key = leaves, treedef, key
 
     def arrays(self) -> list:
         return [leaf for leaf in self.leaves if is_array_leaf(leaf)]
 
     def rebuild(self, arrays: list) -> Callable:
         """The loss function with its captured arrays replaced (by traced inputs)."""
-        if self.treedef is None or self.key[0] == "object":
+        if self.treedef is None:
             return self.fn
         it = iter(arrays)
         leaves = [next(it) if is_array_leaf(leaf) else leaf for leaf in self.leaves]
         contents = tree.unflatten(self.treedef, leaves)
-        cells = tuple(types.CellType(value) for value in contents)
-        fn = types.FunctionType(self.fn.__code__, self.fn.__globals__, self.fn.__name__,
-                                self.fn.__defaults__, cells)
-        fn.__kwdefaults__ = self.fn.__kwdefaults__
+        if isinstance(self.fn, functools.partial):
+            args, keywords = contents
+            return functools.partial(self.fn.func, *args, **keywords)
+        cells, defaults, kwdefaults, globals_ = contents
+        namespace = self.fn.__globals__
+        if self.global_names:  # a copy of the module namespace with the traced arrays in it
+            namespace = dict(namespace)
+            namespace.update(zip(self.global_names, globals_))
+        fn = types.FunctionType(self.fn.__code__, namespace, self.fn.__name__, defaults,
+                                tuple(types.CellType(value) for value in cells))
+        fn.__kwdefaults__ = kwdefaults
         return fn
 
     def __hash__(self):
@@ -146,6 +180,31 @@ class _LossSpec:
 
     def __eq__(self, other):
         return isinstance(other, _LossSpec) and self.key == other.key
+
+
+def _code_names(code: types.CodeType) -> set:
+    """The global names ``code`` and the functions defined inside it may read."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_names(const)
+    return names
+
+
+def _array_globals(fn: types.FunctionType) -> tuple:
+    """The module globals named by ``fn``'s code whose value holds arrays (sorted names)."""
+    found = []
+    for name in sorted(_code_names(fn.__code__)):
+        value = fn.__globals__.get(name, None)
+        if isinstance(value, (types.ModuleType, type)) or callable(value):
+            continue
+        try:
+            leaves = tree.flatten(value)[0]
+        except TypeError:  # e.g. a dict with keys that do not sort
+            continue
+        if any(is_array_leaf(leaf) for leaf in leaves):
+            found.append(name)
+    return tuple(found)
 
 
 # ------------------------------------------------------------------------------ the step
@@ -183,9 +242,23 @@ def _compiled_step(trainer: Trainer):
             return _step_body(trainer, params, state, opt_state, key, x, captured, ctx, spec,
                               training, dtype_name)
 
-        compiled = jit(train_step, donate_argnums=(0, 1, 2))
+        from . import passes
+
+        # resolved at each compilation, so $KAUN_IR_TRAIN_PIPELINE is read at compile time
+        pipeline = functools.partial(passes.train_pipeline, trainer.pipeline)
+        compiled = jit(train_step, donate_argnums=(0, 1, 2), pipeline=pipeline)
         object.__setattr__(trainer, "_step", compiled)  # a cache, not a field
     return compiled
+
+
+def _check_state(st, where: str) -> None:
+    """``TypeError`` unless ``st`` is a State; ``ValueError`` if a step already consumed it."""
+    if not isinstance(st, State):
+        raise TypeError(f"train.{where}: st must be a train.State (from train.init), got {type(st).__name__}")
+    leaves = tree.flatten(st.vars.params)[0]
+    if leaves and callable(getattr(leaves[0], "is_deleted", None)) and leaves[0].is_deleted():
+        raise ValueError(f"train.{where}: this train.State was consumed by an earlier train.step (its "
+                         "buffers were donated to XLA); use the state that step returned")
 
 
 def _step_args(st: State, x: Any, spec: _LossSpec, training: bool, ctx: dict | None) -> tuple:
@@ -198,8 +271,7 @@ def step(trainer: Trainer, st: State, x: Any, loss_fn: Callable, training: bool 
          ctx: dict | None = None) -> tuple[Any, State]:
     """One step: ``(loss, new_state)``. ``loss_fn(y_pred) -> scalar`` closes over the batch's
     targets. The ``State`` passed in is consumed (its buffers are donated)."""
-    if not isinstance(st, State):
-        raise TypeError(f"train.step: st must be a train.State (from train.init), got {type(st).__name__}")
+    _check_state(st, "step")
     spec = _LossSpec(loss_fn)
     compiled = _compiled_step(trainer)
     v = st.vars
@@ -213,6 +285,7 @@ def step_graph(trainer: Trainer, st: State, x: Any, loss_fn: Callable, training:
     """The IR of the training step for these inputs: as traced (forward, the autodiff pass's
     backward and the optimiser update in one graph) or, with ``optimized=True``, after the
     pipeline that runs before lowering. Nothing is executed and ``st`` is not consumed."""
+    _check_state(st, "step_graph")
     compiled = _compiled_step(trainer)
     args = _step_args(st, x, _LossSpec(loss_fn), training, ctx)
     if optimized:
@@ -224,6 +297,7 @@ def step_graph(trainer: Trainer, st: State, x: Any, loss_fn: Callable, training:
 
 def forward_graph(trainer: Trainer, st: State, x: Any, training: bool = False, ctx: dict | None = None):
     """The traced IR of the model's forward pass alone."""
+    _check_state(st, "forward_graph")
     from .trace import trace
 
     def forward(params, state, x):
@@ -274,6 +348,7 @@ def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = N
     training and returns the state at that point. A progress bar with the running loss is shown
     when stderr is a terminal (``progress=`` forces it on or off).
     """
+    _check_state(st, "fit")
     if hasattr(data, "reset"):
         data.reset()
     total = None
@@ -303,6 +378,7 @@ def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = N
 
 def predict(trainer: Trainer, st: State, x: Any, ctx: dict | None = None) -> Any:
     """Inference (``training=False``): the model's output only."""
+    _check_state(st, "predict")
     return layer.apply(trainer.model, st.vars, x, training=False, ctx=ctx)[0]
 
 
@@ -335,6 +411,7 @@ def _dtype_of_params(params) -> np.dtype:
 def save(path: str, st: State) -> None:
     """Write the whole training state (parameters, layer state, optimiser state, step, key)
     atomically as SafeTensors."""
+    _check_state(st, "save")
     checkpoint.save(path, state_to_tree(st))
 
 

@@ -12,6 +12,8 @@ from kaun_ir.trace import is_array_leaf, leaf_type, trace_flat
 from . import xla
 from .executable import Executable
 
+# Kept for compatibility; the default lives in kaun_ir.passes (DEFAULT_JIT_PIPELINE) and can be
+# overridden per call (``pipeline=``) or by the KAUN_IR_PIPELINE environment variable.
 DEFAULT_PIPELINE = "cse,dce"
 
 
@@ -40,11 +42,10 @@ class Jitted:
     StableHLO and ``graph(*args)`` the optimised IR for a signature.
     """
 
-    def __init__(self, f: Callable, donate_argnums: Sequence[int] = (), pipeline: str | None = None,
-                 device=None):
+    def __init__(self, f: Callable, donate_argnums: Sequence[int] = (), pipeline=None, device=None):
         self.f = f
         self.donate_argnums = tuple(sorted({int(i) for i in donate_argnums}))
-        self.pipeline = DEFAULT_PIPELINE if pipeline is None else pipeline
+        self._pipeline = pipeline  # None, a pipeline string / Pipeline, or a callable giving one
         self.device = device
         self.trace_count = 0
         self._cache: dict[Any, _Entry] = {}
@@ -93,14 +94,23 @@ class Jitted:
         return [a if type(a) is device_type and a.dtype == dt else xla.to_device(a, dt, device)
                 for a, dt in zip(arrays, entry.dtypes)]
 
+    @property
+    def pipeline(self) -> str:
+        """The pipeline the next compilation runs (the environment is read at compile time)."""
+        from kaun_ir import passes
+
+        requested = self._pipeline() if callable(self._pipeline) else self._pipeline
+        return passes.jit_pipeline(None if requested is None else str(requested))
+
     def _compile(self, args, kwargs, key) -> _Entry:
         from kaun_ir import passes
 
+        pipeline = passes.Pipeline.parse(self.pipeline)  # unknown passes fail before tracing
         traced = trace_flat(self.f, args, kwargs)
         self.trace_count += 1
-        graph = passes.run(traced.graph, self.pipeline) if self.pipeline else traced.graph
+        graph = passes.run(traced.graph, pipeline) if pipeline else traced.graph
         donate = self._donated_inputs(args, traced.array_positions)
-        exe = Executable(graph, device=self.device, donate=donate, pipeline=self.pipeline)
+        exe = Executable(graph, device=self.device, donate=donate, pipeline=str(pipeline))
         entry = _Entry(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
         self._cache[key] = entry
         return entry
@@ -132,15 +142,17 @@ class Jitted:
         return (self._cache.get(key) or self._compile(args, kwargs, key)).executable
 
 
-def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline: str | None = None,
-        device=None):
+def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline=None, device=None):
     """Compile ``f`` with kaun_ir: trace per input signature, optimise, lower, XLA-compile, cache.
 
     The signature is the tree structure of the arguments, the shape and dtype of every array
     leaf, and the value of every static (Python scalar / string) leaf. A second call with the
     same signature neither retraces nor recompiles. ``donate_argnums``: positional arguments
     whose buffers XLA may reuse for outputs (the caller must not use them afterwards).
-    ``pipeline``: the pass pipeline run before lowering (default ``"cse,dce"``).
+    ``pipeline``: the pass pipeline run before lowering, e.g. ``"cse,dce"`` or ``""`` for none
+    (a string, a ``kn.passes.Pipeline``, or a zero-argument callable returning one, called at
+    each compilation). Default: ``$KAUN_IR_PIPELINE`` if set when compiling, else
+    ``kn.passes.DEFAULT_JIT_PIPELINE``. ``executable(...).pipeline`` records what ran.
     Inside another trace, a jitted function is traced through (inlined).
     """
     if f is None:

@@ -1,4 +1,9 @@
-"""``kaun-ir opt``: run a pass pipeline over textual IR and print the result."""
+"""``kaun-ir opt``: run a pass pipeline over textual IR and print the result.
+
+The IR goes to stdout (or ``-o FILE``); everything else — IR dumps of the instrumentation, timing
+and statistics reports, notes and errors — goes to stderr, so ``kaun-ir opt ... > out.kir`` keeps
+a clean file. See docs/passes.md.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +15,40 @@ def add_parser(sub) -> None:
     parser = sub.add_parser(
         "opt", help="run a pass pipeline over textual IR (.kir)",
         description="Read textual IR from FILE (or stdin with '-'), run the pipeline given by -p, "
-                    "and print the resulting IR (or its StableHLO with --emit=stablehlo).")
+                    "and print the resulting IR (or its StableHLO with --emit=stablehlo). "
+                    "Diagnostics and instrumentation output go to stderr.")
     parser.add_argument("file", nargs="?", default="-", help="input .kir file, '-' for stdin (default)")
-    parser.add_argument("-p", "--pipeline", default="", help='comma-separated passes, e.g. "autodiff,cse,dce"')
+    parser.add_argument("-p", "--pipeline", default="",
+                        help='passes with options, e.g. "autodiff,cse,dce" or "my-pass{factor=2},dce"')
     parser.add_argument("--emit", choices=("ir", "stablehlo"), default="ir", help="output form (default: ir)")
-    parser.add_argument("--list-passes", action="store_true", help="list the registered passes and exit")
+    parser.add_argument("--list-passes", action="store_true",
+                        help="list the registered passes with their options and exit")
+    parser.add_argument("--load", action="append", default=[], metavar="MODULE",
+                        help="import a Python module (name or path to a .py file) that registers "
+                             "passes, before the pipeline is parsed; may be repeated")
+    parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
+    parser.add_argument("--print-ir-after-change", action="store_true",
+                        help="after each pass that changed the IR, print a unified diff of it")
+    parser.add_argument("--timing", action="store_true", help="report the wall time of each pass")
+    parser.add_argument("--stats", action="store_true",
+                        help="report per-pass statistics (node counts, ops added/removed, pass counters)")
+    parser.add_argument("--verify-each", action="store_true",
+                        help="verify the IR before the first and after every pass")
+    parser.add_argument("--stop-after", type=int, default=None, metavar="N",
+                        help="run only the first N passes of the pipeline (bisection)")
     parser.add_argument("-o", "--output", default="-", help="output file ('-' for stdout)")
     parser.set_defaults(run=run)
+
+
+def list_passes(out) -> None:
+    """Every registered pass with its description, then its options with types and defaults."""
+    from kaun_ir import passes
+
+    for name, info in sorted(passes.REGISTRY.items()):
+        out.write(f"{name:24s} {info.description}\n")
+        for option in info.options.values():
+            spelled = f"{option.name}=<{option.type.__name__}>"
+            out.write(f"    {spelled:20s} {option.help} (default: {option.spell(option.default)})\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -24,17 +56,53 @@ def run(args: argparse.Namespace) -> int:
     from kaun_ir.errors import KaunError
     from kaun_ir.ir import parse
 
+    def error(message) -> int:
+        print(f"kaun-ir opt: error: {message}", file=sys.stderr)
+        return 1
+
+    for module in args.load:
+        try:
+            passes.load_module(module)
+        except Exception as err:  # an ImportError, or whatever the module raised while loading
+            return error(f"--load {module}: {type(err).__name__}: {err}")
     if args.list_passes:
-        for name, description in passes.available().items():
-            print(f"{name:24s} {description}")
+        list_passes(sys.stdout)
         return 0
-    text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+    if args.stop_after is not None and args.stop_after < 0:
+        return error(f"--stop-after needs a non-negative number of passes, got {args.stop_after}")
+    try:
+        pipeline = passes.Pipeline.parse(args.pipeline)
+    except ValueError as err:
+        return error(err)
+    try:
+        text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+    except OSError as err:
+        return error(err)
+
+    instrumentations: list = []
+    if args.print_ir_after_all:
+        instrumentations.append(passes.PrintAfterAll(sys.stderr))
+    if args.print_ir_after_change:
+        instrumentations.append(passes.PrintAfterChange(sys.stderr))
+    timing = passes.Timing() if args.timing else None
+    stats = passes.Statistics() if args.stats else None
+    instrumentations += [i for i in (timing, stats) if i is not None]
     try:
         graph = parse(text)
-        graph = passes.run(graph, args.pipeline) if args.pipeline else graph
+        manager = passes.PassManager(pipeline, instrumentations, verify_each=args.verify_each,
+                                     stop_after=args.stop_after)
+        graph = manager.run(graph)
     except (KaunError, ValueError, TypeError) as err:
-        print(f"kaun-ir opt: error: {err}", file=sys.stderr)
-        return 1
+        return error(err)
+    finally:  # reports of the passes that ran, also when a later one failed
+        for report in (timing, stats):
+            if report is not None:
+                sys.stderr.write(report.report())
+    if args.stop_after is not None and args.stop_after < len(pipeline):
+        skipped = ",".join(str(s) for s in pipeline.steps[args.stop_after:])
+        print(f"kaun-ir opt: note: stopped after pass #{args.stop_after}; skipped: {skipped}",
+              file=sys.stderr)
+
     if args.emit == "stablehlo":
         from kaun_ir import runtime
 
