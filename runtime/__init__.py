@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 
 from .executable import Executable, compile, stats
-from .jit import DEFAULT_PIPELINE, Jitted, jit
+from .jit import Jitted, jit
 from .lower import lower
 from .xla import backend_name, parse_mlir
 
@@ -44,5 +44,5 @@ def export(graph, path: str) -> str:
     return path
 
 
-__all__ = ["DEFAULT_PIPELINE", "Executable", "Jitted", "backend_name", "compile", "devices",
+__all__ = ["Executable", "Jitted", "backend_name", "compile", "devices",
            "export", "jit", "lower", "parse_mlir", "stats"]

@@ -12,11 +12,6 @@ from kaun_ir.trace import is_array_leaf, leaf_type, trace_flat
 from . import xla
 from .executable import Executable
 
-# Kept for compatibility; the default lives in kaun_ir.passes (DEFAULT_JIT_PIPELINE) and can be
-# overridden per call (``pipeline=``) or by the KAUN_IR_PIPELINE environment variable.
-DEFAULT_PIPELINE = "cse,dce"
-
-
 class _Entry:
     __slots__ = ("executable", "out_treedef", "dtypes", "execute", "unflatten")
 
