@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import demo, opt
+from . import demo, dump, export, opt, viz
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -16,6 +16,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     demo.add_parser(sub)
     opt.add_parser(sub)
+    dump.add_parser(sub)
+    export.add_parser(sub)
+    viz.add_parser(sub)
     return parser
 
 

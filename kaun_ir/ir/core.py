@@ -273,6 +273,11 @@ class Graph:
 
         return to_networkx(self)
 
+    def _repr_svg_(self) -> str:  # notebooks: the built-in layered drawing (kaun-ir viz)
+        from kaun_ir.tools.viz_svg import render_svg  # lazily: the core stays free of tool imports
+
+        return render_svg(self)
+
     def _repr_html_(self) -> str:  # notebooks
         import html
 

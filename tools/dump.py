@@ -1,0 +1,237 @@
+"""``kaun-ir dump``: print one stage of a model's IR, write every stage, or report statistics.
+
+    kaun-ir dump kaun_ir.tools.examples:mlp --stage optimized
+    kaun-ir dump my_models:encoder --input f32[8,128,512] --all out/
+    kaun-ir dump kaun_ir.tools.examples:cnn --stats
+
+Stages: traced, autodiff, optimized (textual IR), stablehlo (MLIR text), hlo (XLA's optimised
+HLO); see ``kaun_ir/tools/spec.py`` for what each means for layers, functions, graphs and
+training setups. ``--stats`` counts ops per op and per top-level layer, parameter bytes, and
+estimates FLOPs and bytes moved with a simple cost model (:func:`node_cost`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+from . import spec as specs
+
+# ops whose cost is one FLOP per output element
+_ELEMENTWISE = {
+    "negate", "abs", "sign", "exponential", "exponential_minus_one", "log", "log_plus_one", "sqrt", "rsqrt",
+    "tanh", "logistic", "sine", "cosine", "floor", "ceil", "round_nearest_even", "erf", "not", "add",
+    "subtract", "multiply", "divide", "power", "maximum", "minimum", "remainder", "atan2", "and", "or",
+    "xor", "shift_left", "shift_right_logical", "shift_right_arithmetic", "compare", "select", "clamp",
+    "convert",
+}
+# ops with one FLOP per *input* element (reductions)
+_REDUCTIONS = {"reduce", "argmax", "argmin"}
+
+STAGE_FILES = {"traced": "traced.kir", "autodiff": "autodiff.kir", "optimized": "optimized.kir",
+               "stablehlo": "stablehlo.mlir", "hlo": "hlo.txt"}
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "dump", help="print a model's IR at one stage, write all stages, or report statistics",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_spec_arguments(parser)
+    parser.add_argument("--stage", choices=specs.STAGES, default=None,
+                        help="which stage to print (default: traced; with --stats: the training step "
+                             "for training setups, else traced)")
+    parser.add_argument("--all", metavar="DIR", default=None,
+                        help="write every stage to DIR as <name>.<stage>.<ext> (all stages are computed "
+                             "first; each file is replaced atomically)")
+    parser.add_argument("--stats", action="store_true",
+                        help="print op counts, parameter bytes and estimated FLOPs / bytes moved")
+    parser.add_argument("-o", "--output", default="-", help="output file for one stage ('-': stdout)")
+    parser.set_defaults(run=run)
+
+
+def add_spec_arguments(parser) -> None:
+    """The SPEC and ``--input`` arguments shared by dump, export and viz."""
+    parser.add_argument("spec", metavar="SPEC",
+                        help="module:function, path/to/file.py:function, or a .kir file "
+                             "(e.g. kaun_ir.tools.examples:mlp)")
+    parser.add_argument("--input", action="append", default=[], metavar="TYPE",
+                        help="example input type such as f32[32,784]; repeat for several inputs "
+                             "(overrides the example's default inputs)")
+
+
+def error(command: str, message) -> int:
+    print(f"kaun-ir {command}: error: {message}", file=sys.stderr)
+    return 1
+
+
+# ------------------------------------------------------------------ the cost model
+
+
+def node_cost(node) -> tuple[int, int]:
+    """``(flops, bytes)`` of one node, a deliberately simple model.
+
+    FLOPs: ``dot_general`` 2 * output elements * contracted size (2*M*N*K for a matmul);
+    ``convolution`` 2 * output elements * kernel window * input channels per group;
+    element-wise ops 1 per output element; reductions 1 per input element; ``reduce_window``
+    and ``select_and_scatter_add`` 1 per output (source) element and window position;
+    ``scatter_add`` 1 per update element; data movement (reshape, transpose, broadcast,
+    slices, gather, constants, conversions of bits) 0. A ``while`` counts its regions once
+    (the trip count is not known statically).
+    Bytes: every input and output of the node, as if nothing were fused (an upper bound on
+    what XLA's fused code moves).
+    """
+    op = node.op
+    out_elems = sum(t.size for t in node.types)
+    nbytes = sum(v.type.nbytes for v in node.inputs) + sum(t.nbytes for t in node.types)
+    if op == "dot_general":
+        lhs = node.inputs[0].type.shape
+        k = 1
+        for axis in node.attr("lhs_contracting", ()):
+            k *= lhs[axis]
+        flops = 2 * out_elems * k
+    elif op == "convolution":
+        rhs = node.inputs[1].type.shape
+        spec = node.attr("rhs_spec")  # (output feature, input feature, spatial...)
+        window = 1
+        for axis in spec[2:]:
+            window *= rhs[axis]
+        flops = 2 * out_elems * window * rhs[spec[1]]  # the kernel's input dim is C_in / groups
+    elif op in _ELEMENTWISE:
+        flops = out_elems
+    elif op in _REDUCTIONS:
+        flops = node.inputs[0].type.size
+    elif op in ("reduce_window", "select_and_scatter_add"):
+        window = 1
+        for d in node.attr("window_dimensions", ()):
+            window *= d
+        source = node.types[0] if op == "reduce_window" else node.inputs[1].type
+        flops = source.size * window
+    elif op == "scatter_add":
+        flops = node.inputs[-1].type.size
+    else:
+        flops = 0
+    for region in node.regions:
+        f, b = graph_cost(region)
+        flops, nbytes = flops + f, nbytes + b
+    return flops, nbytes
+
+
+def graph_cost(graph) -> tuple[int, int]:
+    """Total ``(flops, bytes)`` of a graph under :func:`node_cost`."""
+    flops = nbytes = 0
+    for node in graph.nodes:
+        f, b = node_cost(node)
+        flops, nbytes = flops + f, nbytes + b
+    return flops, nbytes
+
+
+def statistics(subject, graph) -> dict:
+    """Op counts (per op, per top-level layer), parameter bytes, estimated FLOPs and bytes."""
+    per_op: dict[str, int] = {}
+    per_layer: dict[str, dict] = {}
+    for node in graph.nodes:
+        per_op[node.op] = per_op.get(node.op, 0) + 1
+        parts = specs.path_components(node.path)
+        group = per_layer.setdefault(parts[0] if parts else "(top)", {"nodes": 0, "flops": 0, "bytes": 0})
+        flops, nbytes = node_cost(node)
+        group["nodes"] += 1
+        group["flops"] += flops
+        group["bytes"] += nbytes
+    params = specs.parameter_inputs(subject, graph)
+    flops, nbytes = graph_cost(graph)
+    return {
+        "nodes": len(graph.nodes), "per_op": per_op, "per_layer": per_layer,
+        "parameter_inputs": len(params),
+        "parameter_bytes": sum(graph.inputs[i].type.nbytes for i in params),
+        "parameter_elements": sum(graph.inputs[i].type.size for i in params),
+        "parameters_known": subject.kind in ("layer", "train"),
+        "flops": flops, "bytes": nbytes,
+    }
+
+
+def format_statistics(name: str, stage: str, stats: dict) -> str:
+    lines = [f"{name} ({stage}): {stats['nodes']} nodes"]
+    what = "parameters" if stats["parameters_known"] else "inputs (parameters unknown)"
+    lines.append(f"{what}: {stats['parameter_inputs']} arrays, {stats['parameter_elements']:,} elements, "
+                 f"{stats['parameter_bytes']:,} bytes")
+    lines.append(f"estimated FLOPs: {stats['flops']:,}")
+    lines.append(f"estimated bytes moved (unfused): {stats['bytes']:,}")
+    lines.append("ops:")
+    for op, count in sorted(stats["per_op"].items(), key=lambda kv: (-kv[1], kv[0])):
+        lines.append(f"  {op:24s} {count:6d}")
+    lines.append("layers (top-level):")
+    lines.append(f"  {'layer':24s} {'nodes':>6s} {'FLOPs':>16s} {'bytes':>16s}")
+    for layer, group in stats["per_layer"].items():
+        lines.append(f"  {layer:24s} {group['nodes']:6d} {group['flops']:16,d} {group['bytes']:16,d}")
+    return "\n".join(lines) + "\n"
+
+
+# ------------------------------------------------------------------ writing
+
+
+def write_atomic(path: str, data: str | bytes) -> None:
+    """Write through a temporary file in the same directory and rename it over ``path``."""
+    directory = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_all(subject, directory: str) -> list[str]:
+    """Every stage of ``subject`` into ``directory``. All texts are computed before anything is
+    written, so a stage that fails leaves the directory untouched; a new directory appears
+    complete (it is filled under a temporary name and renamed)."""
+    texts = {stage: subject.stage_text(stage) for stage in specs.STAGES}
+    names = [f"{subject.name}.{STAGE_FILES[stage]}" for stage in specs.STAGES]
+    target = os.path.abspath(directory)
+    if not os.path.isdir(target):
+        parent = os.path.dirname(target)
+        os.makedirs(parent, exist_ok=True)
+        tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(target)}.", dir=parent)
+        try:
+            for name, text in zip(names, texts.values()):
+                with open(os.path.join(tmp, name), "w") as handle:
+                    handle.write(text)
+            os.rename(tmp, target)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    else:
+        for name, text in zip(names, texts.values()):
+            write_atomic(os.path.join(target, name), text)
+    return [os.path.join(directory, name) for name in names]
+
+
+def run(args: argparse.Namespace) -> int:
+    from kaun_ir.errors import KaunError
+
+    try:
+        subject = specs.resolve(args.spec, args.input)
+        if args.all:
+            for path in write_all(subject, args.all):
+                print(path)
+            return 0
+        if args.stats:
+            stage = args.stage or subject.default_stage
+            if stage not in specs.GRAPH_STAGES:
+                return error("dump", f"--stats works on an IR stage ({', '.join(specs.GRAPH_STAGES)}), "
+                                     f"not {stage}")
+            text = format_statistics(subject.name, stage, statistics(subject, subject.stage_graph(stage)))
+        else:
+            text = subject.stage_text(args.stage or "traced")
+    except (specs.SpecError, KaunError, ValueError, TypeError) as err:
+        return error("dump", err)
+    if args.output == "-":
+        sys.stdout.write(text)
+    else:
+        write_atomic(args.output, text)
+    return 0
