@@ -202,8 +202,12 @@ def apply_updates(params: Any, updates: Any) -> Any:
 
 
 def _update_traced(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
-    updates, new_state = _step_traced(alg, state, params, grads)
-    return _apply(params, updates), new_state
+    from ..ir import scope
+
+    # the layer path "optimizer" marks the update's nodes (the fuse-optimizer pass finds them by it)
+    with scope("optimizer"):
+        updates, new_state = _step_traced(alg, state, params, grads)
+        return _apply(params, updates), new_state
 
 
 def update(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:

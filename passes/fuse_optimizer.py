@@ -1,0 +1,459 @@
+"""The ``fuse-optimizer`` pass: the optimiser update of a training step, made cheap for XLA.
+
+A training step (``kn.train.step``) is one graph: forward, backward and the optimiser update.
+The update is many small elementwise chains, one per parameter (Adam: about a dozen ops per
+parameter), plus a little per-step scalar work (learning rate, bias corrections). With many
+small parameters XLA launches a kernel per chain. This pass does three things:
+
+1. **Checks** that the update is in the graph (nodes on the layer path ``optimizer``, which
+   ``kn.optim.update`` sets while tracing) and that every parameter / optimiser-state input it
+   reads is paired with an output of the same type, so that donation (``tf.aliasing_output``,
+   paired the way ``runtime/lower.py`` pairs them) lets XLA update those buffers in place.
+   Counters: ``optimizer nodes``, ``donatable buffers`` and, when some input the update reads
+   has no output of its type left, ``optimizer inputs without an output of their type`` (in a
+   training step those are only inputs that are not state, e.g. a learning rate passed in).
+   Nothing is changed by this step (outputs cannot be added without changing the signature).
+2. **Hoists scalar work out of per-element work** (everywhere in the graph): an elementwise op
+   whose operands are all broadcasts of scalars (``broadcast_in_dim`` of a 0-d value, an
+   all-equal constant, or a 0-d operand of ``select``/``clamp``) becomes the op on the scalars
+   and one broadcast: ``broadcast(s1) * broadcast(s2) -> broadcast(s1 * s2)``. Exact: an
+   elementwise op computes every element from the same scalars, so each element is the scalar
+   result bit for bit. Counter: ``scalar ops hoisted``.
+3. With ``horizontal=true``, **horizontal fusion**: the per-parameter update chains that are
+   isomorphic — the same ops with the same attributes in the same order, the same scalar
+   operands (the same scalar value, or constants with the same bits), the same dtypes, only
+   the tensor shapes differ — are replaced by one chain on flat vectors: every tensor operand
+   is reshaped to 1-d and the operands of all chains concatenated, the chain runs once on the
+   concatenation, and each chain's results are sliced out and reshaped back. Elementwise ops
+   compute each element from the elements at the same position only, so every result is bit
+   for bit what the unfused chain computes. Counters: ``chains fused`` and ``fused groups``.
+
+A *chain* is a connected set of elementwise nodes on the ``optimizer`` layer path (top level,
+not inside regions) whose results all have one shape; its operands are tensors of that shape
+(parameters, gradients, optimiser state), broadcasts of scalars, or 0-d values. Chains that
+depend on each other's results are never fused together. ``max_group`` bounds how many chains
+one fused chain covers (0: no bound).
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Any
+
+import numpy as np
+
+from kaun_ir.ir.builder import infer_or_raise
+from kaun_ir.ir.core import Graph, Node, Value
+
+from .registry import register, statistic
+from .rewrite import Rewriter, RuleTable, apply_rules, splat_of
+
+#: The layer-path component that marks the optimiser update (``kaun_ir/optim/core.py``).
+OPTIMIZER_PATH = "optimizer"
+
+
+def _elementwise_ops() -> frozenset[str]:
+    from kaun_ir.ops.elementwise import OPS
+
+    return frozenset(op.name for op in OPS)
+
+
+ELEMENTWISE = _elementwise_ops()
+
+
+def on_optimizer_path(node: Node) -> bool:
+    """True for nodes traced inside the optimiser update (layer path component ``optimizer``)."""
+    return OPTIMIZER_PATH in node.path.split(".")
+
+
+# ----------------------------------------------------------------------------- 1. donation
+
+
+def _donation_counts(graph: Graph) -> tuple[int, int]:
+    """``(donatable, undonatable)`` over the inputs the optimiser update reads.
+
+    Pairs inputs with outputs the way the lowering does: each input, in order, takes the first
+    output of its type that no earlier input took.
+    """
+    read = set()
+    for node in graph.nodes:
+        if on_optimizer_path(node):
+            read.update(id(v) for v in node.inputs if v.node is None)
+    taken: set[int] = set()
+    donatable = undonatable = 0
+    for value in graph.inputs:
+        if id(value) not in read:
+            continue
+        for j, out in enumerate(graph.outputs):
+            if j not in taken and out.type == value.type:
+                taken.add(j)
+                donatable += 1
+                break
+        else:
+            undonatable += 1
+    return donatable, undonatable
+
+
+# ----------------------------------------------------------------------------- 2. hoisting
+
+HOIST = RuleTable()
+
+
+def _scalar_operand(value: Value, rw: Rewriter) -> Value | None:
+    """The 0-d value that ``value`` broadcasts (building a scalar constant if needed), or None."""
+    if value.type.ndim == 0:
+        return value
+    node = value.node
+    if node is None:
+        return None
+    if node.op == "broadcast_in_dim" and node.inputs[0].type.ndim == 0:
+        return node.inputs[0]
+    if node.op == "constant":
+        scalar = splat_of(node.attr("value").array)
+        return None if scalar is None else rw.constant(scalar)
+    return None
+
+
+@HOIST.rule("hoist-scalar-op", *sorted(ELEMENTWISE))
+def _hoist_scalar_op(node: Node, rw: Rewriter):
+    """op(broadcast(s1), broadcast(s2), ...) -> broadcast(op(s1, s2, ...)) for elementwise ops."""
+    result = node.types[0]
+    if result.ndim == 0 or result.size == 0:
+        return None
+    if all(v.type.ndim == 0 or (v.node is not None and v.node.op == "constant") for v in node.inputs):
+        return None  # only constants: constant folding's business, not ours
+    scalars = []
+    for value in node.inputs:
+        scalar = _scalar_operand(value, rw)
+        if scalar is None:
+            return None
+        scalars.append(scalar)
+    scalar_result = rw.emit(node.op, *scalars, **dict(node.attrs))
+    return rw.emit("broadcast_in_dim", scalar_result, shape=result.shape, broadcast_dimensions=())
+
+
+# ----------------------------------------------------------------------------- 3. horizontal
+
+
+class _Chain:
+    """One per-parameter update chain: its nodes (graph order), operands and escaping results."""
+
+    def __init__(self, nodes: list[Node]):
+        self.nodes = nodes
+        self.shape = nodes[0].types[0].shape
+        self.size = int(np.prod(self.shape, dtype=np.int64))
+        self.externals: list[Value] = []   # tensor operands of the chain's shape, first use first
+        self.scalars: dict[Any, Value | np.ndarray] = {}  # key -> 0-d value or 0-d constant array
+        self.escaping: list[Value] = []    # results used outside the chain, in signature order
+        self.signature: tuple = ()
+
+
+def _scalar_key(value: Value) -> tuple[Any, Value | np.ndarray] | None:
+    """``(key, scalar)`` for a broadcast-of-scalar or 0-d operand; equal keys, equal scalars.
+
+    Constants compare by dtype and bits (a splat constant and a broadcast of a 0-d constant with
+    the same bits are the same operand); other scalars by identity of the 0-d value.
+    """
+    node = value.node
+    source = value
+    if value.type.ndim > 0:
+        if node is not None and node.op == "broadcast_in_dim" and node.inputs[0].type.ndim == 0:
+            source = node.inputs[0]
+        elif node is not None and node.op == "constant":
+            scalar = splat_of(node.attr("value").array)
+            if scalar is None:
+                return None
+            return ("const", scalar.dtype.str, scalar.tobytes()), scalar
+        else:
+            return None
+    if source.node is not None and source.node.op == "constant":
+        scalar = np.asarray(source.node.attr("value").array).reshape(())
+        return ("const", scalar.dtype.str, scalar.tobytes()), scalar
+    return ("value", id(source)), source
+
+
+def _find_chains(graph: Graph) -> list[_Chain]:
+    """The connected components of elementwise optimiser nodes, those that form a valid chain."""
+    members = [n for n in graph.nodes
+               if n.op in ELEMENTWISE and on_optimizer_path(n) and len(n.outputs) == 1
+               and n.types[0].ndim > 0 and n.types[0].size > 0]
+    index = {id(n): i for i, n in enumerate(members)}
+    parent = list(range(len(members)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i, node in enumerate(members):
+        for value in node.inputs:
+            j = index.get(id(value.node)) if value.node is not None else None
+            if j is not None:
+                parent[find(i)] = find(j)
+    groups: dict[int, list[Node]] = {}
+    for i, node in enumerate(members):
+        groups.setdefault(find(i), []).append(node)
+
+    users: dict[int, int] = {}  # id(value) -> number of uses outside its chain (filled below)
+    chain_of = {}
+    chains = []
+    for nodes in groups.values():
+        chain = _Chain(nodes)
+        chains.append(chain)
+        for node in nodes:
+            chain_of[id(node)] = chain
+    for node in graph.nodes:
+        mine = chain_of.get(id(node))
+        for value in node.inputs:
+            owner = chain_of.get(id(value.node)) if value.node is not None else None
+            if owner is not None and owner is not mine:
+                users[id(value)] = users.get(id(value), 0) + 1
+    for value in graph.outputs:
+        users[id(value)] = users.get(id(value), 0) + 1
+    return [c for c in chains if _describe(c, users)]
+
+
+def _describe(chain: _Chain, escaping_uses: dict[int, int]) -> bool:
+    """Fill in the chain's operands and signature; False if it is not a fusable chain."""
+    local = {id(n): i for i, n in enumerate(chain.nodes)}
+    external_index: dict[int, int] = {}
+    ops = []
+    for node in chain.nodes:
+        if node.types[0].shape != chain.shape:
+            return False
+        operands = []
+        for value in node.inputs:
+            if value.node is not None and id(value.node) in local:
+                operands.append(("chain", local[id(value.node)]))
+                continue
+            scalar = _scalar_key(value)
+            if scalar is not None and (value.type.ndim == 0 or value.type.shape == chain.shape):
+                key, source = scalar
+                kind = "raw" if value.type.ndim == 0 else "broadcast"
+                chain.scalars.setdefault(key, source)
+                operands.append((kind, key))
+            elif value.type.shape == chain.shape:
+                if id(value) not in external_index:
+                    external_index[id(value)] = len(chain.externals)
+                    chain.externals.append(value)
+                operands.append(("tensor", external_index[id(value)], value.type.dtype.str))
+            else:
+                return False
+        ops.append((node.op, node.attrs, node.types[0].dtype.str, tuple(operands)))
+    escaping = [i for i, n in enumerate(chain.nodes) if id(n.outputs[0]) in escaping_uses]
+    chain.escaping = [chain.nodes[i].outputs[0] for i in escaping]
+    chain.signature = (tuple(ops), tuple(escaping))
+    return bool(escaping)
+
+
+def _independent(chains: list[_Chain], graph: Graph) -> list[_Chain]:
+    """The chains (in order) that can run as one: none reads another kept chain's results, or
+    its own results through nodes outside it (directly or through any number of nodes)."""
+    chain_of = {id(n): c for c in chains for n in c.nodes}
+    reaches: dict[int, frozenset[int]] = {}  # id(node) -> ids of the chains whose results it reads
+    needs: dict[int, set[int]] = {id(c): set() for c in chains}  # chain -> chains it reads
+    empty: frozenset[int] = frozenset()
+    for node in graph.nodes:
+        mine = chain_of.get(id(node))
+        found: set[int] = set()
+        for value in node.inputs:
+            producer = value.node
+            if producer is None:
+                continue
+            upstream = reaches.get(id(producer), empty)
+            owner = chain_of.get(id(producer))
+            if mine is not None and owner is mine:  # an edge inside the chain
+                found |= upstream
+                continue
+            if mine is not None:
+                needs[id(mine)] |= upstream
+            found |= upstream
+            if owner is not None:
+                found.add(id(owner))
+        reaches[id(node)] = frozenset(found) if found else empty
+    kept: list[_Chain] = []
+    for chain in chains:
+        reads = needs[id(chain)]
+        if id(chain) in reads or any(id(k) in reads or id(chain) in needs[id(k)] for k in kept):
+            continue
+        kept.append(chain)
+    return kept
+
+
+def _horizontal(graph: Graph, max_group: int) -> Graph:
+    by_signature: dict[tuple, list[_Chain]] = {}
+    for chain in _find_chains(graph):
+        by_signature.setdefault(chain.signature, []).append(chain)
+    groups = []
+    for chains in by_signature.values():
+        chains = _independent(chains, graph) if len(chains) > 1 else chains
+        step = max_group if max_group > 0 else len(chains)
+        groups += [chains[i:i + step] for i in range(0, len(chains), step) if len(chains[i:i + step]) > 1]
+    if not groups:
+        return graph
+
+    position = {id(n): i for i, n in enumerate(graph.nodes)}
+    removed: set[int] = set()
+    replacement: dict[int, Value] = {}
+    added: list[tuple[int, list[Node]]] = []  # (priority, new nodes) per fused group
+    for chains in groups:
+        new_nodes = _fuse(chains, replacement)
+        removed.update(id(n) for c in chains for n in c.nodes)
+        added.append((max(position[id(n)] for c in chains for n in c.nodes), new_nodes))
+        statistic("chains fused", len(chains))
+        statistic("fused groups")
+    return _rebuild(graph, removed, replacement, added)
+
+
+def _fuse(chains: list[_Chain], replacement: dict[int, Value]) -> list[Node]:
+    """One chain over the concatenation of ``chains``' operands; maps their results to slices."""
+    from kaun_ir.ops import get
+
+    first = chains[0]
+    template = first.nodes[0]
+    new_nodes: list[Node] = []
+
+    def emit(op: str, inputs: list[Value], attrs: dict, like: Node) -> Value:
+        opdef = get(op)
+        attrs = opdef.check_attrs(attrs)
+        types = infer_or_raise(opdef, [v.type for v in inputs], attrs, like.path)
+        node = Node(op, inputs, attrs, types, path=like.path, source=like.source)
+        new_nodes.append(node)
+        return node.outputs[0]
+
+    total = sum(c.size for c in chains)
+    flat_shape = (total,)
+
+    def flat(value: Value) -> Value:
+        if value.type.shape == (value.type.size,):
+            return value
+        return emit("reshape", [value], {"shape": (value.type.size,)}, template)
+
+    tensors = [emit("concatenate", [flat(c.externals[k]) for c in chains], {"dimension": 0}, template)
+               for k in range(len(first.externals))]
+    scalars: dict[Any, Value] = {}
+    broadcasts: dict[Any, Value] = {}
+
+    def scalar(key) -> Value:
+        if key not in scalars:
+            source = first.scalars[key]
+            if isinstance(source, Value):
+                scalars[key] = source
+            else:
+                scalars[key] = emit("constant", [], {"value": np.asarray(source)}, template)
+        return scalars[key]
+
+    def broadcast(key) -> Value:
+        if key not in broadcasts:
+            broadcasts[key] = emit("broadcast_in_dim", [scalar(key)],
+                                   {"shape": flat_shape, "broadcast_dimensions": ()}, template)
+        return broadcasts[key]
+
+    results: list[Value] = []
+    for (op, attrs, _, operands), node in zip(first.signature[0], first.nodes):
+        inputs = []
+        for operand in operands:
+            kind = operand[0]
+            if kind == "chain":
+                inputs.append(results[operand[1]])
+            elif kind == "tensor":
+                inputs.append(tensors[operand[1]])
+            elif kind == "raw":
+                inputs.append(scalar(operand[1]))
+            else:
+                inputs.append(broadcast(operand[1]))
+        results.append(emit(op, inputs, dict(attrs), node))
+
+    for escaping_index in first.signature[1]:
+        fused = results[escaping_index]
+        offset = 0
+        for chain in chains:
+            part = emit("slice", [fused], {"start_indices": (offset,), "limit_indices": (offset + chain.size,),
+                                           "strides": (1,)}, template)
+            if chain.shape != (chain.size,):
+                part = emit("reshape", [part], {"shape": chain.shape}, template)
+            replacement[id(chain.nodes[escaping_index].outputs[0])] = part
+            offset += chain.size
+    return new_nodes
+
+
+def _rebuild(graph: Graph, removed: set[int], replacement: dict[int, Value],
+             added: list[tuple[int, list[Node]]]) -> Graph:
+    """The graph without the ``removed`` nodes, with the ``added`` ones, in a valid order close to
+    the original (each fused block goes where its last original node was, earlier if needed)."""
+    env = dict(replacement)
+    items: list[tuple[tuple, Node]] = []  # (priority, original node or new node)
+    for i, node in enumerate(graph.nodes):
+        if id(node) not in removed:
+            items.append(((i, 0, 0), node))
+    for block, (where, nodes) in enumerate(added):
+        items += [((where, 1 + block, k), node) for k, node in enumerate(nodes)]
+
+    # stable topological order (Kahn's algorithm, lowest priority first); operands of original
+    # nodes are read through ``env`` so they wait for the fused nodes that now produce them
+    def operands(node: Node) -> list[Value]:
+        return [env.get(id(v), v) for v in node.inputs]
+
+    producer_item = {}
+    for k, (_, node) in enumerate(items):
+        for out in node.outputs:
+            producer_item[id(out)] = k
+    waiting = [0] * len(items)
+    consumers: dict[int, list[int]] = {}
+    for k, (_, node) in enumerate(items):
+        deps = {producer_item[id(v)] for v in operands(node) if id(v) in producer_item}
+        waiting[k] = len(deps)
+        for d in deps:
+            consumers.setdefault(d, []).append(k)
+    ready = [(items[k][0], k) for k in range(len(items)) if waiting[k] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        order.append(k)
+        for c in consumers.get(k, ()):
+            waiting[c] -= 1
+            if waiting[c] == 0:
+                heapq.heappush(ready, (items[c][0], c))
+    if len(order) != len(items):  # excluded by _independent; a bug if it happens
+        raise RuntimeError("fuse-optimizer: the fused graph has a cycle")
+
+    nodes: list[Node] = []
+    for k in order:
+        node = items[k][1]
+        inputs = operands(node)
+        if any(a is not b for a, b in zip(inputs, node.inputs)):
+            fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, node.path, node.source)
+            env.update({id(old): new for old, new in zip(node.outputs, fresh.outputs)})
+            node = fresh
+        nodes.append(node)
+    outputs = [env.get(id(v), v) for v in graph.outputs]
+    live = {id(n) for n in Graph.from_outputs(graph.inputs, outputs).nodes}
+    nodes = [n for n in nodes if id(n) in live]  # the unfused chains' leftovers (broadcasts)
+    return Graph(graph.inputs, outputs, nodes, graph.name, graph.input_names)
+
+
+# ----------------------------------------------------------------------------- the pass
+
+
+@register("fuse-optimizer", options={
+    "horizontal": (bool, False, "fuse the isomorphic per-parameter update chains into one chain "
+                                "on concatenated flat vectors"),
+    "max_group": (int, 0, "at most this many chains per fused chain (0: no limit)"),
+})
+def fuse_optimizer(graph: Graph, horizontal: bool, max_group: int) -> Graph:
+    """Check donation of the optimiser update, hoist scalar work, optionally fuse horizontally."""
+    if max_group < 0:
+        raise ValueError(f"fuse-optimizer: max_group must be >= 0, got {max_group}")
+    statistic("optimizer nodes", sum(1 for n in graph.nodes if on_optimizer_path(n)))
+    donatable, undonatable = _donation_counts(graph)
+    statistic("donatable buffers", donatable)
+    if undonatable:
+        statistic("optimizer inputs without an output of their type", undonatable)
+    result = apply_rules(graph, HOIST, label="fuse-optimizer")
+    statistic("scalar ops hoisted", result.total)
+    graph = result.graph
+    if horizontal:
+        graph = _horizontal(graph, max_group)
+    return graph

@@ -1,0 +1,197 @@
+"""Tests of the ``fuse-optimizer`` pass (passes/fuse_optimizer.py).
+
+Oracles: the same training run without the pass (parameters and optimiser state must agree bit
+for bit after several steps, for every optimiser), the reference interpreter on the graph
+before and after the pass, and the pass's own statistics. The .kir FileCheck tests
+(tests/kir/fuse-optimizer-*.kir) check the rewritten IR itself.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+
+import kaun_ir as kn
+import kaun_ir.passes.fuse_optimizer as fo  # registers the pass
+from kaun_ir import layer, loss, optim, passes, rng, train, tree
+from kaun_ir.ir import parse
+from kaun_ir.ir.interp import interpret
+from passutil import assert_bit_identical, random_inputs, same_snapshot, snapshot
+
+# the NumPy references warn about the NaN and inf in the random inputs; they are meant to be there
+pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+
+BASE = "canonicalize,fold,cse,dce"
+FUSED = "canonicalize,fold,fuse-optimizer{horizontal=true},cse,dce"
+KIR = pathlib.Path(__file__).parent / "kir"
+
+OPTIMIZERS = {
+    "sgd": lambda: optim.sgd(0.1),
+    "sgd-momentum": lambda: optim.sgd(0.1, momentum=0.9),
+    "sgd-nesterov": lambda: optim.sgd(0.1, momentum=0.9, nesterov=True),
+    "adam": lambda: optim.adam(1e-2),
+    "adam-schedule": lambda: optim.adam(lambda t: kn.multiply(1e-2, kn.rsqrt(kn.astype(t, kn.float32)))),
+    "adamw": lambda: optim.adamw(1e-2),
+    "rmsprop": lambda: optim.rmsprop(1e-2),
+    "rmsprop-momentum": lambda: optim.rmsprop(1e-2, momentum=0.5),
+    "adagrad": lambda: optim.adagrad(1e-1),
+}
+
+
+def _model():
+    # parameters of five different shapes: [3,5], [5], [5,4], [4], [4,2], [2]
+    return layer.sequential([layer.linear(3, 5), layer.relu(), layer.linear(5, 4), layer.relu(),
+                             layer.linear(4, 2)])
+
+
+def _batch(seed: int):
+    rs = np.random.default_rng(seed)
+    return rs.normal(size=(8, 3)).astype(np.float32), rs.integers(0, 2, size=8).astype(np.int32)
+
+
+def _run(alg, pipeline: str, steps: int = 4):
+    trainer = train.make(_model(), alg, pipeline=pipeline)
+    with rng.scope(0):
+        st = train.init(trainer)
+    x0, y0 = _batch(0)
+    graph = train.step_graph(trainer, st, x0, lambda logits: loss.cross_entropy_sparse(logits, y0),
+                             optimized=True)
+    losses = []
+    for i in range(steps):
+        x, y = _batch(i)
+        value, st = train.step(trainer, st, x, lambda logits: loss.cross_entropy_sparse(logits, y))
+        losses.append(np.array(value))
+    leaves = tree.flatten((st.vars.params, tuple(st.opt_state)))[0]
+    return graph, losses, [np.array(leaf) for leaf in leaves]
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_training_trajectory_is_bit_identical(name):
+    alg = OPTIMIZERS[name]()
+    plain_graph, plain_losses, plain_state = _run(alg, BASE)
+    fused_graph, fused_losses, fused_state = _run(alg, FUSED)
+    # the pass did fuse: one concatenation per tensor operand of the chain, none before
+    assert "concatenate" not in plain_graph.op_counts()
+    assert fused_graph.op_counts().get("concatenate", 0) >= 2
+    for i, (a, b) in enumerate(zip(fused_losses, plain_losses)):
+        assert_bit_identical(a, b, f"{name}: loss of step {i}")
+    assert len(fused_state) == len(plain_state)
+    for i, (a, b) in enumerate(zip(fused_state, plain_state)):
+        assert_bit_identical(a, b, f"{name}: state leaf {i} after the last step")
+
+
+def _traced_step(alg):
+    trainer = train.make(_model(), alg)
+    with rng.scope(1):
+        st = train.init(trainer)
+    x, y = _batch(3)
+    return train.step_graph(trainer, st, x, lambda logits: loss.cross_entropy_sparse(logits, y))
+
+
+@pytest.mark.parametrize("name", ["sgd-momentum", "adam", "adagrad"])
+def test_interpreter_agrees_before_and_after(name):
+    graph = _traced_step(OPTIMIZERS[name]())
+    before = passes.run(graph, BASE)
+    after = passes.run(graph, FUSED, verify_each=True)
+    assert after.op_counts().get("concatenate", 0) >= 2
+    rs = np.random.default_rng(7)
+    for _ in range(2):
+        args = random_inputs(graph, rs, special=0.05)
+        for i, (a, b) in enumerate(zip(interpret(after, *args), interpret(before, *args))):
+            assert_bit_identical(a, b, f"{name}: output {i}")
+
+
+def test_statistics_and_the_input_is_not_modified():
+    graph = passes.run(_traced_step(optim.adam(1e-3)), "canonicalize,fold")
+    before = snapshot(graph)
+    stats = passes.Statistics()
+    out = passes.run(graph, "fuse-optimizer{horizontal=true}", instrumentations=[stats], verify_each=True)
+    assert same_snapshot(graph, before)
+    counters = stats.records[0].counters
+    # 6 parameters, their mu and nu, and the step count: every one paired with an output
+    assert counters["donatable buffers"] == 6 * 3 + 1
+    assert "optimizer inputs without an output of their type" not in counters
+    assert counters["optimizer nodes"] > 6 * 10
+    assert counters["chains fused"] == 6 and counters["fused groups"] == 1
+    assert out.op_counts()["slice"] == 6 * 3  # new params, mu and nu of each parameter
+    # without horizontal fusion the graph keeps its per-parameter chains
+    plain = passes.run(graph, "fuse-optimizer")
+    assert "concatenate" not in plain.op_counts()
+
+
+def test_optimizer_update_nodes_carry_the_layer_path():
+    graph = _traced_step(optim.sgd(0.1))
+    paths = {node.path for node in graph.nodes if node.op == "multiply"}
+    assert "optimizer" in paths
+    assert all(not node.path.startswith("optimizer") for node in graph.nodes if node.op == "dot_general")
+
+
+def _chains(text: str):
+    graph = parse(text)
+    return graph, fo._find_chains(graph)
+
+
+def test_dependent_chains_are_isomorphic_but_not_fused():
+    graph, chains = _chains((KIR / "fuse-optimizer-mismatch.kir").read_text())
+    f32_3 = [c for c in chains if c.shape == (3,)]
+    assert len(f32_3) == 2 and f32_3[0].signature == f32_3[1].signature  # only the dependency differs
+    assert fo._independent(f32_3, graph) == [f32_3[0]]
+    assert "concatenate" not in passes.run(graph, "fuse-optimizer{horizontal=true}").op_counts()
+
+
+SGD3 = """\
+graph @sgd3(%0: f32[2,2] "p1", %1: f32[3] "p2", %2: f32[5] "p3", %3: f32[2,2] "g1", %4: f32[3] "g2", %5: f32[5] "g3", %6: f32[] "lr") -> (f32[2,2], f32[3], f32[5]) {
+  %7 = broadcast_in_dim %6 {broadcast_dimensions = [], shape = [2, 2]} : f32[2,2] loc("optimizer")
+  %8 = multiply %7, %3 : f32[2,2] loc("optimizer")
+  %9 = subtract %0, %8 : f32[2,2] loc("optimizer")
+  %10 = broadcast_in_dim %6 {broadcast_dimensions = [], shape = [3]} : f32[3] loc("optimizer")
+  %11 = multiply %10, %4 : f32[3] loc("optimizer")
+  %12 = subtract %1, %11 : f32[3] loc("optimizer")
+  %13 = broadcast_in_dim %6 {broadcast_dimensions = [], shape = [5]} : f32[5] loc("optimizer")
+  %14 = multiply %13, %5 : f32[5] loc("optimizer")
+  %15 = subtract %2, %14 : f32[5] loc("optimizer")
+  return %9, %12, %15
+}
+"""
+
+
+@pytest.mark.parametrize("max_group, fused, groups", [(0, 3, 1), (2, 2, 1), (1, 0, 0)])
+def test_max_group(max_group, fused, groups):
+    graph = parse(SGD3)
+    stats = passes.Statistics()
+    out = passes.run(graph, f"fuse-optimizer{{horizontal=true max_group={max_group}}}", [stats],
+                     verify_each=True)
+    counters = stats.records[0].counters
+    assert counters.get("chains fused", 0) == fused and counters.get("fused groups", 0) == groups
+    assert counters["donatable buffers"] == 3
+    assert counters["optimizer inputs without an output of their type"] == 4  # grads and lr
+    args = random_inputs(graph, np.random.default_rng(0))
+    for a, b in zip(interpret(out, *args), interpret(graph, *args)):
+        assert_bit_identical(a, b)
+
+
+def test_negative_max_group_is_an_error():
+    with pytest.raises(passes.PassCrash, match="max_group must be >= 0"):
+        passes.PassManager("fuse-optimizer{max_group=-1}", reproducer_dir=False).run(parse(SGD3))
+
+
+def test_hoisting_is_exact_on_special_values():
+    graph = parse((KIR / "fuse-optimizer-hoist.kir").read_text())
+    stats = passes.Statistics()
+    out = passes.run(graph, "fuse-optimizer", [stats], verify_each=True)
+    assert stats.records[0].counters["scalar ops hoisted"] == 4
+    rs = np.random.default_rng(3)
+    for _ in range(20):  # NaN, inf, -0.0 among the scalars
+        args = random_inputs(graph, rs, special=0.5)
+        for a, b in zip(interpret(out, *args), interpret(graph, *args)):
+            assert_bit_identical(a, b)
+
+
+def test_the_pass_is_registered_with_its_options():
+    info = passes.REGISTRY["fuse-optimizer"]
+    assert set(info.options) == {"horizontal", "max_group"}
+    assert info.options["horizontal"].default is False
+    step = passes.Pipeline.parse("fuse-optimizer{horizontal=true}")
+    assert str(step) == "fuse-optimizer{horizontal=true}"
