@@ -7,7 +7,7 @@ Pipelines take per-pass options (``"unroll{factor=8},cse"``, see :class:`Pipelin
 after each pass, stop-after bisection and crash reproducers. See docs/passes.md.
 """
 
-from . import autodiff, canonicalize, cse, dce, fold, fuse_optimizer  # noqa: F401  (the built-in passes)
+from . import autodiff, canonicalize, cse, dce, fold, fuse_optimizer, layout  # noqa: F401  (the built-in passes)
 from .manager import (DEFAULT_JIT_PIPELINE, DEFAULT_TRAIN_PIPELINE, JIT_PIPELINE_ENV, TRAIN_PIPELINE_ENV,
                       Instrumentation, PassCrash, PassManager, PassRun, PassStatistics, PassStep,
                       PassVerificationError, Pipeline, PipelineError, PrintAfterAll, PrintAfterChange,

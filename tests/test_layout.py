@@ -1,0 +1,243 @@
+"""The ``layout`` pass (passes/layout.py): transpose absorption, sinking, and NCHW/NHWC assignment.
+
+Every rewrite is a permutation of elements, so the NumPy reference interpreter must give
+bit-identical results before and after, on the conv net forward and gradient graphs and on
+random transpose-heavy graphs. Measured on XLA CPU (see ``AUTO_LAYOUT`` in passes/layout.py).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kaun_ir as kn
+from kaun_ir.ir import Builder, TensorType, interpret
+from kaun_ir.passes import layout as layout_pass
+from kaun_ir.tensor import Tensor, apply
+from passutil import same_snapshot, snapshot
+
+
+def transposes(graph) -> int:
+    return graph.op_counts().get("transpose", 0)
+
+
+def run(graph, pipeline):
+    before = snapshot(graph)
+    out = kn.passes.run(graph, pipeline, verify_each=True)
+    assert same_snapshot(graph, before), "the pass modified its input"
+    kn.ir.parse(out.text())  # round-trips through the textual IR
+    return out
+
+
+def assert_same(graph, out, args):
+    for i, (want, got) in enumerate(zip(interpret(graph, *args), interpret(out, *args))):
+        assert want.shape == got.shape and np.array_equal(want, got, equal_nan=True), f"output {i}"
+
+
+def build(types, body):
+    with Builder(record_source=False) as b:
+        args = [Tensor(b.add_input(t), b) for t in types]
+        outs = body(*args)
+        return b.finish([o.value for o in outs], "g")
+
+
+F32 = np.dtype(np.float32)
+
+
+def t(shape):
+    return TensorType(F32, shape)
+
+
+# ----------------------------------------------------------------------------- the conv net
+
+
+def cnn(params, x):
+    h = kn.fn.conv2d(x, params["c1"]["w"], params["c1"]["b"], padding=1)
+    h = kn.fn.max_pool2d(kn.maximum(h, 0.0), 2)
+    h = kn.fn.conv2d(h, params["c2"]["w"], params["c2"]["b"], padding=1)
+    h = kn.fn.max_pool2d(kn.maximum(h, 0.0), 2)
+    h = h.reshape(h.shape[0], -1)
+    return h @ params["fc"]["w"] + params["fc"]["b"]
+
+
+def loss(params, x):
+    return kn.mean(cnn(params, x) ** 2)
+
+
+@pytest.fixture(scope="module")
+def net():
+    rng = np.random.default_rng(7)
+    params = {"c1": {"w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32),
+                     "b": rng.standard_normal(4).astype(np.float32)},
+              "c2": {"w": rng.standard_normal((6, 4, 3, 3)).astype(np.float32) / 3,
+                     "b": rng.standard_normal(6).astype(np.float32)},
+              "fc": {"w": rng.standard_normal((6 * 2 * 2, 3)).astype(np.float32) / 5,
+                     "b": rng.standard_normal(3).astype(np.float32)}}
+    x = rng.standard_normal((2, 1, 8, 8)).astype(np.float32)
+    return params, x, kn.tree.flatten((params, x))[0]
+
+
+@pytest.mark.parametrize("prefer", ["none", "nchw", "nhwc"])
+@pytest.mark.parametrize("which", ["forward", "gradient"])
+def test_cnn_same_outputs_and_gradients(net, prefer, which):
+    params, x, args = net
+    f = cnn if which == "forward" else kn.grad(loss)
+    graph = run(kn.trace(f, params, x), "canonicalize,cse,dce")
+    out = run(graph, f"layout{{prefer={prefer}}},cse,dce")
+    assert_same(graph, out, args)
+    if prefer != "nhwc":
+        assert transposes(out) == 0  # the user's layout: nothing to do
+    else:
+        assert all(n.attr("lhs_spec")[1] == 3 or n.attr("lhs_spec")[0] == 3
+                   for n in out.nodes if n.op == "convolution")  # channels last everywhere
+    if which == "forward" and prefer == "nhwc":
+        # input, two kernels, and back to NCHW before the flatten: only the chain's boundaries
+        assert transposes(out) == 4
+
+
+def test_cnn_nhwc_runs_on_xla(net):
+    params, x, _ = net
+    want = np.asarray(kn.jit(cnn, pipeline="canonicalize,cse,dce")(params, x))
+    got = np.asarray(kn.jit(cnn, pipeline="layout{prefer=nhwc},cse,dce")(params, x))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    gw = kn.tree.flatten(kn.jit(kn.grad(loss), pipeline="cse,dce")(params, x))[0]
+    gg = kn.tree.flatten(kn.jit(kn.grad(loss), pipeline="layout{prefer=nhwc},cse,dce")(params, x))[0]
+    for a, b in zip(gw, gg):
+        np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
+
+
+def test_auto_tells_training_graphs(net):
+    params, x, _ = net
+    assert not layout_pass.has_gradient_convolutions(kn.trace(cnn, params, x))
+    assert layout_pass.has_gradient_convolutions(kn.trace(kn.grad(loss), params, x))
+    fwd = kn.passes.run(kn.trace(cnn, params, x), "layout{target=cpu}")
+    grad = kn.passes.run(kn.trace(kn.grad(loss), params, x), "layout{target=cpu}")
+    assert transposes(fwd) == 4 and transposes(grad) == 0
+
+
+def test_statistics(net):
+    params, x, _ = net
+    graph = kn.trace(cnn, params, x)
+    stats = kn.passes.Statistics()
+    kn.passes.run(graph, "layout{prefer=nhwc}", instrumentations=[stats])
+    counters = stats.records[0].counters
+    assert counters["transposes before"] == 0 and counters["transposes after"] == 4
+    assert counters["convolutions re-laid out"] == 2
+
+
+# ----------------------------------------------------------------------------- absorption
+
+
+def test_dot_absorbs_transposes():
+    def body(a, b):
+        at = apply("transpose", a, permutation=(1, 0))  # [5,3] -> [3,5]
+        bt = apply("transpose", b, permutation=(1, 0))  # [4,5] -> [5,4]
+        return [apply("dot_general", at, bt, lhs_batch=(), rhs_batch=(), lhs_contracting=(1,),
+                      rhs_contracting=(0,))]
+    graph = build([t((5, 3)), t((4, 5))], body)
+    out = run(graph, "layout{prefer=none},dce")
+    assert transposes(out) == 0
+    rng = np.random.default_rng(0)
+    assert_same(graph, out, [rng.standard_normal((5, 3)), rng.standard_normal((4, 5))])
+
+
+def test_dot_keeps_transpose_that_would_reorder_result():
+    def body(a, b):
+        at = apply("transpose", a, permutation=(2, 1, 0))  # [4,3,2] -> [2,3,4]: free axes 0,1 swap
+        return [apply("dot_general", at, b, lhs_batch=(), rhs_batch=(), lhs_contracting=(2,),
+                      rhs_contracting=(0,))]
+    graph = build([t((4, 3, 2)), t((4, 5))], body)
+    out = run(graph, "layout{prefer=none}")
+    assert transposes(out) == 1
+
+
+def test_convolution_absorbs_transposes():
+    def body(x, w):
+        xt = apply("transpose", x, permutation=(0, 3, 1, 2))  # NHWC data read as NCHW
+        y = apply("convolution", xt, w, window_strides=(1, 1), padding=((0, 0), (0, 0)), lhs_dilation=(1, 1),
+                  rhs_dilation=(1, 1), lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3))
+        return [apply("transpose", y, permutation=(0, 2, 3, 1))]
+    graph = build([t((2, 5, 5, 3)), t((4, 3, 2, 2))], body)
+    out = run(graph, "layout{prefer=none},dce")
+    assert transposes(out) == 0
+    rng = np.random.default_rng(1)
+    assert_same(graph, out, [rng.standard_normal((2, 5, 5, 3)), rng.standard_normal((4, 3, 2, 2))])
+
+
+def test_transposes_meet_through_elementwise():
+    def body(a, b):
+        p = (2, 0, 1)
+        x = apply("exponential", apply("transpose", a, permutation=p))
+        y = apply("add", x, apply("transpose", b, permutation=p))
+        return [apply("transpose", apply("negate", y), permutation=(1, 2, 0))]
+    graph = build([t((2, 3, 4)), t((2, 3, 4))], body)
+    out = run(graph, "layout{prefer=none},dce")
+    assert transposes(out) == 0
+    rng = np.random.default_rng(2)
+    assert_same(graph, out, [rng.standard_normal((2, 3, 4)), rng.standard_normal((2, 3, 4))])
+
+
+def test_shared_transpose_is_not_duplicated():
+    def body(a):
+        x = apply("transpose", a, permutation=(1, 0))
+        return [apply("exponential", x), apply("reshape", x, shape=(6,))]
+    graph = build([t((2, 3))], body)
+    out = run(graph, "layout{prefer=none},dce")
+    assert transposes(out) == 1
+
+
+def test_options():
+    assert layout_pass.resolve("auto", "cpu") == "nhwc"  # measured: inference
+    assert layout_pass.resolve("auto", "cpu", training=True) == "nchw"  # measured: training
+    assert layout_pass.resolve("auto", "gpu") == "nhwc"
+    assert layout_pass.resolve("nchw", "gpu") == "nchw"
+    graph = build([t((2,))], lambda a: [a])
+    with pytest.raises(kn.passes.PassCrash, match="prefer"):
+        kn.passes.run(graph, "layout{prefer=nhcw}")
+
+
+# ----------------------------------------------------------------------------- random graphs
+
+
+def random_graph(seed: int):
+    """A random DAG of transposes, elementwise ops, broadcasts and dots on rank-3 tensors."""
+    rng = np.random.default_rng(seed)
+    shape = (2, 3, 4)
+
+    def body(a, b, v):
+        pool = [a, b]
+        for _ in range(12):
+            x = pool[rng.integers(len(pool))]
+            r = rng.random()
+            if r < 0.35:
+                perm = tuple(int(i) for i in rng.permutation(3))
+                pool.append(apply("transpose", x, permutation=perm))
+                continue
+            same = [y for y in pool if y.shape == x.shape]
+            if r < 0.55:
+                pool.append(apply(str(rng.choice(["exponential", "negate", "tanh", "abs"])), x))
+            elif r < 0.8:
+                pool.append(apply(str(rng.choice(["add", "multiply", "maximum"])), x,
+                                  same[rng.integers(len(same))]))
+            elif r < 0.9:
+                axis = int(rng.integers(3))
+                vb = apply("broadcast_in_dim", apply("slice", v, start_indices=(0,), limit_indices=(x.shape[axis],),
+                                                     strides=(1,)), shape=x.shape, broadcast_dimensions=(axis,))
+                pool.append(apply("subtract", x, vb))
+            else:
+                other = pool[rng.integers(len(pool))]
+                pool.append(apply("dot_general", x, other, lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,),
+                                  rhs_contracting=(2,)) if x.shape[0] == other.shape[0] and x.shape[2] == other.shape[2]
+                            else apply("negate", x))
+        return pool[-3:]
+    return build([t(shape), t(shape), t((4,))], body), rng
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_transpose_graphs(seed):
+    graph, rng = random_graph(seed)
+    graph = run(graph, "canonicalize,dce")
+    args = [rng.standard_normal(v.shape).astype(np.float32) for v in graph.inputs]
+    out = run(graph, "layout,cse,dce")
+    assert_same(graph, out, args)
+    assert transposes(out) <= transposes(graph)
