@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-import uuid
 from typing import Any
 
 import numpy as np
 
 from . import ptree
+from .fileio import atomic_write
 
 __all__ = ["save", "load", "load_raw", "STRUCTURE_KEY"]
 
@@ -98,40 +98,6 @@ def _write_bytes(handle, data: bytes) -> None:
         handle.write(view[start:start + _CHUNK])
 
 
-def _atomic_write(path: str, data: bytes) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
-    # os.open with 0o666 lets the umask decide the final permissions, as for a plain open()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            _write_bytes(handle, data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    _fsync_directory(directory)
-
-
-def _fsync_directory(directory: str) -> None:
-    """Make the rename durable (POSIX); not possible / not needed on every platform."""
-    try:
-        fd = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
-
 def save(path: str | os.PathLike, tree: Any) -> str:
     """Write ``tree`` (arrays, Python numbers, nested dicts/lists/tuples) to ``path`` as
     SafeTensors, atomically. Returns ``path`` as a string.
@@ -154,7 +120,7 @@ def save(path: str | os.PathLike, tree: Any) -> str:
         tensors[key] = _leaf_to_host(key, leaf)
     metadata = {STRUCTURE_KEY: json.dumps(_encode(tree, ""), separators=(",", ":")),
                 _FORMAT_KEY: _FORMAT}
-    _atomic_write(path, st_save(tensors, metadata=metadata))
+    atomic_write(path, st_save(tensors, metadata=metadata), writer=lambda handle, data: _write_bytes(handle, data))
     return path
 
 

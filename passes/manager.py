@@ -17,12 +17,12 @@ import hashlib
 import importlib
 import os
 import shlex
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from kaun_ir.errors import IRError, KaunError
+from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.ir.core import Graph
 
 from . import registry
@@ -523,8 +523,8 @@ class PassManager:
         try:
             text = reproducer_text(graph, remaining, err)
             digest = hashlib.sha256(text.encode()).hexdigest()[:12]
-            path = os.path.join(_repro_dir(self.reproducer_dir), f"{remaining.steps[0].name}-{digest}.kir")
-            _atomic_write(path, text)
+            path = os.path.join(repro_dir(self.reproducer_dir), f"{remaining.steps[0].name}-{digest}.kir")
+            atomic_write(path, text)
         except Exception:  # a failing reproducer must not hide the crash itself
             return None
         return path
@@ -556,23 +556,6 @@ def _modules_to_load(pipeline: Pipeline) -> list[str]:
         if where and where not in loads:
             loads.append(where)
     return loads
-
-
-def _repro_dir(configured: str | None) -> str:
-    path = configured or os.environ.get("KAUN_IR_REPRO_DIR") or os.path.join(
-        tempfile.gettempdir(), "kaun_ir_repro")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
-def _atomic_write(path: str, text: str) -> None:
-    # write a temporary file next to the target and rename: readers never see half a reproducer
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 # --- loading passes from user modules -----------------------------------------------------------

@@ -5,7 +5,8 @@ Imported as ``kaun_ir.runtime``; jaxlib is only touched through the ``xla`` adap
 
 from __future__ import annotations
 
-import os
+
+from kaun_ir.fileio import atomic_write
 
 from .executable import Executable, compile, stats
 from .jit import Jitted, jit
@@ -34,13 +35,7 @@ def export(graph, path: str) -> str:
         data = text.encode()
     else:
         raise ValueError(f"export path must end in .mlir or .mlirbc, got {path!r}")
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    atomic_write(path, data)
     return path
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 from typing import Sequence
 
 from kaun_ir.errors import CompileError
+from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.ir.core import Graph
 
 from . import xla
@@ -32,12 +32,6 @@ def fingerprint(mlir_text: str, device) -> str:
     return digest.hexdigest()
 
 
-def _repro_dir() -> str:
-    path = os.environ.get("KAUN_IR_REPRO_DIR") or os.path.join(tempfile.gettempdir(), "kaun_ir_repro")
-    os.makedirs(path, exist_ok=True)
-    return path
-
-
 def compile_mlir(mlir_text: str, device, pipeline: str = "") -> object:
     """XLA-compile StableHLO text for ``device``, cached by fingerprint; CompileError on failure."""
     key = fingerprint(mlir_text, device)
@@ -48,25 +42,16 @@ def compile_mlir(mlir_text: str, device, pipeline: str = "") -> object:
     try:
         loaded = xla.compile(mlir_text, device)
     except Exception as err:  # jaxlib raises its own XlaRuntimeError / ValueError types
-        path = os.path.join(_repro_dir(), f"{key[:16]}.mlir")
+        path = os.path.join(repro_dir(), f"{key[:16]}.mlir")
         header = f"// kaun_ir compile failure repro\n// pipeline: {pipeline or '(none)'}\n" \
                  f"// device: {device.platform}\n// error: {str(err).splitlines()[0] if str(err) else err!r}\n"
-        _atomic_write(path, header + mlir_text)
+        atomic_write(path, header + mlir_text)
         raise CompileError(f"XLA could not compile the module ({type(err).__name__}: "
                            f"{str(err).splitlines()[0] if str(err) else ''}); "
                            f"StableHLO written to {path}") from None
     stats.compiles += 1
     _CACHE[key] = loaded
     return loaded
-
-
-def _atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 class Executable:

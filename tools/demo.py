@@ -15,6 +15,8 @@ import time
 
 import numpy as np
 
+from kaun_ir.fileio import atomic_write
+
 
 def add_parser(sub) -> None:
     parser = sub.add_parser("demo", help="train an MLP and a CNN on the embedded digits data set",
@@ -91,7 +93,7 @@ def _train(name, model, splits, args, out):
     stages["train_step.stablehlo.mlir"] = compiled.lower(*step_args)
     stages["train_step.hlo.txt"] = compiled.executable(*step_args).hlo_text()
     for suffix, text in stages.items():
-        _write(os.path.join(out, f"{name}.{suffix}"), text)
+        atomic_write(os.path.join(out, f"{name}.{suffix}"), text)
     return trainer, st, accuracy
 
 
@@ -131,10 +133,3 @@ def run(args) -> int:
           f"(forward, train step after autodiff, optimised, StableHLO, HLO)")
     print(f"total {time.perf_counter() - start:.1f} s")
     return 0 if ok else 1
-
-
-def _write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as handle:
-        handle.write(text)
-    os.replace(tmp, path)

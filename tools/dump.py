@@ -18,6 +18,7 @@ import shutil
 import sys
 import tempfile
 
+from kaun_ir.fileio import atomic_write
 from . import spec as specs
 
 # ops whose cost is one FLOP per output element
@@ -172,18 +173,7 @@ def format_statistics(name: str, stage: str, stats: dict) -> str:
 # ------------------------------------------------------------------ writing
 
 
-def write_atomic(path: str, data: str | bytes) -> None:
-    """Write through a temporary file in the same directory and rename it over ``path``."""
-    directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.tmp{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+write_atomic = atomic_write  # the name the viz module imports
 
 
 def write_all(subject, directory: str) -> list[str]:
