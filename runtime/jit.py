@@ -61,7 +61,8 @@ class Jitted:
                 arrays.append(leaf)
                 key.append((tuple(leaf.shape), leaf.dtype) if hasattr(leaf, "dtype") else leaf_type(leaf))
             else:
-                key.append(("static", type(leaf), leaf))
+                # NaN != NaN: key it by name so a static NaN does not retrace on every call
+                key.append(("static", type(leaf), "nan" if leaf != leaf else leaf))
         return tuple(key), leaves, arrays
 
     def __call__(self, *args, **kwargs):
