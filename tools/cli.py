@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import demo, dump, export, opt, viz
+from . import bench, demo, dump, export, opt, viz
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -19,6 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
     dump.add_parser(sub)
     export.add_parser(sub)
     viz.add_parser(sub)
+    bench.add_parser(sub)
     return parser
 
 
