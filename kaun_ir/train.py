@@ -191,10 +191,16 @@ def _code_names(code: types.CodeType) -> set:
     return names
 
 
+@functools.lru_cache(maxsize=4096)
+def _sorted_code_names(code: types.CodeType) -> tuple:
+    """``sorted(_code_names(code))``, computed once per code object (a pure function of it)."""
+    return tuple(sorted(_code_names(code)))
+
+
 def _array_globals(fn: types.FunctionType) -> tuple:
     """The module globals named by ``fn``'s code whose value holds arrays (sorted names)."""
     found = []
-    for name in sorted(_code_names(fn.__code__)):
+    for name in _sorted_code_names(fn.__code__):
         value = fn.__globals__.get(name, None)
         if isinstance(value, (types.ModuleType, type)) or callable(value):
             continue
@@ -251,6 +257,84 @@ def _compiled_step(trainer: Trainer):
     return compiled
 
 
+def _block_body(trainer: Trainer, params, state, opt_state, key, xs, captured, ctx, spec: _LossSpec,
+                training: bool, dtype_name: str):
+    """``K = xs.shape[0]`` training steps in one ``while`` op: step ``i`` trains on ``xs[i]``
+    with the loss function rebuilt over ``captured[j][i]``. Each iteration is exactly
+    :func:`_step_body` (its gradient is traced inside the loop body, so the loop itself needs no
+    derivative; its dropout key is ``fold_in(key, count)`` with the in-loop step counter)."""
+    from .control import fori_loop
+    from .indexing import dynamic_slice, dynamic_update_slice
+    from .numeric import reshape
+
+    steps = int(xs.shape[0])
+
+    def row(stacked, i):
+        shape = tuple(stacked.shape[1:])
+        block = dynamic_slice(stacked, [i] + [0] * len(shape), (1,) + shape)
+        return reshape(block, shape)
+
+    def body(i, carry):
+        p, s, o, losses = carry
+        loss_value, p, s, o = _step_body(trainer, p, s, o, key, row(xs, i), [row(c, i) for c in captured],
+                                         ctx, spec, training, dtype_name)
+        losses = dynamic_update_slice(losses, reshape(loss_value, (1,)), [i])
+        return p, s, o, losses
+
+    init = (params, state, opt_state, np.zeros((steps,), np.float32))
+    new_params, new_state, new_opt, losses = fori_loop(0, steps, body, init)
+    return losses, new_params, new_state, tuple(new_opt)
+
+
+def _compiled_block(trainer: Trainer):
+    compiled = trainer.__dict__.get("_block")
+    if compiled is None:
+        from . import passes
+        from .runtime import jit
+
+        def train_block(params, state, opt_state, key, xs, captured, ctx, spec, training, dtype_name):
+            return _block_body(trainer, params, state, opt_state, key, xs, captured, ctx, spec,
+                               training, dtype_name)
+
+        pipeline = functools.partial(passes.train_pipeline, trainer.pipeline)
+        compiled = jit(train_block, donate_argnums=(0, 1, 2), pipeline=pipeline)
+        object.__setattr__(trainer, "_block", compiled)  # a cache, not a field
+    return compiled
+
+
+def _stack(arrays: list):
+    """The arrays stacked on a new leading axis (NumPy on the host when all are NumPy arrays,
+    else one XLA ``stack`` so device arrays stay on the device)."""
+    if all(isinstance(a, np.ndarray) for a in arrays):
+        return np.stack(arrays)
+    from .numeric import stack
+
+    return stack(list(arrays))
+
+
+def _block_step(trainer: Trainer, st: State, batches: list, training: bool, ctx: dict | None):
+    """``K`` steps over ``batches`` (``(x, loss_fn)`` pairs) in one executable, or ``None`` when
+    they cannot share one block (different shapes or loss-function specs)."""
+    specs = [_LossSpec(fn) for _, fn in batches]
+    xs = [x for x, _ in batches]
+    first = specs[0]
+    if first.treedef is None or any(spec != first for spec in specs[1:]):
+        return None
+    captured = [spec.arrays() for spec in specs]
+    sig = lambda arrays: [(tuple(getattr(a, "shape", ())), np.dtype(getattr(a, "dtype", type(a)))) for a in arrays]
+    head = sig([xs[0]] + captured[0])
+    if any(sig([x] + c) != head for x, c in zip(xs[1:], captured[1:])):
+        return None
+    stacked = [_stack(list(column)) for column in zip(*captured)]
+    compiled = _compiled_block(trainer)
+    v = st.vars
+    losses, params, state, opt_state = compiled(v.params, v.state, tuple(st.opt_state), st.key, _stack(xs),
+                                                stacked, dict(ctx or {}), first, bool(training),
+                                                dtypes.short_name(v.dtype))
+    new_opt = optim.state_of_trees(trainer.optimizer, opt_state[0], opt_state[1])
+    return losses, State(layer.Vars(params, state, v.dtype), new_opt, st.step + len(batches), st.key)
+
+
 def _check_state(st, where: str) -> None:
     """``TypeError`` unless ``st`` is a State; ``ValueError`` if a step already consumed it."""
     if not isinstance(st, State):
@@ -270,14 +354,172 @@ def _step_args(st: State, x: Any, spec: _LossSpec, training: bool, ctx: dict | N
 def step(trainer: Trainer, st: State, x: Any, loss_fn: Callable, training: bool = True,
          ctx: dict | None = None) -> tuple[Any, State]:
     """One step: ``(loss, new_state)``. ``loss_fn(y_pred) -> scalar`` closes over the batch's
-    targets. The ``State`` passed in is consumed (its buffers are donated)."""
+    targets. The ``State`` passed in is consumed (its buffers are donated).
+
+    A ``State`` returned by ``step`` remembers its flattened arrays, so the next step on it skips
+    re-flattening (see :class:`_Dispatch`); treat it as immutable (make a new one with
+    ``dataclasses.replace`` / :func:`make_state` to change it, never edit its dicts in place)."""
+    if not ctx and type(st) is State:
+        flat = st.__dict__.get("_flat")
+        if flat is not None:
+            result = _fast_step(trainer, st, flat, x, loss_fn, training)
+            if result is not None:
+                return result
     _check_state(st, "step")
     spec = _LossSpec(loss_fn)
     compiled = _compiled_step(trainer)
-    v = st.vars
-    loss_value, params, state, opt_state = compiled(*_step_args(st, x, spec, training, ctx))
+    args = _step_args(st, x, spec, training, ctx)
+    entry, arrays = compiled.entry_for(*args)
+    outs = entry.execute(compiled._on_device(arrays, entry))
+    loss_value, params, state, opt_state = entry.unflatten(outs)
     new_opt = optim.state_of_trees(trainer.optimizer, opt_state[0], opt_state[1])
-    return loss_value, State(layer.Vars(params, state, v.dtype), new_opt, st.step + 1, st.key)
+    v = st.vars
+    new = State(layer.Vars(params, state, v.dtype), new_opt, st.step + 1, st.key)
+    if not ctx:
+        _record_dispatch(trainer, st, x, loss_fn, training, entry, compiled, outs, new)
+    return loss_value, new
+
+
+# ---------------------------------------------------------------- cheap repeated dispatch
+
+
+class _Struct:
+    """An interned token for the structure, shapes and dtypes of a state's arrays (identity
+    compared, so the per-step check is one dict lookup, not a tree walk)."""
+
+    __slots__ = ("description",)
+
+    def __init__(self, description):
+        self.description = description
+
+
+def _struct_of(trainer: Trainer, leaves: list, treedef, dtype_name: str) -> _Struct | None:
+    if not all(is_array_leaf(leaf) and hasattr(leaf, "shape") for leaf in leaves):
+        return None
+    description = (treedef, dtype_name, tuple((tuple(a.shape), np.dtype(a.dtype)) for a in leaves))
+    table = trainer.__dict__.setdefault("_structs", {})
+    return table.setdefault(description, _Struct(description))
+
+
+def _state_leaves(st: State) -> tuple[list, Any]:
+    v = st.vars
+    return tree.flatten((v.params, v.state, tuple(st.opt_state), st.key))
+
+
+class _Dispatch:
+    """One cached signature of ``train.step``: the executable's entry, how to move the inputs to
+    the device and the structure token of the state it returns."""
+
+    __slots__ = ("entry", "on_device", "out_struct", "rebuild", "n_state")
+
+    def __init__(self, entry, on_device, out_struct, n_state):
+        self.entry, self.on_device, self.out_struct, self.n_state = entry, on_device, out_struct, n_state
+        self.rebuild = _rebuilder(entry.out_treedef)
+
+
+def _rebuilder(treedef) -> Callable:
+    """A function ``it -> tree`` rebuilding ``treedef`` from an iterator of leaves (the walk
+    over the tree definition is done once, here, not per step)."""
+    if treedef == tree.LEAF:
+        return next
+    kind = treedef[0]
+    if kind == "dict":
+        keys, subs = treedef[1], [_rebuilder(d) for d in treedef[2]]
+        if all(sub is next for sub in subs):
+            return lambda it: dict(zip(keys, it))  # zip reads `keys` first: no leaf is lost
+        return lambda it: {k: sub(it) for k, sub in zip(keys, subs)}
+    if kind in ("list", "tuple"):
+        subs = [_rebuilder(d) for d in treedef[1]]
+        make = list if kind == "list" else tuple
+        return lambda it: make([sub(it) for sub in subs])
+    return lambda it: None
+
+
+_STATIC_CELL_TYPES = (int, float, bool, str, type(None), types.FunctionType, types.BuiltinFunctionType,
+                      types.ModuleType)
+
+
+def _fast_fn_key(fn, array_types) -> tuple | None:
+    """``(key, captured arrays)`` of a plain closure whose cells are arrays or simple statics and
+    which has no defaults and names no global holding arrays; ``None`` otherwise (then the
+    general :class:`_LossSpec` path runs). The key determines the ``_LossSpec`` key exactly."""
+    if type(fn) is not types.FunctionType or fn.__defaults__ is not None or fn.__kwdefaults__ is not None:
+        return None
+    arrays, statics = [], []
+    for cell in fn.__closure__ or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:
+            return None
+        if type(value) in array_types:
+            arrays.append(value)
+            statics.append(None)
+        elif isinstance(value, _STATIC_CELL_TYPES) and value == value:  # NaN: general path
+            statics.append((type(value), value))
+        else:
+            return None
+    namespace = fn.__globals__
+    for name in _sorted_code_names(fn.__code__):
+        value = namespace.get(name)
+        if value is None or isinstance(value, _STATIC_CELL_TYPES) or isinstance(value, type):
+            continue
+        if callable(value):
+            continue
+        return None  # a global that might hold arrays: the general path decides
+    return (fn.__code__, id(namespace), tuple(statics)), arrays
+
+
+def _record_dispatch(trainer, st, x, loss_fn, training, entry, compiled, outs, new) -> None:
+    """After a general step: remember its entry for the fast path and tag ``new`` with its
+    flattened arrays."""
+    array_types = compiled._array_types
+    fast = _fast_fn_key(loss_fn, array_types)
+    if fast is None or type(x) not in array_types:
+        return
+    fn_key, captured = fast
+    dtype_name = dtypes.short_name(st.vars.dtype)
+    leaves, treedef = _state_leaves(st)
+    in_struct = _struct_of(trainer, leaves, treedef, dtype_name)
+    new_leaves, new_def = _state_leaves(new)
+    out_struct = _struct_of(trainer, new_leaves, new_def, dtype_name)
+    if in_struct is None or out_struct is None:
+        return
+    sig = ((x.shape, np.dtype(x.dtype)),) + tuple((a.shape, np.dtype(a.dtype)) for a in captured)
+    table = trainer.__dict__.setdefault("_dispatch", {})
+    table[(in_struct, fn_key, bool(training), sig)] = _Dispatch(entry, compiled._on_device, out_struct,
+                                                                len(leaves))
+    object.__setattr__(new, "_flat", (out_struct, new_leaves))
+
+
+def _fast_step(trainer, st, flat, x, loss_fn, training):
+    """``train.step`` for a signature seen before on a state returned by ``step``; ``None``
+    when anything differs (the general path then runs)."""
+    table = trainer.__dict__.get("_dispatch")
+    if table is None:
+        return None
+    struct, leaves = flat
+    if leaves and leaves[0].is_deleted():
+        return None  # the general path raises the clear error
+    compiled = trainer.__dict__["_step"]
+    fast = _fast_fn_key(loss_fn, compiled._array_types)
+    if fast is None:
+        return None
+    fn_key, captured = fast
+    try:
+        sig = ((x.shape, np.dtype(x.dtype)),) + tuple((a.shape, np.dtype(a.dtype)) for a in captured)
+    except AttributeError:
+        return None
+    record = table.get((struct, fn_key, bool(training), sig))
+    if record is None:
+        return None
+    entry = record.entry
+    outs = entry.execute(record.on_device(leaves + [x] + captured, entry))
+    loss_value, params, state, (count, trees) = record.rebuild(iter(outs))
+    new = State(layer.Vars(params, state, st.vars.dtype), optim.State(count, trees), st.step + 1, st.key)
+    new_leaves = outs[1:]
+    new_leaves.append(st.key)
+    object.__setattr__(new, "_flat", (record.out_struct, new_leaves))
+    return loss_value, new
 
 
 def step_graph(trainer: Trainer, st: State, x: Any, loss_fn: Callable, training: bool = True,
@@ -338,7 +580,7 @@ class _Progress:
 
 
 def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = None,
-        ctx: dict | None = None, progress: bool | None = None) -> State:
+        ctx: dict | None = None, progress: bool | None = None, steps_per_call: int = 1) -> State:
     """Run :func:`step` over ``data``, an iterable (e.g. a ``kn.data`` pipeline) of
     ``(x, loss_fn)`` pairs; returns the final state.
 
@@ -347,8 +589,20 @@ def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = N
     steps of this call; ``loss`` is a Python float); raising :class:`EarlyStop` inside it ends
     training and returns the state at that point. A progress bar with the running loss is shown
     when stderr is a terminal (``progress=`` forces it on or off).
+
+    ``steps_per_call=K > 1`` fuses training: ``K`` consecutive batches with the same shapes and
+    the same loss-function code are stacked (``xs: [K, *x.shape]``, each captured array
+    likewise) and ``K`` steps run inside ONE executable (a ``while`` loop), giving the same
+    result as ``K`` single steps (one executable per block signature). ``report`` is then
+    called for each of the ``K`` steps afterwards, in order, with that step's loss and the
+    state *after the whole block*; :class:`EarlyStop` is honoured at block granularity: the
+    steps of the block already ran and stay applied (no roll-back), and the remaining reports
+    of the block are skipped. A final partial block (fewer than ``K`` batches left), or a
+    block whose batches differ in shapes or loss code, runs as single steps.
     """
     _check_state(st, "fit")
+    if isinstance(steps_per_call, bool) or not isinstance(steps_per_call, int) or steps_per_call < 1:
+        raise ValueError(f"train.fit: steps_per_call must be an int >= 1, got {steps_per_call!r}")
     if hasattr(data, "reset"):
         data.reset()
     total = None
@@ -359,18 +613,59 @@ def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = N
     bar = _Progress(total, sys.stderr.isatty() if progress is None else progress)
     last_loss = None
     count = 0
-    for item in data:
-        if not (isinstance(item, tuple) and len(item) == 2):
-            raise TypeError("train.fit: data must yield (x, loss_fn) pairs")
-        x, loss_fn = item
-        last_loss, st = step(trainer, st, x, loss_fn, ctx=ctx)
+    pending: list = []
+
+    def run_single(batch) -> bool:
+        """One step; ``False`` when ``report`` asked to stop."""
+        nonlocal st, last_loss, count
+        last_loss, st = step(trainer, st, batch[0], batch[1], ctx=ctx)
         count += 1
         if report is not None:
             try:
                 report(step=count, loss=float(last_loss), state=st)
             except EarlyStop:
-                break
+                return False
         bar.update(count, lambda: float(last_loss))
+        return True
+
+    def run_block(batches) -> bool:
+        nonlocal st, last_loss, count
+        result = _block_step(trainer, st, batches, True, ctx)
+        if result is None:  # the batches cannot share a block: single steps
+            return all(run_single(batch) for batch in batches)
+        losses, st = result
+        host = np.asarray(losses)
+        last_loss, start = host[-1], count
+        for value in host:
+            count += 1
+            if report is not None:
+                try:
+                    report(step=count, loss=float(value), state=st)
+                except EarlyStop:
+                    count = start + len(host)  # every step of the block ran
+                    return False
+        bar.update(count, lambda: float(last_loss))
+        return True
+
+    stopped = False
+    for item in data:
+        if not (isinstance(item, tuple) and len(item) == 2):
+            raise TypeError("train.fit: data must yield (x, loss_fn) pairs")
+        if steps_per_call == 1:
+            if not run_single(item):
+                stopped = True
+                break
+            continue
+        pending.append(item)
+        if len(pending) == steps_per_call:
+            batches, pending = pending, []
+            if not run_block(batches):
+                stopped = True
+                break
+    if not stopped:
+        for item in pending:  # the final partial block
+            if not run_single(item):
+                break
     if count:
         bar.update(count, lambda: float(last_loss), final=True)
     return st

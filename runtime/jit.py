@@ -84,6 +84,19 @@ class Jitted:
             self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = entry
         return entry.unflatten(entry.execute(self._on_device(arrays, entry)))
 
+    def entry_for(self, *args, **kwargs):
+        """``(entry, arrays)`` for these arguments without executing: the cached (or newly
+        compiled) entry of their signature and their array leaves in input order. For callers
+        that cache the entry and dispatch themselves (``train.step``); ``(None, None)`` inside
+        another trace."""
+        key, leaves, arrays = self._signature(args, kwargs)
+        if key is None:
+            return None, None
+        entry = self._cache.get(key)
+        if entry is None:
+            entry = self._compile(args, kwargs, key)
+        return entry, arrays
+
     def _on_device(self, arrays, entry) -> list:
         device = entry.executable.device
         device_type = self._array_types[-1]

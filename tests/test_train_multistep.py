@@ -1,0 +1,132 @@
+"""``train.fit(..., steps_per_call=K)``: K steps fused in one executable equal K single steps."""
+
+import numpy as np
+import pytest
+
+import kaun_ir as kn
+from kaun_ir import layer, loss, optim, rng, train, tree
+
+
+def _model(dropout: bool = False):
+    parts = [layer.linear(8, 16), layer.relu()]
+    if dropout:
+        parts.append(layer.dropout(0.3))
+    return layer.sequential(parts + [layer.linear(16, 3)])
+
+
+def _batches(n: int, batch: int = 4, seed: int = 0):
+    r = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        x = r.standard_normal((batch, 8)).astype(np.float32)
+        y = r.integers(0, 3, batch).astype(np.int32)
+        out.append((x, (lambda labels: (lambda logits: loss.cross_entropy_sparse(logits, labels)))(y)))
+    return out
+
+
+def _fresh(dropout=False):
+    trainer = train.make(_model(dropout), optim.adam(1e-2))
+    with rng.scope(3):
+        st = train.init(trainer)
+    return trainer, st
+
+
+def _host(st):
+    return [np.asarray(a) for a in tree.flatten(train.state_to_tree(st))[0]]
+
+
+def _run(k, n, dropout=False, stop_at=None):
+    trainer, st = _fresh(dropout)
+    seen = []
+
+    def report(step, loss, state):
+        seen.append((step, loss))
+        if stop_at is not None and step == stop_at:
+            raise train.EarlyStop
+
+    st = train.fit(trainer, st, _batches(n), report=report, steps_per_call=k)
+    return trainer, st, seen
+
+
+@pytest.mark.parametrize("dropout", [False, True])
+def test_blocks_equal_single_steps_bit_for_bit(dropout):
+    _, single, seen1 = _run(1, 10, dropout)
+    trainer, fused, seen5 = _run(5, 10, dropout)
+    assert [s for s, _ in seen5] == list(range(1, 11))
+    assert [s for s, _ in seen1] == [s for s, _ in seen5]
+    # bit-for-bit on the XLA CPU backend: same ops per step, same order, same keys
+    np.testing.assert_array_equal([l for _, l in seen1], [l for _, l in seen5])
+    assert single.step == fused.step == 10
+    for a, b in zip(_host(single), _host(fused)):
+        np.testing.assert_array_equal(a, b)
+    assert trainer._block.trace_count == 1  # one executable for the block signature
+    assert "_step" not in trainer.__dict__  # no single steps were needed
+
+
+def test_final_partial_block_runs_as_single_steps():
+    _, single, seen1 = _run(1, 7)
+    trainer, fused, seen3 = _run(3, 7)
+    assert [s for s, _ in seen3] == list(range(1, 8))
+    np.testing.assert_array_equal([l for _, l in seen1], [l for _, l in seen3])
+    for a, b in zip(_host(single), _host(fused)):
+        np.testing.assert_array_equal(a, b)
+    assert trainer._block.trace_count == 1
+    assert trainer._step.trace_count == 1  # the last batch
+
+
+def test_early_stop_is_honoured_at_block_granularity():
+    trainer, st, seen = _run(4, 12, stop_at=2)
+    # steps 1..4 ran in one block; the report of step 2 stopped training, 3 and 4 stay applied
+    assert [s for s, _ in seen] == [1, 2]
+    assert st.step == 4
+    _, reference, _ = _run(1, 4)
+    for a, b in zip(_host(reference), _host(st)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_compiles_once_per_block_signature():
+    trainer, st = _fresh()
+    st = train.fit(trainer, st, _batches(8), steps_per_call=4)
+    compiles = kn.runtime.stats.compiles  # (XLA's compile cache is process-wide: count from here)
+    st = train.fit(trainer, st, _batches(8, seed=1), steps_per_call=4)
+    assert trainer._block.trace_count == 1
+    assert kn.runtime.stats.compiles - compiles == 0
+    st = train.fit(trainer, st, _batches(4, batch=6), steps_per_call=4)  # new shapes: new block
+    assert trainer._block.trace_count == 2
+
+
+def test_mixed_shapes_in_a_block_fall_back_to_single_steps():
+    trainer, st = _fresh()
+    data = _batches(2) + _batches(2, batch=5)
+    st = train.fit(trainer, st, data, steps_per_call=4)
+    assert st.step == 4 and "_block" not in trainer.__dict__
+
+
+def test_bad_steps_per_call():
+    trainer, st = _fresh()
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="steps_per_call"):
+            train.fit(trainer, st, _batches(1), steps_per_call=bad)
+
+
+def test_fast_dispatch_of_step_equals_the_general_path():
+    from dataclasses import replace
+
+    batches = _batches(6)
+    trainer, fast = _fresh()
+    _, slow = _fresh()
+    for x, fn in batches:
+        lf, fast = train.step(trainer, fast, x, fn)  # after the first step: the cached dispatch
+        ls, slow = train.step(trainer, replace(slow), x, fn)  # replace() drops the cache
+        np.testing.assert_array_equal(np.asarray(lf), np.asarray(ls))
+    assert "_flat" in fast.__dict__
+    for a, b in zip(_host(fast), _host(slow)):
+        np.testing.assert_array_equal(a, b)
+    assert trainer._step.trace_count == 1
+    with pytest.raises(ValueError, match="consumed"):
+        train.step(trainer, _consumed(trainer, fast), *batches[0])
+
+
+def _consumed(trainer, st):
+    train.step(trainer, st, *_batches(1)[0])
+    return st
