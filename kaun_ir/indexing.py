@@ -210,7 +210,7 @@ def one_hot(labels, num_classes, dtype=dtypes.float32, axis=-1):
 
 
 def _start_scalars(start_indices: Any, ndim: int, shape: Sequence[int], op: str) -> list:
-    """One integer scalar per axis, negative ones counted from the end (like ``jax.lax``).
+    """One integer scalar per axis, negative ones counted from the end (like XLA's dynamic slicing).
 
     ``start_indices`` is a sequence of ints / integer scalars, or a 1-D integer array of length
     ``ndim``.
@@ -240,7 +240,7 @@ def dynamic_slice(x, start_indices, slice_sizes):
     ``x``: ``[n0, ..., nk]``; ``start_indices``: k+1 integer scalars (or a 1-D integer array);
     ``slice_sizes``: k+1 static ints with ``0 <= slice_sizes[i] <= ni``; result: ``slice_sizes``.
     A negative start counts from the end; then each start is clamped into
-    ``[0, ni - slice_sizes[i]]`` so the block always fits (``jax.lax.dynamic_slice``).
+    ``[0, ni - slice_sizes[i]]`` so the block always fits (StableHLO ``dynamic_slice`` semantics).
     """
     shape = shape_of(x)
     sizes = tuple(int(k) for k in slice_sizes)
@@ -257,7 +257,7 @@ def dynamic_update_slice(x, update, start_indices):
     ``x``: ``[n0, ..., nk]``; ``update``: same rank, ``[u0, ..., uk]`` with ``ui <= ni``, converted
     to ``x``'s dtype; ``start_indices``: k+1 integer scalars (or a 1-D integer array); result:
     ``x``'s shape. A negative start counts from the end; then each start is clamped into
-    ``[0, ni - ui]`` so the block always fits (``jax.lax.dynamic_update_slice``).
+    ``[0, ni - ui]`` so the block always fits (StableHLO ``dynamic_update_slice`` semantics).
     """
     shape = shape_of(x)
     if len(shape_of(update)) != len(shape):

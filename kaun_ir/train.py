@@ -239,22 +239,27 @@ def _step_body(trainer: Trainer, params, state, opt_state, key, x, captured, ctx
     return loss_value, new_params, new_state, tuple(new_opt)
 
 
-def _compiled_step(trainer: Trainer):
-    compiled = trainer.__dict__.get("_step")
+def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
+    """``body(trainer, ...)`` under ``kn.jit`` with params/state/optimiser state donated, made once
+    per trainer and kept on it under ``attr``."""
+    compiled = trainer.__dict__.get(attr)
     if compiled is None:
+        from . import passes
         from .runtime import jit
 
-        def train_step(params, state, opt_state, key, x, captured, ctx, spec, training, dtype_name):
-            return _step_body(trainer, params, state, opt_state, key, x, captured, ctx, spec,
-                              training, dtype_name)
+        def traced(params, state, opt_state, key, x, captured, ctx, spec, training, dtype_name):
+            return body(trainer, params, state, opt_state, key, x, captured, ctx, spec, training, dtype_name)
 
-        from . import passes
-
+        traced.__name__ = name
         # resolved at each compilation, so $KAUN_IR_TRAIN_PIPELINE is read at compile time
         pipeline = functools.partial(passes.train_pipeline, trainer.pipeline)
-        compiled = jit(train_step, donate_argnums=(0, 1, 2), pipeline=pipeline)
-        object.__setattr__(trainer, "_step", compiled)  # a cache, not a field
+        compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline)
+        object.__setattr__(trainer, attr, compiled)  # a cache, not a field
     return compiled
+
+
+def _compiled_step(trainer: Trainer):
+    return _compiled(trainer, "_step", _step_body, "train_step")
 
 
 def _block_body(trainer: Trainer, params, state, opt_state, key, xs, captured, ctx, spec: _LossSpec,
@@ -287,19 +292,7 @@ def _block_body(trainer: Trainer, params, state, opt_state, key, xs, captured, c
 
 
 def _compiled_block(trainer: Trainer):
-    compiled = trainer.__dict__.get("_block")
-    if compiled is None:
-        from . import passes
-        from .runtime import jit
-
-        def train_block(params, state, opt_state, key, xs, captured, ctx, spec, training, dtype_name):
-            return _block_body(trainer, params, state, opt_state, key, xs, captured, ctx, spec,
-                               training, dtype_name)
-
-        pipeline = functools.partial(passes.train_pipeline, trainer.pipeline)
-        compiled = jit(train_block, donate_argnums=(0, 1, 2), pipeline=pipeline)
-        object.__setattr__(trainer, "_block", compiled)  # a cache, not a field
-    return compiled
+    return _compiled(trainer, "_block", _block_body, "train_block")
 
 
 def _stack(arrays: list):

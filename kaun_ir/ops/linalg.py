@@ -498,7 +498,7 @@ OPS = [
         vjp=_conv_vjp,
         doc="N-d convolution (cross-correlation) of input lhs with kernel rhs. lhs_spec is (batch axis, "
             "feature axis, spatial axes...), rhs_spec (output-feature axis, input-feature axis, spatial "
-            "axes...), out_spec (batch axis, feature axis, spatial axes...) like jax.lax's "
+            "axes...), out_spec (batch axis, feature axis, spatial axes...) like XLA's "
             "ConvDimensionNumbers. padding holds a (low, high) pair per spatial axis (negative crops); "
             "lhs_dilation spreads the input (transposed convolution), rhs_dilation the kernel. "
             "feature_group_count splits input features and kernel outputs into groups; "
