@@ -403,29 +403,12 @@ class _Dispatch:
     """One cached signature of ``train.step``: the executable's entry, how to move the inputs to
     the device and the structure token of the state it returns."""
 
-    __slots__ = ("entry", "on_device", "out_struct", "rebuild", "n_state")
+    __slots__ = ("entry", "on_device", "out_struct", "rebuild", "n_state", "tail")
 
     def __init__(self, entry, on_device, out_struct, n_state):
         self.entry, self.on_device, self.out_struct, self.n_state = entry, on_device, out_struct, n_state
-        self.rebuild = _rebuilder(entry.out_treedef)
-
-
-def _rebuilder(treedef) -> Callable:
-    """A function ``it -> tree`` rebuilding ``treedef`` from an iterator of leaves (the walk
-    over the tree definition is done once, here, not per step)."""
-    if treedef == tree.LEAF:
-        return next
-    kind = treedef[0]
-    if kind == "dict":
-        keys, subs = treedef[1], [_rebuilder(d) for d in treedef[2]]
-        if all(sub is next for sub in subs):
-            return lambda it: dict(zip(keys, it))  # zip reads `keys` first: no leaf is lost
-        return lambda it: {k: sub(it) for k, sub in zip(keys, subs)}
-    if kind in ("list", "tuple"):
-        subs = [_rebuilder(d) for d in treedef[1]]
-        make = list if kind == "list" else tuple
-        return lambda it: make([sub(it) for sub in subs])
-    return lambda it: None
+        self.tail = _Inputs(entry, entry.dtypes[n_state:])
+        self.rebuild = tree.unflattener(entry.out_treedef)
 
 
 _STATIC_CELL_TYPES = (int, float, bool, str, type(None), types.FunctionType, types.BuiltinFunctionType,
@@ -481,7 +464,17 @@ def _record_dispatch(trainer, st, x, loss_fn, training, entry, compiled, outs, n
     table = trainer.__dict__.setdefault("_dispatch", {})
     table[(in_struct, fn_key, bool(training), sig)] = _Dispatch(entry, compiled._on_device, out_struct,
                                                                 len(leaves))
+    # the base key is the same every step: move it to the device once, not on every dispatch
+    key_dtype = entry.dtypes[len(leaves) - 1:len(leaves)]
+    new_leaves[-1] = compiled._on_device([new_leaves[-1]], _Inputs(entry, key_dtype))[0]
     object.__setattr__(new, "_flat", (out_struct, new_leaves))
+
+
+class _Inputs:
+    """Some of an entry's inputs, for ``Jitted._on_device``: the executable and their dtypes."""
+
+    def __init__(self, entry, dtypes_: list):
+        self.executable, self.dtypes = entry.executable, dtypes_
 
 
 def _fast_step(trainer, st, flat, x, loss_fn, training):
@@ -506,11 +499,12 @@ def _fast_step(trainer, st, flat, x, loss_fn, training):
     if record is None:
         return None
     entry = record.entry
-    outs = entry.execute(record.on_device(leaves + [x] + captured, entry))
-    loss_value, params, state, (count, trees) = record.rebuild(iter(outs))
+    # the state's leaves are outputs of this executable: already on its device, right dtypes
+    outs = entry.execute(leaves + record.on_device([x, *captured], record.tail))
+    loss_value, params, state, (count, trees) = record.rebuild(outs)
     new = State(layer.Vars(params, state, st.vars.dtype), optim.State(count, trees), st.step + 1, st.key)
     new_leaves = outs[1:]
-    new_leaves.append(st.key)
+    new_leaves.append(leaves[-1])  # the base key, already on the device
     object.__setattr__(new, "_flat", (record.out_struct, new_leaves))
     return loss_value, new
 

@@ -69,6 +69,9 @@ class Executable:
         self.mlir = lower(graph, donate=self.donate)
         self.loaded = compile_mlir(self.mlir, self.device, pipeline)
         self._types = [(v.type.shape, v.type.dtype) for v in graph.inputs]
+        #: ``run(device_arrays) -> list``: the dispatch path, built once (see :func:`xla.executor`)
+        self.run = xla.executor(self.loaded, [(v.type.shape, v.type.dtype) for v in graph.outputs],
+                                self.device)
 
     def __call__(self, *arrays) -> tuple:
         if len(arrays) != len(self._types):
@@ -86,10 +89,6 @@ class Executable:
                                 f"got {tuple(got)}")
             device_arrays.append(xla.to_device(array, dtype, self.device))
         return tuple(self.run(device_arrays))
-
-    def run(self, device_arrays: list) -> list:
-        """Execute on arrays already on the device with the right dtypes (the fast path)."""
-        return xla.execute(self.loaded, device_arrays)
 
     def hlo_text(self) -> str:
         """XLA's optimised HLO of this executable."""

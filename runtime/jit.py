@@ -17,7 +17,7 @@ class _Entry:
 
     def __init__(self, executable, out_treedef, dtypes):
         self.executable, self.out_treedef, self.dtypes = executable, out_treedef, dtypes
-        self.execute = executable.loaded.execute
+        self.execute = executable.run
         if out_treedef == tree.LEAF:
             self.unflatten = _first
         elif out_treedef[0] == "tuple" and all(d == tree.LEAF for d in out_treedef[1]):
