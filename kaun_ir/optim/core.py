@@ -293,12 +293,14 @@ def state_of_trees(alg: Algorithm, count: Any, trees: Any) -> State:
 
         count = kn.astype(count, kn.int32)
     else:
-        host = np.asarray(count)
-        if host.shape != () or host.dtype.kind not in "iu":
-            raise TypeError(f"optim.state_of_trees: count must be an integer scalar, got {count!r}")
         from ..runtime import xla
 
-        if not (xla.is_device_array(count) and count.dtype == np.int32):
+        if xla.is_device_array(count) and count.shape == () and count.dtype == np.int32:
+            pass  # already what a state holds; reading it back would wait for the device
+        else:
+            host = np.asarray(count)
+            if host.shape != () or host.dtype.kind not in "iu":
+                raise TypeError(f"optim.state_of_trees: count must be an integer scalar, got {count!r}")
             count = xla.to_device(host.astype(np.int32), dtypes.int32, xla.default_device())
     if isinstance(trees, dict) or not isinstance(trees, (tuple, list)):
         raise TypeError(f"optim.state_of_trees: trees must be a tuple or list, got {type(trees).__name__}")
