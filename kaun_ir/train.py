@@ -37,7 +37,7 @@ from . import checkpoint, dtypes, layer, optim, random, rng, tree
 from .autodiff import value_and_grad
 from .trace import is_array_leaf
 
-__all__ = ["Trainer", "State", "EarlyStop", "make", "init", "make_state", "vars", "step", "fit",
+__all__ = ["Trainer", "State", "EarlyStop", "make", "init", "make_state", "vars", "step", "steps", "fit",
            "predict", "save", "load", "state_to_tree", "state_of_tree", "step_graph", "forward_graph"]
 
 
@@ -319,13 +319,43 @@ def _block_step(trainer: Trainer, st: State, batches: list, training: bool, ctx:
     if any(sig([x] + c) != head for x, c in zip(xs[1:], captured[1:])):
         return None
     stacked = [_stack(list(column)) for column in zip(*captured)]
+    return _run_block(trainer, st, _stack(xs), first, stacked, training, ctx)
+
+
+def _run_block(trainer: Trainer, st: State, xs: Any, spec: _LossSpec, stacked: list, training: bool,
+               ctx: dict | None) -> tuple[Any, State]:
     compiled = _compiled_block(trainer)
     v = st.vars
-    losses, params, state, opt_state = compiled(v.params, v.state, tuple(st.opt_state), st.key, _stack(xs),
-                                                stacked, dict(ctx or {}), first, bool(training),
+    losses, params, state, opt_state = compiled(v.params, v.state, tuple(st.opt_state), st.key, xs,
+                                                stacked, dict(ctx or {}), spec, bool(training),
                                                 dtypes.short_name(v.dtype))
     new_opt = optim.state_of_trees(trainer.optimizer, opt_state[0], opt_state[1])
-    return losses, State(layer.Vars(params, state, v.dtype), new_opt, st.step + len(batches), st.key)
+    return losses, State(layer.Vars(params, state, v.dtype), new_opt, st.step + int(xs.shape[0]), st.key)
+
+
+def steps(trainer: Trainer, st: State, xs: Any, loss_fn: Callable, training: bool = True,
+          ctx: dict | None = None) -> tuple[Any, State]:
+    """``K = xs.shape[0]`` training steps in ONE executable (a ``while`` loop on the device):
+    ``(losses, new_state)`` with ``losses: f32[K]``, equal to ``K`` calls of :func:`step`.
+
+    ``xs: [K, *x.shape]`` holds the ``K`` batches stacked; every array ``loss_fn`` captures
+    carries the same leading ``K`` axis (labels ``[K, B]``), and step ``i`` sees row ``i`` of
+    each: ``train.steps(tr, st, xs, lambda logits: loss.cross_entropy_sparse(logits, ys))``
+    trains on ``(xs[0], ys[0]), ..., (xs[K-1], ys[K-1])``. With device-resident blocks this
+    removes the per-step Python dispatch altogether; :func:`fit` with ``steps_per_call=K``
+    stacks its batches and calls this. The ``State`` passed in is consumed (donated)."""
+    _check_state(st, "steps")
+    k = getattr(xs, "shape", (None,))[0] if getattr(xs, "ndim", 0) else None
+    if not isinstance(k, int) or k < 1:
+        raise ValueError(f"train.steps: xs must be an array with a leading axis of K >= 1 batches, "
+                         f"got shape {getattr(xs, 'shape', None)}")
+    spec = _LossSpec(loss_fn)
+    stacked = spec.arrays()
+    bad = [tuple(np.shape(a)) for a in stacked if not np.ndim(a) or np.shape(a)[0] != k]
+    if bad:
+        raise ValueError(f"train.steps: every array the loss_fn captures needs a leading axis of K = {k} "
+                         f"(one row per step); got shape(s) {bad}")
+    return _run_block(trainer, st, xs, spec, stacked, training, ctx)
 
 
 def _check_state(st, where: str) -> None:

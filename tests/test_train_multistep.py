@@ -130,3 +130,33 @@ def test_fast_dispatch_of_step_equals_the_general_path():
 def _consumed(trainer, st):
     train.step(trainer, st, *_batches(1)[0])
     return st
+
+
+def test_steps_on_stacked_device_blocks_equals_single_steps():
+    """``train.steps`` over a pre-stacked block (labels captured with a leading K axis) gives the
+    losses and final state of K single ``train.step`` calls."""
+    batches = _batches(6, seed=4)
+    trainer, st = _fresh(dropout=True)
+    single = []
+    for x, fn in batches:
+        value, st = train.step(trainer, st, x, fn)
+        single.append(float(value))
+    xs = np.stack([x for x, _ in batches])
+    ys = np.stack([fn.__closure__[0].cell_contents for _, fn in batches])
+    trainer2, st2 = _fresh(dropout=True)
+    losses, st2 = train.steps(trainer2, st2, kn.runtime.xla.to_device(xs, xs.dtype, kn.runtime.devices()[0]),
+                              lambda logits: loss.cross_entropy_sparse(logits, ys))
+    np.testing.assert_array_equal(np.asarray(losses), np.asarray(single, np.float32))
+    assert st2.step == 6
+    for a, b in zip(_host(st), _host(st2)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_steps_rejects_captured_arrays_without_the_block_axis():
+    trainer, st = _fresh()
+    xs = np.zeros((3, 4, 8), np.float32)
+    labels = np.zeros((4,), np.int32)  # one batch's labels, not a block of 3
+    with pytest.raises(ValueError, match="leading axis of K = 3"):
+        train.steps(trainer, st, xs, lambda logits: loss.cross_entropy_sparse(logits, labels))
+    with pytest.raises(ValueError, match="leading axis of K >= 1"):
+        train.steps(trainer, st, np.float32(1.0), lambda logits: logits.sum())
