@@ -105,7 +105,11 @@ def gradient_graph(graph: Graph, wrt: Sequence[int] | None = None, of: Sequence[
             in_cts = _apply_vjp(node, cts, env, builder)
             for value, ct in zip(node.inputs, in_cts):
                 if ct is not None and id(value) in active:
-                    _accumulate(cotangents, value, ct)
+                    # a sum of cotangents belongs to the layer that produced the value (a
+                    # parameter's: to the layer that reads it)
+                    producer = value.node if value.node is not None else node
+                    with _PathScope(producer.path):
+                        _accumulate(cotangents, value, ct)
         grads = []
         for i in wrt:
             ct = cotangents.get(id(graph.inputs[i]))

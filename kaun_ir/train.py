@@ -35,6 +35,7 @@ import numpy as np
 
 from . import checkpoint, dtypes, layer, optim, random, rng, tree
 from .autodiff import value_and_grad
+from .ir.builder import scope as ir_scope
 from .trace import is_array_leaf
 
 __all__ = ["Trainer", "State", "EarlyStop", "make", "init", "make_state", "vars", "step", "steps", "fit",
@@ -228,7 +229,8 @@ def _step_body(trainer: Trainer, params, state, opt_state, key, x, captured, ctx
 
     def objective(p):
         y, new_vars = layer.apply(trainer.model, layer.Vars(p, state, dtype), x, training=training, ctx=ctx)
-        value = loss_fn(y)
+        with ir_scope("loss"):  # the loss's nodes (and their backward) are grouped as "loss"
+            value = loss_fn(y)
         shape = getattr(value, "shape", ())
         if tuple(shape) != ():
             raise ValueError(f"loss_fn must return a scalar, returned shape {list(shape)}")
