@@ -328,32 +328,7 @@ def load_graph(spec: str, inputs: Sequence[str], stage: str | None):
 
 # ------------------------------------------------------------------ layer paths
 
-#: combinator prefixes that, with the child's name, form one layer-path component ("0.linear")
-_PREFIXES = ("left", "right", "body")
-
-
-def path_components(path: str) -> list[str]:
-    """A node's layer path split into layers: ``"1.residual.body.mlp.0.linear"`` ->
-    ``["1.residual", "body.mlp", "0.linear"]``.
-
-    Scopes join with ``.`` and the combinators' scope names contain a dot themselves
-    (``sequential``: ``"<index>.<name>"``, ``compose``: ``"left.<name>"``), so an index or a
-    combinator prefix is joined with the name after it.
-    """
-    if not path:
-        return []
-    tokens = path.split(".")
-    parts: list[str] = []
-    i = 0
-    while i < len(tokens):
-        token = tokens[i]
-        if (token.isdigit() or token in _PREFIXES) and i + 1 < len(tokens) and not tokens[i + 1].isdigit():
-            parts.append(f"{token}.{tokens[i + 1]}")
-            i += 2
-        else:
-            parts.append(token)
-            i += 1
-    return parts
+from kaun_ir.ir.core import path_components  # noqa: E402,F401 - re-exported for the tools
 
 
 def parameter_inputs(subject: Subject, graph) -> list[int]:

@@ -177,11 +177,41 @@ class Node:
 
     @property
     def location(self) -> str:
-        """``"<layer path>/<op>"``: what the lowering writes as the MLIR ``loc``."""
-        return f"{self.path}/{self.op}" if self.path else self.op
+        """What the lowering writes as the MLIR ``loc``: the layers of the path and the op joined
+        by ``/`` (``"1.residual/body.mlp/0.linear/dot_general"``), the separator viewers such as
+        Model Explorer nest groups by."""
+        return "/".join(path_components(self.path) + [self.op])
 
     def __repr__(self):
         return f"Node({self.op}, {[str(v.type) for v in self.inputs]} -> {list(map(str, self.types))})"
+
+
+#: combinator prefixes that, with the child's name, form one layer-path component ("0.linear")
+_PREFIXES = ("left", "right", "body")
+
+
+def path_components(path: str) -> list[str]:
+    """A node's layer path split into layers: ``"1.residual.body.mlp.0.linear"`` ->
+    ``["1.residual", "body.mlp", "0.linear"]``.
+
+    Scopes join with ``.`` and the combinators' scope names contain a dot themselves
+    (``sequential``: ``"<index>.<name>"``, ``compose``: ``"left.<name>"``), so an index or a
+    combinator prefix is joined with the name after it.
+    """
+    if not path:
+        return []
+    tokens = path.split(".")
+    parts: list[str] = []
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if (token.isdigit() or token in _PREFIXES) and i + 1 < len(tokens) and not tokens[i + 1].isdigit():
+            parts.append(f"{token}.{tokens[i + 1]}")
+            i += 2
+        else:
+            parts.append(token)
+            i += 1
+    return parts
 
 
 class Graph:
