@@ -61,12 +61,14 @@ def canonical(dtype) -> np.dtype:
 
 def short_name(dtype) -> str:
     """``f32``, ``bf16``, ``i32``, ``u32``, ``bool`` ... as written in the textual IR."""
-    return _BY_DTYPE[canonical(dtype)][0]
+    found = _BY_DTYPE.get(dtype) if type(dtype) is not type else None  # np.dtype: no conversion
+    return (found or _BY_DTYPE[canonical(dtype)])[0]
 
 
 def mlir_name(dtype) -> str:
     """The StableHLO element type (``f32``, ``ui32``, ``i1`` ...)."""
-    return _BY_DTYPE[canonical(dtype)][1]
+    found = _BY_DTYPE.get(dtype) if type(dtype) is not type else None
+    return (found or _BY_DTYPE[canonical(dtype)])[1]
 
 
 def from_short_name(name: str) -> np.dtype:

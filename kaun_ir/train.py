@@ -224,7 +224,8 @@ def _step_body(trainer: Trainer, params, state, opt_state, key, x, captured, ctx
     alg = trainer.optimizer
     count = opt_state[0]
     ctx = dict(ctx)
-    ctx["rng"] = random.fold_in(key, count)
+    with ir_scope("rng"):
+        ctx["rng"] = random.fold_in(key, count)
     dtype = dtypes.from_short_name(dtype_name)
 
     def objective(p):

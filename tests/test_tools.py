@@ -5,15 +5,18 @@ import os
 import re
 import stat
 import xml.etree.ElementTree as ET
+from collections import Counter
 
 import numpy as np
 import pytest
 
-from kaun_ir.tools import cli, dump, spec, viz
+from kaun_ir.tools import cli, dump, spec, viz, viz_html, viz_svg
 
-EXAMPLES = ["mlp", "cnn", "transformer_block", "train_step_mlp"]
+EXAMPLES = ["mlp", "cnn", "transformer_block", "train_step_mlp", "transformer_train_step"]
 KIR = os.path.join(os.path.dirname(__file__), "kir", "autodiff_mlp.kir")
 SPECS = [f"kaun_ir.tools.examples:{name}" for name in EXAMPLES] + [KIR]
+# the viz options on all but the largest example (which the browser test loads, at 12 blocks)
+SMALL_SPECS = [target for target in SPECS if "transformer_train_step" not in target]
 
 
 def run_cli(capsys, *argv):
@@ -89,8 +92,11 @@ def test_dump_ir_stages(capsys, target):
         texts[stage] = graph
     # autodiff adds the gradients as outputs (a training step returns new params and state)
     assert len(texts["autodiff"].outputs) > len(texts["traced"].outputs)
-    optimized_from = "autodiff" if "train_step" in target else "traced"  # see tools/spec.py
-    assert len(texts["optimized"].nodes) <= len(texts[optimized_from].nodes)
+    # the optimized stage is the pipeline run on this stage (see tools/spec.py): same signature.
+    # (Not fewer nodes: lowering passes may expand an op, e.g. a convolution into several.)
+    optimized_from = "autodiff" if "train_step" in target else "traced"
+    assert texts["optimized"].output_types == texts[optimized_from].output_types
+    assert [v.type for v in texts["optimized"].inputs] == [v.type for v in texts[optimized_from].inputs]
 
 
 @pytest.mark.parametrize("target", ["kaun_ir.tools.examples:mlp", KIR])
@@ -284,6 +290,30 @@ def check_svg(text: str, graph) -> None:
     assert len(edges) == sum(len(n.inputs) for n in graph.nodes) + len(graph.outputs)
 
 
+def check_html(text: str, graphs: list) -> dict:
+    """The interactive page: self-contained (no network address anywhere), the controls the
+    browser test uses, and the embedded graph data."""
+    assert not re.search(r"https?://", text), "the page must not reach the network"
+    assert "<script src" not in text and "<link rel=\"stylesheet\"" not in text  # everything inline
+    for control in ("search", "details", "expand-all", "collapse-all", "zoom-in", "zoom-out", "fit"):
+        assert f'id="{control}"' in text
+    data = re.search(r'<script type="application/json" id="kir-data">(.*?)</script>', text, re.S)
+    payload = json.loads(data.group(1))
+    assert len(payload["graphs"]) == len(graphs)
+    for shown, graph in zip(payload["graphs"], graphs):
+        assert len(shown["nodes"]) == len(graph.inputs) + len(graph.nodes) + len(graph.outputs)
+        assert len(shown["edges"]) == sum(len(n.inputs) for n in graph.nodes) + len(graph.outputs)
+        for k, node in enumerate(graph.nodes):  # each node's group chain spells its layer path
+            entry, parts, g = shown["nodes"][len(graph.inputs) + k], [], None
+            g = entry["g"]
+            while g >= 0:
+                parts.insert(0, shown["groups"][g][1])
+                g = shown["groups"][g][0]
+            assert parts == spec.path_components(node.path)
+            assert entry["cost"] == list(dump.node_cost(node))
+    return payload
+
+
 @pytest.mark.parametrize("target", SPECS)
 def test_viz_all_formats(capsys, tmp_path, monkeypatch, target):
     monkeypatch.setattr(viz.shutil, "which", lambda name: None)  # no Graphviz: the built-in renderer
@@ -301,12 +331,111 @@ def test_viz_all_formats(capsys, tmp_path, monkeypatch, target):
         elif ext == ".json":
             check_model_explorer(json.loads(text), graph)
         else:
-            assert not re.search(r"https?://", text), "the page must not reach the network"
-            assert "<svg" in text and 'id="search"' in text and 'id="details"' in text
-            data = re.search(r'<script type="application/json" id="kir-data">(.*?)</script>', text, re.S)
-            model = json.loads(data.group(1))
-            assert len(model["nodes"]) == len(graph.inputs) + len(graph.nodes) + len(graph.outputs)
-            ET.fromstring(text[text.index("<svg"):text.index("</svg>") + 6])
+            payload = check_html(text, [graph])
+            assert payload["mode"] == "single" and payload["overlay"] is None
+            assert payload["graphs"][0]["stage"] == subject.default_stage
+
+
+@pytest.mark.parametrize("target", SMALL_SPECS)
+def test_viz_overlay(capsys, tmp_path, monkeypatch, target):
+    monkeypatch.setattr(viz.shutil, "which", lambda name: None)
+    subject = spec.resolve(target)
+    graph = subject.stage_graph(subject.default_stage)
+    flops = [dump.node_cost(n)[0] for n in graph.nodes]
+    for ext in (".dot", ".svg", ".html"):
+        path = tmp_path / f"g{ext}"
+        rc, _, err = run_cli(capsys, "viz", target, "--overlay", "flops", "-o", str(path))
+        assert rc == 0, err
+        text = path.read_text()
+        if ext == ".dot":
+            check_dot(text, graph)
+            assert "estimated FLOPs (log scale)" in text
+            fills = dict(re.findall(r'^\s*"(n\d+)" \[label=.*?fillcolor="(#[0-9a-f]{6})"', text, re.M))
+        elif ext == ".svg":
+            check_svg(text, graph)
+            assert 'class="legend"' in text and "estimated FLOPs (log scale)" in text
+            node_rect = r'<g class="node" id="node-(n\d+)".*?<rect [^>]*fill="(#[0-9a-f]{6})"'
+            fills = dict(re.findall(node_rect, text))
+        else:
+            assert check_html(text, [graph])["overlay"] == "flops"
+            continue
+        assert len(fills) == len(graph.nodes)
+        # equal cost, equal colour; zero cost, the zero colour; costlier, never lighter
+        by_cost = sorted((flops[int(i[1:])], colour) for i, colour in fills.items())
+        assert all(colour == viz_svg.ZERO_COLOR for cost, colour in by_cost if cost == 0)
+        lum = [sum(int(c[i:i + 2], 16) * w for i, w in ((1, .299), (3, .587), (5, .114))) for _, c in by_cost]
+        assert all(a >= b - 1e-9 for a, b in zip(lum, lum[1:]))
+    rc, _, err = run_cli(capsys, "viz", target, "--overlay", "bytes", "-o", str(tmp_path / "b.html"))
+    assert rc == 0, err
+
+
+@pytest.mark.parametrize("target", SMALL_SPECS)
+def test_viz_diff(capsys, tmp_path, target):
+    subject = spec.resolve(target)
+    for stage_a, stage_b in (("traced", "optimized"), ("autodiff", "optimized")):
+        path = tmp_path / f"{stage_a}_{stage_b}.html"
+        rc, _, err = run_cli(capsys, "viz", target, "--diff", stage_a, stage_b, "-o", str(path))
+        assert rc == 0, err
+        a, b = subject.stage_graph(stage_a), subject.stage_graph(stage_b)
+        payload = check_html(path.read_text(), [a, b])
+        summary = payload["diff"]
+        marks = [Counter(n.get("diff") for n in g["nodes"]) for g in payload["graphs"]]
+        assert marks[0]["removed"] == summary["removed"] and marks[0]["added"] == 0
+        assert marks[1]["added"] == summary["added"] and marks[1]["removed"] == 0
+        # whatever is not marked is matched one to one
+        assert summary["a"] - summary["removed"] == summary["b"] - summary["added"]
+
+
+def test_viz_diff_marks():
+    """``diff_nodes`` on a case worked out by hand: the optimizer folds the ReLU's two scalar
+    zeros and their broadcasts into one (CSE), nothing else changes."""
+    subject = spec.resolve("kaun_ir.tools.examples:mlp")
+    traced, optimized = subject.stage_graph("traced"), subject.stage_graph("optimized")
+    removed, added = viz_html.diff_nodes(traced, optimized)
+    assert added == {}
+    assert sorted(traced.nodes[int(i[1:])].op for i in removed) == ["broadcast_in_dim", "constant"]
+    assert {traced.nodes[int(i[1:])].path for i in removed} == {"1.relu"}
+    assert viz_html.diff_nodes(traced, traced) == ({}, {})
+    # autodiff keeps the forward pass and adds the backward pass; its only output that is new is
+    # a scalar (the summed result) and the gradients, the traced f32[32,10] output is gone
+    autodiff = subject.stage_graph("autodiff")
+    removed, added = viz_html.diff_nodes(traced, autodiff)
+    assert removed == {"out0": "removed"}
+    assert len(added) == (len(autodiff.nodes) - len(traced.nodes)) + len(autodiff.outputs)
+
+
+def test_viz_option_errors(capsys, tmp_path):
+    rc, _, err = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "--diff", "traced", "optimized",
+                         "-o", str(tmp_path / "d.svg"))
+    assert rc == 1 and "--diff needs an .html output" in err
+    rc, _, err = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "--diff", "traced", "optimized",
+                         "--stage", "traced", "-o", str(tmp_path / "d.html"))
+    assert rc == 1 and "leave out --stage" in err
+    rc, _, err = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "--overlay", "flops",
+                         "-o", str(tmp_path / "d.json"))
+    assert rc == 1 and "--overlay is not available for .json" in err
+    with pytest.raises(SystemExit):
+        cli.main(["viz", "kaun_ir.tools.examples:mlp", "--diff", "traced", "hlo",
+                  "-o", str(tmp_path / "d.html")])
+    with pytest.raises(SystemExit):
+        cli.main(["viz", "kaun_ir.tools.examples:mlp", "--overlay", "time", "-o", str(tmp_path / "d.html")])
+    assert not list(tmp_path.iterdir())
+
+
+def test_viz_html_data_cannot_end_its_script(tmp_path):
+    """An attribute holding "</script>" or "<!--" stays inside the JSON block."""
+    from kaun_ir.ir.core import Graph, Node, TensorType
+
+    (x,) = Graph.arguments([TensorType(np.float32, (2,))])
+    node = Node("negate", [x], {"note": "</script><!-- x"}, [TensorType(np.float32, (2,))], path="a</script>")
+    graph = Graph([x], [node.outputs[0]], [node], name="f")
+    text = viz_html.render_html(graph, "traced")
+    assert text.count("</script>") == 2  # the data block's and the script's
+    data = re.search(r'<script type="application/json" id="kir-data">(.*?)</script>', text, re.S).group(1)
+    assert "<!--" not in data
+    payload = json.loads(data)
+    assert payload["graphs"][0]["nodes"][1]["attrs"]["note"] == "</script><!-- x"
+    assert payload["graphs"][0]["nodes"][1]["path"] == "a</script>"
 
 
 def test_viz_png_without_graphviz_writes_svg(capsys, tmp_path, monkeypatch):

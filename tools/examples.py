@@ -5,7 +5,9 @@
 
 ``mlp``: ``f32[32,784] -> f32[32,10]``; ``cnn``: NCHW ``f32[8,1,28,28] -> f32[8,10]``;
 ``transformer_block``: a pre-LN block ``f32[4,16,64] -> f32[4,16,64]``; ``train_step_mlp``: the
-MLP with Adam and sparse cross-entropy on ``i32[32]`` labels.
+MLP with Adam and sparse cross-entropy on ``i32[32]`` labels; ``transformer_train_step``: a
+2-block decoder-only language model on token ids ``i32[4,16]`` with AdamW and next-token
+cross-entropy (``transformer_train_step_12``: the same with 12 blocks, a large graph).
 """
 
 from __future__ import annotations
@@ -54,18 +56,49 @@ def residual(inner, name: str = "residual"):
     return layer.Layer(init_, apply_, name)
 
 
+def _block(dim: int, heads: int, causal: bool = False):
+    """Pre-LN: ``x + attn(ln1(x))``, then ``h + mlp(ln2(h))`` with a GELU MLP (4x expansion):
+    ``[B, T, dim] -> [B, T, dim]``."""
+    from kaun_ir import layer
+
+    attention = layer.sequential([layer.layer_norm(dim),
+                                  layer.multi_head_attention(dim, heads, is_causal=causal)], name="attention")
+    feed_forward = layer.sequential([layer.layer_norm(dim), layer.linear(dim, 4 * dim), layer.gelu(),
+                                     layer.linear(4 * dim, dim)], name="mlp")
+    return layer.sequential([residual(attention), residual(feed_forward)], name="block")
+
+
 def transformer_block() -> Model:
     """Pre-LN: ``x + attn(ln1(x))``, then ``h + mlp(ln2(h))`` with a GELU MLP (4x expansion);
     ``[4, 16, 64]`` with 4 heads."""
-    from kaun_ir import ShapeDtype, layer
+    from kaun_ir import ShapeDtype
 
-    dim, heads = 64, 4
-    attention = layer.sequential([layer.layer_norm(dim), layer.multi_head_attention(dim, heads)],
-                                 name="attention")
-    feed_forward = layer.sequential([layer.layer_norm(dim), layer.linear(dim, 4 * dim), layer.gelu(),
-                                     layer.linear(4 * dim, dim)], name="mlp")
-    block = layer.sequential([residual(attention), residual(feed_forward)], name="block")
-    return Model(block, (ShapeDtype((4, 16, 64)),))
+    return Model(_block(64, 4), (ShapeDtype((4, 16, 64)),))
+
+
+def transformer_train_step(layers: int = 2) -> TrainSetup:
+    """A decoder-only language model trained with AdamW (1e-3, weight decay 0.01) on next-token
+    cross-entropy: token ids ``i32[4, 16]`` -> embedding (vocab 256, dim 64) -> ``layers`` causal
+    pre-LN blocks (4 heads) -> layer norm -> logits ``[4, 16, 256]``; labels ``i32[4, 16]``."""
+    from kaun_ir import ShapeDtype, int32, layer, loss, optim
+
+    vocab, dim, heads, batch, seq = 256, 64, 4, 4, 16
+    blocks = [_block(dim, heads, causal=True) for _ in range(layers)]
+    model = layer.sequential([layer.embedding(vocab, dim), *blocks, layer.layer_norm(dim),
+                              layer.linear(dim, vocab)], name="transformer")
+
+    def loss_fn_builder(ids):
+        labels = ShapeDtype(tuple(ids.shape), int32)  # the next tokens: an input of the step
+        return lambda logits: loss.cross_entropy_sparse(logits, labels)
+
+    return TrainSetup(model, optim.adamw(1e-3, weight_decay=0.01), loss_fn_builder,
+                      (ShapeDtype((batch, seq), int32),))
+
+
+def transformer_train_step_12() -> TrainSetup:
+    """:func:`transformer_train_step` with 12 blocks: a large graph for trying the viewer (its
+    training step has about 29,000 nodes before optimisation)."""
+    return transformer_train_step(12)
 
 
 def train_step_mlp() -> TrainSetup:

@@ -9,15 +9,25 @@
   .svg   Graphviz's dot when installed, else the built-in layered layout (colours = top-level layers)
   .png   needs Graphviz's dot; without it an .svg is written next to it instead (exit status 1)
   .json  Google Model Explorer graph JSON (namespaces = layer paths, so layers fold into groups)
-  .html  a self-contained page, no network access: the drawing, a search box, node details on click
+  .html  an interactive self-contained page (no network access): layer groups that collapse and
+         expand, pan and zoom, search, node details on click (docs/visualisation.md)
 
 The graph is the traced stage (the training step for training setups) unless --stage says
 otherwise. ``--renderer builtin`` forces the built-in SVG layout even when Graphviz is installed.
+
+    kaun-ir viz kaun_ir.tools.examples:train_step_mlp --diff autodiff optimized -o diff.html
+    kaun-ir viz kaun_ir.tools.examples:cnn --overlay flops -o cnn_flops.html
+
+``--diff A B`` (.html only) shows two stages side by side, the nodes only in A marked removed and
+those only in B added (matched by op, layer path, attributes, result and operand types).
+``--overlay flops|bytes`` colours nodes by the estimated cost of ``kaun-ir dump --stats`` on a log
+scale, with a legend (.html, .svg with the built-in renderer, .dot and .png through Graphviz).
 """
 
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import os
 import shutil
@@ -40,6 +50,12 @@ def add_parser(sub) -> None:
                         help="which IR stage to draw (default: traced; the training step for training setups)")
     parser.add_argument("--renderer", choices=("auto", "graphviz", "builtin"), default="auto",
                         help="for .svg/.png: Graphviz's dot or the built-in layout (default: dot if installed)")
+    parser.add_argument("--diff", nargs=2, metavar=("STAGE_A", "STAGE_B"), choices=specs.GRAPH_STAGES,
+                        default=None,
+                        help="(.html only) two stages side by side with removed / added nodes marked, "
+                             f"e.g. --diff traced optimized; stages: {', '.join(specs.GRAPH_STAGES)}")
+    parser.add_argument("--overlay", choices=("flops", "bytes"), default=None,
+                        help="colour nodes by estimated FLOPs or bytes moved (log scale, with a legend)")
     parser.set_defaults(run=run)
 
 
@@ -51,13 +67,16 @@ def _q(text: str) -> str:
     return '"' + str(text).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
-def to_dot(graph) -> str:
+def to_dot(graph, overlay: str | None = None) -> str:
     """Graphviz source: one cluster per layer (nested along the layer path), nodes labelled with
-    the op (or input name) and result types, edges labelled with the type of the value."""
-    from .viz_svg import describe, group_colors
+    the op (or input name) and result types, edges labelled with the type of the value.
+    ``overlay`` ``"flops"`` / ``"bytes"`` fills the nodes by estimated cost (log scale) and adds
+    a legend as the graph's label."""
+    from .viz_svg import ZERO_COLOR, cost_overlay, describe, group_colors, is_dark
 
     model = describe(graph)
     colors = group_colors(model)
+    costs = cost_overlay(graph, overlay) if overlay else None
     tree: dict = {"nodes": [], "children": {}}
     for n in model["nodes"]:
         place = tree
@@ -67,14 +86,24 @@ def to_dot(graph) -> str:
     lines = [f"digraph {_q(graph.name)} {{", "  rankdir=TB;",
              '  node [shape=box, style="rounded,filled", fillcolor="#e5e7eb", fontname="Helvetica", fontsize=10];',
              '  edge [fontname="Helvetica", fontsize=8, color="#6b7280"];']
+    if costs is not None:
+        cells = "".join(f'<td bgcolor="{color}"><font color="{"#ffffff" if is_dark(color) else "#000000"}">'
+                        f'{html.escape(label)}</font></td>' for color, label in costs["legend"])
+        lines.append(f'  labelloc=t; fontname="Helvetica"; label=<<table border="0" cellspacing="2"><tr>'
+                     f'<td>{html.escape(costs["title"])}:</td>{cells}</tr></table>>;')
     counter = [0]
 
     def emit(place: dict, prefix: list[str], indent: str) -> None:
         for n in place["nodes"]:
-            fill = colors.get(n["group"], "#e5e7eb")
-            shape = ', shape=oval' if n["op"] in ("input", "output") else ""
+            if costs is None:
+                fill = colors.get(n["group"], "#e5e7eb")
+            else:
+                fill = costs["fills"].get(n["id"], ZERO_COLOR)
+            extra = ', shape=oval' if n["op"] in ("input", "output") else ""
+            if costs is not None and is_dark(fill):
+                extra += ', fontcolor="#ffffff"'
             label = f"{n['title']}\n{', '.join(n['types'])}"
-            lines.append(f"{indent}{_q(n['id'])} [label={_q(label)}, fillcolor={_q(fill)}{shape}];")
+            lines.append(f"{indent}{_q(n['id'])} [label={_q(label)}, fillcolor={_q(fill)}{extra}];")
         for part, child in place["children"].items():
             counter[0] += 1
             path = prefix + [part]
@@ -155,27 +184,34 @@ def graphviz(dot_source: str, fmt: str) -> bytes:
     return done.stdout
 
 
-def render(graph, path: str, renderer: str = "auto") -> tuple[str, str]:
+def render(graph, path: str, renderer: str = "auto", overlay: str | None = None,
+           stage: str = "") -> tuple[str, str]:
     """Write ``graph`` to ``path`` in the format of its extension. Returns ``(written path,
-    note)``; the note is non-empty when something other than what was asked for was written."""
-    from .viz_svg import render_html, render_svg
+    note)``; the note is non-empty when something other than what was asked for was written.
+    ``overlay`` (``"flops"`` / ``"bytes"``) colours nodes by estimated cost; it is not available
+    for Model Explorer's ``.json``."""
+    from .viz_html import render_html
+    from .viz_svg import render_svg
 
     ext = os.path.splitext(path)[1].lower()
     use_dot = renderer == "graphviz" or (renderer == "auto" and shutil.which("dot") is not None)
     if ext == ".dot":
-        write_atomic(path, to_dot(graph))
+        write_atomic(path, to_dot(graph, overlay))
     elif ext == ".json":
+        if overlay:
+            raise ValueError("--overlay is not available for .json (Model Explorer has its own per-node "
+                             "data overlays)")
         write_atomic(path, json.dumps(to_model_explorer(graph), indent=1) + "\n")
     elif ext == ".html":
-        write_atomic(path, render_html(graph))
+        write_atomic(path, render_html(graph, stage, overlay))
     elif ext == ".svg":
-        write_atomic(path, graphviz(to_dot(graph), "svg") if use_dot else render_svg(graph))
+        write_atomic(path, graphviz(to_dot(graph, overlay), "svg") if use_dot else render_svg(graph, overlay))
     elif ext == ".png":
         if use_dot and shutil.which("dot") is not None:
-            write_atomic(path, graphviz(to_dot(graph), "png"))
+            write_atomic(path, graphviz(to_dot(graph, overlay), "png"))
         else:
             svg_path = os.path.splitext(path)[0] + ".svg"
-            write_atomic(svg_path, render_svg(graph))
+            write_atomic(svg_path, render_svg(graph, overlay))
             return svg_path, (f"PNG output needs Graphviz's dot, which is not installed (install the "
                               f"'graphviz' package); wrote an SVG instead: {svg_path}")
     else:
@@ -186,13 +222,32 @@ def render(graph, path: str, renderer: str = "auto") -> tuple[str, str]:
 def run(args: argparse.Namespace) -> int:
     from kaun_ir.errors import KaunError
 
-    if os.path.splitext(args.output)[1].lower() not in FORMATS:
+    from .viz_html import render_diff_html
+
+    ext = os.path.splitext(args.output)[1].lower()
+    if ext not in FORMATS:
         return error("viz", f"-o {args.output!r}: the extension picks the format; use one of {', '.join(FORMATS)}")
     if args.renderer == "graphviz" and shutil.which("dot") is None:
         return error("viz", "--renderer graphviz: Graphviz's dot is not installed")
+    if args.diff and ext != ".html":
+        return error("viz", f"--diff needs an .html output (the page shows both stages side by side), "
+                            f"not {ext}")
+    if args.diff and args.stage:
+        return error("viz", "--diff names its two stages itself; leave out --stage")
+    if args.overlay and ext == ".json":
+        return error("viz", "--overlay is not available for .json (use .html, .svg, .dot or .png)")
     try:
-        _, graph = specs.load_graph(args.spec, args.input, args.stage)
-        written, note = render(graph, args.output, args.renderer)
+        if args.diff:
+            subject = specs.resolve(args.spec, args.input)
+            stage_a, stage_b = args.diff
+            page = render_diff_html(subject.stage_graph(stage_a), subject.stage_graph(stage_b),
+                                    stage_a, stage_b, args.overlay)
+            write_atomic(args.output, page)
+            written, note = args.output, ""
+        else:
+            subject, graph = specs.load_graph(args.spec, args.input, args.stage)
+            stage = args.stage or subject.default_stage
+            written, note = render(graph, args.output, args.renderer, args.overlay, stage)
     except (specs.SpecError, KaunError, ValueError, TypeError, OSError, RuntimeError) as err:
         return error("viz", err)
     if note:

@@ -1,22 +1,27 @@
-"""A built-in layered drawing of a graph as SVG (no Graphviz needed), and the HTML page around it.
+"""A built-in layered drawing of a graph as SVG (no Graphviz needed), and the node model and
+cost colours that the other ``kaun-ir viz`` formats share.
 
 The layout is a small Sugiyama-style one: every node gets the rank of its longest path from a
 graph input, nodes within a rank are ordered by the barycentre of their neighbours (a few
 sweeps down and up), and edges are drawn as curves from the bottom of the producer to the top
 of the consumer. Nodes are coloured by their top-level layer. Used by ``kaun-ir viz`` for
-``.svg`` / ``.html`` when Graphviz is not installed and by ``Graph._repr_svg_`` in notebooks.
+``.svg`` when Graphviz is not installed and by ``Graph._repr_svg_`` in notebooks; the interactive
+``.html`` page is :mod:`kaun_ir.tools.viz_html`.
 """
 
 from __future__ import annotations
 
 import html
-import json
 
 from .spec import path_components
 
 _PALETTE = ("#dbeafe", "#dcfce7", "#fef9c3", "#fce7f3", "#ede9fe", "#ffedd5", "#cffafe", "#e0e7ff",
             "#fee2e2", "#ecfccb")
 _IO_COLOR = "#e5e7eb"
+# the cost overlay's colour ramp (light to dark, on a log scale) and the colour of zero cost;
+# the same as in viz_page.js
+COST_STOPS = ("#fff7bc", "#fee391", "#fec44f", "#fe9929", "#ec7014", "#cc4c02", "#8c2d04")
+ZERO_COLOR = "#f3f4f6"
 _CHAR_W, _NODE_H, _GAP_X, _GAP_Y, _MARGIN = 6.6, 34, 18, 46, 20
 
 
@@ -35,6 +40,7 @@ def describe(graph) -> dict:
 
     dg = graph.to_networkx()
     nodes, edges = [], []
+    parts_of: dict[str, list[str]] = {}  # many nodes share a layer path
     for nid, data in dg.nodes(data=True):
         op = data["op"]
         attrs = {}
@@ -47,7 +53,9 @@ def describe(graph) -> dict:
             title = f"output {attrs['index']}"
         else:
             title = op
-        parts = path_components(data["path"])
+        parts = parts_of.get(data["path"])
+        if parts is None:
+            parts = parts_of[data["path"]] = path_components(data["path"])
         nodes.append({"id": nid, "op": op, "title": title, "types": data["types"], "path": data["path"],
                       "group": parts[0] if parts else "", "attrs": attrs, "source": data["source"]})
     for src, dst, data in dg.edges(data=True):
@@ -122,6 +130,67 @@ def _types_line(node: dict) -> str:
     return ", ".join(node["types"])
 
 
+# ------------------------------------------------------------------ cost overlay
+
+
+def human(value: float) -> str:
+    """``1234567`` -> ``"1.23M"`` (as the page's legend writes it)."""
+    units = ("", "k", "M", "G", "T", "P")
+    k = 0
+    while value >= 1000 and k < len(units) - 1:
+        value /= 1000
+        k += 1
+    return f"{round(value)}{units[k]}" if value >= 100 or k == 0 else f"{value:.3g}{units[k]}"
+
+
+def _mix(c1: str, c2: str, f: float) -> str:
+    a = [int(c1[i:i + 2], 16) for i in (1, 3, 5)]
+    b = [int(c2[i:i + 2], 16) for i in (1, 3, 5)]
+    return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b))
+
+
+def cost_color(value: float, lo: float, hi: float) -> str:
+    """The overlay colour of ``value`` on the log scale from ``lo`` (lightest) to ``hi`` (darkest)."""
+    import math
+
+    if value <= 0:
+        return ZERO_COLOR
+    a, b = math.log10(lo), math.log10(hi)
+    t = min(1.0, max(0.0, (math.log10(value) - a) / (b - a))) if b > a else 1.0
+    pos = t * (len(COST_STOPS) - 1)
+    i = min(int(pos), len(COST_STOPS) - 2)
+    return _mix(COST_STOPS[i], COST_STOPS[i + 1], pos - i)
+
+
+def is_dark(color: str) -> bool:
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return 0.299 * r + 0.587 * g + 0.114 * b < 120
+
+
+def cost_overlay(graph, metric: str) -> dict:
+    """Node colours by estimated cost (:func:`kaun_ir.tools.dump.node_cost`) on a log scale.
+
+    ``{"fills": {node id: colour}, "values": {node id: cost}, "title": ..., "legend": [(colour,
+    label), ...]}`` for ``metric`` ``"flops"`` or ``"bytes"``; graph inputs and outputs cost 0.
+    """
+    from .dump import node_cost
+
+    if metric not in ("flops", "bytes"):
+        raise ValueError(f"unknown overlay {metric!r}; choose from flops, bytes")
+    which = 0 if metric == "flops" else 1
+    values = {f"n{k}": node_cost(node)[which] for k, node in enumerate(graph.nodes)}
+    positive = [v for v in values.values() if v > 0]
+    lo, hi = (min(positive), max(positive)) if positive else (1, 1)
+    fills = {nid: cost_color(v, lo, hi) for nid, v in values.items()}
+    steps = len(COST_STOPS)
+    legend = [(ZERO_COLOR, "0")]
+    for k in range(steps):  # evenly spaced on the log scale
+        value = lo * (hi / lo) ** (k / (steps - 1)) if hi > lo else hi
+        legend.append((cost_color(value, lo, hi), human(value)))
+    title = ("estimated FLOPs" if metric == "flops" else "estimated bytes moved") + " (log scale)"
+    return {"fills": fills, "values": values, "title": title, "legend": legend}
+
+
 # ------------------------------------------------------------------ SVG
 
 
@@ -133,12 +202,15 @@ def group_colors(model: dict) -> dict[str, str]:
     return {g: _PALETTE[k % len(_PALETTE)] for k, g in enumerate(groups)}
 
 
-def svg(model: dict, standalone: bool = True) -> str:
+def svg(model: dict, standalone: bool = True, overlay: dict | None = None) -> str:
     """The drawing as SVG text. ``standalone=False`` leaves out the XML namespace declaration
-    (for inline use in HTML, where it is implied)."""
+    (for inline use in HTML, where it is implied). ``overlay`` (:func:`cost_overlay`) colours
+    the nodes by cost and replaces the legend of layers by the cost scale."""
     boxes = layout(model)
     total_w, total_h = boxes["_size"]
     colors = group_colors(model)
+    if overlay is not None:
+        total_h += 24  # a second line for the cost legend
     xmlns = ' xmlns="http://www.w3.org/2000/svg"' if standalone else ""
     out = [f'<svg{xmlns} width="{total_w:.0f}" height="{total_h:.0f}" viewBox="0 0 {total_w:.0f} '
            f'{total_h:.0f}" font-family="Helvetica, Arial, sans-serif" font-size="11">',
@@ -146,12 +218,25 @@ def svg(model: dict, standalone: bool = True) -> str:
            'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#6b7280"/></marker></defs>',
            f'<text x="{_MARGIN}" y="{_MARGIN + 4}" font-size="13" font-weight="bold">'
            f'@{html.escape(model["name"])}</text>']
-    # a legend of the top-level layers
+    # a legend of the top-level layers, or of the cost scale
     x = _MARGIN + 12 + len(model["name"]) * 8
-    for group, color in colors.items():
-        out.append(f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="10" height="10" fill="{color}" stroke="#9ca3af"/>')
-        out.append(f'<text x="{x + 14:.1f}" y="{_MARGIN + 3}">{html.escape(group)}</text>')
-        x += 24 + len(group) * _CHAR_W
+    if overlay is None:
+        for group, color in colors.items():
+            out.append(f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="10" height="10" fill="{color}" stroke="#9ca3af"/>')
+            out.append(f'<text x="{x + 14:.1f}" y="{_MARGIN + 3}">{html.escape(group)}</text>')
+            x += 24 + len(group) * _CHAR_W
+    else:
+        out.append(f'<g class="legend"><text x="{x:.1f}" y="{_MARGIN + 3}">'
+                   f'{html.escape(overlay["title"])}:</text>')
+        x += 12 + len(overlay["title"]) * _CHAR_W
+        for color, label in overlay["legend"]:
+            out.append(f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="14" height="12" fill="{color}" '
+                       f'stroke="#9ca3af"/>')
+            out.append(f'<text x="{x + 17:.1f}" y="{_MARGIN + 4}">{html.escape(label)}</text>')
+            x += 26 + len(label) * _CHAR_W
+        out.append("</g>")
+    shift = 24 if overlay is not None else 0
+    out.append(f'<g transform="translate(0,{shift})">')
     out.append('<g class="edges" fill="none" stroke="#6b7280" stroke-width="1">')
     for e in model["edges"]:
         sx, sy, sw = boxes[e["source"]]
@@ -165,126 +250,28 @@ def svg(model: dict, standalone: bool = True) -> str:
     out.append('<g class="nodes">')
     for n in model["nodes"]:
         x, y, w = boxes[n["id"]]
-        fill = colors.get(n["group"], _IO_COLOR)
+        if overlay is None:
+            fill = colors.get(n["group"], _IO_COLOR)
+        else:
+            fill = overlay["fills"].get(n["id"], ZERO_COLOR)
+        ink, ink2 = ("#ffffff", "#ffffff") if is_dark(fill) else ("#000000", "#374151")
         rx = 12 if n["op"] in ("input", "output") else 4
         tip = n["title"] + (f" @ {n['path']}" if n["path"] else "")
+        if overlay is not None and n["id"] in overlay["values"]:
+            tip += f" ({overlay['values'][n['id']]:,})"
         out.append(f'<g class="node" id="node-{n["id"]}" data-id="{n["id"]}"><title>{html.escape(tip)}</title>'
                    f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_NODE_H}" rx="{rx}" '
                    f'fill="{fill}" stroke="#4b5563"/>'
-                   f'<text x="{x + w / 2:.1f}" y="{y + 14:.1f}" text-anchor="middle" font-weight="bold">'
+                   f'<text x="{x + w / 2:.1f}" y="{y + 14:.1f}" text-anchor="middle" font-weight="bold" '
+                   f'fill="{ink}">'
                    f'{html.escape(n["title"])}</text>'
-                   f'<text x="{x + w / 2:.1f}" y="{y + 27:.1f}" text-anchor="middle" fill="#374151">'
+                   f'<text x="{x + w / 2:.1f}" y="{y + 27:.1f}" text-anchor="middle" fill="{ink2}">'
                    f'{html.escape(_types_line(n))}</text></g>')
-    out.append("</g></svg>")
+    out.append("</g></g></svg>")
     return "\n".join(out) + "\n"
 
 
-def render_svg(graph) -> str:
-    """``graph`` drawn as standalone SVG (what ``Graph._repr_svg_`` shows)."""
-    return svg(describe(graph))
-
-
-# ------------------------------------------------------------------ HTML
-
-_PAGE = """<!DOCTYPE html>
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<title>{title}</title>
-<style>
-body {{ margin: 0; font-family: Helvetica, Arial, sans-serif; display: flex; height: 100vh; }}
-#main {{ flex: 1; overflow: auto; }}
-#side {{ width: 360px; border-left: 1px solid #d1d5db; padding: 10px; overflow: auto; font-size: 13px; }}
-#search {{ width: 100%; box-sizing: border-box; padding: 4px; font-size: 13px; }}
-#count {{ color: #6b7280; margin: 4px 0 10px; }}
-.node {{ cursor: pointer; }}
-.node.match rect {{ stroke: #dc2626; stroke-width: 3; }}
-.node.selected rect {{ stroke: #2563eb; stroke-width: 3; }}
-.edge.near {{ stroke: #2563eb; stroke-width: 2; }}
-table {{ border-collapse: collapse; width: 100%; }}
-td {{ border-top: 1px solid #e5e7eb; padding: 2px 4px; vertical-align: top; word-break: break-all; }}
-td.k {{ color: #6b7280; white-space: nowrap; word-break: normal; }}
-</style>
-</head>
-<body>
-<div id="main">
-{svg}
-</div>
-<div id="side">
-<input id="search" type="search" placeholder="search op, layer path, type, input name">
-<div id="count">{summary}</div>
-<div id="details">Click a node for its details.</div>
-</div>
-<script type="application/json" id="kir-data">{data}</script>
-<script>
-(function () {{
-  "use strict";
-  var data = JSON.parse(document.getElementById("kir-data").textContent);
-  var byId = {{}};
-  data.nodes.forEach(function (n) {{ byId[n.id] = n; }});
-  var incoming = {{}}, outgoing = {{}};
-  data.edges.forEach(function (e) {{
-    (incoming[e.target] = incoming[e.target] || []).push(e);
-    (outgoing[e.source] = outgoing[e.source] || []).push(e);
-  }});
-  function text(s) {{ return document.createTextNode(String(s)); }}
-  function row(table, key, value) {{
-    var tr = document.createElement("tr"), k = document.createElement("td"), v = document.createElement("td");
-    k.className = "k"; k.appendChild(text(key)); v.appendChild(text(value));
-    tr.appendChild(k); tr.appendChild(v); table.appendChild(tr);
-  }}
-  function select(id) {{
-    var n = byId[id];
-    document.querySelectorAll(".node.selected").forEach(function (g) {{ g.classList.remove("selected"); }});
-    document.querySelectorAll(".edge.near").forEach(function (p) {{ p.classList.remove("near"); }});
-    var g = document.getElementById("node-" + id);
-    if (g) {{ g.classList.add("selected"); }}
-    document.querySelectorAll('.edge[data-source="' + id + '"], .edge[data-target="' + id + '"]')
-      .forEach(function (p) {{ p.classList.add("near"); }});
-    var details = document.getElementById("details");
-    details.textContent = "";
-    var h = document.createElement("h3"); h.appendChild(text(n.title)); details.appendChild(h);
-    var table = document.createElement("table");
-    row(table, "id", n.id);
-    row(table, "op", n.op);
-    row(table, "layer path", n.path || "(none)");
-    row(table, "result types", n.types.join(", "));
-    (incoming[id] || []).forEach(function (e) {{
-      row(table, "operand " + e.operand, byId[e.source].title + " (" + e.source + ") : " + e.type);
-    }});
-    (outgoing[id] || []).forEach(function (e) {{
-      row(table, "used by", byId[e.target].title + " (" + e.target + ") operand " + e.operand);
-    }});
-    Object.keys(n.attrs).forEach(function (k) {{ row(table, k, n.attrs[k]); }});
-    if (n.source) {{ row(table, "source", n.source); }}
-    details.appendChild(table);
-  }}
-  document.querySelectorAll(".node").forEach(function (g) {{
-    g.addEventListener("click", function () {{ select(g.getAttribute("data-id")); }});
-  }});
-  document.getElementById("search").addEventListener("input", function (ev) {{
-    var q = ev.target.value.trim().toLowerCase(), first = null, count = 0;
-    data.nodes.forEach(function (n) {{
-      var g = document.getElementById("node-" + n.id);
-      var hay = [n.title, n.op, n.path, n.types.join(" "), n.id].join(" ").toLowerCase();
-      var hit = q !== "" && hay.indexOf(q) >= 0;
-      if (g) {{ g.classList.toggle("match", hit); }}
-      if (hit) {{ count += 1; if (first === null) {{ first = g; }} }}
-    }});
-    document.getElementById("count").textContent = q === "" ? {summary_js} : count + " matching nodes";
-    if (first) {{ first.scrollIntoView({{block: "center", inline: "center"}}); }}
-  }});
-}})();
-</script>
-</body>
-</html>
-"""
-
-
-def render_html(graph) -> str:
-    """A self-contained page (no network access): the SVG, a search box and a details panel."""
-    model = describe(graph)
-    summary = f"{len(graph.nodes)} nodes, {len(graph.inputs)} inputs, {len(graph.outputs)} outputs"
-    data = json.dumps(model).replace("</", "<\\/")  # no "</script>" inside the data block
-    return _PAGE.format(title=html.escape(f"kaun_ir graph @{graph.name}"), svg=svg(model, standalone=False),
-                        summary=html.escape(summary), summary_js=json.dumps(summary), data=data)
+def render_svg(graph, overlay: str | None = None) -> str:
+    """``graph`` drawn as standalone SVG (what ``Graph._repr_svg_`` shows); ``overlay``
+    ``"flops"`` / ``"bytes"`` colours the nodes by estimated cost."""
+    return svg(describe(graph), overlay=cost_overlay(graph, overlay) if overlay else None)

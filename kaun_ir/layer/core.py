@@ -225,7 +225,8 @@ def child_ctx(ctx: dict, index: int) -> dict:
     if "rng" not in ctx or ctx["rng"] is None:
         return ctx
     child = dict(ctx)
-    child["rng"] = random.fold_in(ctx["rng"], index)
+    with scope("rng"):  # key derivation is grouped apart from the layer's own ops
+        child["rng"] = random.fold_in(ctx["rng"], index)
     return child
 
 
