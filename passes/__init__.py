@@ -7,15 +7,19 @@ Pipelines take per-pass options (``"unroll{factor=8},cse"``, see :class:`Pipelin
 after each pass, stop-after bisection and crash reproducers. See docs/passes.md.
 """
 
-from . import autodiff, canonicalize, cse, dce, fold, fuse_optimizer, layout  # noqa: F401  (the built-in passes)
-from .manager import (DEFAULT_JIT_PIPELINE, DEFAULT_TRAIN_PIPELINE, JIT_PIPELINE_ENV, TRAIN_PIPELINE_ENV,
+# the built-in passes (importing a module registers its passes)
+from . import autodiff, canonicalize, conv_lowering, cse, dce, fold, fuse_optimizer, layout, pool_lowering  # noqa: F401
+from .manager import (BACKEND_JIT_PIPELINES, BACKEND_TRAIN_PIPELINES, CPU_CONVOLUTION_PASSES,
+                      DEFAULT_JIT_PIPELINE, DEFAULT_TRAIN_PIPELINE, JIT_PIPELINE_ENV, TRAIN_PIPELINE_ENV,
                       Instrumentation, PassCrash, PassManager, PassRun, PassStatistics, PassStep,
                       PassVerificationError, Pipeline, PipelineError, PrintAfterAll, PrintAfterChange,
-                      Statistics, Timing, jit_pipeline, load_module, run, train_pipeline)
+                      Statistics, Timing, default_jit_pipeline, default_train_pipeline, jit_pipeline,
+                      load_module, run, train_pipeline)
 from .registry import REGISTRY, PassInfo, PassOption, available, parse_pipeline, register, statistic
 
-__all__ = ["DEFAULT_JIT_PIPELINE", "DEFAULT_TRAIN_PIPELINE", "Instrumentation", "JIT_PIPELINE_ENV",
-           "PassCrash", "PassInfo", "PassManager", "PassOption", "PassRun", "PassStatistics", "PassStep",
-           "PassVerificationError", "Pipeline", "PipelineError", "PrintAfterAll", "PrintAfterChange",
-           "REGISTRY", "Statistics", "TRAIN_PIPELINE_ENV", "Timing", "available", "jit_pipeline",
-           "load_module", "parse_pipeline", "register", "run", "statistic", "train_pipeline"]
+__all__ = ["BACKEND_JIT_PIPELINES", "BACKEND_TRAIN_PIPELINES", "CPU_CONVOLUTION_PASSES", "DEFAULT_JIT_PIPELINE",
+           "DEFAULT_TRAIN_PIPELINE", "Instrumentation", "JIT_PIPELINE_ENV", "PassCrash", "PassInfo", "PassManager",
+           "PassOption", "PassRun", "PassStatistics", "PassStep", "PassVerificationError", "Pipeline",
+           "PipelineError", "PrintAfterAll", "PrintAfterChange", "REGISTRY", "Statistics", "TRAIN_PIPELINE_ENV",
+           "Timing", "available", "default_jit_pipeline", "default_train_pipeline", "jit_pipeline", "load_module",
+           "parse_pipeline", "register", "run", "statistic", "train_pipeline"]

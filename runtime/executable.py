@@ -94,6 +94,11 @@ class Executable:
         """XLA's optimised HLO of this executable."""
         return xla.hlo_text(self.loaded)
 
+    def memory_analysis(self) -> dict | None:
+        """XLA's memory estimate in bytes (``argument``, ``output``, ``temp``, ``alias``,
+        ``total_bytes``); None where the platform keeps none."""
+        return xla.memory_analysis(self.loaded)
+
     def cost_analysis(self) -> dict:
         """XLA's cost estimate (``flops``, ``bytes accessed``, ...)."""
         return xla.cost_analysis(self.loaded)

@@ -186,6 +186,24 @@ def hlo_text(executable) -> str:
     return "\n".join(m.to_string() for m in executable.hlo_modules())
 
 
+def memory_analysis(executable) -> dict | None:
+    """XLA's compiled memory analysis of a loaded executable in bytes: ``argument``, ``output``,
+    ``temp``, ``alias`` and ``total_bytes = argument + output + temp - alias``; None where the
+    platform keeps no such statistics."""
+    try:
+        stats = executable.get_compiled_memory_stats()
+    except Exception:  # jaxlib raises its own runtime error types where this is unsupported
+        return None
+    return memory_stats_dict(stats)
+
+
+def memory_stats_dict(stats) -> dict:
+    """XLA's ``CompiledMemoryStats`` (ours or jax's) as a dict; see :func:`memory_analysis`."""
+    out = {key: int(getattr(stats, f"{key}_size_in_bytes")) for key in ("argument", "output", "temp", "alias")}
+    out["total_bytes"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
+    return out
+
+
 def cost_analysis(executable) -> dict:
     """XLA's cost estimate (flops, bytes accessed, ...) of a compiled executable."""
     result = executable.cost_analysis()

@@ -468,8 +468,11 @@ def test_jit_default_pipeline_env_override_and_explicit(monkeypatch):
     x = np.ones(3, F32)
     monkeypatch.delenv("KAUN_IR_PIPELINE", raising=False)
     assert passes.DEFAULT_JIT_PIPELINE == "canonicalize,fold,cse,dce"
+    # the backend's default: the neutral one plus, on CPU, the convolution/pooling passes
+    assert passes.default_jit_pipeline("gpu") == passes.DEFAULT_JIT_PIPELINE
+    assert passes.default_jit_pipeline("cpu") == f"{passes.DEFAULT_JIT_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
     exe = kn.jit(_dup_fn).executable(x)
-    assert exe.pipeline == passes.DEFAULT_JIT_PIPELINE and exe.graph.op_counts()["exponential"] == 1
+    assert exe.pipeline == passes.default_jit_pipeline() and exe.graph.op_counts()["exponential"] == 1
 
     jitted = kn.jit(_dup_fn)  # decorated before the variable is set: read at compile time
     monkeypatch.setenv("KAUN_IR_PIPELINE", "")
@@ -504,7 +507,9 @@ def test_train_pipeline_keyword_and_env(monkeypatch):
         return train._compiled_step(trainer).executable(*args)
 
     assert passes.DEFAULT_TRAIN_PIPELINE == "canonicalize,fold,cse,dce"
-    assert step_executable(train.make(layer.linear(3, 2), optim.sgd(0.1))).pipeline == "canonicalize,fold,cse,dce"
+    assert passes.default_train_pipeline("tpu") == passes.DEFAULT_TRAIN_PIPELINE
+    assert step_executable(train.make(layer.linear(3, 2), optim.sgd(0.1))).pipeline == \
+        passes.default_train_pipeline()
     trainer = train.make(layer.linear(3, 2), optim.sgd(0.1), pipeline=" dce ")
     assert trainer.pipeline == "dce"
     monkeypatch.setenv("KAUN_IR_TRAIN_PIPELINE", "")

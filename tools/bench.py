@@ -1,28 +1,62 @@
-"""``kaun-ir bench``: training-step throughput of kaun_ir against a hand-written JAX + optax step.
+"""``kaun-ir bench``: training-step throughput of kaun_ir against a hand-written JAX + optax step
+(and PyTorch eager when ``torch`` is importable).
 
-For every workload (``mlp``, ``cnn``, ``mlp_small``, ``transformer``; see
-``kaun_ir.tools.bench_workloads``) both implementations start from the same NumPy-generated
-weights, train on the same fixed synthetic batches (8, cycled) with the same optimiser, and run in one process:
+Implementations, all in one process and started from the same NumPy-generated weights, trained
+on the same fixed synthetic batches (8, cycled step by step) with the same optimiser:
 
-1. time to first finished step: trace + compile + first run on a fresh trainer / a fresh
-   ``jax.jit`` (the first compilation of that workload in the process);
-2. ``--steps`` - 1 more steps each; the losses after ``--steps`` steps must agree (relative 1e-4);
-3. ``--rounds`` alternating rounds of ``--steps`` steps of kaun_ir then ``--steps`` steps of JAX;
-   steps/s is the median over the rounds (each round blocks on its last loss).
+- ``kaun_ir``: ``train.step``, one executable call per step (state donated);
+- ``kaun_ir[K=k]``: ``k`` steps fused in one executable (a ``while`` loop, as
+  ``train.fit(..., steps_per_call=k)``) on a device-resident block of ``k`` stacked batches;
+  ``--steps-per-call`` (0 leaves the row out; ``--steps`` must be a multiple of it);
+- ``jax``: the reference, ``jax.jit`` of the whole step (forward, ``jax.grad``, optax update)
+  with parameters and optimiser state donated;
+- ``torch``: PyTorch eager, ``torch.optim.Adam`` / ``AdamW`` with optax's hyper-parameters and
+  PyTorch's default (per-parameter loop) optimiser implementation and thread count. Left out,
+  with a line saying so, when ``import torch`` fails (``pip install kaun-ir[torch]``).
 
-The JAX reference jits the whole step (forward, ``jax.grad``, optax update) with the parameters
-and optimiser state donated, which is what kaun_ir's ``train.step`` does with its own IR and
-autodiff. PyTorch eager is added when ``import torch`` works (not implemented yet: reported as
-skipped). Peak memory is reported as n/a: both implementations share one process and one XLA
-allocator, and the CPU client keeps no per-executable memory statistics, so no honest
-per-implementation number is cheap to get.
+Measured per workload (``--workload``, default all):
+
+1. *first step*: building a fresh instance (weights to the device, optimiser state) + trace +
+   compile + the first finished call (for ``kaun_ir[K]`` that call runs ``k`` steps). With
+   ``--memory`` (the default) it is taken in the fresh child process of 4., where that
+   compilation is the first of its kind in the process (every child first builds the same host
+   data, which warms up XLA alike for kaun_ir and JAX); with ``--no-memory``, in the bench
+   process, with the order of the implementations rotated from workload to workload. The JSON
+   keeps both (``first_step_child_s``, ``first_step_in_process_s``).
+2. ``--steps`` (N) steps each, the first included; the losses after N steps must agree with
+   JAX's within a relative tolerance: ``LOSS_RTOL`` (1e-4) for ``kaun_ir`` (the same XLA
+   kernels as the JAX step), ``TORCH_LOSS_RTOL`` (1e-3) for PyTorch (other kernels, other
+   rounding) and ``FUSED_LOSS_RTOL`` (1e-3) for ``kaun_ir[K]`` (XLA compiles some ops inside a
+   loop to other kernels: on CPU the convolutions of the CNN, in JAX's own ``fori_loop`` too).
+   Rounding differences grow over the steps (Adam amplifies them; the CNN's trajectories of
+   different kernels are ~1e-2 apart after 100 steps), so the check is meant for modest N.
+3. ``--rounds`` alternating rounds of N steps per implementation (rotated order as above);
+   *steps/s* is the median over the rounds (each round blocks on its last loss), *ratio vs JAX*
+   is steps/s over JAX's steps/s.
+4. *peak memory* (``--memory``, the default; ``--no-memory`` skips it): every implementation
+   runs again in a fresh child process that imports everything, builds the host data (initial
+   weights, batches), hands freed heap back to the OS (``malloc_trim``) and records its
+   resident set size (RSS). It then builds and compiles its step and runs one call (the peak
+   RSS of this phase minus that RSS, compiler working memory included, is
+   ``compile_peak_bytes`` in the JSON), trims again, resets the kernel's peak-RSS counter
+   (``/proc/self/clear_refs``) and runs ``MEMORY_CALLS`` more calls. **Peak memory** is the
+   peak RSS of that last phase minus the RSS before building: what the implementation holds
+   and touches while it trains (weights, optimiser state, its device-resident batches — ``k``
+   stacked ones for ``kaun_ir[K]`` —, compiled code, runtime caches, per-step temporaries),
+   measured the same way for kaun_ir, JAX and PyTorch. For the XLA implementations the JSON
+   adds XLA's compiled memory analysis of the step executable (``xla.total_bytes = argument +
+   output + temp - alias``), also shown in the footer. Needs Linux's ``/proc``; n/a elsewhere.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -31,20 +65,40 @@ import numpy as np
 from .bench_workloads import WORKLOADS, Workload, initial_params
 
 LOSS_RTOL = 1e-4
+#: PyTorch vs JAX: other kernels, other float rounding (see the module docstring)
+TORCH_LOSS_RTOL = 1e-3
+#: kaun_ir[K] vs JAX: XLA may pick other kernels for ops inside the fused loop (on CPU a
+#: convolution in a ``while`` body is compiled differently, in JAX's own ``fori_loop`` too)
+FUSED_LOSS_RTOL = 1e-3
 SEED = 0
 #: distinct fixed batches, cycled step by step (one batch alone is memorised within ~20 steps,
 #: after which the loss is ~1e-4 and a relative comparison of it measures nothing)
 NUM_BATCHES = 8
+#: default ``--steps-per-call``: a multiple of NUM_BATCHES, so one device-resident block of
+#: batches serves every call
+#: calls measured for the training-phase peak memory (after the first)
+MEMORY_CALLS = 3
+#: a child process' result line starts with this
+_CHILD_TAG = "kaun-ir-bench-child:"
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("bench", help="training-step speed of kaun_ir vs a hand-written JAX + optax step",
+    parser = sub.add_parser("bench", help="training-step speed of kaun_ir vs JAX + optax (and PyTorch)",
                             description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-w", "--workload", action="append", default=None,
                         help=f"workload(s), repeatable or comma-separated: {', '.join(WORKLOADS)} "
                              "(default: all)")
-    parser.add_argument("--steps", type=int, default=20, help="steps per round (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=None,
+                        help="steps per round, N (default: per workload, " +
+                             ", ".join(f"{w.name} {w.steps}" for w in WORKLOADS.values()) + ")")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds (default: %(default)s)")
+    parser.add_argument("--steps-per-call", type=int, default=None, metavar="K",
+                        help="the kaun_ir[K] row: K steps fused per executable call; 0 leaves it out "
+                             "(default: per workload, " +
+                             ", ".join(f"{w.name} {w.steps_per_call}" for w in WORKLOADS.values()) + ")")
+    parser.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
+                        help="measure peak memory (and first step) in a fresh child process per "
+                             "implementation (default: on)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     # tiny sizes of every workload, for the tests (not a benchmark)
     parser.add_argument("--small", action="store_true", help=argparse.SUPPRESS)
@@ -62,6 +116,27 @@ def parse_workloads(values: list[str] | None) -> list[str]:
     return names
 
 
+def block_name(steps_per_call: int) -> str:
+    """The implementation name of the fused row: ``kaun_ir[K=16]``."""
+    return f"kaun_ir[K={steps_per_call}]"
+
+
+class Setup:
+    """The shared starting point of one workload: sizes, batches, NumPy initial weights and the
+    kaun_ir variables they go into (made once, so no implementation pays for it)."""
+
+    def __init__(self, name: str, small: bool):
+        from kaun_ir import layer, rng
+
+        self.workload: Workload = WORKLOADS[name]
+        self.cfg = self.workload.small if small else self.workload.full
+        self.batches = [self.workload.batch(self.cfg, SEED + 100 + i) for i in range(NUM_BATCHES)]
+        with rng.scope(SEED):
+            #: the kaun_ir variables (their parameters are replaced by ``params``)
+            self.fresh = layer.init(self.workload.kaun_model(self.cfg))
+        self.params = initial_params(self.fresh.params, SEED + 1)
+
+
 # ------------------------------------------------------------------------------ kaun_ir side
 
 
@@ -73,38 +148,110 @@ def _kaun_optimizer(spec: tuple):
     return optim.adamw(spec[1], weight_decay=spec[2])
 
 
+def _kaun_trainer(setup: Setup):
+    from kaun_ir import train
+
+    return train.make(setup.workload.kaun_model(setup.cfg), _kaun_optimizer(setup.workload.optimizer))
+
+
+def _kaun_state(trainer, setup: Setup):
+    """A training state holding ``setup.params`` on the device."""
+    from kaun_ir import layer, train, tree
+    from kaun_ir.runtime import xla
+
+    device = xla.default_device()
+    leaves, treedef = tree.flatten(setup.params)
+    on_device = tree.unflatten(treedef, [xla.to_device(np.array(a), a.dtype, device) for a in leaves])
+    return train.make_state(trainer, layer.with_params(setup.fresh, on_device))
+
+
+def _kaun_loss(labels):
+    from kaun_ir import loss
+
+    # one closure per batch, same code: the labels are an input of one shared executable
+    return lambda logits: loss.cross_entropy_sparse(logits, labels)
+
+
 class KaunRunner:
-    """kaun_ir: ``train.make`` + ``train.step`` on the fixed batch (state donated step to step)."""
+    """kaun_ir: ``train.make`` + ``train.step`` over the device-resident batches (state donated
+    step to step)."""
 
     name = "kaun_ir"
+    steps_per_call = 1
 
-    def __init__(self, workload: Workload, cfg: dict, params: Any, batches: list):
-        from kaun_ir import layer, loss, rng, train, tree
+    def __init__(self, setup: Setup):
+        from kaun_ir import train
         from kaun_ir.runtime import xla
 
-        model = workload.kaun_model(cfg)
-        self.trainer = train.make(model, _kaun_optimizer(workload.optimizer))
-        with rng.scope(SEED):
-            fresh = layer.init(model)
+        self.trainer = _kaun_trainer(setup)
+        self.state = _kaun_state(self.trainer, setup)
         device = xla.default_device()
-        leaves, treedef = tree.flatten(params)
-        on_device = tree.unflatten(treedef, [xla.to_device(np.array(a), a.dtype, device) for a in leaves])
-        self.state = train.make_state(self.trainer, layer.with_params(fresh, on_device))
-
-        def pair(x, y):
-            labels = xla.to_device(y, y.dtype, device)
-            # one lambda per batch, same code: the labels are an input of one shared executable
-            return xla.to_device(x, x.dtype, device), lambda logits: loss.cross_entropy_sparse(logits, labels)
-
-        self.batches = [pair(x, y) for x, y in batches]
+        self.batches = [(xla.to_device(x, x.dtype, device), _kaun_loss(xla.to_device(y, y.dtype, device)))
+                        for x, y in setup.batches]
         self.count = 0
+        self._step = train.step
+
+    def call(self):
+        x, loss_fn = self.batches[self.count % NUM_BATCHES]
+        self.count += 1
+        value, self.state = self._step(self.trainer, self.state, x, loss_fn)
+        return value
+
+    @staticmethod
+    def last_loss(value) -> float:
+        return float(np.asarray(value))
+
+    def memory_analysis(self) -> dict | None:
+        return _kaun_memory_analysis(self.trainer, "_step")
+
+
+def _kaun_memory_analysis(trainer, attr: str) -> dict | None:
+    """XLA's memory analysis of the trainer's compiled step (``attr`` ``"_step"``) or block
+    (``"_block"``) executable; None when unavailable."""
+    # the trainer's compile cache holds one entry per signature; the bench compiles exactly one
+    compiled = trainer.__dict__.get(attr)
+    entries = list(getattr(compiled, "_cache", {}).values())
+    if len(entries) != 1:
+        return None
+    return entries[0].executable.memory_analysis()
+
+
+class KaunBlockRunner:
+    """kaun_ir with ``k`` steps per executable call (``train.steps``) on device-resident
+    blocks of ``k`` stacked batches, following the same cycle of batches as the other rows."""
+
+    def __init__(self, setup: Setup, steps_per_call: int):
+        from kaun_ir import train
+        from kaun_ir.runtime import xla
+
         self._train = train
 
-    def step(self):
-        x, loss_fn = self.batches[self.count % len(self.batches)]
+        k = self.steps_per_call = steps_per_call
+        self.name = block_name(k)
+        self.trainer = _kaun_trainer(setup)
+        self.state = _kaun_state(self.trainer, setup)
+        device = xla.default_device()
+        # block c starts at batch (c * k) % NUM_BATCHES; only distinct starts are stored
+        self.blocks = {}
+        for start in sorted({(c * k) % NUM_BATCHES for c in range(NUM_BATCHES)}):
+            picked = [setup.batches[(start + j) % NUM_BATCHES] for j in range(k)]
+            xs, ys = (np.stack(column) for column in zip(*picked))
+            self.blocks[start] = (xla.to_device(xs, xs.dtype, device),
+                                  _kaun_loss(xla.to_device(ys, ys.dtype, device)))
+        self.count = 0
+
+    def call(self):
+        xs, loss_fn = self.blocks[(self.count * self.steps_per_call) % NUM_BATCHES]
         self.count += 1
-        value, self.state = self._train.step(self.trainer, self.state, x, loss_fn)
-        return value
+        losses, self.state = self._train.steps(self.trainer, self.state, xs, loss_fn)
+        return losses
+
+    @staticmethod
+    def last_loss(value) -> float:
+        return float(np.asarray(value)[-1])
+
+    def memory_analysis(self) -> dict | None:
+        return _kaun_memory_analysis(self.trainer, "_block")
 
 
 # ------------------------------------------------------------------------------ JAX reference
@@ -143,6 +290,7 @@ class JaxRunner:
     """The JAX + optax reference (one jit of the whole step, donated)."""
 
     name = "jax"
+    steps_per_call = 1
 
     def __init__(self, workload: Workload, cfg: dict, params: Any, batches: list):
         import jax
@@ -153,71 +301,305 @@ class JaxRunner:
         self.batches = [(jax.device_put(x), jax.device_put(y)) for x, y in batches]
         self.count = 0
 
-    def step(self):
-        x, y = self.batches[self.count % len(self.batches)]
+    @classmethod
+    def of(cls, setup: Setup) -> "JaxRunner":
+        return cls(setup.workload, setup.cfg, setup.params, setup.batches)
+
+    def call(self):
+        x, y = self.batches[self.count % NUM_BATCHES]
         self.count += 1
         value, self.params, self.opt_state = self.jax_step(self.params, self.opt_state, x, y)
         return value
 
+    step = call
 
-def _torch_available() -> bool:
+    @staticmethod
+    def last_loss(value) -> float:
+        return float(np.asarray(value))
+
+    def memory_analysis(self) -> dict | None:
+        x, y = self.batches[0]
+        try:  # lowers and compiles the step once more (jit's own executable is not exposed)
+            from kaun_ir.runtime import xla
+
+            compiled = self.jax_step.lower(self.params, self.opt_state, x, y).compile()
+            return xla.memory_stats_dict(compiled.memory_analysis())
+        except Exception:
+            return None
+
+
+# ------------------------------------------------------------------------------ PyTorch eager
+
+
+def torch_status() -> tuple[bool, str]:
+    """``(available, description)``: whether ``import torch`` works, and its version and
+    thread count or the reason it does not."""
     try:
-        import torch  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        import torch
+    except Exception as err:  # ImportError, or a broken installation
+        return False, f"skipped: import torch failed ({type(err).__name__}: {err}); install kaun-ir[torch]"
+    return True, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+
+
+class TorchRunner:
+    """PyTorch eager: the workload's ``torch_forward`` over the same weights (leaf tensors in
+    kaun_ir's parameter tree), ``F.cross_entropy``, ``backward`` and ``torch.optim.Adam`` /
+    ``AdamW`` with optax's hyper-parameters (betas 0.9/0.999, eps 1e-8; AdamW's decoupled decay
+    ``p *= 1 - lr * wd`` equals optax's ``p -= lr * wd * p``, applied to every parameter as in
+    optax without a mask)."""
+
+    name = "torch"
+    steps_per_call = 1
+
+    def __init__(self, setup: Setup):
+        import torch
+        import torch.nn.functional as F
+        from kaun_ir import tree
+
+        workload, cfg = setup.workload, setup.cfg
+        leaves, treedef = tree.flatten(setup.params)
+        self.leaves = [torch.tensor(np.array(a), requires_grad=True) for a in leaves]
+        self.params = tree.unflatten(treedef, self.leaves)
+        spec = workload.optimizer
+        if spec[0] == "adam":
+            self.opt = torch.optim.Adam(self.leaves, lr=spec[1], betas=(0.9, 0.999), eps=1e-8)
+        else:
+            self.opt = torch.optim.AdamW(self.leaves, lr=spec[1], betas=(0.9, 0.999), eps=1e-8,
+                                         weight_decay=spec[2])
+
+        def as_torch(a):  # integer ids and labels as int64, what embedding / cross_entropy take
+            return torch.from_numpy(a.astype(np.int64) if a.dtype.kind in "iu" else np.array(a))
+
+        self.batches = [(as_torch(x), as_torch(y)) for x, y in setup.batches]
+        self.forward = lambda x: workload.torch_forward(self.params, x, cfg)
+        self.cross_entropy = F.cross_entropy
+        self.count = 0
+
+    def call(self):
+        x, y = self.batches[self.count % NUM_BATCHES]
+        self.count += 1
+        self.opt.zero_grad(set_to_none=True)
+        logits = self.forward(x)
+        value = self.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        value.backward()
+        self.opt.step()
+        return value.detach()
+
+    @staticmethod
+    def last_loss(value) -> float:
+        return float(value)
+
+    def memory_analysis(self) -> dict | None:
+        return None  # no XLA executable
+
+
+def make_runner(impl: str, setup: Setup, steps_per_call: int = 0):
+    """A fresh runner of implementation ``impl`` (``kaun_ir``, ``kaun_ir[K=..]``, ``jax``,
+    ``torch``)."""
+    if impl == "kaun_ir":
+        return KaunRunner(setup)
+    if impl == "jax":
+        return JaxRunner.of(setup)
+    if impl == "torch":
+        return TorchRunner(setup)
+    if impl == block_name(steps_per_call) and steps_per_call > 0:
+        return KaunBlockRunner(setup, steps_per_call)
+    raise ValueError(f"unknown implementation {impl!r}")
+
+
+def implementations(steps_per_call: int, torch: bool) -> list[str]:
+    """The rows of one workload, in table order."""
+    names = ["kaun_ir"]
+    if steps_per_call > 0:
+        names.append(block_name(steps_per_call))
+    names.append("jax")
+    if torch:
+        names.append("torch")
+    return names
+
+
+# ------------------------------------------------------------------------------ memory (child)
+
+
+def _proc_status() -> dict:
+    """``VmRSS`` and ``VmHWM`` (peak RSS) of this process in bytes, from ``/proc/self/status``."""
+    out = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0]) * 1024  # "123 kB"
+    return out
+
+
+def _reset_peak() -> None:
+    """Reset the kernel's peak-RSS counter (VmHWM) to the current RSS."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _trim_heap() -> None:
+    """Collect garbage and hand freed heap back to the OS (glibc ``malloc_trim``), so the RSS
+    reflects live memory rather than what an earlier phase left in the allocator's free lists."""
+    gc.collect()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
+
+
+def _block(value) -> None:
+    np.asarray(value)  # waits for the result (XLA dispatch is asynchronous)
+
+
+def measure_here(name: str, impl: str, small: bool, steps_per_call: int = 0,
+                 calls: int = MEMORY_CALLS) -> dict:
+    """In this (fresh) process: build implementation ``impl`` of workload ``name``, time its
+    first step and measure its memory (see the module docstring). Returns a dict of byte counts
+    and seconds."""
+    if impl == "torch":
+        import torch  # noqa: F401  (imported before the baseline, like jax for the others)
+    else:
+        import jax
+        import optax  # noqa: F401
+
+        jax.devices()  # the XLA client exists before the baseline
+    setup = Setup(name, small)
+    _trim_heap()
+    before = _proc_status()["VmRSS"]
+    _reset_peak()
+    start = time.perf_counter()
+    runner = make_runner(impl, setup, steps_per_call)
+    _block(runner.call())
+    first = time.perf_counter() - start
+    compile_peak = _proc_status()["VmHWM"] - before
+    _trim_heap()
+    _reset_peak()
+    for _ in range(calls):
+        _block(runner.call())
+    status = _proc_status()
+    return {"peak_bytes": status["VmHWM"] - before, "compile_peak_bytes": compile_peak,
+            "rss_before_bytes": before, "first_step_s": first, "xla": runner.memory_analysis()}
+
+
+def _child_main(spec_json: str) -> None:
+    """Entry point of the child process: measure, print one tagged JSON line."""
+    spec = json.loads(spec_json)
+    result = measure_here(spec["workload"], spec["impl"], spec["small"], spec["steps_per_call"],
+                          spec["calls"])
+    print(_CHILD_TAG + json.dumps(result), flush=True)
+
+
+def measure_in_child(name: str, impl: str, small: bool, steps_per_call: int = 0, calls: int = MEMORY_CALLS,
+                     timeout: float = 900) -> dict:
+    """:func:`measure_here` in a fresh Python process; ``{"error": reason}`` when it fails."""
+    if not (os.path.exists("/proc/self/status") and os.path.exists("/proc/self/clear_refs")):
+        return {"error": "no /proc/self/status and clear_refs (Linux only)"}
+    spec = json.dumps({"workload": name, "impl": impl, "small": small, "steps_per_call": steps_per_call,
+                       "calls": calls})
+    code = "import sys; from kaun_ir.tools.bench import _child_main; _child_main(sys.argv[1])"
+    try:
+        proc = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True,
+                              timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(_CHILD_TAG):
+            return json.loads(line[len(_CHILD_TAG):])
+    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"error": f"child exited with {proc.returncode}: {tail}"}
 
 
 # ------------------------------------------------------------------------------ measuring
 
 
-def _run_steps(runner, n: int) -> float:
-    """``n`` steps, blocking on the last loss; returns that loss."""
+def _run_calls(runner, calls: int) -> float:
+    """``calls`` calls, blocking on the last; returns the last step's loss."""
     value = None
-    for _ in range(n):
-        value = runner.step()
-    return float(np.asarray(value))
+    for _ in range(calls):
+        value = runner.call()
+    return runner.last_loss(value)
 
 
-def bench_workload(name: str, steps: int, rounds: int, small: bool = False) -> dict:
-    """Benchmark one workload; ``small=True`` uses the tiny test sizes. Returns a result dict."""
-    workload = WORKLOADS[name]
-    cfg = workload.small if small else workload.full
-    batches = [workload.batch(cfg, SEED + 100 + i) for i in range(NUM_BATCHES)]
+def _rotated(items: list, by: int) -> list:
+    by %= max(len(items), 1)
+    return items[by:] + items[:by]
 
-    # the parameter structure of the kaun_ir model, filled with the shared NumPy weights
-    from kaun_ir import layer, rng
 
-    with rng.scope(SEED):
-        structure = layer.init(workload.kaun_model(cfg)).params
-    params = initial_params(structure, SEED + 1)
+def bench_workload(name: str, steps: int, rounds: int, small: bool = False, steps_per_call: int = 0,
+                   memory: bool = False, torch: bool | None = None, order: int = 0) -> dict:
+    """Benchmark one workload (see the module docstring); returns a result dict.
 
-    runners = [KaunRunner(workload, cfg, params, batches), JaxRunner(workload, cfg, params, batches)]
-    result: dict = {"workload": name, "description": workload.description, "steps": steps, "rounds": rounds,
-                    "small": small, "implementations": {}}
-    for runner in runners:
+    ``small``: the tiny test sizes; ``steps_per_call``: K of the fused row (0: no such row;
+    ``steps`` must be a multiple of it); ``memory``: child-process memory and first-step
+    measurement; ``torch``: include PyTorch (None: when importable); ``order``: how far the
+    order of the implementations is rotated (the CLI passes the workload's index)."""
+    if steps < 1 or rounds < 0 or steps_per_call < 0:
+        raise ValueError("steps must be >= 1, rounds >= 0 and steps_per_call >= 0")
+    if steps_per_call and steps % steps_per_call:
+        raise ValueError(f"steps ({steps}) must be a multiple of steps_per_call ({steps_per_call})")
+    torch_ok, torch_line = torch_status()
+    if torch is None:
+        torch = torch_ok
+    elif torch and not torch_ok:
+        raise RuntimeError(torch_line)
+    setup = Setup(name, small)
+    names = implementations(steps_per_call, torch)
+    entries: dict[str, dict] = {impl: {} for impl in names}  # in table order
+    schedule = _rotated(names, order)
+    runners = {}
+
+    for impl in schedule:
+        entry = entries[impl]
         start = time.perf_counter()
-        first_loss = _run_steps(runner, 1)
-        first = time.perf_counter() - start
-        loss_n = _run_steps(runner, steps - 1) if steps > 1 else first_loss
-        result["implementations"][runner.name] = {"first_step_s": first, "initial_loss": first_loss,
-                                                  f"loss_after_{steps}": loss_n, "steps_per_s_rounds": []}
+        runner = runners[impl] = make_runner(impl, setup, steps_per_call)
+        first_loss = _run_calls(runner, 1)
+        entry["first_step_in_process_s"] = time.perf_counter() - start
+        entry["steps_per_call"] = runner.steps_per_call
+        entry["first_call_loss"] = first_loss
+        more = steps // runner.steps_per_call - 1
+        entry["loss_after_steps"] = _run_calls(runner, more) if more else first_loss
+        entry["steps_per_s_rounds"] = []
     for _ in range(rounds):
-        for runner in runners:
+        for impl in schedule:
+            runner = runners[impl]
             start = time.perf_counter()
-            _run_steps(runner, steps)
-            elapsed = time.perf_counter() - start
-            result["implementations"][runner.name]["steps_per_s_rounds"].append(steps / elapsed)
-    for entry in result["implementations"].values():
+            _run_calls(runner, steps // runner.steps_per_call)
+            entries[impl]["steps_per_s_rounds"].append(steps / (time.perf_counter() - start))
+    del runners  # free the arrays before any child process runs
+
+    for entry in entries.values():
         entry["steps_per_s"] = statistics.median(entry["steps_per_s_rounds"]) if rounds else None
-        entry["peak_memory"] = None  # see the module docstring
-    ours, ref = result["implementations"]["kaun_ir"], result["implementations"]["jax"]
-    a, b = ours[f"loss_after_{steps}"], ref[f"loss_after_{steps}"]
-    result["loss_rel_diff"] = abs(a - b) / max(abs(b), 1e-30)
-    result["losses_agree"] = bool(result["loss_rel_diff"] <= LOSS_RTOL)
-    result["ratio_kaun_over_jax"] = (ours["steps_per_s"] / ref["steps_per_s"]) if rounds else None
-    result["torch"] = "skipped (import torch failed)" if not _torch_available() else "not implemented"
-    return result
+    ref = entries["jax"]
+    for impl, entry in entries.items():
+        entry["ratio_vs_jax"] = entry["steps_per_s"] / ref["steps_per_s"] if rounds else None
+        a, b = entry["loss_after_steps"], ref["loss_after_steps"]
+        entry["loss_rel_diff_vs_jax"] = abs(a - b) / max(abs(b), 1e-30)
+        entry["loss_rtol"] = {"torch": TORCH_LOSS_RTOL, "jax": LOSS_RTOL, "kaun_ir": LOSS_RTOL}.get(
+            impl, FUSED_LOSS_RTOL)
+        entry["loss_agrees"] = bool(entry["loss_rel_diff_vs_jax"] <= entry["loss_rtol"])
+        entry["memory"] = None
+        entry["first_step_child_s"] = None
+    if memory:
+        for impl in schedule:
+            measured = measure_in_child(name, impl, small, steps_per_call)
+            entries[impl]["memory"] = measured
+            entries[impl]["first_step_child_s"] = measured.get("first_step_s")
+    for entry in entries.values():
+        child = entry["first_step_child_s"]
+        entry["first_step_s"] = child if child is not None else entry["first_step_in_process_s"]
+        peak = (entry["memory"] or {}).get("peak_bytes")
+        ref_peak = (ref["memory"] or {}).get("peak_bytes")
+        entry["peak_memory_bytes"] = peak
+        entry["peak_memory_ratio_vs_jax"] = peak / ref_peak if peak is not None and ref_peak else None
+
+    return {"workload": name, "description": setup.workload.description, "steps": steps, "rounds": rounds,
+            "steps_per_call": steps_per_call, "small": small, "memory": memory,
+            "order": schedule, "torch": torch_line if torch or not torch_ok else "not run (torch=False)",
+            "implementations": entries,
+            "losses_agree": all(entry["loss_agrees"] for entry in entries.values())}
 
 
 # ------------------------------------------------------------------------------ output
@@ -229,19 +611,70 @@ def _fmt_rate(value: float | None) -> str:
     return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
 
 
+def _fmt_bytes(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    mib = value / 2**20
+    return f"{mib:.0f} MiB" if abs(mib) >= 100 else f"{mib:.1f} MiB"
+
+
+def _fmt_seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1e3:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
 def format_table(results: list[dict]) -> str:
     """A Markdown table: one row per workload and implementation."""
-    lines = ["| workload | implementation | steps/s (median) | first step | peak memory | "
-             "loss after N steps | kaun_ir/JAX |",
-             "|---|---|---:|---:|---|---:|---:|"]
+    lines = ["| workload | implementation | steps/s | first step | peak memory | N | loss after N | "
+             "ratio vs JAX |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in results:
-        steps = r["steps"]
         for impl, entry in r["implementations"].items():
-            ratio = ""
-            if impl == "kaun_ir" and r["ratio_kaun_over_jax"] is not None:
-                ratio = f"{r['ratio_kaun_over_jax']:.2f}"
+            ratio = "" if entry["ratio_vs_jax"] is None else f"{entry['ratio_vs_jax']:.2f}"
+            loss = f"{entry['loss_after_steps']:.6g}" + ("" if entry["loss_agrees"] else " (!)")
             lines.append(f"| {r['workload']} | {impl} | {_fmt_rate(entry['steps_per_s'])} | "
-                         f"{entry['first_step_s']:.2f} s | n/a | {entry[f'loss_after_{steps}']:.6f} | {ratio} |")
+                         f"{_fmt_seconds(entry['first_step_s'])} | "
+                         f"{_fmt_bytes(entry['peak_memory_bytes'])} | {r['steps']} | {loss} | {ratio} |")
+    return "\n".join(lines)
+
+
+def format_footer(results: list[dict]) -> str:
+    """Per workload: loss agreement, peak memory relative to JAX's and XLA's memory analysis;
+    then what the columns mean."""
+    lines = []
+    for r in results:
+        entries = r["implementations"]
+        others = [impl for impl in entries if impl != "jax"]
+        diffs = ", ".join(f"{impl} {entries[impl]['loss_rel_diff_vs_jax']:.1e}" for impl in others)
+        bad = [impl for impl in others if not entries[impl]["loss_agrees"]]
+        verdict = f"DISAGREE: {', '.join(bad)}" if bad else "agree"
+        line = f"{r['workload']}: losses after {r['steps']} steps vs JAX {diffs} ({verdict})"
+        ratios = [f"{impl} {entries[impl]['peak_memory_ratio_vs_jax']:.2f}x" for impl in others
+                  if entries[impl]["peak_memory_ratio_vs_jax"] is not None]
+        if ratios:
+            line += f"; peak memory vs JAX {', '.join(ratios)}"
+        xla = [f"{impl} {_fmt_bytes(e['memory']['xla']['total_bytes'])}"
+               for impl, e in entries.items() if (e["memory"] or {}).get("xla")]
+        if xla:
+            line += f"; XLA buffers {', '.join(xla)}"
+        errors = [f"{impl}: {e['memory']['error']}" for impl, e in entries.items()
+                  if (e["memory"] or {}).get("error")]
+        if errors:
+            line += f"; memory n/a ({'; '.join(errors)})"
+        lines.append(line)
+    lines.append(f"relative loss tolerances: kaun_ir {LOSS_RTOL:.0e}, kaun_ir[K] {FUSED_LOSS_RTOL:.0e}, "
+                 f"torch {TORCH_LOSS_RTOL:.0e}. steps/s: median of the rounds; ratio: steps/s over JAX's.")
+    where = ("in a fresh process" if any(r["memory"] for r in results)
+             else "in this process, implementation order rotated per workload")
+    lines.append("first step: build + trace + compile + first finished call (K steps for kaun_ir[K]) "
+                 f"{where}.")
+    if any(r["memory"] for r in results):
+        lines.append("peak memory: peak RSS while training (after the first call) minus RSS before building, "
+                     "a fresh process per implementation.")
+    else:
+        lines.append("peak memory: not measured (--no-memory).")
+    lines.append(f"PyTorch: {results[0]['torch'] if results else torch_status()[1]}")
     return "\n".join(lines)
 
 
@@ -253,27 +686,42 @@ def run(args) -> int:
     except ValueError as err:
         print(f"kaun-ir bench: {err}")
         return 2
-    if args.steps < 1 or args.rounds < 0:
-        print("kaun-ir bench: --steps must be >= 1 and --rounds >= 0")
-        return 2
-    results = [bench_workload(name, args.steps, args.rounds, small=args.small) for name in names]
+    plan = []
+    for name in names:
+        w = WORKLOADS[name]
+        steps = w.steps if args.steps is None else args.steps
+        k = w.steps_per_call if args.steps_per_call is None else args.steps_per_call
+        if k and args.steps is None and steps % k:
+            steps = -(-steps // k) * k  # the default N rounded up to a multiple of an explicit K
+        if steps < 1 or args.rounds < 0 or k < 0:
+            print("kaun-ir bench: --steps must be >= 1, --rounds >= 0 and --steps-per-call >= 0")
+            return 2
+        if k and steps % k:
+            print(f"kaun-ir bench: --steps ({steps}) must be a multiple of --steps-per-call ({k}); "
+                  "--steps-per-call 0 leaves the fused row out")
+            return 2
+        plan.append((name, steps, k))
+    results = []
+    for i, (name, steps, k) in enumerate(plan):
+        if sys.stderr.isatty():  # a full run takes minutes: say where it is
+            sys.stderr.write(f"\rkaun-ir bench: {name} ({i + 1}/{len(names)})...\033[K")
+            sys.stderr.flush()
+        results.append(bench_workload(name, steps, args.rounds, small=args.small, steps_per_call=k,
+                                      memory=args.memory, order=i))
+    if sys.stderr.isatty():
+        sys.stderr.write("\r\033[K")
     ok = all(r["losses_agree"] for r in results)
     if args.json:
-        print(json.dumps({"backend": kn.runtime.backend_name(), "loss_rtol": LOSS_RTOL, "results": results,
+        print(json.dumps({"backend": kn.runtime.backend_name(), "loss_rtol": LOSS_RTOL,
+                          "torch_loss_rtol": TORCH_LOSS_RTOL, "torch": torch_status()[1], "results": results,
                           "ok": ok}, indent=1))
         return 0 if ok else 1
-    print(f"kaun_ir {kn.__version__} on XLA '{kn.runtime.backend_name()}': {args.steps} steps x "
-          f"{args.rounds} alternating rounds per implementation\n")
+    print(f"kaun_ir {kn.__version__} on XLA '{kn.runtime.backend_name()}': {args.rounds} alternating "
+          f"rounds of N steps per implementation\n")
     for r in results:
         print(f"- {r['workload']}: {r['description']}")
     print()
     print(format_table(results))
     print()
-    for r in results:
-        verdict = "agree" if r["losses_agree"] else "DISAGREE"
-        print(f"{r['workload']}: losses after {r['steps']} steps {verdict} (relative difference "
-              f"{r['loss_rel_diff']:.1e}, tolerance {LOSS_RTOL:.0e})")
-    print("peak memory: n/a (one process, one XLA allocator shared by both implementations; no "
-          "per-implementation statistics on this client)")
-    print(f"PyTorch: {results[0]['torch'] if results else 'skipped'}")
+    print(format_footer(results))
     return 0 if ok else 1

@@ -7,6 +7,9 @@ Every workload describes one training problem with fixed synthetic data and fixe
   implementation of the benchmark, not an execution path of kaun_ir), reading the *same
   parameter tree* as the kaun_ir model (linear weights ``[in, out]``, conv weights OIHW, NCHW
   activations), so both sides start from identical arrays without any layout conversion;
+- ``torch_forward(params, x, cfg)`` is the same network in PyTorch eager over the same tree
+  with ``torch.Tensor`` leaves (``x @ W + b`` on the ``[in, out]`` weights; OIHW/NCHW are
+  PyTorch's own conv layouts), used when ``torch`` is importable;
 - ``batch(cfg, seed)`` makes the fixed batch ``(x, labels)``;
 - ``optimizer`` names the optimiser (same hyper-parameters on both sides).
 
@@ -179,6 +182,71 @@ def transformer_jax_forward(params, ids, cfg):
     return x @ params[-1]["weight"] + params[-1]["bias"]
 
 
+# ------------------------------------------------------------------------------ PyTorch eager
+# The same networks over the same parameter tree (torch.Tensor leaves, identical layouts: dense
+# weights [in, out] are used as ``x @ W + b`` rather than through nn.Linear's [out, in]).
+
+
+def mlp_torch_forward(params, x, cfg):
+    """The MLP in PyTorch eager (``torch.addmm`` on ``[in, out]`` weights)."""
+    import torch
+
+    dense = [p for p in params if p]
+    for i, p in enumerate(dense):
+        x = torch.addmm(p["bias"], x, p["weight"])
+        if i < len(dense) - 1:
+            x = torch.relu(x)
+    return x
+
+
+def cnn_torch_forward(params, x, cfg):
+    """The CNN in PyTorch eager: NCHW activations, OIHW kernels (PyTorch's native layouts);
+    ``padding=1`` is SAME for a 3x3 kernel with stride 1."""
+    import torch
+    import torch.nn.functional as F
+
+    def conv(h, p):
+        return F.conv2d(h, p["weight"], p["bias"], padding=1)
+
+    h = F.max_pool2d(torch.relu(conv(x, params[0])), 2)
+    h = F.max_pool2d(torch.relu(conv(h, params[3])), 2)
+    h = h.reshape(h.shape[0], -1)
+    return torch.addmm(params[7]["bias"], h, params[7]["weight"])
+
+
+def _torch_attention(x, p, heads):
+    import torch.nn.functional as F
+
+    b, t, d = x.shape
+    hd = d // heads
+
+    def project(name):  # [B, T, D] -> [B, H, T, hd]
+        return (x @ p[name]["weight"] + p[name]["bias"]).reshape(b, t, heads, hd).transpose(1, 2)
+
+    # softmax(q k^T / sqrt(hd)) v with the causal mask, as in the JAX reference
+    out = F.scaled_dot_product_attention(project("query"), project("key"), project("value"), is_causal=True)
+    out = out.transpose(1, 2).reshape(b, t, d)
+    return out @ p["out"]["weight"] + p["out"]["bias"]
+
+
+def transformer_torch_forward(params, ids, cfg):
+    """The decoder-only transformer in PyTorch eager (exact erf GELU and layer-norm eps 1e-5, as
+    in the JAX reference)."""
+    import torch.nn.functional as F
+
+    def layer_norm(h, p):
+        return F.layer_norm(h, (h.shape[-1],), p["scale"], p["bias"], eps=1e-5)
+
+    emb = params[0]
+    x = emb["tokens"][ids] + emb["positions"]
+    for p in params[1:1 + cfg["layers"]]:
+        x = x + _torch_attention(layer_norm(x, p["ln1"]), p["attn"], cfg["heads"])
+        h = layer_norm(x, p["ln2"]) @ p["fc1"]["weight"] + p["fc1"]["bias"]
+        x = x + F.gelu(h, approximate="none") @ p["fc2"]["weight"] + p["fc2"]["bias"]
+    x = layer_norm(x, params[-2])
+    return x @ params[-1]["weight"] + params[-1]["bias"]
+
+
 # ------------------------------------------------------------------------------ data
 
 
@@ -205,10 +273,15 @@ class Workload:
     description: str
     kaun_model: Callable[[dict], Any]
     jax_forward: Callable[[Any, Any, dict], Any]
+    torch_forward: Callable[[Any, Any, dict], Any]
     batch: Callable[[dict, int], tuple]
     optimizer: tuple  # ("adam", lr) or ("adamw", lr, weight_decay)
     full: dict = field(default_factory=dict)
     small: dict = field(default_factory=dict)
+    #: the CLI's defaults for this workload: steps per round (long enough that a round is not
+    #: timer noise) and K of the fused kaun_ir[K] row (0: no fused row by default)
+    steps: int = 32
+    steps_per_call: int = 16
 
 
 def _image_cfg(batch: int, x_rest: tuple, **extra) -> dict:
@@ -217,20 +290,24 @@ def _image_cfg(batch: int, x_rest: tuple, **extra) -> dict:
 
 WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("mlp", "MLP 784-512-512-10 ReLU, batch 128, Adam 1e-3", _mlp_model, mlp_jax_forward,
-             _image_batch, ("adam", 1e-3),
+             mlp_torch_forward, _image_batch, ("adam", 1e-3),
              full=_image_cfg(128, (784,), sizes=(784, 512, 512, 10)),
-             small=_image_cfg(16, (64,), sizes=(64, 32, 32, 10))),
+             small=_image_cfg(16, (64,), sizes=(64, 32, 32, 10)), steps=64),
     Workload("cnn", "CNN NCHW 1x28x28: conv3x3 32+ReLU+pool2, conv3x3 64+ReLU+pool2, dense 10; batch 64, "
-             "Adam 1e-3", _cnn_model, cnn_jax_forward, _image_batch, ("adam", 1e-3),
+             "Adam 1e-3", _cnn_model, cnn_jax_forward, cnn_torch_forward, _image_batch, ("adam", 1e-3),
              full=_image_cfg(64, (1, 28, 28), size=28, c1=32, c2=64),
-             small=_image_cfg(4, (1, 8, 8), size=8, c1=4, c2=8)),
+             small=_image_cfg(4, (1, 8, 8), size=8, c1=4, c2=8),
+             # XLA CPU runs convolutions inside a while loop far slower than at the top level
+             # (measured 2.7 vs 65 steps/s at K=16; jax's fori_loop shows the same), so the fused
+             # row is opt-in here: --steps-per-call 16
+             steps_per_call=0),
     Workload("mlp_small", "MLP 64-128-10 ReLU, batch 32, Adam 1e-3", _mlp_model, mlp_jax_forward,
-             _image_batch, ("adam", 1e-3),
+             mlp_torch_forward, _image_batch, ("adam", 1e-3),
              full=_image_cfg(32, (64,), sizes=(64, 128, 10)),
-             small=_image_cfg(8, (64,), sizes=(64, 128, 10))),
+             small=_image_cfg(8, (64,), sizes=(64, 128, 10)), steps=512, steps_per_call=64),
     Workload("transformer", "decoder-only transformer: 4 layers, d_model 128, 4 heads, seq 64, batch 16, "
              "vocab 512, causal, pre-LN, GELU MLP 4x; AdamW 1e-3 (decay 0.01)", _transformer_model,
-             transformer_jax_forward, _token_batch, ("adamw", 1e-3, 0.01),
+             transformer_jax_forward, transformer_torch_forward, _token_batch, ("adamw", 1e-3, 0.01),
              full={"layers": 4, "dim": 128, "heads": 4, "seq": 64, "batch": 16, "vocab": 512},
              small={"layers": 2, "dim": 16, "heads": 2, "seq": 8, "batch": 2, "vocab": 32}),
 ]}
