@@ -76,6 +76,8 @@ SEED = 0
 NUM_BATCHES = 8
 #: default ``--steps-per-call``: a multiple of NUM_BATCHES, so one device-resident block of
 #: batches serves every call
+#: seconds of idle time before each timed run (see bench_workload)
+PAUSE_S = 0.02
 #: calls measured for the training-phase peak memory (after the first)
 MEMORY_CALLS = 3
 #: a child process' result line starts with this
@@ -562,9 +564,13 @@ def bench_workload(name: str, steps: int, rounds: int, small: bool = False, step
         more = steps // runner.steps_per_call - 1
         entry["loss_after_steps"] = _run_calls(runner, more) if more else first_loss
         entry["steps_per_s_rounds"] = []
-    for _ in range(rounds):
-        for impl in schedule:
+    for round_ in range(rounds):
+        # each round starts with another implementation, and every timed run starts after a
+        # short pause: PyTorch's OpenMP workers keep spinning for a while after its steps end,
+        # which would otherwise slow whatever always ran right after it
+        for impl in _rotated(schedule, round_):
             runner = runners[impl]
+            time.sleep(PAUSE_S)
             start = time.perf_counter()
             _run_calls(runner, steps // runner.steps_per_call)
             entries[impl]["steps_per_s_rounds"].append(steps / (time.perf_counter() - start))

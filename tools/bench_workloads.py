@@ -304,7 +304,7 @@ WORKLOADS: dict[str, Workload] = {w.name: w for w in [
     Workload("mlp_small", "MLP 64-128-10 ReLU, batch 32, Adam 1e-3", _mlp_model, mlp_jax_forward,
              mlp_torch_forward, _image_batch, ("adam", 1e-3),
              full=_image_cfg(32, (64,), sizes=(64, 128, 10)),
-             small=_image_cfg(8, (64,), sizes=(64, 128, 10)), steps=512, steps_per_call=64),
+             small=_image_cfg(8, (64,), sizes=(64, 128, 10)), steps=512, steps_per_call=128),
     Workload("transformer", "decoder-only transformer: 4 layers, d_model 128, 4 heads, seq 64, batch 16, "
              "vocab 512, causal, pre-LN, GELU MLP 4x; AdamW 1e-3 (decay 0.01)", _transformer_model,
              transformer_jax_forward, transformer_torch_forward, _token_batch, ("adamw", 1e-3, 0.01),
