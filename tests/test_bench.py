@@ -35,7 +35,7 @@ def test_every_implementation_reaches_the_same_loss(name):
 
 
 def test_torch_is_left_out_with_a_reason_when_not_importable(monkeypatch, capsys):
-    line = "skipped: import torch failed (ImportError: no torch); install kaun-ir[torch]"
+    line = "skipped: import torch failed (ImportError: no torch); install kaun-ir[bench]"
     monkeypatch.setattr(bench, "torch_status", lambda: (False, line))
     result = bench.bench_workload("mlp_small", steps=2, rounds=0, small=True)
     assert "torch" not in result["implementations"] and result["torch"] == line

@@ -12,7 +12,7 @@ on the same fixed synthetic batches (8, cycled step by step) with the same optim
   with parameters and optimiser state donated;
 - ``torch``: PyTorch eager, ``torch.optim.Adam`` / ``AdamW`` with optax's hyper-parameters and
   PyTorch's default (per-parameter loop) optimiser implementation and thread count. Left out,
-  with a line saying so, when ``import torch`` fails (``pip install kaun-ir[torch]``).
+  with a line saying so, when ``import torch`` fails (``pip install kaun-ir[bench]``).
 
 Measured per workload (``--workload``, default all):
 
@@ -339,7 +339,7 @@ def torch_status() -> tuple[bool, str]:
     try:
         import torch
     except Exception as err:  # ImportError, or a broken installation
-        return False, f"skipped: import torch failed ({type(err).__name__}: {err}); install kaun-ir[torch]"
+        return False, f"skipped: import torch failed ({type(err).__name__}: {err}); install kaun-ir[bench]"
     return True, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
 
 
