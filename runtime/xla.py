@@ -92,7 +92,7 @@ def executor(executable, out_types: Sequence[tuple], device):
 
     jaxlib's generic ``execute`` builds each output array in Python (a sharding object per
     output, about 2 µs each); here the outputs are made by jaxlib's C++ result handlers, built
-    once per executable, which is what ``jax.jit``'s own dispatch does. Falls back to
+    once per executable, as jax's own C++ dispatch does. Falls back to
     :func:`execute` where this jaxlib lacks those handlers."""
     try:
         from jax.core import ShapedArray
