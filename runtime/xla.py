@@ -94,23 +94,32 @@ def executor(executable, out_types: Sequence[tuple], device):
     output, about 2 µs each); here the outputs are made by jaxlib's C++ result handlers, built
     once per executable, as jax's own C++ dispatch does. Falls back to
     :func:`execute` where this jaxlib lacks those handlers."""
-    try:
-        from jax.core import ShapedArray
-        from jax.sharding import SingleDeviceSharding
-        from jaxlib import xla_client as xc
-
-        sharding = SingleDeviceSharding(device)
-        handlers = [xc.array_result_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding,
-                                            committed=True, _skip_checks=True)
-                    for shape, dtype in out_types]
-        run_sharded = executable.execute_sharded
-    except (ImportError, AttributeError, TypeError):
+    make_handler = _result_handler_factory()
+    if make_handler is None:
         return executable.execute
+    from jax.core import ShapedArray
+    from jax.sharding import SingleDeviceSharding
+
+    sharding = SingleDeviceSharding(device)
+    handlers = [make_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding, committed=True, _skip_checks=True)
+                for shape, dtype in out_types]
+    run_sharded = executable.execute_sharded
 
     def run(arrays: list) -> list:
         return run_sharded(arrays).consume_with_handlers(handlers)
 
     return run
+
+
+def _result_handler_factory():
+    """jaxlib's ``array_result_handler`` (C++), or None where this jaxlib has none."""
+    try:
+        from jax.core import ShapedArray  # noqa: F401 - needed by the caller too
+        from jax.sharding import SingleDeviceSharding  # noqa: F401
+        from jaxlib import xla_client as xc
+    except ImportError:
+        return None
+    return getattr(xc, "array_result_handler", None)
 
 
 @functools.lru_cache(maxsize=None)

@@ -340,3 +340,26 @@ def test_bogus_backend_is_a_clear_value_error(monkeypatch):
     assert xla.backend_name() == "cpu"
     monkeypatch.delenv("KAUN_IR_BACKEND")
     assert xla.backend_name() in ("cpu", "gpu", "tpu")
+
+
+@pytest.mark.parametrize("fast", [True, False])
+def test_transfer_and_execute_paths_agree(monkeypatch, fast):
+    """The runtime's direct jaxlib paths (host->device put, C++ result handlers) and the public
+    fallbacks (``jax.device_put``, jaxlib's generic ``execute``) give the same arrays, dtypes
+    included: 64-bit, bool, 0-d, empty and non-contiguous inputs."""
+    from kaun_ir.runtime import xla
+
+    if not fast:  # a jaxlib without those entry points: the fallbacks must take over
+        monkeypatch.setattr(xla, "_result_handler_factory", lambda: None)
+        monkeypatch.setattr(xla, "_host_put", lambda device: None)
+    inputs = [np.arange(6, dtype=np.float64).reshape(2, 3).T, np.array([True, False]),
+              np.float32(2.5), np.zeros((0, 3), np.int64), np.arange(4, dtype=np.uint32)]
+    f = kn.jit(lambda a, b, c, d, e: (a * 2.0, ~b, c + 1, d + 1, e ^ np.uint32(5)))
+    out = f(*inputs)
+    want = (inputs[0] * 2.0, ~inputs[1], np.float32(3.5), inputs[3] + 1, inputs[4] ^ np.uint32(5))
+    for got, expected in zip(out, want):
+        assert got.dtype == np.asarray(expected).dtype
+        np.testing.assert_array_equal(np.asarray(got), expected)
+    moved = xla.to_device(inputs[0], np.dtype(np.float64), xla.default_device())
+    np.testing.assert_array_equal(np.asarray(moved), inputs[0])
+    assert (xla._host_put(xla.default_device()) is None) == (not fast)
