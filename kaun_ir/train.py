@@ -53,7 +53,7 @@ class Trainer:
     model: layer.Layer
     optimizer: optim.Algorithm
     #: the pass pipeline of the compiled step; None: ``$KAUN_IR_TRAIN_PIPELINE`` when compiling,
-    #: else ``kn.passes.DEFAULT_TRAIN_PIPELINE``
+    #: else ``kn.passes.default_train_pipeline()``
     pipeline: str | None = None
 
 
@@ -77,7 +77,7 @@ def make(model: layer.Layer, optimizer: optim.Algorithm, pipeline: str | None = 
 
     ``pipeline``: the pass pipeline run on the training step before lowering (e.g.
     ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
-    ``kn.passes.DEFAULT_TRAIN_PIPELINE``.
+    ``kn.passes.default_train_pipeline()``.
     """
     if not isinstance(model, layer.Layer):
         raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
@@ -353,6 +353,10 @@ def steps(trainer: Trainer, st: State, xs: Any, loss_fn: Callable, training: boo
         raise ValueError(f"train.steps: xs must be an array with a leading axis of K >= 1 batches, "
                          f"got shape {getattr(xs, 'shape', None)}")
     spec = _LossSpec(loss_fn)
+    if spec.treedef is None:  # its arrays cannot be found, so they cannot be sliced per step
+        raise ValueError("train.steps: loss_fn must be a plain function or functools.partial whose "
+                         "captured arrays carry the K axis (callable objects and closures over "
+                         "unhashable values are not supported)")
     stacked = spec.arrays()
     bad = [tuple(np.shape(a)) for a in stacked if not np.ndim(a) or np.shape(a)[0] != k]
     if bad:

@@ -83,8 +83,11 @@ def unflattener(treedef: Any) -> Callable[[Any], Any]:
             return "(" + "".join(expr(sub) + ", " for sub in d[1]) + ")"
         return "None"
 
-    body = expr(treedef)
-    return eval(f"lambda o: {body}", {"K": tuple(keys)})  # noqa: S307 - built from our own treedef
+    try:
+        body = expr(treedef)
+        return eval(f"lambda o: {body}", {"K": tuple(keys)})  # noqa: S307 - built from our own treedef
+    except (SyntaxError, RecursionError, MemoryError):  # nesting deeper than Python's parser allows
+        return lambda o: unflatten(treedef, o)
 
 
 def paths(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[tuple[str, Any]]:

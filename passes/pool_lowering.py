@@ -85,8 +85,15 @@ def _lower_reduce_window(node: Node, rw: Rewriter, max_window: int):
     if counts is None:
         return None
     combine = _COMBINE[a["kind"]]
-    acc = _full(rw, init, counts)  # the op's loop starts from init and combines in window order
-    for tap in _taps(rw, x, a["window_dimensions"], counts):
+    # the op's loop starts from init and combines in window order; a sum's first step is written
+    # with _plus_init, because XLA folds `+0.0 + tap` to `tap` (wrong for tap = -0.0)
+    if a["kind"] == "sum":
+        taps = _taps(rw, x, a["window_dimensions"], counts)
+        acc, taps = _plus_init(rw, init, taps[0], counts), taps[1:]
+    else:
+        acc = _full(rw, init, counts)
+        taps = _taps(rw, x, a["window_dimensions"], counts)
+    for tap in taps:
         acc = rw.emit(combine, acc, tap)
     statistic("reduce_window lowered")
     return acc

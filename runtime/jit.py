@@ -161,7 +161,7 @@ def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline=
     ``pipeline``: the pass pipeline run before lowering, e.g. ``"cse,dce"`` or ``""`` for none
     (a string, a ``kn.passes.Pipeline``, or a zero-argument callable returning one, called at
     each compilation). Default: ``$KAUN_IR_PIPELINE`` if set when compiling, else
-    ``kn.passes.DEFAULT_JIT_PIPELINE``. ``executable(...).pipeline`` records what ran.
+    ``kn.passes.default_jit_pipeline()`` (per backend). ``executable(...).pipeline`` records what ran.
     Inside another trace, a jitted function is traced through (inlined).
     """
     if f is None:

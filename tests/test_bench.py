@@ -144,6 +144,9 @@ def test_cli_table_and_bad_options(capsys):
     assert main(["bench", "-w", "nope"]) == 2
     assert main(["bench", "-w", "mlp_small", "--steps", "5", "--steps-per-call", "2"]) == 2
     assert "multiple of --steps-per-call" in capsys.readouterr().out
+    # an explicit N that the workload's default K does not divide drops the fused row, no error
+    assert main(["bench", "-w", "mlp_small", "--steps", "3", "--rounds", "0", "--no-memory", "--small"]) == 0
+    assert "kaun_ir[K=" not in capsys.readouterr().out
 
 
 def test_help(capsys):

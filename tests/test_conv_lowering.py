@@ -156,6 +156,16 @@ def test_reduce_window_bit_exact(kind, init, jax_op, shape, window):
     assert_bit_equal(got, lax.reduce_window(x, F32(init), jax_op, window, window, "VALID"))
 
 
+@pytest.mark.parametrize("init", [0.0, -0.0])
+def test_sum_pool_of_negative_zeros_keeps_the_sign_of_the_sum(init):
+    """A window of -0.0 summed from +0.0 is +0.0 (the init is really added), from -0.0 is -0.0."""
+    x = np.full((2, 3, 4, 4), -0.0, F32)
+    want, got, graph = lowered(rw("sum", (1, 1, 2, 2), F32(init)), POOL, x)
+    assert "reduce_window" not in graph.op_counts()
+    assert_bit_equal(got, want)
+    assert np.signbit(np.asarray(got)).all() == (init == 0.0 and np.signbit(F32(init)))
+
+
 def test_reduce_window_integers():
     x = ties(np.random.default_rng(4), (3, 9), np.int32)
     for kind in ("max", "min", "sum"):

@@ -241,3 +241,17 @@ def test_structure_equal():
     assert ptree.structure_equal(a, {"x": (5, 6), "y": {"z": np.zeros(2)}})
     assert not ptree.structure_equal(a, {"x": [1], "y": {"z": 3}})
     assert not ptree.structure_equal(a, {"x": [1, 2], "y": {"w": 3}})
+
+
+def test_unflattener_matches_unflatten_on_shallow_and_very_deep_trees():
+    """The generated rebuilder equals ``unflatten``; a tree nested deeper than Python's parser
+    allows in one expression falls back to ``unflatten`` instead of failing."""
+    from kaun_ir import tree
+
+    shallow = {"b": (1, [2, None, 3]), "a": {"z": 4, "y": (5,)}, "c": []}
+    deep: object = 0
+    for i in range(150):
+        deep = {"k": deep, "i": i} if i % 2 else (deep, i)
+    for value in (shallow, deep, 7):
+        leaves, treedef = tree.flatten(value)
+        assert tree.unflattener(treedef)(leaves) == tree.unflatten(treedef, leaves) == value

@@ -158,5 +158,11 @@ def test_steps_rejects_captured_arrays_without_the_block_axis():
     labels = np.zeros((4,), np.int32)  # one batch's labels, not a block of 3
     with pytest.raises(ValueError, match="leading axis of K = 3"):
         train.steps(trainer, st, xs, lambda logits: loss.cross_entropy_sparse(logits, labels))
+    class Loss:  # a callable object: its arrays cannot be found, so they cannot be sliced per step
+        def __call__(self, logits):
+            return loss.cross_entropy_sparse(logits, np.zeros((3, 4), np.int32)[0])
+
+    with pytest.raises(ValueError, match="plain function or functools.partial"):
+        train.steps(trainer, st, xs, Loss())
     with pytest.raises(ValueError, match="leading axis of K >= 1"):
         train.steps(trainer, st, np.float32(1.0), lambda logits: logits.sum())

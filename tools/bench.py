@@ -462,12 +462,17 @@ def measure_here(name: str, impl: str, small: bool, steps_per_call: int = 0,
     first step and measure its memory (see the module docstring). Returns a dict of byte counts
     and seconds."""
     if impl == "torch":
-        import torch  # noqa: F401  (imported before the baseline, like jax for the others)
+        import torch  # imported before the baseline, like jax for the others
+
+        torch.ones(2, requires_grad=True).square().sum().backward()  # autograd warmed up
     else:
         import jax
         import optax  # noqa: F401
 
-        jax.devices()  # the XLA client exists before the baseline
+        # the XLA client exists, and both jit machineries have run once, before the baseline:
+        # Setup below compiles kaun_ir's layer init, so JAX's tracing and lowering get the same
+        # warm start (each side's first *step* compile is what is timed)
+        jax.jit(jax.grad(lambda v: (v * v).sum()))(np.ones(2, np.float32)).block_until_ready()
     setup = Setup(name, small)
     _trim_heap()
     before = _proc_status()["VmRSS"]
@@ -697,8 +702,11 @@ def run(args) -> int:
         w = WORKLOADS[name]
         steps = w.steps if args.steps is None else args.steps
         k = w.steps_per_call if args.steps_per_call is None else args.steps_per_call
-        if k and args.steps is None and steps % k:
-            steps = -(-steps // k) * k  # the default N rounded up to a multiple of an explicit K
+        if k and steps % k:
+            if args.steps is None:
+                steps = -(-steps // k) * k  # the default N rounded up to a multiple of an explicit K
+            elif args.steps_per_call is None:
+                k = 0  # an explicit N that the workload's default K does not divide: no fused row
         if steps < 1 or args.rounds < 0 or k < 0:
             print("kaun-ir bench: --steps must be >= 1, --rounds >= 0 and --steps-per-call >= 0")
             return 2

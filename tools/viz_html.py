@@ -24,7 +24,6 @@ import html
 import json
 import os
 import re
-import re
 from collections import defaultdict
 
 from .spec import path_components

@@ -173,12 +173,12 @@ def cost_overlay(graph, metric: str) -> dict:
     ``{"fills": {node id: colour}, "values": {node id: cost}, "title": ..., "legend": [(colour,
     label), ...]}`` for ``metric`` ``"flops"`` or ``"bytes"``; graph inputs and outputs cost 0.
     """
-    from .dump import node_cost
+    from .viz_html import node_costs
 
     if metric not in ("flops", "bytes"):
         raise ValueError(f"unknown overlay {metric!r}; choose from flops, bytes")
     which = 0 if metric == "flops" else 1
-    values = {f"n{k}": node_cost(node)[which] for k, node in enumerate(graph.nodes)}
+    values = {nid: cost[which] for nid, cost in node_costs(graph).items()}
     positive = [v for v in values.values() if v > 0]
     lo, hi = (min(positive), max(positive)) if positive else (1, 1)
     fills = {nid: cost_color(v, lo, hi) for nid, v in values.items()}
