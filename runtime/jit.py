@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable, Sequence
 
 from kaun_ir import tree
 from kaun_ir.tensor import Tensor
 from kaun_ir.trace import is_array_leaf, leaf_type, trace_flat
 
-from . import xla
+from . import explain, xla
 from .executable import Executable
 
 class _Entry:
@@ -47,6 +48,10 @@ class Jitted:
         # Calls whose arguments are all plain arrays (no containers, no kwargs) skip tree
         # flattening: keyed by (type, shape, dtype) per argument.
         self._fast: dict[tuple, _Entry] = {}
+        # First compilation of a signature happens once however many threads call at once: one
+        # lock per signature being compiled; other signatures compile in parallel.
+        self._lock = threading.Lock()
+        self._compiling: dict[Any, threading.Lock] = {}
         self._array_types = xla.array_types()
         functools.update_wrapper(self, f)
 
@@ -77,9 +82,7 @@ class Jitted:
         key, leaves, arrays = self._signature(args, kwargs)
         if key is None:  # called inside another trace: trace through (inline)
             return self.f(*args, **kwargs)
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._compile(args, kwargs, key)
+        entry = self._cache.get(key) or self._entry(args, kwargs, key)
         if not kwargs and all(type(a) in self._array_types for a in args):
             self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = entry
         return entry.unflatten(entry.execute(self._on_device(arrays, entry)))
@@ -92,10 +95,7 @@ class Jitted:
         key, leaves, arrays = self._signature(args, kwargs)
         if key is None:
             return None, None
-        entry = self._cache.get(key)
-        if entry is None:
-            entry = self._compile(args, kwargs, key)
-        return entry, arrays
+        return self._cache.get(key) or self._entry(args, kwargs, key), arrays
 
     def _on_device(self, arrays, entry) -> list:
         device = entry.executable.device
@@ -111,12 +111,30 @@ class Jitted:
         requested = self._pipeline() if callable(self._pipeline) else self._pipeline
         return passes.jit_pipeline(None if requested is None else str(requested))
 
+    def _entry(self, args, kwargs, key) -> _Entry:
+        """The cache entry of ``key``, compiled by exactly one thread; the others wait for it."""
+        with self._lock:
+            lock = self._compiling.setdefault(key, threading.Lock())
+        try:
+            with lock:
+                entry = self._cache.get(key)
+                if entry is None:
+                    entry = self._compile(args, kwargs, key)
+        finally:
+            with self._lock:
+                self._compiling.pop(key, None)
+        return entry
+
     def _compile(self, args, kwargs, key) -> _Entry:
         from kaun_ir import passes
 
         pipeline = passes.Pipeline.parse(self.pipeline)  # unknown passes fail before tracing
+        if explain.enabled():
+            explain.log(getattr(self.f, "__qualname__", repr(self.f)), self.trace_count + 1,
+                        list(self._cache), key, args, kwargs)
         traced = trace_flat(self.f, args, kwargs)
-        self.trace_count += 1
+        with self._lock:
+            self.trace_count += 1
         graph = passes.run(traced.graph, pipeline) if pipeline else traced.graph
         donate = self._donated_inputs(args, traced.array_positions)
         exe = Executable(graph, device=self.device, donate=donate, pipeline=str(pipeline))
@@ -136,19 +154,19 @@ class Jitted:
     def graph(self, *args, **kwargs):
         """The IR after the pipeline for this signature (traces and compiles if needed)."""
         key, _, _ = self._signature(args, kwargs)
-        entry = self._cache.get(key) or self._compile(args, kwargs, key)
+        entry = self._cache.get(key) or self._entry(args, kwargs, key)
         return entry.executable.graph
 
     def lower(self, *args, **kwargs) -> str:
         """The StableHLO text for this signature."""
         key, _, _ = self._signature(args, kwargs)
-        entry = self._cache.get(key) or self._compile(args, kwargs, key)
+        entry = self._cache.get(key) or self._entry(args, kwargs, key)
         return entry.executable.mlir
 
     def executable(self, *args, **kwargs) -> Executable:
         """The compiled executable for this signature."""
         key, _, _ = self._signature(args, kwargs)
-        return (self._cache.get(key) or self._compile(args, kwargs, key)).executable
+        return (self._cache.get(key) or self._entry(args, kwargs, key)).executable
 
 
 def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline=None, device=None):
