@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kaun_ir.fileio import atomic_write
 
+from . import disk_cache
 from .executable import Executable, compile, stats
 from .jit import Jitted, jit
 from .lower import lower
@@ -39,5 +40,5 @@ def export(graph, path: str) -> str:
     return path
 
 
-__all__ = ["Executable", "Jitted", "backend_name", "compile", "devices",
+__all__ = ["Executable", "Jitted", "backend_name", "compile", "devices", "disk_cache",
            "export", "jit", "lower", "parse_mlir", "stats"]

@@ -72,13 +72,19 @@ def default_device():
 
 
 def compile(mlir_text: str, device) -> object:
-    """Compile StableHLO text for one device; returns a loaded executable (raises on failure)."""
+    """Compile StableHLO text for one device; returns a loaded executable (raises on failure).
+
+    With ``KAUN_IR_CACHE_DIR`` set, the executable comes from the persistent cache when an
+    identical compilation was stored there (see :mod:`kaun_ir.runtime.disk_cache`)."""
     from jaxlib import xla_client as xc
+
+    from . import disk_cache
 
     options = xc.CompileOptions()
     pjrt = device.client
     device_list = xc.DeviceList((device,))
-    return pjrt.compile_and_load(mlir_text, device_list, options)
+    return disk_cache.compile_cached(pjrt, mlir_text, device_list, options,
+                                     lambda: pjrt.compile_and_load(mlir_text, device_list, options))
 
 
 def execute(executable, arrays: Sequence) -> list:

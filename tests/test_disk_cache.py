@@ -1,0 +1,125 @@
+"""The persistent compilation cache (``KAUN_IR_CACHE_DIR``): a second process loads what the
+first compiled, results equal NumPy's, anything that changes compiled code changes the key, and
+broken entries are recompiled rather than trusted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from kaun_ir.runtime import disk_cache
+
+PROGRAM = textwrap.dedent("""
+    import json
+    import numpy as np
+    import kaun_ir as kn
+    from kaun_ir.runtime import disk_cache
+
+    def loss(w, x):
+        return kn.tanh(x @ w).sum()
+
+    w = np.linspace(-1, 1, 12, dtype=np.float32).reshape(3, 4)
+    x = np.linspace(0, 2, 6, dtype=np.float32).reshape(2, 3)
+    grad = np.asarray(kn.jit(kn.grad(loss))(w, x))
+    value = float(kn.jit(loss)(w, x))
+    c = disk_cache.counters
+    print(json.dumps({"hits": c.hits, "misses": c.misses, "errors": c.errors,
+                      "grad": grad.tolist(), "value": value}))
+""")
+
+
+def run_program(cache_dir, **env_extra):
+    env = dict(os.environ, KAUN_IR_CACHE_DIR=str(cache_dir), JAX_PLATFORMS="cpu", **env_extra)
+    env.pop("KAUN_IR_BACKEND", None)
+    result = subprocess.run([sys.executable, "-W", "always::RuntimeWarning", "-c", PROGRAM], env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
+
+
+def numpy_reference():
+    w = np.linspace(-1, 1, 12, dtype=np.float64).reshape(3, 4)
+    x = np.linspace(0, 2, 6, dtype=np.float64).reshape(2, 3)
+    hidden = np.tanh(x @ w)
+    return x.T @ (1 - hidden**2), hidden.sum()
+
+
+def entries(cache_dir):
+    return sorted(str(p) for p in cache_dir.rglob("*.xlaexe"))
+
+
+def test_second_process_loads_instead_of_compiling_and_corrupt_entries_are_recompiled(tmp_path):
+    cache_dir = tmp_path / "cache"
+    want_grad, want_value = numpy_reference()
+
+    first, _ = run_program(cache_dir)
+    assert (first["hits"], first["misses"], first["errors"]) == (0, 2, 0)
+    assert len(entries(cache_dir)) == 2
+    np.testing.assert_allclose(first["grad"], want_grad, rtol=1e-5)
+    np.testing.assert_allclose(first["value"], want_value, rtol=1e-5)
+    assert oct(os.stat(os.path.dirname(entries(cache_dir)[0])).st_mode & 0o777) == oct(0o700)
+
+    second, _ = run_program(cache_dir)
+    assert (second["hits"], second["misses"], second["errors"]) == (2, 0, 0)
+    assert second["grad"] == first["grad"] and second["value"] == first["value"]
+
+    # a truncated entry (a full disk, a killed copy) is removed and recompiled, never trusted
+    victim = entries(cache_dir)[0]
+    with open(victim, "r+b") as handle:
+        handle.truncate(100)
+    third, stderr = run_program(cache_dir)
+    assert (third["hits"], third["misses"], third["errors"]) == (1, 1, 1)
+    assert "unreadable compilation cache entry" in stderr
+    assert third["grad"] == first["grad"] and third["value"] == first["value"]
+    assert os.path.getsize(victim) > 100
+
+    # XLA flags change the compiled code: a different key, so a fresh compilation
+    fourth, _ = run_program(cache_dir, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
+    assert (fourth["hits"], fourth["misses"]) == (0, 2)
+    assert len(entries(cache_dir)) == 4
+
+
+def test_key_covers_module_devices_options_and_flags(monkeypatch):
+    from jaxlib import xla_client as xc
+
+    from kaun_ir.runtime import xla
+
+    devices = xla.devices()[:1]
+    options = xc.CompileOptions().SerializeAsString()
+    base = disk_cache.key("module A", devices, options)
+    assert base == disk_cache.key("module A", devices, options)
+    assert base != disk_cache.key("module B", devices, options)
+    assert base != disk_cache.key(b"module A\0", devices, options)
+    tupled = xc.CompileOptions()
+    tupled.parameter_is_tupled_arguments = True
+    assert base != disk_cache.key("module A", devices, tupled.SerializeAsString())
+    monkeypatch.setenv("XLA_FLAGS", "--xla_cpu_use_thunk_runtime=false")
+    assert base != disk_cache.key("module A", devices, options)
+
+
+def test_off_without_the_variable_and_clear(tmp_path, monkeypatch):
+    monkeypatch.delenv(disk_cache.ENV, raising=False)
+    assert disk_cache.directory() is None
+    assert disk_cache.clear() == 0
+    calls = []
+    assert disk_cache.compile_cached(None, "m", [], None, lambda: calls.append(1) or "exe") == "exe"
+    assert calls == [1]
+
+    monkeypatch.setenv(disk_cache.ENV, str(tmp_path / "c"))
+    (tmp_path / "c" / "ab").mkdir(parents=True)
+    for name in ("x.xlaexe", ".x.xlaexe.1234.tmp", "keep.txt"):
+        (tmp_path / "c" / "ab" / name).write_bytes(b"1")
+    assert disk_cache.clear() == 2
+    assert [p.name for p in (tmp_path / "c" / "ab").iterdir()] == ["keep.txt"]
+
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_blank_variable_means_off(monkeypatch, value):
+    monkeypatch.setenv(disk_cache.ENV, value)
+    assert disk_cache.directory() is None
