@@ -42,3 +42,17 @@ JAX_OPS = {
     "dynamic_slice": _dynamic_slice,
     "dynamic_update_slice": _dynamic_update_slice,
 }
+
+
+def _scatter(operand, indices, updates, kind, update_window_dims, inserted_window_dims,
+             scatter_dims_to_operand_dims, index_vector_dim, indices_are_sorted=False, unique_indices=False):
+    dims = lax.ScatterDimensionNumbers(tuple(update_window_dims), tuple(inserted_window_dims),
+                                       tuple(scatter_dims_to_operand_dims))
+    fn = {"set": lax.scatter, "add": lax.scatter_add, "multiply": lax.scatter_mul, "min": lax.scatter_min,
+          "max": lax.scatter_max}[kind]
+    return fn(operand, _index_vector_last(indices, index_vector_dim), updates, dims,
+              indices_are_sorted=indices_are_sorted, unique_indices=unique_indices,
+              mode=lax.GatherScatterMode.FILL_OR_DROP)
+
+
+JAX_OPS["scatter"] = _scatter

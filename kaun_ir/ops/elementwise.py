@@ -378,6 +378,20 @@ def _bitcast_infer(x: TensorType, dtype) -> TensorType:
     return TensorType(dt, x.shape)
 
 
+def _is_finite_infer(x: TensorType) -> TensorType:
+    _require(x, "f", "is_finite")
+    return TensorType(dtypes.bool_, x.shape)
+
+
+def _is_finite_samples(rng):
+    special = np.array([0.0, -1.5, np.inf, -np.inf, np.nan, 3e38], np.float32)
+    yield Sample((special,))
+    yield Sample((special.astype(np.float64).reshape(2, 3),))
+    yield Sample((special.astype(dtypes.bfloat16),))
+    yield Sample((_rand(rng, (), np.float32),))
+    yield Sample((_rand(rng, (0, 3), np.float64),))
+
+
 def _bitcast_samples(rng):
     for src, dst in ((np.float32, np.uint32), (np.uint32, np.float32), (np.int32, np.uint32),
                      (np.float64, np.int64)):
@@ -393,6 +407,13 @@ OPS: list[OpDef] = (
             reference=lambda a, b, direction: _DIRECTIONS[direction](a, b),
             emit=_compare_emit, samples=_compare_samples,
             doc="Elementwise comparison with direction EQ/NE/LT/LE/GT/GE; result is bool.",
+            nondiff="its result is boolean",
+        ),
+        OpDef(
+            name="is_finite", arity=1, infer=_is_finite_infer, reference=np.isfinite,
+            emit=lambda em, node, x: em.simple("stablehlo.is_finite", node, x),
+            samples=_is_finite_samples,
+            doc="is_finite(x): elementwise, true where a floating-point x is neither infinite nor NaN.",
             nondiff="its result is boolean",
         ),
         OpDef(
