@@ -248,7 +248,62 @@ def mlir_context():
         ctx.load_all_available_dialects()
         stablehlo.register_dialect(ctx)
         chlo.register_dialect(ctx)
+        _register_optional_dialects(ctx)
         yield ctx
+
+
+def _register_optional_dialects(ctx) -> None:
+    """Shardy (``sdy``) and MHLO, which modules written by JAX mention; absent from some jaxlibs."""
+    try:
+        from jaxlib.mlir.dialects import sdy
+
+        sdy.register_dialect(ctx)
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from jaxlib.mlir.dialects import mhlo
+
+        mhlo.register_mhlo_dialect(ctx)
+    except (ImportError, AttributeError):
+        pass
+
+
+@contextlib.contextmanager
+def open_module(data: str | bytes):
+    """Parse a StableHLO module — text, MLIR bytecode or a portable (versioned) artifact — and
+    yield the ``ir.Module`` while its context is live. Raises ``ValueError`` with MLIR's diagnostic."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    with mlir_context() as ctx, ir.Location.unknown():
+        module = None
+        if isinstance(data, (bytes, bytearray)):
+            try:
+                module = stablehlo.deserialize_portable_artifact(ctx, bytes(data))
+            except Exception:  # not a portable artifact: plain MLIR bytecode or text
+                module = None
+        if module is None:
+            try:
+                module = ir.Module.parse(data)
+            except Exception as err:  # MLIRError: diagnostics in the message
+                raise ValueError(f"StableHLO does not parse: {err}") from None
+        yield module
+
+
+def legalize_chlo(module) -> None:
+    """Rewrite every CHLO op of ``module`` (in place) into StableHLO ops."""
+    from jaxlib.mlir import passmanager
+
+    _register_stablehlo_passes()
+    pm = passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))")
+    pm.run(module.operation)
+
+
+@functools.lru_cache(maxsize=None)
+def _register_stablehlo_passes() -> None:
+    from jaxlib.mlir._mlir_libs import _stablehlo
+
+    _stablehlo.register_stablehlo_passes()
 
 
 def parse_mlir(text: str) -> str:
@@ -269,12 +324,25 @@ def parse_mlir(text: str) -> str:
 
 
 def serialize_portable(text: str) -> bytes:
-    """A portable StableHLO artifact (versioned bytecode) of the module, for other consumers."""
+    """A portable StableHLO artifact (versioned bytecode) of the module, for other consumers.
+
+    CHLO ops (``chlo.erf``) have no portable form, so they are first rewritten into StableHLO.
+    The artifact targets the oldest StableHLO version that can express the module (the minimum
+    version the installed jaxlib supports, else its current one); raises ``ValueError`` naming
+    both when neither can.
+    """
     from jaxlib.mlir.dialects import stablehlo
 
-    with mlir_context():
-        target = stablehlo.get_minimum_version()
-        return stablehlo.serialize_portable_artifact_str(text, target)
+    with open_module(text) as module:
+        legalize_chlo(module)
+        legal = module.operation.get_asm(enable_debug_info=True)  # keep the loc names (layer paths)
+        errors = []
+        for target in dict.fromkeys([stablehlo.get_minimum_version(), stablehlo.get_current_version()]):
+            try:
+                return stablehlo.serialize_portable_artifact_str(legal, target)
+            except Exception as err:
+                errors.append(f"version {target}: {err}")
+        raise ValueError("the module cannot be written as a portable StableHLO artifact: " + "; ".join(errors))
 
 
 def deserialize_portable(data: bytes) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import bench, demo, dump, export, opt, viz
+from . import bench, demo, dump, export, import_cmd, opt, viz
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def build_parser() -> argparse.ArgumentParser:
     opt.add_parser(sub)
     dump.add_parser(sub)
     export.add_parser(sub)
+    import_cmd.add_parser(sub)
     viz.add_parser(sub)
     bench.add_parser(sub)
     return parser

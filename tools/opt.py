@@ -13,11 +13,11 @@ import sys
 
 def add_parser(sub) -> None:
     parser = sub.add_parser(
-        "opt", help="run a pass pipeline over textual IR (.kir)",
+        "opt", help="run a pass pipeline over textual IR (.kir) or imported StableHLO (.mlir/.mlirbc)",
         description="Read textual IR from FILE (or stdin with '-'), run the pipeline given by -p, "
                     "and print the resulting IR (or its StableHLO with --emit=stablehlo). "
                     "Diagnostics and instrumentation output go to stderr.")
-    parser.add_argument("file", nargs="?", default="-", help="input .kir file, '-' for stdin (default)")
+    parser.add_argument("file", nargs="?", default="-", help="input .kir file, StableHLO .mlir/.mlirbc (imported), '-' for stdin (default)")
     parser.add_argument("-p", "--pipeline", default="",
                         help='passes with options, e.g. "autodiff,cse,dce" or "my-pass{factor=2},dce"')
     parser.add_argument("--emit", choices=("ir", "stablehlo"), default="ir", help="output form (default: ir)")
@@ -75,7 +75,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as err:
         return error(err)
     try:
-        text = sys.stdin.read() if args.file == "-" else open(args.file).read()
+        if args.file.endswith(".mlirbc"):
+            text: str | bytes = open(args.file, "rb").read()
+        else:
+            text = sys.stdin.read() if args.file == "-" else open(args.file).read()
     except OSError as err:
         return error(err)
 
@@ -88,7 +91,13 @@ def run(args: argparse.Namespace) -> int:
     stats = passes.Statistics() if args.stats else None
     instrumentations += [i for i in (timing, stats) if i is not None]
     try:
-        graph = parse(text)
+        from kaun_ir.ir import from_stablehlo
+
+        from .spec import looks_like_mlir
+
+        # StableHLO (.mlir / .mlirbc, or MLIR on stdin) is imported; anything else is textual IR
+        is_mlir = args.file.endswith((".mlir", ".mlirbc")) or (isinstance(text, str) and looks_like_mlir(text))
+        graph = from_stablehlo(text) if is_mlir else parse(text)
         manager = passes.PassManager(pipeline, instrumentations, verify_each=args.verify_each,
                                      stop_after=args.stop_after)
         graph = manager.run(graph)

@@ -1,4 +1,5 @@
-"""Naming a model on the command line: ``module:function``, ``path/to/file.py:function`` or a ``.kir`` file.
+"""Naming a model on the command line: ``module:function``, ``path/to/file.py:function``, a ``.kir``
+file or a StableHLO module (``.mlir`` / ``.mlirbc``, imported with ``kn.ir.from_stablehlo``).
 
 The function is called without arguments and returns one of:
 
@@ -288,15 +289,12 @@ def _layer_subject(name: str, model, inputs: Sequence) -> Subject:
 def resolve(spec: str, inputs: Sequence[str] = ()) -> Subject:
     """The :class:`Subject` named by ``spec``; ``inputs`` are ``--input`` types (override defaults)."""
     given = tuple(parse_input(text) for text in inputs)
-    if spec.endswith(".kir"):
-        from kaun_ir.ir import parse
-
+    if spec.endswith(GRAPH_FILE_SUFFIXES):
         try:
-            with open(spec) as handle:
-                graph = parse(handle.read())
+            graph = read_graph_file(spec)
         except OSError as err:
             raise SpecError(f"{spec}: {err}") from None
-        return Subject(os.path.basename(spec)[:-4], "graph", graph=graph)
+        return Subject(os.path.basename(spec).rsplit(".", 1)[0], "graph", graph=graph)
 
     obj = load_object(spec)
     name = spec.rpartition(":")[2]
@@ -318,6 +316,28 @@ def resolve(spec: str, inputs: Sequence[str] = ()) -> Subject:
         return Subject(name, "function", fn=fn, args=given or tuple(args))
     raise SpecError(f"{spec!r} returned {type(obj).__name__}; expected a kn.layer.Layer, Model, "
                     "(fn, example_args), a kn.Graph, TrainSetup or (model, optimizer, loss_fn_builder)")
+
+
+#: files the tools read as a graph: textual IR, StableHLO text, StableHLO bytecode / portable artifact
+GRAPH_FILE_SUFFIXES = (".kir", ".mlir", ".mlirbc")
+
+
+def looks_like_mlir(text: str) -> bool:
+    """Whether ``text`` is an MLIR module rather than kaun_ir's textual IR."""
+    head = text.lstrip()
+    return head.startswith(("module", "func.func", "#loc", '"builtin.module"'))
+
+
+def read_graph_file(path: str):
+    """The graph in a ``.kir`` file, or imported from StableHLO (``.mlir`` text, ``.mlirbc``)."""
+    from kaun_ir.ir import from_stablehlo, parse
+
+    if path.endswith(".mlirbc"):
+        with open(path, "rb") as handle:
+            return from_stablehlo(handle.read())
+    with open(path) as handle:
+        text = handle.read()
+    return from_stablehlo(text) if path.endswith(".mlir") else parse(text)
 
 
 def load_graph(spec: str, inputs: Sequence[str], stage: str | None):

@@ -5,5 +5,21 @@ from .core import ArrayAttr, Graph, Node, TensorType, Value
 from .interp import interpret
 from .text import parse, print_graph
 
-__all__ = ["ArrayAttr", "Builder", "Graph", "Node", "TensorType", "Value", "current_builder",
+
+
+def from_stablehlo(module, name=None):
+    """Import a StableHLO module (MLIR text, bytecode or a portable ``.mlirbc`` artifact, e.g.
+    ``jax.jit(f).lower(x).as_text()``) as a :class:`Graph`; see ``kaun_ir.runtime.stablehlo_import``.
+
+    ``name`` picks the function (default ``main``). Unsupported ops raise
+    ``StableHLOImportError`` naming the op and its MLIR location.
+    """
+    # Reading MLIR needs jaxlib's bindings, which only the runtime layer touches; the import is
+    # deferred so the IR core itself stays free of jaxlib (allowed upward reference).
+    from kaun_ir.runtime.stablehlo_import import from_stablehlo as _import
+
+    return _import(module, name)
+
+
+__all__ = ["ArrayAttr", "from_stablehlo", "Builder", "Graph", "Node", "TensorType", "Value", "current_builder",
            "current_path", "interpret", "parse", "print_graph", "scope"]
