@@ -100,9 +100,11 @@ def make_state(trainer: Trainer, vars: layer.Vars) -> State:
     return State(vars, optim.init(trainer.optimizer, vars.params), 0, _base_key())
 
 
-def init(trainer: Trainer, dtype=dtypes.float32) -> State:
-    """Initialise the model (randomness from the current ``kn.rng`` scope) and the optimiser."""
-    return make_state(trainer, layer.init(trainer.model, dtype))
+def init(trainer: Trainer, dtype=dtypes.float32, example=None) -> State:
+    """Initialise the model (randomness from the current ``kn.rng`` scope) and the optimiser.
+    ``example`` (an input array or ``kn.ShapeDtype``) fills in the sizes the model's layers left
+    out, as in ``layer.init(model, example)``."""
+    return make_state(trainer, layer.init(trainer.model, example, dtype))
 
 
 def vars(st: State) -> layer.Vars:  # noqa: A001 - the API's name

@@ -11,7 +11,7 @@ from ..errors import ShapeError
 from ..ir.builder import current_path, scope
 from ..numeric import reshape
 from ..tensor import type_of
-from .basic import dense, make_param, positive_int, rate_in_unit_interval, resolve_init
+from .basic import dense, infer_size, make_param, positive_int, rate_in_unit_interval, resolve_init
 from .core import Layer, Vars
 
 __all__ = ["multi_head_attention"]
@@ -40,14 +40,16 @@ def _attention_mask(mask: Any, batch: int, seq_len: int):
                      f"got {t}")
 
 
-def multi_head_attention(embed_dim: int, num_heads: int, num_kv_heads: int | None = None,
-                         dropout: float = 0.0, is_causal: bool = False, rope: bool = False,
-                         rope_base: float = 10000.0, use_bias: bool = True, weight_init=None,
-                         bias_init=None) -> Layer:
+def multi_head_attention(embed_dim: int | None = None, num_heads: int | None = None,
+                         num_kv_heads: int | None = None, dropout: float = 0.0, is_causal: bool = False,
+                         rope: bool = False, rope_base: float = 10000.0, use_bias: bool = True,
+                         weight_init=None, bias_init=None) -> Layer:
     """Multi-head self-attention: ``[B, T, E] -> [B, T, E]``.
 
     ``head_dim = embed_dim // num_heads``. Queries use ``num_heads`` heads, keys and values
     ``num_kv_heads`` (default ``num_heads``; fewer gives grouped-query attention, 1 multi-query).
+    ``embed_dim`` may be left out (``multi_head_attention(num_heads=4)``): it is then the last
+    axis of the example given to ``layer.init(model, example)``.
     Parameters (each ``{"weight": [in, out], "bias": [out]}``, glorot_uniform / zeros)::
 
         {"query": [E, H*hd], "key": [E, K*hd], "value": [E, K*hd], "out": [H*hd, E]}
@@ -59,28 +61,38 @@ def multi_head_attention(embed_dim: int, num_heads: int, num_kv_heads: int | Non
     In training with ``dropout > 0`` the attention weights are dropped using ``ctx["rng"]``.
     """
     layer = "multi_head_attention"
-    embed_dim = positive_int(embed_dim, "embed_dim", layer)
+    if num_heads is None:
+        raise ValueError(f"layer.{layer}: num_heads is required ({layer}(num_heads=n) infers embed_dim from "
+                         "the example given to layer.init)")
+    embed_dim = None if embed_dim is None else positive_int(embed_dim, "embed_dim", layer)
     num_heads = positive_int(num_heads, "num_heads", layer)
     num_kv_heads = num_heads if num_kv_heads is None else positive_int(num_kv_heads, "num_kv_heads", layer)
-    if embed_dim % num_heads:
-        raise ValueError(f"layer.{layer}: embed_dim ({embed_dim}) must be divisible by num_heads "
-                         f"({num_heads})")
     if num_heads % num_kv_heads:
         raise ValueError(f"layer.{layer}: num_heads ({num_heads}) must be a multiple of num_kv_heads "
                          f"({num_kv_heads})")
     rate = rate_in_unit_interval(dropout, "dropout", layer)
-    head_dim = embed_dim // num_heads
-    if rope and head_dim % 2:
-        raise ValueError(f"layer.{layer}: rope needs an even head dimension, got embed_dim / num_heads = "
-                         f"{head_dim}")
     if not rope_base > 0:
         raise ValueError(f"layer.{layer}: rope_base must be positive, got {rope_base!r}")
+
+    def head_dim_of(dim: int, error) -> int:
+        if dim % num_heads:
+            raise error(f"{_where() if error is ShapeError else f'layer.{layer}: '}embed_dim ({dim}) must be "
+                        f"divisible by num_heads ({num_heads})")
+        if rope and (dim // num_heads) % 2:
+            raise error(f"{_where() if error is ShapeError else f'layer.{layer}: '}rope needs an even head "
+                        f"dimension, got embed_dim / num_heads = {dim // num_heads}")
+        return dim // num_heads
+
+    if embed_dim is not None:
+        head_dim_of(embed_dim, ValueError)  # a bad combination fails at construction, as before
     weight_init = resolve_init(weight_init, initializers.glorot_uniform(), "weight_init", layer)
     bias_init = resolve_init(bias_init, initializers.zeros, "bias_init", layer)
-    shapes = {"query": (embed_dim, num_heads * head_dim), "key": (embed_dim, num_kv_heads * head_dim),
-              "value": (embed_dim, num_kv_heads * head_dim), "out": (num_heads * head_dim, embed_dim)}
 
-    def init_(dt):
+    def init_(dt, x=None):
+        dim = infer_size(embed_dim, x, -1, 3, "embed_dim", layer, "[B, T, embed_dim]")
+        head_dim = head_dim_of(dim, ShapeError)
+        shapes = {"query": (dim, num_heads * head_dim), "key": (dim, num_kv_heads * head_dim),
+                  "value": (dim, num_kv_heads * head_dim), "out": (num_heads * head_dim, dim)}
         params = {}
         for name in ("query", "key", "value", "out"):  # a fixed order of key draws
             fan_in, fan_out = shapes[name]
@@ -91,15 +103,16 @@ def multi_head_attention(embed_dim: int, num_heads: int, num_kv_heads: int | Non
         return Vars(params, [], dt)
 
     def apply_(params, state, x, *, training, ctx):
+        dim = type_of(params["query"]["weight"]).shape[0]
+        head_dim = dim // num_heads
         t = type_of(x)
-        if t.ndim != 3 or t.shape[-1] != embed_dim:
-            raise ShapeError(f"{_where()}{layer}(embed_dim={embed_dim}) expects an input "
-                             f"[B, T, {embed_dim}], got {t}")
+        if t.ndim != 3 or t.shape[-1] != dim:
+            raise ShapeError(f"{_where()}{layer}(embed_dim={dim}) expects an input [B, T, {dim}], got {t}")
         batch, seq_len, _ = t.shape
 
         def project(name: str, heads: int):
             with scope(name):
-                y = dense(params[name], x, embed_dim, f"{layer} {name} projection")
+                y = dense(params[name], x, dim, f"{layer} {name} projection")
                 return reshape(y, (batch, seq_len, heads, head_dim))
 
         q, k, v = project("query", num_heads), project("key", num_kv_heads), project("value", num_kv_heads)

@@ -45,6 +45,34 @@ def positive_int(value: Any, arg: str, layer: str) -> int:
     return int(value)
 
 
+def optional_positive_int(value: Any, arg: str, layer: str) -> int | None:
+    """None (a size to infer from the input at ``layer.init``) or a positive int."""
+    return None if value is None else positive_int(value, arg, layer)
+
+
+def infer_size(given: int | None, x: Any, axis: int, min_ndim: int, arg: str, layer: str,
+               expects: str) -> int:
+    """The size ``arg`` of ``layer``: read from axis ``axis`` of the abstract input ``x`` (a
+    ``kn.ShapeDtype``, or None when ``layer.init`` got no example) and checked against ``given``.
+    Errors name the layer path (the scope ``layer.init`` runs the child's init in)."""
+    where = f"{current_path() or layer}: "  # the path ends with the layer's name
+    if x is None:
+        if given is None:
+            raise ValueError(f"{where}{arg} was not given and there is no example input to infer it from; "
+                             f"pass {arg}=... or call layer.init(model, example)")
+        return given
+    if not hasattr(x, "shape"):
+        raise TypeError(f"{where}{layer} expects one array as input, got {type(x).__name__}")
+    shape = tuple(x.shape)
+    if len(shape) < min_ndim:
+        raise ShapeError(f"{where}{layer} expects an input {expects}, got shape {list(shape)}")
+    inferred = shape[axis]
+    if given is not None and given != inferred:
+        raise ShapeError(f"{where}{arg}={given} but the input {list(shape)} has {inferred} (an input "
+                         f"{expects})")
+    return inferred
+
+
 def rate_in_unit_interval(value: Any, arg: str, layer: str) -> float:
     """A probability in ``[0, 1)``, or ValueError naming ``arg``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -98,16 +126,6 @@ def stateless(name: str, forward: Callable[..., Any], make_params: Callable | No
     return Layer(init_, apply_, name)
 
 
-def _dense_params(in_features: int, out_features: int, weight_init, bias_init, use_bias: bool):
-    def make(dt):
-        p = {"weight": make_param(weight_init, (in_features, out_features), dt)}
-        if use_bias:
-            p["bias"] = make_param(bias_init, (out_features,), dt)
-        return p
-
-    return make
-
-
 def dense(params, x, in_features: int, what: str):
     """``x @ weight + bias`` with a check of ``x``'s last axis (shared with attention)."""
     t = type_of(x)
@@ -120,21 +138,35 @@ def dense(params, x, in_features: int, what: str):
 # ------------------------------------------------------------------------------ dense, conv
 
 
-def linear(in_features: int, out_features: int, weight_init=None, bias_init=None,
+def linear(in_features: int | None = None, out_features: int | None = None, weight_init=None, bias_init=None,
            use_bias: bool = True) -> Layer:
     """Fully connected layer ``y = x @ weight + bias``: ``[..., in] -> [..., out]``.
 
     Parameters ``{"weight": [in_features, out_features], "bias": [out_features]}`` (no bias with
-    ``use_bias=False``). Defaults: ``weight_init = kn.init.glorot_uniform()``, ``bias_init =
-    kn.init.zeros``.
+    ``use_bias=False``). ``in_features`` may be left out (``linear(out_features=10)``): it is
+    then the last axis of the example given to ``layer.init(model, example)``. Defaults:
+    ``weight_init = kn.init.glorot_uniform()``, ``bias_init = kn.init.zeros``.
     """
-    in_features = positive_int(in_features, "in_features", "linear")
+    if out_features is None:
+        raise ValueError("layer.linear: out_features is required (linear(out_features=n) infers in_features "
+                         "from the example given to layer.init)")
+    in_features = optional_positive_int(in_features, "in_features", "linear")
     out_features = positive_int(out_features, "out_features", "linear")
     weight_init = resolve_init(weight_init, initializers.glorot_uniform(), "weight_init", "linear")
     bias_init = resolve_init(bias_init, initializers.zeros, "bias_init", "linear")
-    what = f"linear(in_features={in_features}, out_features={out_features})"
-    return stateless("linear", lambda p, x, training, ctx: dense(p, x, in_features, what),
-                     _dense_params(in_features, out_features, weight_init, bias_init, use_bias))
+
+    def init_(dt, x=None):
+        n_in = infer_size(in_features, x, -1, 1, "in_features", "linear", "[..., in_features]")
+        p = {"weight": make_param(weight_init, (n_in, out_features), dt)}
+        if use_bias:
+            p["bias"] = make_param(bias_init, (out_features,), dt)
+        return Vars(p, [], dt)
+
+    def apply_(params, state, x, *, training, ctx):
+        n_in = type_of(params["weight"]).shape[0]
+        return dense(params, x, n_in, f"linear(in_features={n_in}, out_features={out_features})"), state
+
+    return Layer(init_, apply_, "linear")
 
 
 def _int_tuple(value: Any, nd: int, arg: str, layer: str, minimum: int) -> tuple[int, ...]:
@@ -153,10 +185,13 @@ def _int_tuple(value: Any, nd: int, arg: str, layer: str, minimum: int) -> tuple
 def _conv_layer(nd: int, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                 weight_init, bias_init, use_bias) -> Layer:
     name = f"conv{nd}d"
-    in_channels = positive_int(in_channels, "in_channels", name)
+    if out_channels is None:
+        raise ValueError(f"layer.{name}: out_channels is required ({name}(out_channels=n) infers in_channels "
+                         "from the example given to layer.init)")
+    in_channels = optional_positive_int(in_channels, "in_channels", name)
     out_channels = positive_int(out_channels, "out_channels", name)
     groups = positive_int(groups, "groups", name)
-    if in_channels % groups or out_channels % groups:
+    if (in_channels or groups) % groups or out_channels % groups:
         raise ValueError(f"layer.{name}: groups={groups} must divide in_channels ({in_channels}) and "
                          f"out_channels ({out_channels})")
     kernel = _int_tuple(kernel_size, nd, "kernel_size", name, 1)
@@ -172,39 +207,51 @@ def _conv_layer(nd: int, in_channels, out_channels, kernel_size, stride, padding
         pads = _int_tuple(padding, nd, "padding", name, 0)
     weight_init = resolve_init(weight_init, initializers.glorot_uniform(), "weight_init", name)
     bias_init = resolve_init(bias_init, initializers.zeros, "bias_init", name)
-    weight_shape = (out_channels, in_channels // groups) + kernel
     conv = fn.conv1d if nd == 1 else fn.conv2d
+    spatial = "H, W" if nd == 2 else "L"
 
-    def make(dt):
-        p = {"weight": make_param(weight_init, weight_shape, dt)}
+    def init_(dt, x=None):
+        # channels are axis 1 of a batched input [N, C, ...], axis 0 of an unbatched [C, ...]
+        axis = 1 if x is not None and len(getattr(x, "shape", ())) == nd + 2 else 0
+        channels = infer_size(in_channels, x, axis, nd + 1, "in_channels", name,
+                              f"[N, C, {spatial}] or [C, {spatial}]")
+        if channels % groups:
+            raise ShapeError(f"{_where()}{name}: groups={groups} must divide the input's {channels} channels")
+        p = {"weight": make_param(weight_init, (out_channels, channels // groups) + kernel, dt)}
         if use_bias:
             p["bias"] = make_param(bias_init, (out_channels,), dt)
-        return p
+        return Vars(p, [], dt)
 
-    def forward(p, x, training, ctx):
+    def apply_(p, state, x, *, training, ctx):
         return conv(x, p["weight"], p.get("bias"), stride=strides, padding=pads, dilation=dilations,
-                    groups=groups)
+                    groups=groups), state
 
-    return stateless(name, forward, make)
+    return Layer(init_, apply_, name)
 
 
-def conv1d(in_channels: int, out_channels: int, kernel_size=3, stride=1, padding="same", dilation=1,
-           groups: int = 1, weight_init=None, bias_init=None, use_bias: bool = True) -> Layer:
+def conv1d(in_channels: int | None = None, out_channels: int | None = None, kernel_size=3, stride=1,
+           padding="same", dilation=1, groups: int = 1, weight_init=None, bias_init=None,
+           use_bias: bool = True) -> Layer:
     """1-d convolution over ``[N, C, L]`` (or ``[C, L]``) -> ``[N, out_channels, L_out]``
     (``kn.fn.conv1d``). Parameters ``{"weight": [out, in/groups, k], "bias": [out]}``;
-    ``padding`` is ``"same"`` (default; stride 1 only), ``"valid"`` or an int. Default
-    initialisers: glorot_uniform (fans per ``kn.init``'s [out, in, *kernel] rule) and zeros."""
+    ``padding`` is ``"same"`` (default; stride 1 only), ``"valid"`` or an int. ``in_channels``
+    may be left out (``conv1d(out_channels=8)``) and is then read from the example given to
+    ``layer.init(model, example)``. Default initialisers: glorot_uniform (fans per
+    ``kn.init``'s [out, in, *kernel] rule) and zeros."""
     return _conv_layer(1, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                        weight_init, bias_init, use_bias)
 
 
-def conv2d(in_channels: int, out_channels: int, kernel_size=3, stride=1, padding="same", dilation=1,
-           groups: int = 1, weight_init=None, bias_init=None, use_bias: bool = True) -> Layer:
+def conv2d(in_channels: int | None = None, out_channels: int | None = None, kernel_size=3, stride=1,
+           padding="same", dilation=1, groups: int = 1, weight_init=None, bias_init=None,
+           use_bias: bool = True) -> Layer:
     """2-d convolution over NCHW ``[N, C, H, W]`` (or ``[C, H, W]``) -> ``[N, out_channels, H', W']``
     (``kn.fn.conv2d``, PyTorch's conventions). Parameters ``{"weight": [out, in/groups, kh, kw],
     "bias": [out]}``; ``kernel_size``, ``stride``, ``dilation``, ``padding`` are ints or pairs,
-    ``padding`` also ``"same"`` (default; stride 1 only) or ``"valid"``. Default initialisers:
-    glorot_uniform (fans per ``kn.init``'s [out, in, kh, kw] rule) and zeros."""
+    ``padding`` also ``"same"`` (default; stride 1 only) or ``"valid"``. ``in_channels`` may be
+    left out (``conv2d(out_channels=32, kernel_size=3)``) and is then read from the example given
+    to ``layer.init(model, example)``. Default initialisers: glorot_uniform (fans per
+    ``kn.init``'s [out, in, kh, kw] rule) and zeros."""
     return _conv_layer(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
                        weight_init, bias_init, use_bias)
 
@@ -285,29 +332,31 @@ def dropout(rate: float) -> Layer:
 # ------------------------------------------------------------------------------ normalisation
 
 
-def batch_norm(num_features: int, momentum: float = 0.99, eps: float = 1e-5) -> Layer:
+def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: float = 1e-5) -> Layer:
     """Batch normalisation over the feature axis 1 of ``[N, C, ...]`` (``[N, C]``, NCHW ...).
 
     Parameters ``{"scale": ones[C], "bias": zeros[C]}``; state ``{"running_mean": zeros[C],
     "running_var": ones[C]}``. In training the batch's mean and biased variance normalise the
     input and update the state as ``running = momentum * running + (1 - momentum) * batch``
     (Flax / Kaun convention: ``momentum=0.99`` keeps 99% of the old value); in evaluation the
-    running statistics are used and the state is returned unchanged.
+    running statistics are used and the state is returned unchanged. ``num_features`` may be left
+    out (``batch_norm()``): it is then axis 1 of the example given to ``layer.init``.
     """
-    num_features = positive_int(num_features, "num_features", "batch_norm")
+    num_features = optional_positive_int(num_features, "num_features", "batch_norm")
     if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
         raise ValueError(f"layer.batch_norm: momentum must be in [0, 1], got {momentum!r}")
     momentum = float(momentum)
     eps = positive_float(eps, "eps", "batch_norm")
 
-    def init_(dt):
-        params = {"scale": initializers.ones(None, (num_features,), dt),
-                  "bias": initializers.zeros(None, (num_features,), dt)}
-        state = {"running_mean": initializers.zeros(None, (num_features,), dt),
-                 "running_var": initializers.ones(None, (num_features,), dt)}
+    def init_(dt, x=None):
+        n = infer_size(num_features, x, 1, 2, "num_features", "batch_norm", "[N, C, ...]")
+        params = {"scale": initializers.ones(None, (n,), dt), "bias": initializers.zeros(None, (n,), dt)}
+        state = {"running_mean": initializers.zeros(None, (n,), dt),
+                 "running_var": initializers.ones(None, (n,), dt)}
         return Vars(params, state, dt)
 
     def apply_(params, state, x, *, training, ctx):
+        num_features = type_of(params["scale"]).shape[0]
         t = type_of(x)
         if t.ndim < 2 or t.shape[1] != num_features:
             raise ShapeError(f"{_where()}batch_norm(num_features={num_features}) expects an input "
@@ -337,36 +386,46 @@ def _last_axis(x, dim: int, what: str):
         raise ShapeError(f"{_where()}{what} expects an input [..., {dim}], got {t}")
 
 
-def layer_norm(dim: int, eps: float = 1e-5, use_bias: bool = True) -> Layer:
+def layer_norm(dim: int | None = None, eps: float = 1e-5, use_bias: bool = True) -> Layer:
     """Layer normalisation over the last axis (``kn.fn.layer_norm``): ``[..., dim] -> [..., dim]``.
-    Parameters ``{"scale": ones[dim], "bias": zeros[dim]}`` (no bias with ``use_bias=False``)."""
-    dim = positive_int(dim, "dim", "layer_norm")
+    Parameters ``{"scale": ones[dim], "bias": zeros[dim]}`` (no bias with ``use_bias=False``).
+    ``dim`` may be left out (``layer_norm()``): it is then the last axis of the example given to
+    ``layer.init``."""
+    dim = optional_positive_int(dim, "dim", "layer_norm")
     eps = positive_float(eps, "eps", "layer_norm")
 
-    def make(dt):
-        p = {"scale": initializers.ones(None, (dim,), dt)}
+    def init_(dt, x=None):
+        n = infer_size(dim, x, -1, 1, "dim", "layer_norm", "[..., dim]")
+        p = {"scale": initializers.ones(None, (n,), dt)}
         if use_bias:
-            p["bias"] = initializers.zeros(None, (dim,), dt)
-        return p
+            p["bias"] = initializers.zeros(None, (n,), dt)
+        return Vars(p, [], dt)
 
-    def forward(p, x, training, ctx):
-        _last_axis(x, dim, f"layer_norm(dim={dim})")
-        return nn.layer_norm(x, p["scale"], p.get("bias"), eps)
+    def apply_(p, state, x, *, training, ctx):
+        n = type_of(p["scale"]).shape[0]
+        _last_axis(x, n, f"layer_norm(dim={n})")
+        return nn.layer_norm(x, p["scale"], p.get("bias"), eps), state
 
-    return stateless("layer_norm", forward, make)
+    return Layer(init_, apply_, "layer_norm")
 
 
-def rms_norm(dim: int, eps: float = 1e-6) -> Layer:
+def rms_norm(dim: int | None = None, eps: float = 1e-6) -> Layer:
     """RMS normalisation over the last axis (``kn.fn.rms_norm``): ``[..., dim] -> [..., dim]``.
-    Parameters ``{"scale": ones[dim]}``."""
-    dim = positive_int(dim, "dim", "rms_norm")
+    Parameters ``{"scale": ones[dim]}``. ``dim`` may be left out (``rms_norm()``): it is then the
+    last axis of the example given to ``layer.init``."""
+    dim = optional_positive_int(dim, "dim", "rms_norm")
     eps = positive_float(eps, "eps", "rms_norm")
 
-    def forward(p, x, training, ctx):
-        _last_axis(x, dim, f"rms_norm(dim={dim})")
-        return nn.rms_norm(x, p["scale"], eps)
+    def init_(dt, x=None):
+        n = infer_size(dim, x, -1, 1, "dim", "rms_norm", "[..., dim]")
+        return Vars({"scale": initializers.ones(None, (n,), dt)}, [], dt)
 
-    return stateless("rms_norm", forward, lambda dt: {"scale": initializers.ones(None, (dim,), dt)})
+    def apply_(p, state, x, *, training, ctx):
+        n = type_of(p["scale"]).shape[0]
+        _last_axis(x, n, f"rms_norm(dim={n})")
+        return nn.rms_norm(x, p["scale"], eps), state
+
+    return Layer(init_, apply_, "rms_norm")
 
 
 # ------------------------------------------------------------------------------ embedding

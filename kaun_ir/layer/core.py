@@ -4,7 +4,10 @@ combinators ``sequential`` and ``compose``.
 A :class:`Layer` is plain data: two functions and a name.
 
 * ``layer.init(dtype) -> Vars`` makes fresh parameters and state, drawing random keys from the
-  current ``kn.rng`` scope.
+  current ``kn.rng`` scope. A layer whose sizes follow from its input takes a second argument,
+  ``init(dtype, x)``: ``x`` is the input's abstract type (a ``kn.ShapeDtype`` tree, no data), or
+  None when no example was given. Combinators pass it on with :func:`child_init` and find their
+  next child's input with :func:`eval_shape` (an abstract trace: no computation, no compile).
 * ``layer.apply(params, state, x, *, training, ctx) -> (y, new_state)`` is the forward pass. It
   is traced (it runs on symbolic tensors); ``params`` and ``state`` are trees of arrays,
   ``training`` a Python bool and ``ctx`` a dict (see below).
@@ -37,12 +40,15 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+import inspect
+
 from .. import dtypes, random, rng, tree
 from ..ir.builder import current_builder, scope
 from ..numeric import astype, dtype_of
+from ..trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
 
 __all__ = ["Layer", "Vars", "init", "apply", "params", "state", "dtype", "with_params", "with_state",
-           "sequential", "compose", "child_ctx"]
+           "sequential", "compose", "child_ctx", "child_init", "eval_shape"]
 
 
 @dataclass(frozen=True)
@@ -61,8 +67,10 @@ class Vars:
 
 @dataclass(frozen=True, eq=False)
 class Layer:
-    """A model: ``init(dtype) -> Vars`` and ``apply(params, state, x, *, training, ctx) ->
-    (y, state)``, plus a ``name`` used in layer paths (``"1.linear"``) and error messages.
+    """A model: ``init(dtype) -> Vars`` (or ``init(dtype, x) -> Vars`` for a layer that infers
+    sizes from its input's abstract type ``x``, None when unknown) and ``apply(params, state, x,
+    *, training, ctx) -> (y, state)``, plus a ``name`` used in layer paths (``"1.linear"``) and
+    error messages.
 
     Compared by identity. Write new layers by giving the two functions::
 
@@ -97,16 +105,87 @@ def _float_dtype(dtype: Any) -> np.dtype:
 # ------------------------------------------------------------------------------ init / apply
 
 
-def init(model: Layer, dtype: Any = dtypes.float32) -> Vars:
-    """Fresh variables of ``model`` in ``dtype``; random keys come from the current ``kn.rng``
-    scope (``with kn.rng.scope(seed): ...``), so the same seed gives identical parameters."""
+def _is_dtype_like(value: Any) -> bool:
+    return isinstance(value, (np.dtype, str)) or (isinstance(value, type) and issubclass(value, np.generic))
+
+
+def init(model: Layer, example: Any = None, dtype: Any = None) -> Vars:
+    """Fresh variables of ``model`` in ``dtype`` (default float32); random keys come from the
+    current ``kn.rng`` scope (``with kn.rng.scope(seed): ...``), so the same seed gives identical
+    parameters.
+
+    ``example`` is an input (an array, a ``kn.ShapeDtype``, or a tree of them): sizes the layers
+    left out (``layer.linear(out_features=10)``) are inferred from it by tracing the model
+    abstractly — its data is never read and nothing is compiled for it. Given sizes are checked
+    against it. The parameters are the same (same tree, shapes and, for one seed, values) as
+    with every size written out. A dtype in the second position is the dtype (the older form
+    ``layer.init(model, kn.float64)``).
+    """
     _check_layer(model, "layer.init: model")
-    dt = _float_dtype(dtype)
-    result = model.init(dt)
+    if dtype is None and example is not None and _is_dtype_like(example):
+        example, dtype = None, example
+    dt = _float_dtype(dtypes.float32 if dtype is None else dtype)
+    x = None if example is None else abstract(example, dt)
+    result = child_init(model, dt, x)
     if not isinstance(result, Vars):
         raise TypeError(f"layer.init: the init function of layer {model.name!r} must return a "
                         f"kn.layer.Vars, got {type(result).__name__}")
     return result
+
+
+def abstract(example: Any, dtype: np.dtype) -> Any:
+    """``example`` with every array leaf replaced by its ``kn.ShapeDtype``; floating-point leaves
+    take the model's ``dtype`` (as :func:`apply` converts them)."""
+    leaves, treedef = tree.flatten(example)
+    specs = []
+    for leaf in leaves:
+        if not is_array_leaf(leaf):
+            raise TypeError(f"layer.init: the example input must be arrays or kn.ShapeDtype specs, got "
+                            f"{type(leaf).__name__}")
+        t = leaf_type(leaf)
+        specs.append(ShapeDtype(t.shape, dtype if dtypes.is_float(t.dtype) else t.dtype))
+    return tree.unflatten(treedef, specs)
+
+
+def _takes_input(layer: Layer) -> bool:
+    """Whether ``layer.init`` accepts the input type as a second positional argument."""
+    known = layer.__dict__.get("_takes_input")
+    if known is None:
+        try:
+            parameters = inspect.signature(layer.init).parameters.values()
+        except (TypeError, ValueError):
+            known = False
+        else:
+            positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+            known = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
+        object.__setattr__(layer, "_takes_input", known)  # a cache, not a field
+    return known
+
+
+def child_init(layer: Layer, dtype: np.dtype, x: Any = None) -> Vars:
+    """``layer.init(dtype, x)`` for a layer that infers sizes from its input type ``x`` (a
+    ``kn.ShapeDtype`` tree or None), ``layer.init(dtype)`` for one that does not. Combinators call
+    it for their children (inside the child's ``kn.ir.scope`` so errors name the layer path)."""
+    return layer.init(dtype, x) if _takes_input(layer) else layer.init(dtype)
+
+
+def eval_shape(layer: Layer, vars: Vars, x: Any, training: bool = False, ctx: dict | None = None) -> Any:
+    """The output type of ``layer`` on an input of abstract type ``x``: a ``kn.ShapeDtype`` tree
+    found by tracing ``apply`` on symbolic tensors (nothing runs, nothing is compiled)."""
+    params, state = (_spec_tree(t) for t in (vars.params, vars.state))
+
+    def forward(p, s, inputs):
+        return _forward(layer, p, s, inputs, dict(ctx or {}), training, vars.dtype)[0]
+
+    traced = trace_flat(forward, (params, state, x), {})
+    outputs = [ShapeDtype(v.type.shape, v.type.dtype) for v in traced.graph.outputs]
+    return tree.unflatten(traced.out_treedef, outputs)
+
+
+def _spec_tree(t: Any) -> Any:
+    leaves, treedef = tree.flatten(t)
+    return tree.unflatten(treedef, [ShapeDtype(leaf_type(v).shape, leaf_type(v).dtype) if is_array_leaf(v)
+                                    else v for v in leaves])
 
 
 def _cast_inputs(x: Any, dtype: np.dtype) -> Any:
@@ -245,8 +324,14 @@ def sequential(layers: Sequence[Layer], name: str = "sequential") -> Layer:
     for i, layer in enumerate(layers):
         _check_layer(layer, f"sequential: element {i}")
 
-    def init_(dt):
-        children = [layer.init(dt) for layer in layers]
+    def init_(dt, x=None):
+        children = []
+        for i, layer in enumerate(layers):
+            with scope(_path_name(str(i), layer)):
+                v = child_init(layer, dt, x)
+                # the next child's input, only when an example is being followed
+                x = eval_shape(layer, v, x) if x is not None and i + 1 < len(layers) else None
+            children.append(v)
         return Vars([v.params for v in children], [v.state for v in children], dt)
 
     def apply_(params, state, x, *, training, ctx):
@@ -278,8 +363,12 @@ def compose(left: Layer, right: Layer, name: str = "compose") -> Layer:
     _check_layer(left, "compose: left")
     _check_layer(right, "compose: right")
 
-    def init_(dt):
-        lv, rv = left.init(dt), right.init(dt)
+    def init_(dt, x=None):
+        with scope(_path_name("left", left)):
+            lv = child_init(left, dt, x)
+            h = eval_shape(left, lv, x) if x is not None else None
+        with scope(_path_name("right", right)):
+            rv = child_init(right, dt, h)
         return Vars({"left": lv.params, "right": rv.params}, {"left": lv.state, "right": rv.state}, dt)
 
     def apply_(params, state, x, *, training, ctx):
