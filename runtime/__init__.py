@@ -12,6 +12,7 @@ from . import disk_cache
 from .executable import Executable, compile, stats
 from .jit import Jitted, jit
 from .lower import lower
+from .mesh import Mesh, Spec
 from .xla import backend_name, parse_mlir
 
 
@@ -40,5 +41,5 @@ def export(graph, path: str) -> str:
     return path
 
 
-__all__ = ["Executable", "Jitted", "backend_name", "compile", "devices", "disk_cache",
+__all__ = ["Executable", "Jitted", "Mesh", "Spec", "backend_name", "compile", "devices", "disk_cache",
            "export", "jit", "lower", "parse_mlir", "stats"]

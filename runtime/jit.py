@@ -38,11 +38,18 @@ class Jitted:
     StableHLO and ``graph(*args)`` the optimised IR for a signature.
     """
 
-    def __init__(self, f: Callable, donate_argnums: Sequence[int] = (), pipeline=None, device=None):
+    def __init__(self, f: Callable, donate_argnums: Sequence[int] = (), pipeline=None, device=None,
+                 mesh=None, in_shardings=None, out_shardings=None):
         self.f = f
         self.donate_argnums = tuple(sorted({int(i) for i in donate_argnums}))
         self._pipeline = pipeline  # None, a pipeline string / Pipeline, or a callable giving one
+        if device is not None and mesh is not None:
+            raise ValueError("kn.jit: give either device= or mesh=, not both")
+        if mesh is None and (in_shardings is not None or out_shardings is not None):
+            raise ValueError("kn.jit: in_shardings / out_shardings need a mesh= to refer to")
         self.device = device
+        self.mesh = mesh
+        self.in_shardings, self.out_shardings = in_shardings, out_shardings
         self.trace_count = 0
         self._cache: dict[Any, _Entry] = {}
         # Calls whose arguments are all plain arrays (no containers, no kwargs) skip tree
@@ -65,6 +72,8 @@ class Jitted:
                     return None, leaves, None
                 arrays.append(leaf)
                 key.append((tuple(leaf.shape), leaf.dtype) if hasattr(leaf, "dtype") else leaf_type(leaf))
+                if self.mesh is not None and self.in_shardings is None:  # inputs keep their layout
+                    key.append(xla.spec_on_mesh(leaf, self.mesh))
             else:
                 # NaN != NaN: key it by name so a static NaN does not retrace on every call
                 key.append(("static", type(leaf), "nan" if leaf != leaf else leaf))
@@ -83,7 +92,7 @@ class Jitted:
         if key is None:  # called inside another trace: trace through (inline)
             return self.f(*args, **kwargs)
         entry = self._cache.get(key) or self._entry(args, kwargs, key)
-        if not kwargs and all(type(a) in self._array_types for a in args):
+        if not kwargs and self.mesh is None and all(type(a) in self._array_types for a in args):
             self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = entry
         return entry.unflatten(entry.execute(self._on_device(arrays, entry)))
 
@@ -98,10 +107,14 @@ class Jitted:
         return self._cache.get(key) or self._entry(args, kwargs, key), arrays
 
     def _on_device(self, arrays, entry) -> list:
-        device = entry.executable.device
+        exe = entry.executable
+        if exe.mesh is not None:
+            return [exe.put(i, a) for i, a in enumerate(arrays)]
+        device, placed = exe.device, exe.sharding
         device_type = self._array_types[-1]
-        return [a if type(a) is device_type and a.dtype == dt else xla.to_device(a, dt, device)
-                for a, dt in zip(arrays, entry.dtypes)]
+        # an array on another device (or sharded over several) is moved, not handed to XLA
+        return [a if type(a) is device_type and a.dtype == dt and a.sharding == placed
+                else xla.to_device(a, dt, device) for a, dt in zip(arrays, entry.dtypes)]
 
     @property
     def pipeline(self) -> str:
@@ -132,12 +145,21 @@ class Jitted:
         if explain.enabled():
             explain.log(getattr(self.f, "__qualname__", repr(self.f)), self.trace_count + 1,
                         list(self._cache), key, args, kwargs)
-        traced = trace_flat(self.f, args, kwargs)
+        from .mesh import use
+
+        with use(self.mesh):  # constraints inside f refer to the mesh compiled for
+            traced = trace_flat(self.f, args, kwargs)
         with self._lock:
             self.trace_count += 1
         graph = passes.run(traced.graph, pipeline) if pipeline else traced.graph
         donate = self._donated_inputs(args, traced.array_positions)
-        exe = Executable(graph, device=self.device, donate=donate, pipeline=str(pipeline))
+        specs = {}
+        if self.mesh is not None:
+            from . import sharding_args
+
+            specs = sharding_args.resolve(self, args, kwargs, traced, len(graph.inputs), len(graph.outputs))
+        exe = Executable(graph, device=self.device, donate=donate, pipeline=str(pipeline), mesh=self.mesh,
+                         **specs)
         entry = _Entry(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
         self._cache[key] = entry
         return entry
@@ -169,7 +191,8 @@ class Jitted:
         return (self._cache.get(key) or self._entry(args, kwargs, key)).executable
 
 
-def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline=None, device=None):
+def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline=None, device=None,
+        mesh=None, in_shardings=None, out_shardings=None):
     """Compile ``f`` with kaun_ir: trace per input signature, optimise, lower, XLA-compile, cache.
 
     The signature is the tree structure of the arguments, the shape and dtype of every array
@@ -181,7 +204,15 @@ def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline=
     each compilation). Default: ``$KAUN_IR_PIPELINE`` if set when compiling, else
     ``kn.passes.default_jit_pipeline()`` (per backend). ``executable(...).pipeline`` records what ran.
     Inside another trace, a jitted function is traced through (inlined).
+
+    ``device``: run on this device (default: the first); arrays on another device are moved.
+    ``mesh`` (``kn.sharding.mesh``): compile one SPMD program partitioned over the mesh by XLA.
+    ``in_shardings``: one entry per positional argument, each None (the array's own layout when
+    it is a ``jax.Array`` laid out on ``mesh``, else replicated), a partition spec applied to
+    every array leaf of that argument, or a tree of specs/None shaped like the argument.
+    ``out_shardings``: a spec for every output, or a tree of specs/None shaped like the result
+    (None: XLA's choice). Results are global ``jax.Array``s with ``NamedSharding``s.
     """
     if f is None:
-        return lambda g: Jitted(g, donate_argnums, pipeline, device)
-    return Jitted(f, donate_argnums, pipeline, device)
+        return lambda g: Jitted(g, donate_argnums, pipeline, device, mesh, in_shardings, out_shardings)
+    return Jitted(f, donate_argnums, pipeline, device, mesh, in_shardings, out_shardings)

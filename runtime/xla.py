@@ -71,20 +71,215 @@ def default_device():
     return devices()[0]
 
 
+def global_devices(name: str | None = None) -> list:
+    """Every device of the platform, across all processes (equal to :func:`devices` in one process)."""
+    return list(client(name).devices())
+
+
+def local_devices(name: str | None = None) -> list:
+    """The devices this process drives."""
+    return list(client(name).local_devices())
+
+
 def compile(mlir_text: str, device) -> object:
     """Compile StableHLO text for one device; returns a loaded executable (raises on failure).
 
-    With ``KAUN_IR_CACHE_DIR`` set, the executable comes from the persistent cache when an
+    The device assignment names ``device``: without it XLA assigns the single replica to the
+    client's first device and refuses buffers that live anywhere else. With
+    ``KAUN_IR_CACHE_DIR`` set, the executable comes from the persistent cache when an
     identical compilation was stored there (see :mod:`kaun_ir.runtime.disk_cache`)."""
     from jaxlib import xla_client as xc
 
     from . import disk_cache
 
     options = xc.CompileOptions()
+    options.device_assignment = xc.DeviceAssignment.create(np.array([[device.id]]))
     pjrt = device.client
     device_list = xc.DeviceList((device,))
     return disk_cache.compile_cached(pjrt, mlir_text, device_list, options,
                                      lambda: pjrt.compile_and_load(mlir_text, device_list, options))
+
+
+def compile_partitioned(mlir_text: str, devices: Sequence, shardy: bool = True) -> object:
+    """Compile a module carrying Shardy shardings for ``devices`` (one SPMD program, one
+    partition per device, in mesh order); XLA's partitioner splits it and inserts collectives.
+    Result shardings the module leaves open are chosen by XLA's propagation."""
+    from jaxlib import xla_client as xc
+
+    from . import disk_cache
+
+    count = len(devices)
+    options = xc.CompileOptions()
+    options.num_replicas, options.num_partitions = 1, count
+    options.device_assignment = xc.DeviceAssignment.create(np.array([[d.id for d in devices]]))
+    build = options.executable_build_options
+    build.num_replicas, build.num_partitions = 1, count
+    build.use_spmd_partitioning = True
+    build.use_shardy_partitioner = shardy
+    build.allow_spmd_sharding_propagation_to_output = [True]
+    pjrt = devices[0].client
+    device_list = xc.DeviceList(tuple(devices))
+    return disk_cache.compile_cached(pjrt, mlir_text, device_list, options,
+                                     lambda: pjrt.compile_and_load(mlir_text, device_list, options))
+
+
+# ----------------------------------------------------------------------- shardings (jax.Array)
+
+
+def single_device_sharding(device):
+    """jax's sharding of an array held whole by ``device``."""
+    from jax.sharding import SingleDeviceSharding
+
+    return SingleDeviceSharding(device)
+
+
+def named_sharding(mesh, spec):
+    """jax's ``NamedSharding`` of a kaun_ir ``Mesh`` and ``Spec`` (the container of results)."""
+    from jax.sharding import Mesh as JaxMesh
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    jax_mesh = mesh.__dict__.get("_jax_mesh")
+    if jax_mesh is None:
+        jax_mesh = JaxMesh(mesh.devices, mesh.axis_names)
+        mesh.__dict__["_jax_mesh"] = jax_mesh
+    entries = [None if not d else d[0] if len(d) == 1 else d for d in spec.dims]
+    return NamedSharding(jax_mesh, PartitionSpec(*entries))
+
+
+def spec_on_mesh(array, mesh):
+    """The partition spec of a ``jax.Array`` laid out over ``mesh`` (same devices in the same
+    order and the same axis names), or None when it lives elsewhere or is laid out otherwise."""
+    from jax.sharding import NamedSharding
+
+    from .mesh import Spec
+
+    sharding = getattr(array, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return None
+    if tuple(sharding.mesh.axis_names) != mesh.axis_names or sharding.mesh.devices.shape != mesh.shape:
+        return None
+    if any(a is not b for a, b in zip(sharding.mesh.devices.flat, mesh.devices.flat)):
+        return None
+    return Spec(*list(sharding.spec))
+
+
+def put_sharded(x, dtype: np.dtype, sharding) -> object:
+    """``x`` as a global ``jax.Array`` of ``dtype`` laid out as ``sharding``: passed through when it
+    already is, re-laid out by the runtime when it is a device array laid out otherwise, and
+    built piece by piece from host data (every process holding the same global value)."""
+    jax = _jax()
+    if isinstance(x, jax.Array):
+        if x.dtype == dtype:
+            if x.sharding == sharding:
+                return x
+            return jax.device_put(x, sharding)
+        if not x.is_fully_addressable:
+            raise TypeError(f"a {x.dtype} array spread over several processes cannot be converted to "
+                            f"{dtype} here; pass it as {dtype}")
+    host = np.asarray(x, dtype=dtype)
+    if dtype.itemsize == 8:  # jax would silently narrow 64-bit data without x64 enabled
+        with _x64():
+            return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def from_process_local(local, dtype: np.dtype, global_shape: tuple, sharding) -> object:
+    """A global array of ``global_shape`` from this process's rows (the data-parallel batch of
+    a multi-process run: every process passes its own slice of dimension 0)."""
+    jax = _jax()
+    return jax.make_array_from_process_local_data(sharding, np.asarray(local, dtype=dtype), global_shape)
+
+
+def process_index() -> int:
+    return int(client().process_index())
+
+
+def process_count() -> int:
+    return len({d.process_index for d in global_devices()})
+
+
+def _hlo_sharding_of(mesh, spec, rank: int):
+    """The ``HloSharding`` that ``spec`` on ``mesh`` means, with device positions in mesh order."""
+    from jaxlib import xla_client as xc
+
+    names = list(mesh.axis_names)
+    dims = spec.padded(rank)
+    used = [names.index(a) for axes in dims for a in axes]
+    if not used:
+        return xc.HloSharding.replicate()
+    rest = [i for i in range(len(names)) if i not in used]
+    sizes = dict(mesh.axes)
+    tile = [int(np.prod([sizes[a] for a in axes])) for axes in dims]
+    replicas = int(np.prod([mesh.shape[i] for i in rest]))
+    order = np.arange(mesh.size).reshape(mesh.shape).transpose(used + rest).reshape(-1)
+    proto = xc.OpSharding()
+    proto.type = xc.OpSharding.Type.OTHER
+    proto.tile_assignment_dimensions = tile + ([replicas] if replicas > 1 else [])
+    proto.replicate_on_last_tile_dim = replicas > 1
+    proto.tile_assignment_devices = [int(i) for i in order]
+    return xc.HloSharding.from_proto(proto)
+
+
+def _candidate_specs(mesh, rank: int):
+    """Every spec of a rank-``rank`` array on ``mesh`` (each axis on one dimension or none, the
+    axes of one dimension in every order), simplest first."""
+    import itertools
+
+    from .mesh import Spec
+
+    names = mesh.axis_names
+    seen = set()
+    for placement in itertools.product(range(rank + 1), repeat=len(names)):
+        groups = [[n for n, p in zip(names, placement) if p == d] for d in range(rank)]
+        for orders in itertools.product(*[list(itertools.permutations(g)) for g in groups]):
+            spec = Spec(*[tuple(o) if o else None for o in orders])
+            if spec not in seen:
+                seen.add(spec)
+                yield spec
+
+
+def output_specs(executable, mesh, ranks: Sequence[int]) -> list:
+    """The spec XLA chose for each output of a partitioned executable, as a ``Spec`` on
+    ``mesh``; None for an output whose layout no spec on ``mesh`` describes."""
+    from jaxlib import xla_client as xc
+
+    from .mesh import REPLICATED
+
+    protos = executable.get_output_shardings()
+    if protos is None:  # XLA keeps none for a one-device program: everything is whole there
+        return [REPLICATED if mesh.size == 1 else None for _ in ranks]
+    chosen = [xc.HloSharding.from_proto(p) for p in protos]
+    specs = []
+    for hlo, rank in zip(chosen, ranks):
+        found = None
+        if hlo.is_replicated():
+            found = REPLICATED
+        else:
+            for spec in _candidate_specs(mesh, rank):
+                if _hlo_sharding_of(mesh, spec, rank) == hlo:
+                    found = spec
+                    break
+        specs.append(found)
+    return specs
+
+
+def partitioned_executor(executable, out_types: Sequence[tuple], shardings: Sequence):
+    """``run(global arrays) -> list of global jax.Array`` for a partitioned executable whose
+    outputs have the types ``out_types`` laid out as ``shardings``."""
+    make_handler = _result_handler_factory()
+    if make_handler is None:
+        raise RuntimeError("this jaxlib has no array_result_handler; sharded execution needs it")
+    from jax.core import ShapedArray
+
+    handlers = [make_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding, committed=True,
+                             _skip_checks=True)
+                for (shape, dtype), sharding in zip(out_types, shardings)]
+    run_sharded = executable.execute_sharded
+
+    def run(arrays: list) -> list:
+        return run_sharded(arrays).consume_with_handlers(handlers)
+
+    return run
 
 
 def execute(executable, arrays: Sequence) -> list:
@@ -151,8 +346,15 @@ def _x64():
 def to_device(x, dtype: np.dtype, device) -> object:
     """``x`` (NumPy, scalar or jax.Array) as a device array of ``dtype`` on ``device``."""
     jax = _jax()
-    if isinstance(x, jax.Array) and x.dtype == dtype:
-        return x if device in x.devices() else jax.device_put(x, device)
+    if isinstance(x, jax.Array):
+        held = x.devices()
+        if len(held) == 1 and device in held and x.dtype == dtype:
+            return x
+        if not x.is_fully_addressable:
+            raise TypeError(f"an array spread over devices of other processes ({x.sharding}) cannot be "
+                            f"moved to {device}; compile for its mesh instead (kn.jit(..., mesh=))")
+        if x.dtype == dtype:  # another device, or sharded over several: the runtime moves it
+            return jax.device_put(x, device)
     host = np.asarray(x, dtype=dtype)
     put = _host_put(device)
     if put is not None:
@@ -232,7 +434,7 @@ def cost_analysis(executable) -> dict:
 
 @contextlib.contextmanager
 def mlir_context():
-    """An MLIR context with the func, StableHLO and CHLO dialects loaded."""
+    """An MLIR context with the func, StableHLO, CHLO and Shardy dialects loaded."""
     from jaxlib.mlir import ir
     from jaxlib.mlir.dialects import chlo, stablehlo
 

@@ -51,6 +51,9 @@ def describe(graph) -> dict:
             title = attrs.get("name") or nid
         elif op == "output":
             title = f"output {attrs['index']}"
+        elif op == "sharding_constraint":  # the layout is the point of the node: show it
+            dims = ", ".join("{" + ",".join(axes) + "}" for axes in data["attrs"]["spec"])
+            title = f"{op} [{dims}]"
         else:
             title = op
         parts = parts_of.get(data["path"])

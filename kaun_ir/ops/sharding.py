@@ -1,0 +1,100 @@
+"""The sharding annotation: ``sharding_constraint``, lowered to Shardy's ``sdy.sharding_constraint``.
+
+The op is the identity on values; it tells XLA's SPMD partitioner how its operand is laid out
+over a device mesh. Attributes (plain data, so the IR stays free of device objects):
+
+- ``mesh``: the mesh's axes as ``(("data", 2), ("model", 4))`` (name, size), in mesh order;
+- ``spec``: one entry per dimension of the operand, each a tuple of mesh-axis names (major to
+  minor) that dimension is split over; ``()`` leaves the dimension unsplit (replicated over the
+  axes named nowhere).
+
+The text IR prints them as nested tuples; the lowering writes the mesh inline in the sharding
+attribute (``#sdy.sharding<mesh<["data"=2]>, [{"data"}, {}]>``), so the op needs no module-level
+symbol and a graph keeps the same StableHLO whichever function it is inlined into.
+"""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from ..ir.core import TensorType
+from .base import OpDef, Sample
+
+
+def check_spec(shape: tuple[int, ...], mesh, spec, what: str = "sharding") -> None:
+    """Raise ``ShapeError`` unless ``spec`` is a valid layout of an array of ``shape`` on ``mesh``.
+
+    ``mesh``: ``((name, size), ...)``; ``spec``: per-dimension tuples of axis names. Checked: the
+    spec is no longer than the rank, names exist, no axis is used twice, and every split
+    dimension is divisible by the product of its axes' sizes.
+    """
+    sizes = dict(mesh)
+    if len(sizes) != len(mesh):
+        raise ShapeError(f"{what}: mesh axis names repeat in {mesh}")
+    if len(spec) > len(shape):
+        raise ShapeError(f"{what}: spec {spec} has {len(spec)} entries but the array has rank "
+                         f"{len(shape)} (shape {shape})")
+    used: set[str] = set()
+    for dim, axes in enumerate(spec):
+        ways = 1
+        for axis in axes:
+            if axis not in sizes:
+                raise ShapeError(f"{what}: spec {spec} names mesh axis {axis!r}, but the mesh has only "
+                                 f"{', '.join(repr(a) for a in sizes) or 'no axes'}")
+            if axis in used:
+                raise ShapeError(f"{what}: spec {spec} uses mesh axis {axis!r} twice")
+            used.add(axis)
+            ways *= sizes[axis]
+        if shape[dim] % ways:
+            raise ShapeError(f"{what}: dimension {dim} of shape {shape} (size {shape[dim]}) is not "
+                             f"divisible by {ways}, the size of mesh axes {axes}")
+
+
+def sdy_mesh(mesh) -> str:
+    """Shardy's mesh attribute body: ``<["data"=2, "model"=4]>``."""
+    return "<[" + ", ".join(f'"{name}"={int(size)}' for name, size in mesh) + "]>"
+
+
+def sdy_sharding(spec, rank: int, mesh_ref: str) -> str:
+    """``#sdy.sharding<@mesh, [{"data"}, {}]>``; dimensions past ``spec`` are unsplit and closed."""
+    dims = [tuple(spec[d]) if d < len(spec) else () for d in range(rank)]
+    body = ", ".join("{" + ", ".join(f'"{a}"' for a in axes) + "}" for axes in dims)
+    return f"#sdy.sharding<{mesh_ref}, [{body}]>"
+
+
+def _infer(x: TensorType, mesh, spec) -> TensorType:
+    check_spec(x.shape, mesh, spec, "sharding_constraint")
+    return x
+
+
+def _emit(em, node, x):
+    mesh, spec = node.attr("mesh"), node.attr("spec")
+    sharding = sdy_sharding(spec, len(node.inputs[0].type.shape), "mesh" + sdy_mesh(mesh))
+    return em.simple("sdy.sharding_constraint", node, x, attrs={"sharding": sharding})
+
+
+def _vjp(ct, y, x, mesh, spec):
+    from ..tensor import apply
+
+    # the cotangent of a constrained value is laid out the same way: the backward pass keeps
+    # the partitioning the user asked for instead of leaving it to propagation
+    return (apply("sharding_constraint", ct, mesh=mesh, spec=spec),)
+
+
+def _samples(rng):
+    # One device suffices to compile these (the test process has one); the multi-device
+    # behaviour is tested in subprocesses with virtual CPU devices (tests/test_sharding.py).
+    yield Sample((rng.standard_normal((4, 3)).astype("float32"),),
+                 {"mesh": (("data", 1),), "spec": (("data",), ())})
+    yield Sample((rng.standard_normal((2, 6)).astype("float32"),),
+                 {"mesh": (("data", 1), ("model", 1)), "spec": ((), ("model", "data"))})
+    yield Sample((rng.integers(0, 5, (3,)).astype("int32"),), {"mesh": (("x", 1),), "spec": ()})
+
+
+OPS = [
+    OpDef(
+        name="sharding_constraint", arity=1, attrs=("mesh", "spec"), infer=_infer,
+        reference=lambda x, mesh, spec: x, emit=_emit, samples=_samples, vjp=_vjp,
+        doc="The identity, annotated with how its value is split over a device mesh (attributes "
+            "``mesh`` = ((axis, size), ...) and ``spec`` = per-dimension tuples of axis names).",
+    ),
+]

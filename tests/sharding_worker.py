@@ -1,0 +1,132 @@
+"""Checks that need several devices, run in a child process with virtual CPU devices.
+
+``python sharding_worker.py GROUP`` sets XLA_FLAGS before jax starts, runs the checks of GROUP
+and prints one JSON object (check name -> result) on the last line of stdout. Each check
+compares kaun_ir on a mesh with an independent oracle (JAX on one device, or kaun_ir on one
+device) and reports the numbers; tests/test_sharding.py asserts on them. One process serves
+several checks because starting jax and compiling dominate the cost.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("KAUN_IR_BACKEND", "cpu")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import numpy as np  # noqa: E402
+
+import kaun_ir as kn  # noqa: E402
+from kaun_ir.sharding import Spec  # noqa: E402
+
+RESULTS: dict = {}
+
+
+def check(fn):
+    try:
+        RESULTS[fn.__name__] = fn()
+    except Exception as err:  # reported, and the test names the check that broke
+        RESULTS[fn.__name__] = {"error": f"{type(err).__name__}: {err}"}
+    return fn
+
+
+def error_of(fn) -> str:
+    try:
+        fn()
+    except Exception as err:
+        return f"{type(err).__name__}: {err}"
+    return "no error"
+
+
+def max_diff(a, b) -> float:
+    return float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+
+
+def group_jit():
+    import jax
+    import jax.numpy as jnp
+
+    devices = kn.runtime.devices()
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((8, 16)).astype(np.float32)
+    w = rng.standard_normal((16, 4)).astype(np.float32)
+
+    @check
+    def placement():
+        on1 = kn.jit(lambda a: a * 2.0, device=devices[1])(x)
+        moved = kn.jit(lambda a: a + 1.0)(on1)  # an array on cpu:1 into a cpu:0 executable
+        graph = kn.trace(lambda a: a - 1.0, x)
+        on2 = kn.runtime.compile(graph, device=devices[2])(on1)[0]
+        return {"on1": [d.id for d in on1.devices()], "moved": [d.id for d in moved.devices()],
+                "on2": [d.id for d in on2.devices()],
+                "diff": max(max_diff(on1, 2 * x), max_diff(moved, 2 * x + 1), max_diff(on2, 2 * x - 1))}
+
+    mesh = kn.sharding.mesh((2, 4), ("data", "model"))
+
+    def loss(x, w):
+        h = kn.sharding.constrain(x @ w, Spec("data", "model"))
+        return kn.sum(kn.tanh(h) ** 2)
+
+    step = kn.jit(kn.value_and_grad(loss, argnums=1), mesh=mesh,
+                  in_shardings=(Spec("data"), Spec(None, "model")))
+
+    @check
+    def mesh_grad():
+        value, grad = step(x, w)
+        want_v, want_g = jax.value_and_grad(lambda x, w: jnp.sum(jnp.tanh(x @ w) ** 2), argnums=1)(x, w)
+        graph = step.graph(x, w)
+        return {"diff": max(max_diff(value, want_v), max_diff(grad, want_g)),
+                "grad_spec": str(grad.sharding.spec), "value_spec": str(value.sharding.spec),
+                "constraints": sum(n.op == "sharding_constraint" for n in graph.nodes),
+                "sdy": "sdy.sharding_constraint" in step.lower(x, w) and "sdy.mesh @mesh" in step.lower(x, w),
+                "roundtrip": kn.ir.parse(graph.text()).text() == graph.text()}
+
+    @check
+    def sharded_inputs():
+        xs = kn.sharding.put(x, mesh, Spec("data"))
+        shards = sorted({tuple(s.data.shape) for s in xs.addressable_shards})
+        traces = step.trace_count
+        value, _ = step(xs, w)  # laid out as the executable wants: no new trace, no copy
+        same = step.trace_count == traces
+        # a sharded array into a one-device function: gathered by the runtime
+        total = kn.jit(lambda a: a.sum(axis=1))(xs)
+        # no in_shardings: the array's own layout is used
+        own = kn.jit(lambda a: a * 3.0, mesh=mesh)(xs)
+        return {"shards": shards, "same_trace": same, "diff": max(max_diff(total, x.sum(axis=1)),
+                                                                    max_diff(own, 3 * x)),
+                "own_spec": str(own.sharding.spec)}
+
+    @check
+    def errors():
+        return {
+            "unknown_axis": error_of(lambda: kn.jit(lambda a: kn.sharding.constrain(a, Spec("batch")),
+                                                    mesh=mesh)(x)),
+            "indivisible": error_of(lambda: kn.jit(lambda a: a, mesh=mesh,
+                                                   in_shardings=(Spec(None, ("data", "model")),))(w)),
+            "too_big": error_of(lambda: kn.sharding.mesh((4, 4), ("data", "model"))),
+            "tree_mismatch": error_of(lambda: kn.jit(lambda t: t["a"], mesh=mesh,
+                                                     in_shardings=({"b": Spec("data")},))({"a": x})),
+        }
+
+    @check
+    def all_reduce_only():
+        # data parallel: batch split over all 8 devices, weights replicated
+        flat = kn.sharding.mesh((8,), ("data",))
+        dp = kn.jit(kn.grad(lambda w, x: kn.mean((x @ w) ** 2)), mesh=flat,
+                    in_shardings=(None, Spec("data")), out_shardings=Spec())
+        grad = dp(w, x)
+        hlo = dp.executable(w, x).hlo_text()
+        want = jax.grad(lambda w, x: jnp.mean((x @ w) ** 2))(w, x)
+        return {"all_reduce": hlo.count(" all-reduce("), "all_gather": hlo.count(" all-gather("),
+                "diff": max_diff(grad, want)}
+
+
+GROUPS = {"jit": group_jit}
+
+if __name__ == "__main__":
+    for name in sys.argv[1:]:
+        GROUPS[name]()
+    print(json.dumps(RESULTS))
