@@ -9,7 +9,20 @@ Every primitive is declared once, as one :class:`OpDef` holding all of its rules
   result to and what ``kn.ir.interpret`` runs;
 - ``emit(em, node, *operands)``: the StableHLO, written through :class:`Emitter`;
 - ``samples(rng)``: example inputs and attributes from which the tests are generated;
-- ``vjp`` (autodiff) or ``nondiff`` (why the op has no derivative).
+- ``vjp`` (autodiff) or ``nondiff`` (why the op has no derivative);
+- ``batch`` (``kn.vmap``) or ``nobatch`` (why the op has no batching rule).
+
+Forward mode (``kn.jvp``) has no rule of its own: it is derived from the VJP rules (see
+``kaun_ir/forward.py``), so ``vjp`` / ``nondiff`` covers it too.
+
+A batching rule is ``batch(batched, size, *operands, **attrs) -> outputs`` (``regions=`` is
+passed too when the op carries sub-graphs). ``batched[i]`` says whether operand i carries the
+batch axis, always at axis 0 (an operand that does not carry it has its per-example shape);
+at least one operand is batched. The rule returns the op's outputs for the whole batch, every
+one with the batch axis at axis 0 (size ``size``). Rules build their result with other ops
+through ``kaun_ir.tensor.apply``; the helpers in ``ops/batching.py`` cover the common cases.
+An op that cannot have a rule says why in ``nobatch`` (a test checks that every op declares
+exactly one of the two).
 
 This module is plain text generation: nothing here imports jaxlib.
 """
@@ -53,6 +66,8 @@ class OpDef:
     doc: str = ""
     vjp: Callable[..., Any] | None = None
     nondiff: str | None = None  # why the op has no derivative, when it has none
+    batch: Callable[..., Any] | None = None  # the batching rule (kn.vmap)
+    nobatch: str | None = None  # why the op has no batching rule, when it has none
 
     def check_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults and reject unknown or missing attributes (TypeError)."""

@@ -10,6 +10,7 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
+from .batching import elementwise
 
 _F = (dtypes.float32, dtypes.float64)
 _SHAPES = ((), (5,), (2, 3), (0, 4), (1, 3, 1))
@@ -199,6 +200,7 @@ def _unary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
         doc=f"Elementwise {name} ({mlir}).",
         vjp=_UNARY_VJP.get(name),
         nondiff=None if name in _UNARY_VJP else "a bitwise / logical op on integers or bools",
+        batch=elementwise(name),
     )
 
 
@@ -280,6 +282,7 @@ def _binary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
         doc=f"Elementwise {name} of two operands of one shape and dtype ({mlir}).",
         vjp=_BINARY_VJP.get(name),
         nondiff=None if name in _BINARY_VJP else "a bitwise / logical op on integers or bools",
+        batch=elementwise(name),
     )
 
 
@@ -403,35 +406,35 @@ OPS: list[OpDef] = (
     + [_binary(*row) for row in _BINARY]
     + [
         OpDef(
-            name="compare", arity=2, attrs=("direction",), infer=_compare_infer,
+            name="compare", batch=elementwise("compare"), arity=2, attrs=("direction",), infer=_compare_infer,
             reference=lambda a, b, direction: _DIRECTIONS[direction](a, b),
             emit=_compare_emit, samples=_compare_samples,
             doc="Elementwise comparison with direction EQ/NE/LT/LE/GT/GE; result is bool.",
             nondiff="its result is boolean",
         ),
         OpDef(
-            name="is_finite", arity=1, infer=_is_finite_infer, reference=np.isfinite,
+            name="is_finite", batch=elementwise("is_finite"), arity=1, infer=_is_finite_infer, reference=np.isfinite,
             emit=lambda em, node, x: em.simple("stablehlo.is_finite", node, x),
             samples=_is_finite_samples,
             doc="is_finite(x): elementwise, true where a floating-point x is neither infinite nor NaN.",
             nondiff="its result is boolean",
         ),
         OpDef(
-            name="select", arity=3, infer=_select_infer,
+            name="select", batch=elementwise("select"), arity=3, infer=_select_infer,
             reference=lambda p, t, f: np.where(p, t, f),
             emit=lambda em, node, p, t, f: em.simple("stablehlo.select", node, p, t, f),
             samples=_select_samples, vjp=_select_vjp,
             doc="select(pred, on_true, on_false): elementwise choice; pred may be a scalar.",
         ),
         OpDef(
-            name="clamp", arity=3, infer=_clamp_infer,
+            name="clamp", batch=elementwise("clamp"), arity=3, infer=_clamp_infer,
             reference=lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
             emit=lambda em, node, lo, x, hi: em.simple("stablehlo.clamp", node, lo, x, hi),
             samples=_clamp_samples, vjp=_clamp_vjp,
             doc="clamp(min, x, max); bounds may be scalars.",
         ),
         OpDef(
-            name="convert", arity=1, attrs=("dtype",), infer=_convert_infer,
+            name="convert", batch=elementwise("convert"), arity=1, attrs=("dtype",), infer=_convert_infer,
             reference=_convert_reference,
             emit=lambda em, node, x: em.simple("stablehlo.convert", node, x),
             samples=_convert_samples, vjp=_convert_vjp,
@@ -439,6 +442,7 @@ OPS: list[OpDef] = (
         ),
         OpDef(
             name="bitcast_convert", arity=1, attrs=("dtype",), infer=_bitcast_infer,
+            batch=elementwise("bitcast_convert"),
             reference=lambda x, dtype: x.view(np.dtype(dtype)),
             emit=lambda em, node, x: em.simple("stablehlo.bitcast_convert", node, x),
             samples=_bitcast_samples,

@@ -16,6 +16,7 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample, i64_array
+from .indexing_batch import dynamic_slice_batch, dynamic_update_slice_batch, gather_batch, scatter_batch
 
 
 def _rand(rng, shape, dtype=np.float32):
@@ -618,7 +619,7 @@ def _general_scatter_samples(rng):
 
 OPS = [
     OpDef(
-        name="dynamic_slice", arity=None, attrs=("slice_sizes",), infer=_ds_infer,
+        name="dynamic_slice", batch=dynamic_slice_batch, arity=None, attrs=("slice_sizes",), infer=_ds_infer,
         reference=_ds_reference,
         emit=lambda em, node, x, *starts: em.simple("stablehlo.dynamic_slice", node, x, *starts, attrs={
             "slice_sizes": i64_array(node.attr("slice_sizes"))}),
@@ -628,6 +629,7 @@ OPS = [
     ),
     OpDef(
         name="dynamic_update_slice", arity=None, infer=_dus_infer, reference=_dus_reference,
+        batch=dynamic_update_slice_batch,
         emit=lambda em, node, x, update, *starts: em.simple("stablehlo.dynamic_update_slice", node, x,
                                                             update, *starts),
         samples=_dus_samples, vjp=_dus_vjp,
@@ -635,7 +637,7 @@ OPS = [
             "scalar integer starts (one per axis), each clamped into [0, size - update size].",
     ),
     OpDef(
-        name="gather", arity=2,
+        name="gather", batch=gather_batch, arity=2,
         attrs=("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes"),
         optional={"indices_are_sorted": False},
         infer=_gather_infer, reference=_gather_reference, emit=_gather_emit, samples=_gather_samples,
@@ -645,7 +647,7 @@ OPS = [
             "(operand_batching_dims / start_indices_batching_dims) are not supported.",
     ),
     OpDef(
-        name="scatter_add", arity=3,
+        name="scatter_add", batch=scatter_batch("scatter_add"), arity=3,
         attrs=("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
                "index_vector_dim"),
         optional={"indices_are_sorted": False, "unique_indices": False},
@@ -656,7 +658,7 @@ OPS = [
             "is skipped. Batching dims are not supported.",
     ),
     OpDef(
-        name="scatter", arity=3,
+        name="scatter", arity=3, batch=scatter_batch("scatter"),
         attrs=("kind", "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
                "index_vector_dim"),
         optional={"indices_are_sorted": False, "unique_indices": False},

@@ -11,6 +11,7 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample, i64_array
+from .linalg_batch import convolution_batch, dot_general_batch
 
 
 def _rand(rng, shape, dtype=np.float32):
@@ -478,7 +479,8 @@ def _conv_samples(rng):
 
 OPS = [
     OpDef(
-        name="dot_general", arity=2, attrs=("lhs_batch", "rhs_batch", "lhs_contracting", "rhs_contracting"),
+        name="dot_general", arity=2, batch=dot_general_batch,
+        attrs=("lhs_batch", "rhs_batch", "lhs_contracting", "rhs_contracting"),
         optional={"preferred_dtype": None}, infer=_dot_infer, reference=_dot_reference, emit=_dot_emit,
         samples=_dot_samples, vjp=_dot_vjp,
         doc="General tensor contraction: lhs_batch/rhs_batch axes pair up and are kept, lhs_contracting/"
@@ -490,7 +492,7 @@ OPS = [
             "the other operand is widened and the cotangent narrowed to the operand's dtype.",
     ),
     OpDef(
-        name="convolution", arity=2,
+        name="convolution", arity=2, batch=convolution_batch,
         attrs=("window_strides", "padding", "lhs_dilation", "rhs_dilation", "lhs_spec", "rhs_spec",
                "out_spec"),
         optional={"feature_group_count": 1, "batch_group_count": 1},

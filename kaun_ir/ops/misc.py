@@ -8,6 +8,7 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample, dense_literal
+from .batching import elementwise
 
 
 def _constant_infer(value) -> TensorType:
@@ -54,7 +55,7 @@ OPS = [
     OpDef(
         name="stop_gradient", arity=1, infer=lambda x: x, reference=lambda x: x,
         emit=lambda em, node, x: x,  # the identity: no StableHLO op at all
-        samples=_stop_gradient_samples, vjp=lambda ct, y, x: (None,),
+        samples=_stop_gradient_samples, vjp=lambda ct, y, x: (None,), batch=elementwise("stop_gradient"),
         doc="The identity, whose derivative is zero.",
     ),
     OpDef(
@@ -65,6 +66,7 @@ OPS = [
         samples=_constant_samples,
         doc="A literal array (attribute ``value``).",
         nondiff="a constant has no inputs",
+        nobatch="it has no operands, so it never carries a batch axis",
     ),
     OpDef(
         name="iota", arity=0, attrs=("dtype", "shape", "dimension"), infer=_iota_infer,
@@ -74,5 +76,6 @@ OPS = [
         samples=_iota_samples,
         doc="Indices 0, 1, ... along ``dimension``, broadcast to ``shape``.",
         nondiff="iota has no inputs",
+        nobatch="it has no operands, so it never carries a batch axis",
     ),
 ]

@@ -12,6 +12,7 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
+from .batching import unary_leading
 from .base import OpDef, Sample, dense_literal, i64_array
 
 # kind -> (StableHLO op of the region, dtype kinds it accepts: f float, i/u integers, b bool)
@@ -317,7 +318,8 @@ def _arg_samples(largest: bool):
 
 def _argop(name: str, largest: bool) -> OpDef:
     return OpDef(
-        name=name, arity=1, attrs=("axis",), optional={"index_dtype": dtypes.int32},
+        name=name, arity=1, attrs=("axis",), batch=unary_leading(name, ("axis",)),
+        optional={"index_dtype": dtypes.int32},
         infer=_arg_infer,
         reference=lambda x, axis, index_dtype: _arg_reference(x, axis, index_dtype, largest),
         emit=_arg_emit(largest), samples=_arg_samples(largest),
@@ -331,7 +333,8 @@ def _argop(name: str, largest: bool) -> OpDef:
 
 OPS: list[OpDef] = [
     OpDef(
-        name="reduce", arity=1, attrs=("kind", "dimensions"), infer=_reduce_infer,
+        name="reduce", arity=1, batch=unary_leading("reduce", ("dimensions",)),
+        attrs=("kind", "dimensions"), infer=_reduce_infer,
         reference=_reduce_reference, emit=_reduce_emit, samples=_reduce_samples, vjp=_reduce_vjp,
         doc=("Reduce ``x`` over the axes ``dimensions`` (removed from the shape) with ``kind`` in "
              "sum/prod/max/min/and/or. The init value is the kind's identity for the dtype "

@@ -7,6 +7,7 @@ import numpy as np
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample, i64_array
+from .batching import materialize, shift, unary_leading
 
 
 def _apply(op, *args, **attrs):
@@ -68,6 +69,46 @@ def _pad_vjp(ct, y, x, value, low, high, interior):
     total = _apply("reduce", ct, kind="sum", dimensions=every) if ct.ndim else ct
     inner = _apply("reduce", ct_x, kind="sum", dimensions=every) if ct.ndim else ct_x
     return ct_x, _apply("subtract", total, inner)
+
+
+# Batching rules: ``batch(batched, size, *operands, **attrs)``, batch axis at 0 (see batching.py).
+
+
+def _bid_batch(batched, size, x, shape, broadcast_dimensions):
+    return _apply("broadcast_in_dim", x, shape=(size,) + tuple(shape),
+                  broadcast_dimensions=(0,) + shift(broadcast_dimensions))
+
+
+def _reshape_batch(batched, size, x, shape):
+    return _apply("reshape", x, shape=(size,) + tuple(shape))
+
+
+def _transpose_batch(batched, size, x, permutation):
+    return _apply("transpose", x, permutation=(0,) + shift(permutation))
+
+
+def _slice_batch(batched, size, x, start_indices, limit_indices, strides):
+    return _apply("slice", x, start_indices=(0,) + tuple(start_indices),
+                  limit_indices=(size,) + tuple(limit_indices), strides=(1,) + tuple(strides))
+
+
+def _concat_batch(batched, size, *xs, dimension):
+    return _apply("concatenate", *materialize(xs, batched, size), dimension=dimension + 1)
+
+
+def _pad_batch(batched, size, x, value, low, high, interior):
+    x = materialize([x], [batched[0]], size)[0]
+    attrs = dict(low=(0,) + tuple(low), high=(0,) + tuple(high), interior=(0,) + tuple(interior))
+    if not batched[1]:
+        return _apply("pad", x, value, **attrs)
+    # a padding value per example: pad with zero, then put each example's value where the
+    # padding went (a mask of the padded positions, from padding a block of True with False)
+    padded = _apply("pad", x, _zero_scalar(x), **attrs)
+    true = _apply("constant", value=np.ones((), bool))
+    inside = _apply("broadcast_in_dim", true, shape=x.shape, broadcast_dimensions=())
+    mask = _apply("pad", inside, _apply("constant", value=np.zeros((), bool)), **attrs)
+    fill = _apply("broadcast_in_dim", value, shape=padded.shape, broadcast_dimensions=(0,))
+    return _apply("select", mask, padded, fill)
 
 
 def _rand(rng, shape, dtype=np.float32):
@@ -253,6 +294,7 @@ def _reverse_samples(rng):
 OPS = [
     OpDef(
         name="broadcast_in_dim", arity=1, attrs=("shape", "broadcast_dimensions"), infer=_bid_infer,
+        batch=_bid_batch,
         reference=_bid_reference,
         emit=lambda em, node, x: em.simple("stablehlo.broadcast_in_dim", node, x, attrs={
             "broadcast_dimensions": i64_array(node.attr("broadcast_dimensions"))}),
@@ -260,14 +302,14 @@ OPS = [
         doc="Broadcast to ``shape``; operand axis i maps to result axis broadcast_dimensions[i].",
     ),
     OpDef(
-        name="reshape", arity=1, attrs=("shape",), infer=_reshape_infer,
+        name="reshape", batch=_reshape_batch, arity=1, attrs=("shape",), infer=_reshape_infer,
         reference=lambda x, shape: x.reshape(tuple(shape)),
         emit=lambda em, node, x: em.simple("stablehlo.reshape", node, x),
         samples=_reshape_samples, vjp=lambda ct, y, x, shape: (_apply("reshape", ct, shape=x.shape),),
         doc="Row-major reshape to ``shape`` (same number of elements).",
     ),
     OpDef(
-        name="transpose", arity=1, attrs=("permutation",), infer=_transpose_infer,
+        name="transpose", batch=_transpose_batch, arity=1, attrs=("permutation",), infer=_transpose_infer,
         reference=lambda x, permutation: np.transpose(x, tuple(permutation)).copy(),
         emit=lambda em, node, x: em.simple("stablehlo.transpose", node, x, attrs={
             "permutation": i64_array(node.attr("permutation"))}),
@@ -276,6 +318,7 @@ OPS = [
     ),
     OpDef(
         name="slice", arity=1, attrs=("start_indices", "limit_indices", "strides"), infer=_slice_infer,
+        batch=_slice_batch,
         reference=_slice_reference,
         emit=lambda em, node, x: em.simple("stablehlo.slice", node, x, attrs={
             "start_indices": i64_array(node.attr("start_indices")),
@@ -285,7 +328,7 @@ OPS = [
         doc="Static strided slice [start:limit:stride] on every axis.",
     ),
     OpDef(
-        name="concatenate", arity=None, attrs=("dimension",), infer=_concat_infer,
+        name="concatenate", batch=_concat_batch, arity=None, attrs=("dimension",), infer=_concat_infer,
         reference=lambda *xs, dimension: np.concatenate(xs, axis=dimension),
         emit=lambda em, node, *xs: em.simple("stablehlo.concatenate", node, *xs, attrs={
             "dimension": f"{node.attr('dimension')} : i64"}),
@@ -293,7 +336,7 @@ OPS = [
         doc="Join operands along ``dimension``.",
     ),
     OpDef(
-        name="pad", arity=2, attrs=("low", "high", "interior"), infer=_pad_infer,
+        name="pad", batch=_pad_batch, arity=2, attrs=("low", "high", "interior"), infer=_pad_infer,
         reference=_pad_reference,
         emit=lambda em, node, x, v: em.simple("stablehlo.pad", node, x, v, attrs={
             "edge_padding_low": i64_array(node.attr("low")),
@@ -304,6 +347,7 @@ OPS = [
     ),
     OpDef(
         name="reverse", arity=1, attrs=("dimensions",), infer=_reverse_infer,
+        batch=unary_leading("reverse", ("dimensions",)),
         reference=lambda x, dimensions: np.flip(x, tuple(dimensions)).copy() if dimensions else x.copy(),
         emit=lambda em, node, x: em.simple("stablehlo.reverse", node, x, attrs={
             "dimensions": i64_array(node.attr("dimensions"))}),

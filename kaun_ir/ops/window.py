@@ -10,6 +10,7 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample, dense_literal, i64_array
+from .batching import by_loop, materialize
 from .linalg import padding_literal
 
 _KINDS = {"sum": ("stablehlo.add", np.add), "max": ("stablehlo.maximum", np.maximum),
@@ -442,9 +443,36 @@ def _ss_vjp(ct, out, x, source, init, *, window_dimensions, window_strides, padd
     return None, source_ct, _init_ct(init, ct)
 
 
+# Batching rules: the batch axis becomes a window axis of size 1 (stride 1, no padding or
+# dilation). An init value that differs per example has no vectorised form (the init is one
+# scalar for the whole op), so those cases run once per example (a while loop).
+
+_rw_by_loop = by_loop("reduce_window")
+_ss_by_loop = by_loop("select_and_scatter_add")
+
+
+def _rw_batch(batched, size, x, init, **attrs):
+    if batched[1]:
+        return _rw_by_loop(batched, size, x, init, **attrs)
+    widened = {key: (1,) + tuple(attrs[key]) for key in ("window_dimensions", "window_strides",
+                                                        "base_dilations", "window_dilations")}
+    return _apply("reduce_window", x, init, kind=attrs["kind"], padding=((0, 0),) + tuple(attrs["padding"]),
+                  **widened)
+
+
+def _ss_batch(batched, size, x, source, init, window_dimensions, window_strides, padding):
+    if batched[2]:
+        return _ss_by_loop(batched, size, x, source, init, window_dimensions=window_dimensions,
+                           window_strides=window_strides, padding=padding)
+    x, source = materialize([x, source], batched[:2], size)
+    return _apply("select_and_scatter_add", x, source, init,
+                  window_dimensions=(1,) + tuple(window_dimensions),
+                  window_strides=(1,) + tuple(window_strides), padding=((0, 0),) + tuple(padding))
+
+
 OPS = [
     OpDef(
-        name="reduce_window", arity=2,
+        name="reduce_window", arity=2, batch=_rw_batch,
         attrs=("kind", "window_dimensions", "window_strides", "base_dilations", "window_dilations",
                "padding"),
         infer=_rw_infer, reference=_rw_reference, emit=_rw_emit, samples=_rw_samples, vjp=_rw_vjp,
@@ -457,7 +485,8 @@ OPS = [
             "order), or to init when the result equals init.",
     ),
     OpDef(
-        name="select_and_scatter_add", arity=3, attrs=("window_dimensions", "window_strides", "padding"),
+        name="select_and_scatter_add", arity=3, batch=_ss_batch,
+        attrs=("window_dimensions", "window_strides", "padding"),
         infer=_ss_infer, reference=_ss_reference, emit=_ss_emit, samples=_ss_samples, vjp=_ss_vjp,
         doc="select_and_scatter_add(x, source, init): for every window of x (windows as in "
             "reduce_window without dilations) pick the first maximal element (padding is never "

@@ -1,0 +1,134 @@
+"""Helpers for batching rules (``OpDef.batch``, used by ``kn.vmap``).
+
+A batching rule sees the batch axis at axis 0 of every batched operand and returns every output
+with the batch axis at axis 0 (see ``base.OpDef``). The helpers here are the shared pieces:
+giving an unbatched operand the batch axis, the rule of elementwise ops, axis shifting, and
+:func:`by_loop`, the rule that runs the op once per example inside one ``while`` loop.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+
+from ..ir.core import TensorType
+
+
+def _apply(op, *args, **attrs):
+    from ..tensor import apply  # lazily: the tensor module imports the op table
+
+    return apply(op, *args, **attrs)
+
+
+def bcast(x, size: int):
+    """``x`` (an unbatched operand) repeated along a new leading batch axis of ``size``."""
+    return _apply("broadcast_in_dim", x, shape=(size,) + tuple(x.shape),
+                  broadcast_dimensions=tuple(range(1, x.ndim + 1)))
+
+
+def materialize(args: Sequence, batched: Sequence[bool], size: int) -> list:
+    """Every operand with the batch axis at axis 0 (unbatched ones broadcast)."""
+    return [x if b else bcast(x, size) for x, b in zip(args, batched)]
+
+
+def example_type(x, batched: bool) -> TensorType:
+    """The per-example type of an operand."""
+    return TensorType(x.dtype, tuple(x.shape[1:]) if batched else tuple(x.shape))
+
+
+def shift(axes: Sequence[int], by: int = 1) -> tuple[int, ...]:
+    """Axis numbers moved past ``by`` new leading axes."""
+    return tuple(int(a) + by for a in axes)
+
+
+def move_axis(x, source: int, destination: int):
+    """``x`` with axis ``source`` moved to ``destination`` (nothing emitted when they agree)."""
+    if source == destination:
+        return x
+    order = [a for a in range(x.ndim) if a != source]
+    order.insert(destination, source)
+    return _apply("transpose", x, permutation=tuple(order))
+
+
+def elementwise(name: str):
+    """The rule of an elementwise op: operands that are per-example scalars where others are not
+    (``select``'s predicate, ``clamp``'s bounds) are broadcast to the full shape first, so every
+    operand ends up with the shape ``(size, *example_shape)``."""
+
+    def rule(batched, size, *args, **attrs):
+        shapes = [example_type(x, b).shape for x, b in zip(args, batched)]
+        target = max(shapes, key=len)
+        full = (size,) + tuple(target)
+        operands = []
+        for x, b, shape in zip(args, batched, shapes):
+            if tuple(shape) == tuple(target):
+                operands.append(x if b else bcast(x, size))
+            else:  # a per-example scalar
+                dims = (0,) if b else ()
+                operands.append(_apply("broadcast_in_dim", x, shape=full, broadcast_dimensions=dims))
+        return _apply(name, *operands, **attrs)
+
+    rule.__doc__ = f"Batching rule of {name}: elementwise over the batch axis."
+    return rule
+
+
+def unary_leading(name: str, axes_attrs: Sequence[str] = ()):
+    """The rule of a one-operand op whose attributes name operand axes: the axes move past the
+    batch axis (``reverse``'s dimensions, ``reduce``'s dimensions ...)."""
+
+    def rule(batched, size, x, **attrs):
+        for key in axes_attrs:
+            value = attrs[key]
+            attrs[key] = value + 1 if isinstance(value, int) else shift(value)
+        return _apply(name, x, **attrs)
+
+    rule.__doc__ = f"Batching rule of {name}: the op applied with its axes moved past the batch axis."
+    return rule
+
+
+def example(x, index):
+    """Example ``index`` (an int32 scalar tensor) of a batched operand, without the batch axis."""
+    zero = _apply("constant", value=np.zeros((), np.int32))
+    block = _apply("dynamic_slice", x, index, *([zero] * (x.ndim - 1)), slice_sizes=(1,) + tuple(x.shape[1:]))
+    return _apply("reshape", block, shape=tuple(x.shape[1:]))
+
+
+def by_loop(name: str):
+    """A rule that applies the op to one example at a time inside a single ``while`` loop.
+
+    Exact for any op and constant in IR size, but sequential, and (like every ``while``) not
+    differentiable by reverse mode: used where a vectorised rule would need a form of the op
+    that StableHLO lacks (e.g. ``reduce_window`` with a different init value per example).
+    """
+
+    def rule(batched, size, *args, regions=(), **attrs):
+        import kaun_ir as kn
+        from . import TABLE
+
+        opdef = TABLE[name]
+        types = [example_type(x, b) for x, b in zip(args, batched)]
+        out_types = opdef.infer_types(types, opdef.check_attrs(dict(attrs)), regions)
+        accumulators = []
+        for t in out_types:
+            zero = _apply("constant", value=np.zeros((), t.dtype))
+            accumulators.append(_apply("broadcast_in_dim", zero, shape=(size,) + t.shape,
+                                       broadcast_dimensions=()))
+
+        def body(i, accs):
+            operands = [example(x, i) if b else x for x, b in zip(args, batched)]
+            outs = _apply(name, *operands, regions=tuple(regions), **attrs)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            zero = _apply("constant", value=np.zeros((), np.int32))
+            updated = []
+            for acc, out in zip(accs, outs):
+                block = _apply("reshape", out, shape=(1,) + tuple(out.shape))
+                updated.append(_apply("dynamic_update_slice", acc, block, i, *([zero] * out.ndim)))
+            return tuple(updated)
+
+        result = kn.fori_loop(0, size, body, tuple(accumulators))
+        return result if len(result) > 1 else result[0]
+
+    rule.__doc__ = f"Batching rule of {name}: one example at a time in a while loop."
+    rule.by_loop = True  # the coverage report counts these separately
+    return rule
