@@ -14,7 +14,7 @@ from .indexing import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
 from .ein import ein
-from .control import fori_loop, while_loop
+from .control import fori_loop, scan, while_loop
 from .autodiff import GradientError, grad, stop_gradient, value_and_grad, vjp
 from .batching import BatchingError, vmap  # noqa: E402
 from . import fn, random  # noqa: E402

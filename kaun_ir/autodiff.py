@@ -16,8 +16,8 @@ import numpy as np
 
 from . import dtypes, tree
 from .errors import KaunError
-from .ir.builder import Builder, _STATE, current_builder
-from .ir.core import Graph, TensorType, Value
+from .ir.builder import Builder, _STATE, current_builder, source_scope
+from .ir.core import Graph, Node, TensorType, Value
 from .ir.rewrite import copy_nodes
 from .ops import TABLE
 from .tensor import Tensor, apply
@@ -35,6 +35,26 @@ def differentiable(t: TensorType) -> bool:
 def _zeros(t: TensorType, builder: Builder) -> Tensor:
     scalar = apply("constant", value=np.zeros((), t.dtype))
     return apply("broadcast_in_dim", scalar, shape=t.shape, broadcast_dimensions=()) if t.shape else scalar
+
+
+BACKWARD = "backward of"
+
+
+def backward_source(node: Node) -> str:
+    """The source recorded on nodes of ``node``'s reverse rule: ``"model.py:12 (backward of sqrt)"``.
+
+    Tools (``kn.debug.check_finite``) read it back with :func:`parse_backward_source`."""
+    where = node.source or "?"
+    return f"{where} ({BACKWARD} {node.op})"
+
+
+def parse_backward_source(source: str) -> tuple[str, str | None]:
+    """``(user source, forward op)`` of a backward node's source; forward op None otherwise."""
+    marker = f" ({BACKWARD} "
+    if source.endswith(")") and marker in source:
+        where, op = source[:-1].rsplit(marker, 1)
+        return ("" if where == "?" else where), op
+    return source, None
 
 
 class _PathScope:
@@ -86,10 +106,16 @@ def gradient_graph(graph: Graph, wrt: Sequence[int] | None = None, of: Sequence[
         if any(id(v) in active for v in node.inputs):
             active.update(id(o) for o in node.outputs if differentiable(o.type))
 
+    # which values the differentiated outputs depend on (ops elsewhere need no reverse rule)
+    needed: set[int] = {id(graph.outputs[k]) for k in of}
+    for node in reversed(graph.nodes):
+        if any(id(o) in needed for o in node.outputs):
+            needed.update(id(v) for v in node.inputs)
+
     with Builder(record_source=False) as builder:
         args = [builder.add_input(v.type) for v in graph.inputs]
         env: dict[int, Value] = {id(old): new for old, new in zip(graph.inputs, args)}
-        copy_nodes(graph, env, builder.nodes)
+        residuals = _copy_forward(graph, env, builder, active, needed)
         cotangents: dict[int, Tensor] = {}
         for k in of:
             out = graph.outputs[k]
@@ -102,13 +128,13 @@ def gradient_graph(graph: Graph, wrt: Sequence[int] | None = None, of: Sequence[
             cts = [cotangents.get(id(o)) for o in node.outputs]
             if all(c is None for c in cts) or not any(id(v) in active for v in node.inputs):
                 continue
-            in_cts = _apply_vjp(node, cts, env, builder)
+            in_cts = _apply_vjp(node, cts, env, builder, residuals.get(id(node)))
             for value, ct in zip(node.inputs, in_cts):
                 if ct is not None and id(value) in active:
                     # a sum of cotangents belongs to the layer that produced the value (a
                     # parameter's: to the layer that reads it)
                     producer = value.node if value.node is not None else node
-                    with _PathScope(producer.path):
+                    with _PathScope(producer.path), source_scope(backward_source(producer)):
                         _accumulate(cotangents, value, ct)
         grads = []
         for i in wrt:
@@ -121,6 +147,32 @@ def gradient_graph(graph: Graph, wrt: Sequence[int] | None = None, of: Sequence[
     return builder.finish(outputs + grads, name=graph.name, input_names=names)
 
 
+def _copy_forward(graph: Graph, env: dict[int, Value], builder: Builder, active: set[int],
+                  needed: set[int]) -> dict[int, Any]:
+    """Copy the forward nodes into ``builder``; ops that declare ``vjp_forward`` and will be
+    differentiated emit their residual-saving forward instead. Returns residuals by node id."""
+    residuals: dict[int, Any] = {}
+    for node in graph.nodes:
+        opdef = TABLE[node.op]
+        wrt = tuple(id(v) in active for v in node.inputs)
+        if opdef.vjp_forward is None or not any(wrt) or not any(id(o) in needed for o in node.outputs):
+            new = Node(node.op, [env.get(id(v), v) for v in node.inputs], node.attrs, node.types,
+                       node.regions, path=node.path, source=node.source)
+            builder.nodes.append(new)
+            for old, fresh in zip(node.outputs, new.outputs):
+                env[id(old)] = fresh
+            continue
+        inputs = [Tensor(env[id(v)], builder) for v in node.inputs]
+        with _PathScope(node.path), source_scope(node.source):
+            outs, saved = opdef.vjp_forward(*inputs, wrt=wrt, regions=node.regions, **node.attr_dict)
+        for old, fresh in zip(node.outputs, outs):
+            if fresh.type != old.type:
+                raise GradientError(f"internal: forward rule of {node.op} returned {fresh.type} for {old.type}")
+            env[id(old)] = fresh.value
+        residuals[id(node)] = saved
+    return residuals
+
+
 def _accumulate(cotangents: dict[int, Tensor], value: Value, ct: Tensor) -> None:
     if ct.shape != value.type.shape or ct.dtype != value.type.dtype:
         raise GradientError(f"internal: cotangent {ct.type} for a value of type {value.type}")
@@ -128,7 +180,7 @@ def _accumulate(cotangents: dict[int, Tensor], value: Value, ct: Tensor) -> None
     cotangents[id(value)] = ct if previous is None else apply("add", previous, ct)
 
 
-def _apply_vjp(node, cts, env, builder) -> list:
+def _apply_vjp(node, cts, env, builder, saved=None) -> list:
     opdef = TABLE[node.op]
     if opdef.vjp is None:
         where = f" at {node.path}" if node.path else ""
@@ -136,13 +188,18 @@ def _apply_vjp(node, cts, env, builder) -> list:
         raise GradientError(f"cannot differentiate through {node.op}{where}: {reason}")
     inputs = [Tensor(env[id(v)], builder) for v in node.inputs]
     outputs = [Tensor(env[id(o)], builder) for o in node.outputs]
-    with _PathScope(node.path):
+    extra: dict[str, Any] = {}
+    if opdef.regions:
+        extra["regions"] = node.regions
+    if opdef.vjp_forward is not None:
+        extra["residuals"] = saved
+    with _PathScope(node.path), source_scope(backward_source(node)):
         if len(node.outputs) == 1:
             ct = cts[0]
-            result = opdef.vjp(ct, outputs[0], *inputs, **node.attr_dict)
+            result = opdef.vjp(ct, outputs[0], *inputs, **node.attr_dict, **extra)
         else:
             full = [c if c is not None else _zeros(o.type, builder) for c, o in zip(cts, node.outputs)]
-            result = opdef.vjp(full, outputs, *inputs, **node.attr_dict)
+            result = opdef.vjp(full, outputs, *inputs, **node.attr_dict, **extra)
     result = list(result)
     if len(result) != len(inputs):
         raise GradientError(f"internal: VJP of {node.op} returned {len(result)} cotangents "

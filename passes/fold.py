@@ -192,6 +192,7 @@ NOT_FOLDED: dict[str, str] = {
     "constant": "already a constant",
     "iota": "a leaf like constant: compact unmaterialised",
     "while": "an op with regions",
+    "scan": "an op with regions",
 }
 
 #: elementwise ops: on splat operands they fold on one scalar, at any size.

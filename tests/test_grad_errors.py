@@ -77,8 +77,8 @@ def test_grad_through_nondifferentiable_op_names_op_and_layer_path():
 
 def test_grad_through_while_loop_names_op_and_layer_path():
     def f(x):
-        with kn.ir.scope("rnn"):
-            y = kn.fori_loop(0, 3, lambda i, h: kn.tanh(h * x), x)
+        with kn.ir.scope("rnn"):  # a trip count known only at run time
+            y = kn.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, kn.tanh(s[1] * x)), (np.int32(0), x))[1]
         return kn.sum(y)
 
     with pytest.raises(kn.GradientError, match=r"through while at rnn: reverse mode through a while loop"):

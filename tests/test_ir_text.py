@@ -499,6 +499,6 @@ def test_docs_annotated_example_is_what_trace_prints():
     assert graph.text() in _doc_graphs()
 
     def count(x):
-        return kn.fori_loop(0, 3, lambda i, v: v * 2.0, x)
+        return kn.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] * 2.0), (np.int32(0), x))[1]
 
     assert kn.trace(count, np.ones(2, np.float32)).text() in _doc_graphs()

@@ -16,6 +16,7 @@ class _State(threading.local):
     def __init__(self):
         self.builders: list["Builder"] = []
         self.path: list[str] = []
+        self.source: str | None = None  # when set, every new node records this source instead
 
 
 _STATE = _State()
@@ -37,6 +38,18 @@ def scope(name: str):
         yield
     finally:
         _STATE.path.pop()
+
+
+@contextlib.contextmanager
+def source_scope(source: str):
+    """Nodes created inside record ``source`` as their source line (reverse mode uses it so that
+    backward nodes name the forward op and user line they differentiate)."""
+    saved = _STATE.source
+    _STATE.source = source
+    try:
+        yield
+    finally:
+        _STATE.source = saved
 
 
 def current_path() -> str:
@@ -113,7 +126,10 @@ class Builder:
         attrs = opdef.check_attrs(attrs)
         path = current_path()
         types = infer_or_raise(opdef, [v.type for v in inputs], attrs, path, regions)
-        source = _user_source() if self.record_source else ""
+        if _STATE.source is not None:
+            source = _STATE.source
+        else:
+            source = _user_source() if self.record_source else ""
         node = Node(opdef.name, inputs, attrs, types, regions, path=path, source=source)
         self.nodes.append(node)
         return node.outputs

@@ -9,7 +9,10 @@ Every primitive is declared once, as one :class:`OpDef` holding all of its rules
   result to and what ``kn.ir.interpret`` runs;
 - ``emit(em, node, *operands)``: the StableHLO, written through :class:`Emitter`;
 - ``samples(rng)``: example inputs and attributes from which the tests are generated;
-- ``vjp`` (autodiff) or ``nondiff`` (why the op has no derivative);
+- ``vjp`` (autodiff) or ``nondiff`` (why the op has no derivative); an op whose derivative needs
+  values computed inside its forward pass (``scan``: per-iteration residuals) also declares
+  ``vjp_forward``, which emits the forward computation and returns ``(outputs, residuals)``;
+  reverse mode then calls ``vjp`` with ``residuals=``;
 - ``batch`` (``kn.vmap``) or ``nobatch`` (why the op has no batching rule).
 
 Forward mode (``kn.jvp``) has no rule of its own: it is derived from the VJP rules (see
@@ -68,6 +71,8 @@ class OpDef:
     nondiff: str | None = None  # why the op has no derivative, when it has none
     batch: Callable[..., Any] | None = None  # the batching rule (kn.vmap)
     nobatch: str | None = None  # why the op has no batching rule, when it has none
+    # forward pass that also returns residuals for ``vjp`` (ops with regions: see the docstring)
+    vjp_forward: Callable[..., Any] | None = None
 
     def check_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults and reject unknown or missing attributes (TypeError)."""

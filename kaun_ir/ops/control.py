@@ -119,7 +119,9 @@ OPS = [
         name="while", arity=None, regions=2, batch=_while_batch,
         infer=_while_infer, reference=_while_reference,
         emit=_while_emit, samples=_while_samples,
-        nondiff="reverse mode through a while loop needs a bounded trip count (not supported yet)",
+        nondiff=("reverse mode through a while loop needs its trip count when the program is built, "
+                 "which a while_loop does not have; use kn.scan, or kn.fori_loop with Python-integer "
+                 "bounds"),
         doc="Loop: carries its operands through ``body`` while ``cond`` returns true.",
     ),
 ]
