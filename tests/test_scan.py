@@ -117,3 +117,14 @@ def test_scan_bad_input_errors():
         kn.scan(lambda h, x: h, H0, XS)
     with pytest.raises(ValueError, match="length= argument is required"):
         kn.scan(lambda h, x: (h, None), H0, None)
+
+
+def test_vmap_of_scan_and_of_its_gradient():
+    loss = _rnn(kn, kn.scan)
+    batch = np.stack([XS, XS[::-1], XS * 0.5])
+    got = kn.vmap(loss, in_axes=(None, None, 0))(W, H0, batch)
+    np.testing.assert_allclose(np.asarray(got), [float(kn.jit(loss)(W, H0, xs)) for xs in batch], rtol=1e-12)
+    per_example = kn.vmap(kn.grad(loss), in_axes=(None, None, 0))(W, H0, batch)
+    with jax.enable_x64(True):
+        want = jax.vmap(jax.grad(_rnn(jnp, jax.lax.scan)), in_axes=(None, None, 0))(W, H0, batch)
+    _close(per_example, want)
