@@ -80,6 +80,14 @@ def _vjp(ct, y, x, mesh, spec):
     return (apply("sharding_constraint", ct, mesh=mesh, spec=spec),)
 
 
+def _batch(batched, size, x, mesh, spec):
+    from ..tensor import apply
+
+    # under kn.vmap the new batch axis is left unsplit (replicated); the example's axes keep
+    # the layout the user asked for
+    return apply("sharding_constraint", x, mesh=mesh, spec=((),) + tuple(spec))
+
+
 def _samples(rng):
     # One device suffices to compile these (the test process has one); the multi-device
     # behaviour is tested in subprocesses with virtual CPU devices (tests/test_sharding.py).
@@ -93,7 +101,7 @@ def _samples(rng):
 OPS = [
     OpDef(
         name="sharding_constraint", arity=1, attrs=("mesh", "spec"), infer=_infer,
-        reference=lambda x, mesh, spec: x, emit=_emit, samples=_samples, vjp=_vjp,
+        reference=lambda x, mesh, spec: x, emit=_emit, samples=_samples, vjp=_vjp, batch=_batch,
         doc="The identity, annotated with how its value is split over a device mesh (attributes "
             "``mesh`` = ((axis, size), ...) and ``spec`` = per-dimension tuples of axis names).",
     ),
