@@ -7,7 +7,9 @@ per op signature and cached) and returns ``jax.Array``s.
 
 from __future__ import annotations
 
-from typing import Any
+import contextlib
+import threading
+from typing import Any, Callable
 
 import numpy as np
 
@@ -209,6 +211,27 @@ def type_of(x: Any) -> TensorType:
     return TensorType(arr.dtype, arr.shape)
 
 
+class _ConstantHooks(threading.local):
+    def __init__(self):
+        self.stack: list = []
+
+
+_HOOKS = _ConstantHooks()
+
+
+@contextlib.contextmanager
+def constant_hook(hook: Callable[[Any], Any]):
+    """While active, every concrete operand about to become a ``constant`` node of a trace is
+    first shown to ``hook(x)``; a non-None result (a Tensor) is used in its place. Innermost
+    hook wins. ``kn.train`` uses this to find (and lift to inputs) the arrays a loss closure
+    reads, whatever path it reaches them by."""
+    _HOOKS.stack.append(hook)
+    try:
+        yield
+    finally:
+        _HOOKS.stack.pop()
+
+
 def to_value(builder: Builder, x: Any) -> Value:
     """The graph value for an operand: the tensor's own, a capture, or a new constant node."""
     if isinstance(x, Tensor):
@@ -219,6 +242,10 @@ def to_value(builder: Builder, x: Any) -> Value:
         raise TracerError(
             f"a {x.type} tensor from a trace that has already finished was used; tensors must not "
             "escape the function being traced (return them instead)")
+    if _HOOKS.stack:
+        replaced = _HOOKS.stack[-1](x)
+        if replaced is not None:
+            return to_value(builder, replaced)
     arr = concrete_array(x)
     return builder.add(TABLE["constant"], [], {"value": arr})[0]
 

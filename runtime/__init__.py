@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from kaun_ir.fileio import atomic_write
 
-from . import disk_cache
+from . import disk_cache, dispatch
+from .dispatch import Route, RouteCache
 from .executable import Executable, compile, stats
 from .jit import Jitted, jit
 from .lower import lower
@@ -41,5 +42,6 @@ def export(graph, path: str) -> str:
     return path
 
 
-__all__ = ["Executable", "Jitted", "Mesh", "Spec", "backend_name", "compile", "devices", "disk_cache",
+__all__ = ["Executable", "Jitted", "Mesh", "Route", "RouteCache", "Spec", "backend_name", "compile", "devices",
+           "dispatch", "disk_cache",
            "export", "jit", "lower", "parse_mlir", "stats"]

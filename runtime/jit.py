@@ -11,24 +11,8 @@ from kaun_ir.tensor import Tensor
 from kaun_ir.trace import is_array_leaf, leaf_type, trace_flat
 
 from . import explain, xla
+from .dispatch import Route, RouteCache
 from .executable import Executable
-
-class _Entry:
-    __slots__ = ("executable", "out_treedef", "dtypes", "execute", "unflatten")
-
-    def __init__(self, executable, out_treedef, dtypes):
-        self.executable, self.out_treedef, self.dtypes = executable, out_treedef, dtypes
-        self.execute = executable.run
-        if out_treedef == tree.LEAF:
-            self.unflatten = _first
-        elif out_treedef[0] == "tuple" and all(d == tree.LEAF for d in out_treedef[1]):
-            self.unflatten = tuple
-        else:
-            self.unflatten = functools.partial(tree.unflatten, out_treedef)
-
-
-def _first(outs):
-    return outs[0]
 
 
 class Jitted:
@@ -51,10 +35,11 @@ class Jitted:
         self.mesh = mesh
         self.in_shardings, self.out_shardings = in_shardings, out_shardings
         self.trace_count = 0
-        self._cache: dict[Any, _Entry] = {}
-        # Calls whose arguments are all plain arrays (no containers, no kwargs) skip tree
-        # flattening: keyed by (type, shape, dtype) per argument.
-        self._fast: dict[tuple, _Entry] = {}
+        self._cache: dict[Any, Route] = {}
+        #: repeated-signature dispatch (see ``kaun_ir.runtime.dispatch``): calls whose arguments
+        #: are all plain arrays (no containers, no kwargs) skip tree flattening, keyed by
+        #: ``(type, shape, dtype)`` per argument; other callers (``kn.train``) file routes here too
+        self.routes = RouteCache()
         # First compilation of a signature happens once however many threads call at once: one
         # lock per signature being compiled; other signatures compile in parallel.
         self._lock = threading.Lock()
@@ -85,36 +70,27 @@ class Jitted:
                 fast_key = tuple([(type(a), a.shape, a.dtype) for a in args])
             except AttributeError:
                 fast_key = None
-            entry = self._fast.get(fast_key)
-            if entry is not None:
-                return entry.unflatten(entry.execute(self._on_device(args, entry)))
+            route = self.routes.get(fast_key)
+            if route is not None:
+                return route.unflatten(route.run(route.place(args)))
         key, leaves, arrays = self._signature(args, kwargs)
         if key is None:  # called inside another trace: trace through (inline)
             return self.f(*args, **kwargs)
-        entry = self._cache.get(key) or self._entry(args, kwargs, key)
+        route = self._cache.get(key) or self._entry(args, kwargs, key)
         if not kwargs and self.mesh is None and all(type(a) in self._array_types for a in args):
-            self._fast[tuple([(type(a), a.shape, a.dtype) for a in args])] = entry
-        return entry.unflatten(entry.execute(self._on_device(arrays, entry)))
+            self.routes.put(tuple([(type(a), a.shape, a.dtype) for a in args]), route)
+        return route.unflatten(route.run(route.place(arrays)))
 
-    def entry_for(self, *args, **kwargs):
-        """``(entry, arrays)`` for these arguments without executing: the cached (or newly
-        compiled) entry of their signature and their array leaves in input order. For callers
-        that cache the entry and dispatch themselves (``train.step``); ``(None, None)`` inside
+    def route(self, *args, **kwargs) -> tuple[Route | None, list | None]:
+        """``(route, arrays)`` for these arguments without executing: the route of their
+        signature (traced and compiled on first use) and their array leaves in input order, so
+        ``route(arrays)`` is the call. For callers that file the route in :attr:`routes` under
+        a key of their own and dispatch themselves (``kn.train``); ``(None, None)`` inside
         another trace."""
         key, leaves, arrays = self._signature(args, kwargs)
         if key is None:
             return None, None
         return self._cache.get(key) or self._entry(args, kwargs, key), arrays
-
-    def _on_device(self, arrays, entry) -> list:
-        exe = entry.executable
-        if exe.mesh is not None:
-            return [exe.put(i, a) for i, a in enumerate(arrays)]
-        device, placed = exe.device, exe.sharding
-        device_type = self._array_types[-1]
-        # an array on another device (or sharded over several) is moved, not handed to XLA
-        return [a if type(a) is device_type and a.dtype == dt and a.sharding == placed
-                else xla.to_device(a, dt, device) for a, dt in zip(arrays, entry.dtypes)]
 
     @property
     def pipeline(self) -> str:
@@ -124,7 +100,7 @@ class Jitted:
         requested = self._pipeline() if callable(self._pipeline) else self._pipeline
         return passes.jit_pipeline(None if requested is None else str(requested))
 
-    def _entry(self, args, kwargs, key) -> _Entry:
+    def _entry(self, args, kwargs, key) -> Route:
         """The cache entry of ``key``, compiled by exactly one thread; the others wait for it."""
         with self._lock:
             lock = self._compiling.setdefault(key, threading.Lock())
@@ -138,7 +114,7 @@ class Jitted:
                 self._compiling.pop(key, None)
         return entry
 
-    def _compile(self, args, kwargs, key) -> _Entry:
+    def _compile(self, args, kwargs, key) -> Route:
         from kaun_ir import passes
 
         pipeline = passes.Pipeline.parse(self.pipeline)  # unknown passes fail before tracing
@@ -160,7 +136,7 @@ class Jitted:
             specs = sharding_args.resolve(self, args, kwargs, traced, len(graph.inputs), len(graph.outputs))
         exe = Executable(graph, device=self.device, donate=donate, pipeline=str(pipeline), mesh=self.mesh,
                          **specs)
-        entry = _Entry(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
+        entry = Route(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
         self._cache[key] = entry
         return entry
 
@@ -184,6 +160,10 @@ class Jitted:
         key, _, _ = self._signature(args, kwargs)
         entry = self._cache.get(key) or self._entry(args, kwargs, key)
         return entry.executable.mlir
+
+    def executables(self) -> list[Executable]:
+        """The executables compiled so far, one per traced signature, oldest first."""
+        return [route.executable for route in list(self._cache.values())]
 
     def executable(self, *args, **kwargs) -> Executable:
         """The compiled executable for this signature."""

@@ -502,9 +502,7 @@ def test_train_pipeline_keyword_and_env(monkeypatch):
     def step_executable(trainer):
         with kn.rng.scope(0):
             st = train.init(trainer)
-        args = train._step_args(st, x, train._LossSpec(lambda y: loss.cross_entropy_sparse(y, labels)),
-                                True, None)
-        return train._compiled_step(trainer).executable(*args)
+        return train.step_executable(trainer, st, x, lambda y: loss.cross_entropy_sparse(y, labels))
 
     assert passes.DEFAULT_TRAIN_PIPELINE == "canonicalize,fold,cse,dce"
     assert passes.default_train_pipeline("tpu") == passes.DEFAULT_TRAIN_PIPELINE

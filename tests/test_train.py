@@ -21,7 +21,6 @@ import kaun_ir as kn
 from kaun_ir import data, datasets, layer, loss, metric, optim, rng, train, tree
 from kaun_ir.ir.interp import interpret
 from kaun_ir.tools import demo
-from kaun_ir.trace import is_array_leaf
 
 # ------------------------------------------------------------------------------ helpers
 
@@ -113,13 +112,13 @@ def test_mlp_reaches_95_percent(trained_mlp, digits):
     assert accuracy >= 0.95, accuracy
     assert st.step == 25 * (len(x_train) // 32)
     # every batch has one shape (prepare drops the last partial batch): one trace
-    assert trainer._step.trace_count == 1
+    assert trainer.cache.step.trace_count == 1
 
 
 def test_cnn_reaches_97_percent(trained_cnn):
     trainer, st, accuracy = trained_cnn
     assert accuracy >= 0.97, accuracy
-    assert trainer._step.trace_count == 1
+    assert trainer.cache.step.trace_count == 1
 
 
 def test_predict_matches_apply_and_a_jax_forward(trained_mlp, digits):
@@ -200,7 +199,7 @@ def test_same_shape_batches_reuse_one_executable_other_shapes_compile():
         x, y = _classification(10 + i, n, 11, 5)
         value, st = train.step(trainer, st, x, lambda logits: loss.cross_entropy_sparse(logits, y))
         assert np.isfinite(float(value))
-        assert trainer._step.trace_count == expected, i
+        assert trainer.cache.step.trace_count == expected, i
         assert kn.runtime.stats.compiles - compiles == expected, i
     assert st.step == len(plan)
 
@@ -214,11 +213,11 @@ def test_fit_compiles_once_per_distinct_batch_shape():
     compiles = kn.runtime.stats.compiles
     st = train.fit(trainer, st, pipeline)
     assert st.step == 3
-    assert trainer._step.trace_count == 2
+    assert trainer.cache.step.trace_count == 2
     assert kn.runtime.stats.compiles - compiles == 2
     st = train.fit(trainer, st, pipeline)  # a second epoch: nothing new
     assert st.step == 6
-    assert trainer._step.trace_count == 2
+    assert trainer.cache.step.trace_count == 2
     assert kn.runtime.stats.compiles - compiles == 2
 
 
@@ -231,7 +230,7 @@ def test_captured_labels_are_inputs_of_the_executable():
     logits = x @ p["weight"] + p["bias"]
     loss_a, _ = train.step(trainer, st_a, x, _ce(y1))
     loss_b, _ = train.step(trainer, st_b, x, _ce(y2))  # same executable, other labels
-    assert trainer._step.trace_count == 1
+    assert trainer.cache.step.trace_count == 1
     assert float(loss_a) != float(loss_b)
     np.testing.assert_allclose(float(loss_a), _oracle_ce(logits, y1), rtol=1e-5)
     np.testing.assert_allclose(float(loss_b), _oracle_ce(logits, y2), rtol=1e-5)
@@ -247,7 +246,7 @@ def test_captured_python_numbers_are_static_and_retrace():
     st = _init(trainer, 0)
     one, st = train.step(trainer, st, x, weighted(1.0))
     three, st = train.step(trainer, st, x, weighted(3.0))  # lr 0: the same parameters
-    assert trainer._step.trace_count == 2  # a static value is part of the signature, never stale
+    assert trainer.cache.step.trace_count == 2  # a static value is part of the signature, never stale
     np.testing.assert_allclose(float(three), 3.0 * float(one), rtol=1e-6)
 
 
@@ -281,7 +280,7 @@ def test_adam_with_warmup_schedule_matches_a_jax_optax_reference():
     for x, t in batches:
         value, st = train.step(trainer, st, x, _mse(t))
         ours.append((float(value), {k: np.array(v) for k, v in st.vars.params.items()}))
-    assert trainer._step.trace_count == 1  # the step number is an input: the schedule is in-graph
+    assert trainer.cache.step.trace_count == 1  # the step number is an input: the schedule is in-graph
 
     def reference(schedule):
         def objective(p, x, t):
@@ -337,7 +336,7 @@ def test_dropout_draws_new_masks_every_step():
         evaluation.append(float(value))
     assert evaluation[0] == evaluation[1]
     assert evaluation[0] not in losses
-    assert trainer._step.trace_count == 2  # training=True and training=False
+    assert trainer.cache.step.trace_count == 2  # training=True and training=False
 
 
 def _dropout_run(seed: int, key_seed: int | None = None, steps: int = 5):
@@ -510,7 +509,7 @@ def _check_losses(trainer, st0_params, x, labels, losses, traces):
     logits = x @ st0_params["weight"] + st0_params["bias"]
     want = [_oracle_ce(logits, y) for y in labels]
     np.testing.assert_allclose(losses, want, rtol=1e-5)
-    assert trainer._step.trace_count == traces
+    assert trainer.cache.step.trace_count == traces
 
 
 _SCRIPT = """
@@ -680,8 +679,8 @@ def test_step_graph_and_forward_graph_verify_parse_back_and_compute_the_step():
     np.testing.assert_allclose(interpret(forward, *inputs)[0], np.asarray(train.predict(trainer, st, x)),
                                rtol=1e-5, atol=1e-5)
     # the traced step graph, interpreted, gives the loss and parameters of train.step
-    args = train._step_args(st, x, train._LossSpec(_ce(y)), True, None)
-    step_inputs = [np.array(leaf) for leaf in _leaves(args) if is_array_leaf(leaf)]
+    # the traced graph's inputs: params, layer state, optimiser state, key, x, the lifted labels
+    step_inputs = _host((st.vars.params, st.vars.state, tuple(st.opt_state), st.key, x, y))
     outputs = interpret(traced, *step_inputs)
     value, new = train.step(trainer, st, x, _ce(y))
     np.testing.assert_allclose(outputs[0], float(value), rtol=1e-5)

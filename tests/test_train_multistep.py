@@ -1,5 +1,7 @@
 """``train.fit(..., steps_per_call=K)``: K steps fused in one executable equal K single steps."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -59,8 +61,8 @@ def test_blocks_equal_single_steps_bit_for_bit(dropout):
     assert single.step == fused.step == 10
     for a, b in zip(_host(single), _host(fused)):
         np.testing.assert_array_equal(a, b)
-    assert trainer._block.trace_count == 1  # one executable for the block signature
-    assert "_step" not in trainer.__dict__  # no single steps were needed
+    assert trainer.cache.block.trace_count == 1  # one executable for the block signature
+    assert trainer.cache.step is None  # no single steps were needed
 
 
 def test_final_partial_block_runs_as_single_steps():
@@ -70,8 +72,8 @@ def test_final_partial_block_runs_as_single_steps():
     np.testing.assert_array_equal([l for _, l in seen1], [l for _, l in seen3])
     for a, b in zip(_host(single), _host(fused)):
         np.testing.assert_array_equal(a, b)
-    assert trainer._block.trace_count == 1
-    assert trainer._step.trace_count == 1  # the last batch
+    assert trainer.cache.block.trace_count == 1
+    assert trainer.cache.step.trace_count == 1  # the last batch
 
 
 def test_early_stop_is_honoured_at_block_granularity():
@@ -89,17 +91,17 @@ def test_compiles_once_per_block_signature():
     st = train.fit(trainer, st, _batches(8), steps_per_call=4)
     compiles = kn.runtime.stats.compiles  # (XLA's compile cache is process-wide: count from here)
     st = train.fit(trainer, st, _batches(8, seed=1), steps_per_call=4)
-    assert trainer._block.trace_count == 1
+    assert trainer.cache.block.trace_count == 1
     assert kn.runtime.stats.compiles - compiles == 0
     st = train.fit(trainer, st, _batches(4, batch=6), steps_per_call=4)  # new shapes: new block
-    assert trainer._block.trace_count == 2
+    assert trainer.cache.block.trace_count == 2
 
 
 def test_mixed_shapes_in_a_block_fall_back_to_single_steps():
     trainer, st = _fresh()
     data = _batches(2) + _batches(2, batch=5)
     st = train.fit(trainer, st, data, steps_per_call=4)
-    assert st.step == 4 and "_block" not in trainer.__dict__
+    assert st.step == 4 and trainer.cache.block is None
 
 
 def test_bad_steps_per_call():
@@ -119,10 +121,10 @@ def test_fast_dispatch_of_step_equals_the_general_path():
         lf, fast = train.step(trainer, fast, x, fn)  # after the first step: the cached dispatch
         ls, slow = train.step(trainer, replace(slow), x, fn)  # replace() drops the cache
         np.testing.assert_array_equal(np.asarray(lf), np.asarray(ls))
-    assert "_flat" in fast.__dict__
+    assert fast.cache.flat is not None
     for a, b in zip(_host(fast), _host(slow)):
         np.testing.assert_array_equal(a, b)
-    assert trainer._step.trace_count == 1
+    assert trainer.cache.step.trace_count == 1
     with pytest.raises(ValueError, match="consumed"):
         train.step(trainer, _consumed(trainer, fast), *batches[0])
 
@@ -166,3 +168,62 @@ def test_steps_rejects_captured_arrays_without_the_block_axis():
         train.steps(trainer, st, xs, Loss())
     with pytest.raises(ValueError, match="leading axis of K >= 1"):
         train.steps(trainer, st, np.float32(1.0), lambda logits: logits.sum())
+
+
+def _explicit(dropout=False):
+    trainer = train.make(_model(dropout), optim.adam(1e-2), loss=loss.cross_entropy_sparse)
+    with rng.scope(3):
+        st = train.init(trainer)
+    return trainer, st
+
+
+def _tuples(n: int):
+    """The batches of ``_batches`` as ``(x, y)`` tuples (the same data)."""
+    r = np.random.default_rng(0)
+    return [(r.standard_normal((4, 8)).astype(np.float32), r.integers(0, 3, 4).astype(np.int32))
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_explicit_fit_over_tuples_equals_the_closure_form(k):
+    trainer, st = _explicit(dropout=True)
+    seen = []
+    st = train.fit(trainer, st, _tuples(7), report=lambda step, loss, state: seen.append(loss),
+                   steps_per_call=k)
+    _, closure_st, closure_seen = _run(1, 7, dropout=True)
+    np.testing.assert_array_equal(seen, [l for _, l in closure_seen])
+    for a, b in zip(_host(st), _host(closure_st)):
+        np.testing.assert_array_equal(a, b)
+    if k == 3:
+        assert trainer.cache.block.trace_count == 1
+
+
+def test_explicit_steps_on_stacked_targets_equals_single_steps():
+    batches = _tuples(4)
+    trainer, st = _explicit()
+    xs, ys = (np.stack(column) for column in zip(*batches))
+    losses, st = train.steps(trainer, st, xs, ys)
+    single_trainer, single = _explicit()
+    want = []
+    for x, y in batches:
+        value, single = train.step(single_trainer, single, x, y)
+        want.append(float(value))
+    np.testing.assert_array_equal(np.asarray(losses), np.asarray(want, np.float32))
+    for a, b in zip(_host(st), _host(single)):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ValueError, match="every target needs a leading axis of K = 4"):
+        train.steps(trainer, st, xs, ys[:2])
+
+
+def test_explicit_fast_dispatch_equals_the_general_path():
+    batches = _tuples(3)
+    trainer, fast = _explicit()
+    _, general = _explicit()
+    for x, y in batches:
+        _, fast = train.step(trainer, fast, x, y)
+        # a replaced state has an empty cache: the general path runs
+        _, general = train.step(trainer, dataclasses.replace(general), x, y)
+    assert fast.cache.flat is not None
+    assert len(trainer.cache.step.routes) == 1
+    for a, b in zip(_host(fast), _host(general)):
+        np.testing.assert_array_equal(a, b)

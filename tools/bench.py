@@ -151,9 +151,11 @@ def _kaun_optimizer(spec: tuple):
 
 
 def _kaun_trainer(setup: Setup):
-    from kaun_ir import train
+    from kaun_ir import loss, train
 
-    return train.make(setup.workload.kaun_model(setup.cfg), _kaun_optimizer(setup.workload.optimizer))
+    # explicit targets: the labels are an input of the one shared executable
+    return train.make(setup.workload.kaun_model(setup.cfg), _kaun_optimizer(setup.workload.optimizer),
+                      loss=loss.cross_entropy_sparse)
 
 
 def _kaun_state(trainer, setup: Setup):
@@ -165,13 +167,6 @@ def _kaun_state(trainer, setup: Setup):
     leaves, treedef = tree.flatten(setup.params)
     on_device = tree.unflatten(treedef, [xla.to_device(np.array(a), a.dtype, device) for a in leaves])
     return train.make_state(trainer, layer.with_params(setup.fresh, on_device))
-
-
-def _kaun_loss(labels):
-    from kaun_ir import loss
-
-    # one closure per batch, same code: the labels are an input of one shared executable
-    return lambda logits: loss.cross_entropy_sparse(logits, labels)
 
 
 class KaunRunner:
@@ -188,15 +183,15 @@ class KaunRunner:
         self.trainer = _kaun_trainer(setup)
         self.state = _kaun_state(self.trainer, setup)
         device = xla.default_device()
-        self.batches = [(xla.to_device(x, x.dtype, device), _kaun_loss(xla.to_device(y, y.dtype, device)))
+        self.batches = [(xla.to_device(x, x.dtype, device), xla.to_device(y, y.dtype, device))
                         for x, y in setup.batches]
         self.count = 0
         self._step = train.step
 
     def call(self):
-        x, loss_fn = self.batches[self.count % NUM_BATCHES]
+        x, y = self.batches[self.count % NUM_BATCHES]
         self.count += 1
-        value, self.state = self._step(self.trainer, self.state, x, loss_fn)
+        value, self.state = self._step(self.trainer, self.state, x, y)
         return value
 
     @staticmethod
@@ -204,18 +199,17 @@ class KaunRunner:
         return float(np.asarray(value))
 
     def memory_analysis(self) -> dict | None:
-        return _kaun_memory_analysis(self.trainer, "_step")
+        return _kaun_memory_analysis(self.trainer.cache.step)
 
 
-def _kaun_memory_analysis(trainer, attr: str) -> dict | None:
-    """XLA's memory analysis of the trainer's compiled step (``attr`` ``"_step"``) or block
-    (``"_block"``) executable; None when unavailable."""
-    # the trainer's compile cache holds one entry per signature; the bench compiles exactly one
-    compiled = trainer.__dict__.get(attr)
-    entries = list(getattr(compiled, "_cache", {}).values())
-    if len(entries) != 1:
+def _kaun_memory_analysis(compiled) -> dict | None:
+    """XLA's memory analysis of the trainer's compiled step or block (``trainer.cache.step`` /
+    ``.block``); None when unavailable."""
+    # one executable per signature; the bench compiles exactly one
+    executables = compiled.executables() if compiled is not None else []
+    if len(executables) != 1:
         return None
-    return entries[0].executable.memory_analysis()
+    return executables[0].memory_analysis()
 
 
 class KaunBlockRunner:
@@ -238,14 +232,13 @@ class KaunBlockRunner:
         for start in sorted({(c * k) % NUM_BATCHES for c in range(NUM_BATCHES)}):
             picked = [setup.batches[(start + j) % NUM_BATCHES] for j in range(k)]
             xs, ys = (np.stack(column) for column in zip(*picked))
-            self.blocks[start] = (xla.to_device(xs, xs.dtype, device),
-                                  _kaun_loss(xla.to_device(ys, ys.dtype, device)))
+            self.blocks[start] = (xla.to_device(xs, xs.dtype, device), xla.to_device(ys, ys.dtype, device))
         self.count = 0
 
     def call(self):
-        xs, loss_fn = self.blocks[(self.count * self.steps_per_call) % NUM_BATCHES]
+        xs, ys = self.blocks[(self.count * self.steps_per_call) % NUM_BATCHES]
         self.count += 1
-        losses, self.state = self._train.steps(self.trainer, self.state, xs, loss_fn)
+        losses, self.state = self._train.steps(self.trainer, self.state, xs, ys)
         return losses
 
     @staticmethod
@@ -253,7 +246,7 @@ class KaunBlockRunner:
         return float(np.asarray(value)[-1])
 
     def memory_analysis(self) -> dict | None:
-        return _kaun_memory_analysis(self.trainer, "_block")
+        return _kaun_memory_analysis(self.trainer.cache.block)
 
 
 # ------------------------------------------------------------------------------ JAX reference

@@ -88,10 +88,9 @@ def _train(name, model, splits, args, out):
         "train_step.kir": train.step_graph(trainer, st, images, loss_fn).text(),
         "train_step.optimized.kir": train.step_graph(trainer, st, images, loss_fn, optimized=True).text(),
     }
-    compiled = trainer._step
-    step_args = train._step_args(st, images, train._LossSpec(loss_fn), True, None)
-    stages["train_step.stablehlo.mlir"] = compiled.lower(*step_args)
-    stages["train_step.hlo.txt"] = compiled.executable(*step_args).hlo_text()
+    executable = train.step_executable(trainer, st, images, loss_fn)
+    stages["train_step.stablehlo.mlir"] = executable.mlir
+    stages["train_step.hlo.txt"] = executable.hlo_text()
     for suffix, text in stages.items():
         atomic_write(os.path.join(out, f"{name}.{suffix}"), text)
     return trainer, st, accuracy

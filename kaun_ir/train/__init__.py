@@ -1,0 +1,39 @@
+"""``kn.train``: one training step is forward + own-IR autodiff + optimiser update in one XLA
+executable.
+
+Explicit targets (the primary form)::
+
+    trainer = train.make(model, optim.adam(1e-3), loss=loss.cross_entropy_sparse)
+    st = train.init(trainer)                       # inside a kn.rng scope
+    loss_value, st = train.step(trainer, st, x, y) # loss(model(x), y); y is an input like x
+    st = train.fit(trainer, st, batches)           # batches yield (x, y) tuples
+
+The Kaun closure form (no ``loss=``)::
+
+    loss_value, st = train.step(trainer, st, x, lambda logits: loss.cross_entropy_sparse(logits, y))
+
+One compiled executable per input signature: the tree structure, shapes and dtypes of the
+parameters, layer state, optimiser state, ``x``, the targets (or the arrays the loss closure
+holds), the ``ctx`` arrays, the value of ``training``, and the loss. In the closure form a new
+``lambda`` of the same code over new arrays of the same shapes runs the same executable, and a
+closure that reads data some other way is traced again on each call (with a warning) rather than
+ever running on stale data: see :mod:`kaun_ir.train.capture`.
+
+Parameters, layer state and optimiser state are donated: XLA updates them in place, and the
+arrays of the ``State`` passed to ``step`` must not be used afterwards (use the returned one).
+Randomness (dropout) comes from ``fold_in(state.key, step)`` computed inside the executable from
+the optimiser's step counter, so every step draws fresh masks without recompiling.
+
+The modules: :mod:`.state` (``Trainer``, ``State``, ``make``, ``init``), :mod:`.capture` (the
+three ways a loss is called), :mod:`.builder` (what a step traces into and its compiled
+functions), :mod:`.dispatch` (repeated steps through ``kaun_ir.runtime``'s routes), :mod:`.loop`
+(``step``, ``steps``, ``fit``, ``predict``), :mod:`.io` (saving and restoring a state).
+"""
+
+from .io import load, save, state_of_tree, state_to_tree
+from .loop import EarlyStop, fit, forward_graph, predict, step, step_executable, step_graph, steps
+from .state import State, Trainer, TrainerCache, init, make, make_state, vars  # noqa: A004
+
+__all__ = ["Trainer", "TrainerCache", "State", "EarlyStop", "make", "init", "make_state", "vars", "step",
+           "steps", "fit", "predict", "save", "load", "state_to_tree", "state_of_tree", "step_graph",
+           "forward_graph", "step_executable"]

@@ -1,0 +1,169 @@
+"""The step builder: what one training step (and a block of ``K`` steps) traces into, and the
+``kn.jit`` functions that compile them, one per trainer.
+
+A step is traced from ``(params, state, opt_state, key, x, targets, ctx, loss, training,
+dtype)``: the first five and ``targets`` / ``ctx`` hold arrays (inputs of the executable; the
+first three are donated), ``loss`` (one of the callables of :mod:`.capture`), ``training`` and
+``dtype`` are static (part of the compile key).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import layer, optim, random, tree
+from ..autodiff import value_and_grad
+from ..ir.builder import scope as ir_scope
+from .capture import Explicit, LossSpec, Probed
+from .state import State, Trainer
+
+__all__ = ["step_body", "block_body", "compiled_step", "compiled_block", "step_args", "loss_call"]
+
+
+def step_body(trainer: Trainer, params, state, opt_state, key, x, targets: tuple, ctx: dict, loss: Callable,
+              training: bool, dtype) -> tuple:
+    """One training step, traced: forward, loss, own-IR autodiff, optimiser update. Returns
+    ``(loss, new_params, new_state, new_opt_state)``."""
+    alg = trainer.optimizer
+    count = opt_state[0]
+    ctx = dict(ctx)
+    with ir_scope("rng"):
+        ctx["rng"] = random.fold_in(key, count)
+
+    def objective(p):
+        y, new_vars = layer.apply(trainer.model, layer.Vars(p, state, dtype), x, training=training, ctx=ctx)
+        with ir_scope("loss"):  # the loss's nodes (and their backward) are grouped as "loss"
+            value = loss(y, targets)
+        shape = getattr(value, "shape", ())
+        if tuple(shape) != ():
+            what = "the loss given to train.make" if isinstance(loss, Explicit) else "loss_fn"
+            raise ValueError(f"{what} must return a scalar, returned shape {list(shape)}")
+        return value, new_vars.state
+
+    (loss_value, new_state), grads = value_and_grad(objective, has_aux=True)(params)
+    new_params, new_opt = optim.update(alg, opt_state, params, grads)
+    return loss_value, new_params, new_state, tuple(new_opt)
+
+
+def block_body(trainer: Trainer, params, state, opt_state, key, xs, targets: tuple, ctx: dict, loss: Callable,
+               training: bool, dtype) -> tuple:
+    """``K = xs.shape[0]`` training steps in one ``while`` op: step ``i`` trains on ``xs[i]`` and
+    row ``i`` of every target array. Each iteration is exactly :func:`step_body` (its gradient
+    is traced inside the loop body, so the loop itself needs no derivative; its dropout key is
+    ``fold_in(key, count)`` with the in-loop step counter)."""
+    from ..control import fori_loop
+    from ..indexing import dynamic_slice, dynamic_update_slice
+    from ..numeric import reshape
+
+    steps = int(xs.shape[0])
+    leaves, treedef = tree.flatten(targets)
+
+    def row(stacked, i):
+        shape = tuple(stacked.shape[1:])
+        block = dynamic_slice(stacked, [i] + [0] * len(shape), (1,) + shape)
+        return reshape(block, shape)
+
+    def body(i, carry):
+        p, s, o, losses = carry
+        rows = tree.unflatten(treedef, [row(leaf, i) for leaf in leaves])
+        loss_value, p, s, o = step_body(trainer, p, s, o, key, row(xs, i), rows, ctx, loss, training, dtype)
+        losses = dynamic_update_slice(losses, reshape(loss_value, (1,)), [i])
+        return p, s, o, losses
+
+    init = (params, state, opt_state, np.zeros((steps,), np.float32))
+    new_params, new_state, new_opt, losses = fori_loop(0, steps, body, init)
+    return losses, new_params, new_state, tuple(new_opt)
+
+
+def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
+    """``body(trainer, ...)`` under ``kn.jit`` with params/state/optimiser state donated, made once
+    per trainer and kept in its cache under ``attr``."""
+    compiled = getattr(trainer.cache, attr)
+    if compiled is None:
+        from .. import passes
+        from ..runtime import jit
+
+        def traced(params, state, opt_state, key, x, targets, ctx, loss, training, dtype):
+            return body(trainer, params, state, opt_state, key, x, targets, ctx, loss, training, dtype)
+
+        traced.__name__ = name
+        # resolved at each compilation, so $KAUN_IR_TRAIN_PIPELINE is read at compile time
+        pipeline = functools.partial(passes.train_pipeline, trainer.pipeline)
+        compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline)
+        setattr(trainer.cache, attr, compiled)
+    return compiled
+
+
+def compiled_step(trainer: Trainer):
+    """The trainer's ``kn.jit`` function of one step (made on first use)."""
+    return _compiled(trainer, "step", step_body, "train_step")
+
+
+def compiled_block(trainer: Trainer):
+    """The trainer's ``kn.jit`` function of ``K`` steps in one executable (made on first use)."""
+    return _compiled(trainer, "block", block_body, "train_block")
+
+
+def step_args(st: State, x: Any, targets: tuple, loss: Callable, training: bool, ctx: dict | None) -> tuple:
+    """The arguments of the compiled step (or block) for this call."""
+    v = st.vars
+    return (v.params, v.state, tuple(st.opt_state), st.key, x, tuple(targets), dict(ctx or {}), loss,
+            bool(training), v.dtype)
+
+
+def loss_call(trainer: Trainer, targets: tuple, where: str) -> tuple[Callable, tuple]:
+    """``(loss, arrays)`` for a step's trailing arguments: the explicit form's loss and targets,
+    or a closure's :class:`LossSpec` and lifted arrays (``Probed`` is decided by the caller)."""
+    if trainer.loss is not None:
+        if len(targets) == 1 and callable(targets[0]) and not hasattr(targets[0], "shape"):
+            raise TypeError(f"train.{where}: this trainer was made with loss=, so pass the targets "
+                            f"(train.{where}(trainer, st, x, *targets)), not a loss function")
+        return Explicit(trainer.loss), tuple(targets)
+    if len(targets) != 1 or not callable(targets[0]):
+        raise TypeError(f"train.{where}: this trainer has no loss function: pass a callable "
+                        f"loss_fn(outputs) -> scalar, train.{where}(trainer, st, x, loss_fn), or make "
+                        "the trainer with train.make(model, optimizer, loss=fn) and pass the targets")
+    spec = LossSpec(targets[0])
+    return spec, tuple(spec.arrays)
+
+
+def output_types(trainer: Trainer, st: State, x: Any, training: bool, ctx: dict | None) -> list:
+    """The model's outputs for this input signature as ShapeDtype leaves with their treedef
+    (traced once per signature, nothing executed)."""
+    from ..trace import ShapeDtype, trace_flat
+
+    v = st.vars
+    leaves, treedef = tree.flatten((v.params, v.state, x, dict(ctx or {})))
+    sig = (treedef, tuple((tuple(np.shape(a)), np.dtype(getattr(a, "dtype", np.asarray(a).dtype)))
+                          for a in leaves), bool(training), v.dtype)
+    cached = trainer.cache.output_types.get(sig)
+    if cached is None:
+        def forward(params, state, x, ctx):
+            ctx = dict(ctx)
+            from .. import random as krandom
+
+            ctx["rng"] = krandom.key(0)
+            return layer.apply(trainer.model, layer.Vars(params, state, v.dtype), x, training=training,
+                               ctx=ctx)[0]
+
+        traced = trace_flat(forward, (v.params, v.state, x, dict(ctx or {})), {})
+        out_leaves = [ShapeDtype(o.type.shape, o.type.dtype) for o in traced.graph.outputs]
+        cached = trainer.cache.output_types[sig] = tree.unflatten(traced.out_treedef, out_leaves)
+    return cached
+
+
+def probe_call(trainer: Trainer, st: State, x: Any, fn: Callable, training: bool, ctx: dict | None
+               ) -> tuple[Probed, tuple]:
+    """The probing path of a closure that cannot be lifted (see :mod:`.capture`)."""
+    from .capture import probe
+
+    probed = probe(fn, output_types(trainer, st, x, training, ctx))
+    return probed, tuple(probed.arrays)
+
+
+def is_liftable(trainer: Trainer, loss: Callable) -> bool:
+    """Whether a closure form's :class:`LossSpec` may take the lifted path."""
+    return isinstance(loss, LossSpec) and loss.opaque is None and loss.key not in trainer.cache.opaque

@@ -1,0 +1,137 @@
+"""The records of training: a :class:`Trainer` (what to train, how) and a :class:`State` (what
+changes from step to step), with the functions that make them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .. import dtypes, layer, optim, random, rng, tree
+
+__all__ = ["Trainer", "State", "TrainerCache", "make", "init", "make_state", "vars", "check_state"]
+
+
+class TrainerCache:
+    """What a trainer compiles and remembers, kept apart from its (immutable) definition.
+
+    ``step`` / ``block``: the ``kn.jit`` functions of the single step and of ``train.steps``
+    (None until first used); their ``routes`` hold the fast-dispatch routes of repeated steps.
+    ``structs``: interned tokens of state structures. ``opaque``: keys of closure-form loss
+    functions found to read arrays that cannot be lifted to inputs (they take the probing path).
+    ``output_types``: the model's output types per input signature (for that path).
+    """
+
+    __slots__ = ("step", "block", "structs", "opaque", "output_types")
+
+    def __init__(self):
+        self.step = None
+        self.block = None
+        self.structs: dict = {}
+        self.opaque: set = set()
+        self.output_types: dict = {}
+
+    def __repr__(self) -> str:
+        traced = [name for name in ("step", "block") if getattr(self, name) is not None]
+        return f"TrainerCache(compiled={traced})"
+
+
+@dataclass(frozen=True, eq=False)
+class Trainer:
+    """A model, its optimiser and (in the explicit form) its loss: see :func:`make`.
+
+    Compared by identity. ``cache`` holds what was compiled for it (a :class:`TrainerCache`);
+    ``dataclasses.replace`` gives a trainer with a fresh, empty cache.
+    """
+
+    model: layer.Layer
+    optimizer: optim.Algorithm
+    #: ``loss(outputs, *targets) -> scalar`` (explicit form), or None (closure form)
+    loss: Callable | None = None
+    #: the pass pipeline of the compiled step; None: ``$KAUN_IR_TRAIN_PIPELINE`` when compiling,
+    #: else ``kn.passes.default_train_pipeline()``
+    pipeline: str | None = None
+    cache: TrainerCache = field(default_factory=TrainerCache, init=False, repr=False, compare=False)
+
+
+class StateCache:
+    """Per-state dispatch memo: ``flat`` is ``(struct token, flat device arrays)`` for a state
+    returned by ``train.step`` (so the next step skips flattening it), else None."""
+
+    __slots__ = ("flat",)
+
+    def __init__(self):
+        self.flat = None
+
+
+@dataclass(frozen=True)
+class State:
+    """Everything that changes during training.
+
+    ``vars``: the model's ``layer.Vars``; ``opt_state``: the optimiser's ``optim.State``;
+    ``step``: number of steps taken (Python int); ``key``: the ``uint32[2]`` base key of the
+    per-step randomness. Treat it as immutable: make changed copies with
+    ``dataclasses.replace`` (the copy starts with an empty ``cache``).
+    """
+
+    vars: layer.Vars
+    opt_state: Any
+    step: int
+    key: Any
+    cache: StateCache = field(default_factory=StateCache, init=False, repr=False, compare=False)
+
+
+def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None = None, *,
+         pipeline: str | None = None) -> Trainer:
+    """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``).
+
+    ``loss``: ``loss(outputs, *targets) -> scalar``, the explicit-targets form (preferred):
+    ``train.step(trainer, st, x, *targets)`` passes the targets as ordinary inputs of the
+    compiled step. Without it, each ``train.step`` takes a loss closure ``loss_fn(outputs)``.
+    ``pipeline``: the pass pipeline run on the training step before lowering (e.g.
+    ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
+    ``kn.passes.default_train_pipeline()``.
+    """
+    if not isinstance(model, layer.Layer):
+        raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
+    if not isinstance(optimizer, optim.Algorithm):
+        raise TypeError(f"train.make: optimizer must be a kn.optim algorithm, got {type(optimizer).__name__}")
+    if loss is not None and not callable(loss):
+        raise TypeError(f"train.make: loss must be a function loss(outputs, *targets) -> scalar, got "
+                        f"{type(loss).__name__}")
+    if pipeline is not None:
+        from .. import passes
+
+        pipeline = str(passes.Pipeline.parse(pipeline))  # a bad pipeline fails here, not mid-training
+    return Trainer(model, optimizer, loss, pipeline)
+
+
+def _base_key():
+    return rng.next_key() if rng.in_scope() else random.key(0)
+
+
+def make_state(trainer: Trainer, vars: layer.Vars) -> State:
+    """A fresh training state around existing (e.g. loaded) variables: new optimiser state,
+    step 0, and a base key from the current ``kn.rng`` scope (seed 0 outside any scope)."""
+    return State(vars, optim.init(trainer.optimizer, vars.params), 0, _base_key())
+
+
+def init(trainer: Trainer, dtype=dtypes.float32, example=None) -> State:
+    """Initialise the model (randomness from the current ``kn.rng`` scope) and the optimiser.
+    ``example`` (an input array or ``kn.ShapeDtype``) fills in the sizes the model's layers left
+    out, as in ``layer.init(model, example)``."""
+    return make_state(trainer, layer.init(trainer.model, example, dtype))
+
+
+def vars(st: State) -> layer.Vars:  # noqa: A001 - the API's name
+    """The current model variables."""
+    return st.vars
+
+
+def check_state(st: Any, where: str) -> None:
+    """``TypeError`` unless ``st`` is a State; ``ValueError`` if a step already consumed it."""
+    if not isinstance(st, State):
+        raise TypeError(f"train.{where}: st must be a train.State (from train.init), got {type(st).__name__}")
+    leaves = tree.flatten(st.vars.params)[0]
+    if leaves and callable(getattr(leaves[0], "is_deleted", None)) and leaves[0].is_deleted():
+        raise ValueError(f"train.{where}: this train.State was consumed by an earlier train.step (its "
+                         "buffers were donated to XLA); use the state that step returned")
