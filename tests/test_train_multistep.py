@@ -191,7 +191,7 @@ def test_explicit_fit_over_tuples_equals_the_closure_form(k):
     st = train.fit(trainer, st, _tuples(7), report=lambda step, loss, state: seen.append(loss),
                    steps_per_call=k)
     _, closure_st, closure_seen = _run(1, 7, dropout=True)
-    np.testing.assert_array_equal(seen, [l for _, l in closure_seen])
+    np.testing.assert_array_equal(seen, [value for _, value in closure_seen])
     for a, b in zip(_host(st), _host(closure_st)):
         np.testing.assert_array_equal(a, b)
     if k == 3:
