@@ -42,6 +42,5 @@ def export(graph, path: str) -> str:
     return path
 
 
-__all__ = ["Executable", "Jitted", "Mesh", "Route", "RouteCache", "Spec", "backend_name", "compile", "devices",
-           "dispatch", "disk_cache",
-           "export", "jit", "lower", "parse_mlir", "stats"]
+__all__ = ["Executable", "Jitted", "Mesh", "Route", "RouteCache", "Spec", "backend_name", "compile",
+           "devices", "dispatch", "disk_cache", "export", "jit", "lower", "parse_mlir", "stats"]
