@@ -6,6 +6,10 @@ state = optim.init(alg, params)
 params, state = optim.update(alg, state, params, grads)   # or step + apply_updates
 ```
 
+Optimisers compose: ``optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(3e-4,
+weight_decay=0.1, mask=lambda path, p: p.ndim >= 2))`` is an optimiser too. For float16 /
+bfloat16 parameters the optimiser state and its arithmetic are float32 (``state_dtype=``).
+
 An :class:`Algorithm` is a record ``(init, step, name, hyperparams, slots)``; a :class:`State`
 is ``(count, trees)``. Everything works on concrete arrays (one compiled graph per call
 signature) and inside ``kn.jit`` / ``train.step`` (traced into the surrounding graph, with the
@@ -14,9 +18,10 @@ schedule evaluated on the traced step count so the compiled step never retraces)
 
 from . import schedule
 from .algorithms import adagrad, adam, adamw, rmsprop, sgd
-from .core import (Algorithm, State, apply_updates, clip_by_global_norm, global_norm, init,
+from .compose import chain
+from .core import (Algorithm, State, apply_updates, clip_by_global_norm, global_norm, init, slot_dtype,
                    state_of_trees, state_to_trees, step, update)
 
 __all__ = ["Algorithm", "State", "init", "step", "update", "apply_updates", "global_norm",
-           "clip_by_global_norm", "state_to_trees", "state_of_trees", "sgd", "adam", "adamw",
-           "rmsprop", "adagrad", "schedule"]
+           "clip_by_global_norm", "chain", "slot_dtype", "state_to_trees", "state_of_trees", "sgd", "adam",
+           "adamw", "rmsprop", "adagrad", "schedule"]

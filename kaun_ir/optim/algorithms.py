@@ -16,9 +16,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import ptree
+from .. import dtypes, ptree
 from ..errors import ShapeError
-from .core import Algorithm
+from .core import Algorithm, filled_like
 
 __all__ = ["sgd", "adam", "adamw", "rmsprop", "adagrad"]
 
@@ -129,6 +129,28 @@ def _map_leaves(opt: str, fn: Callable, params: Any, grads: Any, trees: tuple, n
     return tuple(rebuild([r[i] for r in results]) for i in range(n_out))
 
 
+def _state_dtype_arg(opt: str, state_dtype: Any) -> Any:
+    if state_dtype is None:
+        return None
+    dtype = dtypes.canonical(state_dtype)
+    if not dtypes.is_float(dtype):
+        raise ValueError(f"optim.{opt}: state_dtype must be a floating-point dtype, got "
+                         f"{dtypes.short_name(dtype)}")
+    return dtype
+
+
+def _in(like: Any, x: Any) -> Any:
+    """``x`` in ``like``'s dtype (the slot dtype the arithmetic runs in)."""
+    kn = _kn()
+    return kn.astype(x, kn.dtype_of(like))
+
+
+def _out(p: Any, u: Any) -> Any:
+    """An update in its parameter's dtype."""
+    kn = _kn()
+    return kn.astype(u, kn.dtype_of(p))
+
+
 def _ema(decay: float, new: Any, old: Any) -> Any:
     """``(1 - decay) * new + decay * old`` (optax's moment update)."""
     kn = _kn()
@@ -138,22 +160,24 @@ def _ema(decay: float, new: Any, old: Any) -> Any:
 # ------------------------------------------------------------------------ optimisers
 
 
-def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False) -> Algorithm:
+def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False, state_dtype: Any = None) -> Algorithm:
     """Stochastic gradient descent (optax ``sgd``; PyTorch ``SGD`` without dampening).
 
     Plain: ``update = -lr * g``. With ``momentum > 0`` a trace ``v = g + momentum * v`` is kept
     (one slot, ``"trace"``) and ``update = -lr * v``, or ``-lr * (g + momentum * v)`` with
-    ``nesterov``. ``nesterov`` needs ``momentum > 0``.
+    ``nesterov``. ``nesterov`` needs ``momentum > 0``. ``state_dtype``: see
+    :func:`kaun_ir.optim.core.slot_dtype` (float32 for float16/bfloat16 parameters by default).
     """
     lr = _learning_rate_arg("sgd", lr)
     momentum = _number("sgd", "momentum", momentum)
     nesterov = bool(nesterov)
     if nesterov and momentum == 0.0:
         raise ValueError("optim.sgd: nesterov=True needs momentum > 0")
+    state_dtype = _state_dtype_arg("sgd", state_dtype)
     kn = _kn()
 
     def init(params):
-        return (ptree.zeros_like(params),) if momentum else ()
+        return (filled_like(params, 0.0, state_dtype),) if momentum else ()
 
     def step(t, trees, params, grads):
         scalars = _Scalars(neg_lr=_scale(_learning_rate(lr, t), -1.0))
@@ -162,27 +186,35 @@ def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False) -> Algorithm:
                                params, grads, trees, 1)[0], ()
 
         def leaf(p, g, v):
+            g = _in(v, g)
             v = kn.add(g, kn.multiply(momentum, v))
             direction = kn.add(g, kn.multiply(momentum, v)) if nesterov else v
-            return kn.multiply(scalars("neg_lr", g), direction), v
+            return _out(p, kn.multiply(scalars("neg_lr", g), direction)), v
 
         updates, velocity = _map_leaves("sgd", leaf, params, grads, trees, 2)
         return updates, (velocity,)
 
-    return Algorithm(init, step, "sgd", {"lr": lr, "momentum": momentum, "nesterov": nesterov},
-                     ("trace",) if momentum else ())
+    hyper = {"lr": lr, "momentum": momentum, "nesterov": nesterov}
+    if state_dtype is not None:
+        hyper["state_dtype"] = dtypes.short_name(state_dtype)
+    return Algorithm(init, step, "sgd", hyper, ("trace",) if momentum else ())
 
 
-def _adam_like(name: str, lr: Any, b1: float, b2: float, eps: float, weight_decay: float) -> Algorithm:
+def _adam_like(name: str, lr: Any, b1: float, b2: float, eps: float, weight_decay: float,
+               mask: Any = None, state_dtype: Any = None) -> Algorithm:
+    from .masks import decay_mask
+
     lr = _learning_rate_arg(name, lr)
     b1 = _number(name, "b1", b1, 0.0, 1.0)
     b2 = _number(name, "b2", b2, 0.0, 1.0)
     eps = _number(name, "eps", eps)
     weight_decay = _number(name, "weight_decay", weight_decay)
+    state_dtype = _state_dtype_arg(name, state_dtype)
+    masked = decay_mask(name, mask)
     kn = _kn()
 
     def init(params):
-        return ptree.zeros_like(params), ptree.zeros_like(params)
+        return filled_like(params, 0.0, state_dtype), filled_like(params, 0.0, state_dtype)
 
     def step(t, trees, params, grads):
         lr_t = _learning_rate(lr, t)
@@ -194,14 +226,17 @@ def _adam_like(name: str, lr: Any, b1: float, b2: float, eps: float, weight_deca
                            inv_correction2=kn.divide(1.0, correction2),
                            neg_decay=_scale(lr_t, -weight_decay))
 
+        decays = iter(masked(params) if weight_decay else ())
+
         def leaf(p, g, mu, nu):
+            g = _in(mu, g)  # the moments' dtype: float32 for float16/bfloat16 parameters
             mu = _ema(b1, g, mu)
             nu = _ema(b2, kn.multiply(g, g), nu)
             root = kn.sqrt(kn.multiply(nu, scalars("inv_correction2", g)))
             u = kn.multiply(scalars("neg_step", g), kn.divide(mu, kn.add(root, eps)))
-            if weight_decay:
-                u = kn.add(u, kn.multiply(scalars("neg_decay", p), p))
-            return u, mu, nu
+            if weight_decay and next(decays):
+                u = kn.add(u, kn.multiply(scalars("neg_decay", g), _in(g, p)))
+            return _out(p, u), mu, nu
 
         updates, mu, nu = _map_leaves(name, leaf, params, grads, trees, 3)
         return updates, (mu, nu)
@@ -209,28 +244,45 @@ def _adam_like(name: str, lr: Any, b1: float, b2: float, eps: float, weight_deca
     hyper = {"lr": lr, "b1": b1, "b2": b2, "eps": eps}
     if name == "adamw":
         hyper["weight_decay"] = weight_decay
+        if mask is not None:
+            hyper["mask"] = mask
+    if state_dtype is not None:
+        hyper["state_dtype"] = dtypes.short_name(state_dtype)
     return Algorithm(init, step, name, hyper, ("mu", "nu"))
 
 
-def adam(lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8) -> Algorithm:
+def adam(lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
+         state_dtype: Any = None) -> Algorithm:
     """Adam (optax ``adam`` with ``eps_root=0``; PyTorch ``Adam``).
 
     Slots ``mu``, ``nu``: ``mu = b1*mu + (1-b1)*g``, ``nu = b2*nu + (1-b2)*g**2``, then
     ``update = -lr * mu_hat / (sqrt(nu_hat) + eps)`` with ``mu_hat = mu / (1 - b1**t)``,
     ``nu_hat = nu / (1 - b2**t)`` at the 1-based step ``t``.
+
+    ``state_dtype``: the dtype of ``mu``/``nu`` and of the update arithmetic (``eps`` included);
+    default float32 for float16/bfloat16 parameters (in float16, ``eps = 1e-8`` rounds to 0 and
+    the second moment underflows, so the update turns NaN), the parameter's dtype otherwise.
+    The update is cast back to the parameter's dtype.
     """
-    return _adam_like("adam", lr, b1, b2, eps, 0.0)
+    return _adam_like("adam", lr, b1, b2, eps, 0.0, None, state_dtype)
 
 
 def adamw(lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 0.01) -> Algorithm:
+          weight_decay: float = 0.01, mask: Any = None, state_dtype: Any = None) -> Algorithm:
     """Adam with decoupled weight decay (optax ``adamw``, whose default decay is 1e-4; PyTorch
     ``AdamW``'s default 0.01 is used here): ``update = -lr * (adam_direction + weight_decay *
-    param)``. Every parameter is decayed (no mask)."""
-    return _adam_like("adamw", lr, b1, b2, eps, weight_decay)
+    param)``.
+
+    ``mask`` chooses the decayed parameters (default: all): a predicate ``mask(path) -> bool``
+    on the dotted parameter path (``"blocks.0.attn.weight"``), or ``mask(path, param) -> bool``
+    also given the parameter (nanoGPT decays only matrices: ``lambda path, p: p.ndim >= 2``),
+    or a tree of bools shaped like the parameters (optax's form). ``state_dtype``: as in
+    :func:`adam`."""
+    return _adam_like("adamw", lr, b1, b2, eps, weight_decay, mask, state_dtype)
 
 
-def rmsprop(lr: Any, decay: float = 0.9, eps: float = 1e-8, momentum: float = 0.0) -> Algorithm:
+def rmsprop(lr: Any, decay: float = 0.9, eps: float = 1e-8, momentum: float = 0.0,
+            state_dtype: Any = None) -> Algorithm:
     """RMSProp with optax's semantics (``optax.rmsprop`` with ``centered=False``).
 
     Slot ``nu``: ``nu = decay*nu + (1-decay)*g**2`` (starting at 0), ``u = -lr * g /
@@ -238,27 +290,30 @@ def rmsprop(lr: Any, decay: float = 0.9, eps: float = 1e-8, momentum: float = 0.
     outside. With ``momentum > 0`` a second slot ``trace`` accumulates the already lr-scaled
     ``u``: ``trace = u + momentum * trace`` is the update (optax's order: the learning rate is
     applied before the momentum, which matters only when the rate changes over time).
+    ``state_dtype``: as in :func:`adam`.
     """
     lr = _learning_rate_arg("rmsprop", lr)
     decay = _number("rmsprop", "decay", decay, 0.0, 1.0, high_open=False)
     eps = _number("rmsprop", "eps", eps)
     momentum = _number("rmsprop", "momentum", momentum)
+    state_dtype = _state_dtype_arg("rmsprop", state_dtype)
     kn = _kn()
 
     def init(params):
-        trees = (ptree.zeros_like(params),)
-        return trees + (ptree.zeros_like(params),) if momentum else trees
+        trees = (filled_like(params, 0.0, state_dtype),)
+        return trees + (filled_like(params, 0.0, state_dtype),) if momentum else trees
 
     def step(t, trees, params, grads):
         scalars = _Scalars(neg_lr=_scale(_learning_rate(lr, t), -1.0))
 
         def leaf(p, g, nu, *trace):
+            g = _in(nu, g)
             nu = _ema(decay, kn.multiply(g, g), nu)
             u = kn.multiply(scalars("neg_lr", g), kn.multiply(kn.rsqrt(kn.add(nu, eps)), g))
             if not momentum:
-                return u, nu
+                return _out(p, u), nu
             velocity = kn.add(u, kn.multiply(momentum, trace[0]))
-            return velocity, nu, velocity
+            return _out(p, velocity), nu, velocity
 
         if not momentum:
             updates, nu = _map_leaves("rmsprop", leaf, params, grads, trees, 2)
@@ -266,37 +321,42 @@ def rmsprop(lr: Any, decay: float = 0.9, eps: float = 1e-8, momentum: float = 0.
         updates, nu, velocity = _map_leaves("rmsprop", leaf, params, grads, trees, 3)
         return updates, (nu, velocity)
 
-    return Algorithm(init, step, "rmsprop", {"lr": lr, "decay": decay, "eps": eps, "momentum": momentum},
-                     ("nu", "trace") if momentum else ("nu",))
+    hyper = {"lr": lr, "decay": decay, "eps": eps, "momentum": momentum}
+    if state_dtype is not None:
+        hyper["state_dtype"] = dtypes.short_name(state_dtype)
+    return Algorithm(init, step, "rmsprop", hyper, ("nu", "trace") if momentum else ("nu",))
 
 
-def adagrad(lr: Any, eps: float = 1e-8, initial_accumulator_value: float = 0.1) -> Algorithm:
+def adagrad(lr: Any, eps: float = 1e-8, initial_accumulator_value: float = 0.1,
+            state_dtype: Any = None) -> Algorithm:
     """Adagrad (optax ``adagrad``; its default ``eps`` is 1e-7, ours 1e-8 as in API.md).
 
     Slot ``sum_of_squares``, starting at ``initial_accumulator_value`` (0.1 like optax and
     TensorFlow; PyTorch starts at 0): ``s = s + g**2``, ``update = -lr * g / sqrt(s + eps)``
-    where ``s > 0``, and 0 where ``s == 0``.
+    where ``s > 0``, and 0 where ``s == 0``. ``state_dtype``: as in :func:`adam`.
     """
     lr = _learning_rate_arg("adagrad", lr)
     eps = _number("adagrad", "eps", eps)
     initial = _number("adagrad", "initial_accumulator_value", initial_accumulator_value)
+    state_dtype = _state_dtype_arg("adagrad", state_dtype)
     kn = _kn()
 
     def init(params):
-        from .core import _filled_like
-
-        return (_filled_like(params, initial),)
+        return (filled_like(params, initial, state_dtype),)
 
     def step(t, trees, params, grads):
         scalars = _Scalars(neg_lr=_scale(_learning_rate(lr, t), -1.0))
 
         def leaf(p, g, total):
+            g = _in(total, g)
             total = kn.add(kn.multiply(g, g), total)
             inv_root = kn.where(kn.greater(total, 0.0), kn.rsqrt(kn.add(total, eps)), 0.0)
-            return kn.multiply(scalars("neg_lr", g), kn.multiply(inv_root, g)), total
+            return _out(p, kn.multiply(scalars("neg_lr", g), kn.multiply(inv_root, g))), total
 
         updates, total = _map_leaves("adagrad", leaf, params, grads, trees, 2)
         return updates, (total,)
 
-    return Algorithm(init, step, "adagrad",
-                     {"lr": lr, "eps": eps, "initial_accumulator_value": initial}, ("sum_of_squares",))
+    hyper = {"lr": lr, "eps": eps, "initial_accumulator_value": initial}
+    if state_dtype is not None:
+        hyper["state_dtype"] = dtypes.short_name(state_dtype)
+    return Algorithm(init, step, "adagrad", hyper, ("sum_of_squares",))

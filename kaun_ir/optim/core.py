@@ -118,20 +118,39 @@ def _compiled(name: str, fn: Callable) -> Any:
     return jitted
 
 
-def _filled_like(params: Any, value: float) -> Any:
-    """A tree like ``params`` filled with ``value`` (symbolic while tracing, else device arrays)."""
-    if value == 0.0:
-        return ptree.zeros_like(params)
-    if _tracing():
-        import kaun_ir as kn
+_LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
 
-        return ptree.map(lambda p: kn.full(kn.shape_of(p), value, kn.dtype_of(p)), params)
+
+def slot_dtype(param_dtype: Any, state_dtype: Any = None) -> np.dtype:
+    """The dtype an optimiser keeps a parameter's state in (and does its arithmetic in).
+
+    ``state_dtype=None`` (the default): float32 for float16 / bfloat16 parameters (their
+    moments underflow and ``eps = 1e-8`` rounds to 0 in float16), the parameter's own dtype
+    otherwise. A given ``state_dtype`` applies to every floating-point parameter."""
+    param_dtype = dtypes.canonical(param_dtype)
+    if not dtypes.is_float(param_dtype):
+        return param_dtype
+    if state_dtype is not None:
+        return dtypes.canonical(state_dtype)
+    return dtypes.float32 if param_dtype in _LOW_PRECISION else param_dtype
+
+
+def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
+    """A tree like ``params`` filled with ``value`` in each leaf's :func:`slot_dtype` (symbolic
+    while tracing, else device arrays)."""
+    import kaun_ir as kn
+
+    if _tracing():
+        return ptree.map(lambda p: kn.full(kn.shape_of(p), value, slot_dtype(kn.dtype_of(p), state_dtype)),
+                         params)
     from ..runtime import xla
     from ..tensor import type_of
 
     def fill(leaf):
         t = type_of(leaf)
-        return xla.to_device(np.full(t.shape, value, t.dtype), t.dtype, xla.default_device())
+        dtype = slot_dtype(t.dtype, state_dtype)
+        device = next(iter(leaf.devices())) if xla.is_device_array(leaf) else xla.default_device()
+        return xla.to_device(np.full(t.shape, value, dtype), dtype, device)
 
     return ptree.map(fill, params)
 
@@ -251,15 +270,38 @@ def global_norm(grads: Any) -> Any:
     return _global_norm(grads)
 
 
-@op_function
-def clip_by_global_norm(max_norm: Any, grads: Any) -> Any:
-    """``grads`` scaled by ``max_norm / global_norm(grads)`` when the norm exceeds ``max_norm``,
-    unchanged otherwise (like optax / ``torch.nn.utils.clip_grad_norm_``). Same tree, same
-    dtypes. ``max_norm`` is a positive number (or a scalar array)."""
-    import kaun_ir as kn
+_NO_GRADS = object()
 
+
+def clip_by_global_norm(max_norm: Any, grads: Any = _NO_GRADS) -> Any:
+    """Global-norm clipping, in two forms.
+
+    ``clip_by_global_norm(max_norm)``: the gradient *transformation* (an :class:`Algorithm`),
+    for ``optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(3e-4))``.
+
+    ``clip_by_global_norm(max_norm, grads)``: ``grads`` scaled by ``max_norm /
+    global_norm(grads)`` when the norm exceeds ``max_norm``, unchanged otherwise (like optax /
+    ``torch.nn.utils.clip_grad_norm_``). Same tree, same dtypes. ``max_norm`` is a positive
+    number (or a scalar array).
+    """
+    if grads is _NO_GRADS:
+        from .compose import clip_by_global_norm_transform
+
+        return clip_by_global_norm_transform(max_norm)
     if isinstance(max_norm, (int, float)) and not max_norm > 0:
         raise ValueError(f"optim.clip_by_global_norm: max_norm must be > 0, got {max_norm}")
+    return _clip_grads(max_norm, grads)
+
+
+@op_function
+def _clip_grads(max_norm: Any, grads: Any) -> Any:
+    return _clip(max_norm, grads)
+
+
+def _clip(max_norm: Any, grads: Any) -> Any:
+    """The clipping itself (traced)."""
+    import kaun_ir as kn
+
     norm = _global_norm(grads)
     # one scalar per step: 1 while norm <= max_norm, max_norm / norm above (never divides by 0)
     scale = kn.divide(max_norm, kn.maximum(norm, max_norm))
