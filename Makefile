@@ -5,7 +5,9 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 JOBS ?= 2
 
-.PHONY: test demo venv clean
+INTEROP_STAMP := $(VENV)/.interop-stamp
+
+.PHONY: test test-interop demo venv clean
 
 venv: $(STAMP)
 
@@ -17,7 +19,18 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --ignore=tests/test_interop_torch.py
+
+# The tests that need the `interop` extra (PyTorch, transformers) and the long import tests;
+# installs the extra into the same virtual environment on first use. Never touches the network
+# at test time (the Hugging Face offline switches are set).
+$(INTEROP_STAMP): $(STAMP) pyproject.toml
+	$(PY) -m pip install --quiet -e ".[test,interop]"
+	@touch $(INTEROP_STAMP)
+
+test-interop: $(INTEROP_STAMP)
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
+		tests/test_interop_torch.py tests/test_stablehlo_import.py tests/test_export_ops.py
 
 demo: $(STAMP)
 	$(VENV)/bin/kaun-ir demo

@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 
 from . import ptree
+from .checkpoint_mapping import MappedSource, state_dict_arrays
 from .fileio import atomic_write
 
-__all__ = ["save", "load", "load_raw", "STRUCTURE_KEY"]
+__all__ = ["save", "load", "load_raw", "from_state_dict", "STRUCTURE_KEY"]
 
 STRUCTURE_KEY = "kaun_ir.tree"
 _FORMAT_KEY = "kaun_ir.format"
@@ -168,7 +169,7 @@ def load_raw(path: str | os.PathLike) -> dict[str, np.ndarray]:
         reader.close()
 
 
-def load(path: str | os.PathLike, like: Any = None) -> Any:
+def load(path: str | os.PathLike, like: Any = None, rename=None, transpose=None) -> Any:
     """Read a checkpoint back as a tree.
 
     With ``like`` (a template tree, e.g. freshly initialised parameters or a training state):
@@ -183,7 +184,22 @@ def load(path: str | os.PathLike, like: Any = None) -> Any:
     leaves in their saved dtypes. A file from elsewhere (no stored structure) is rebuilt from
     its key names with :func:`kaun_ir.ptree.unflatten_from_paths` (nested dicts; a node whose
     keys are ``0..n-1`` becomes a list).
+
+    ``rename`` / ``transpose`` read files written under other conventions (a PyTorch
+    ``state_dict`` saved with ``safetensors``): ``rename`` maps the file's keys to dotted paths
+    (``[(regex, replacement), ...]`` or a function), ``transpose`` names the paths whose tensors
+    are stored with reversed axes (``[out, in]`` linear weights); see
+    :mod:`kaun_ir.checkpoint_mapping` and docs/interop.md for the convention table.
     """
+    if rename is not None or transpose is not None:
+        reader = _Reader(os.fspath(path))
+        mapped = MappedSource(reader.keys, reader.get, rename, transpose, where=os.fspath(path))
+        try:
+            if like is not None:
+                return _load_like(mapped, like)
+            return ptree.unflatten_from_paths({k: mapped.get(k) for k in sorted(mapped.keys)})
+        finally:
+            reader.close()
     reader = _Reader(os.fspath(path))
     try:
         if like is not None:
@@ -194,6 +210,23 @@ def load(path: str | os.PathLike, like: Any = None) -> Any:
         return _decode(json.loads(spec), "", lambda key, kind: _as_kind(reader.get(key), kind))
     finally:
         reader.close()
+
+
+def from_state_dict(state_dict, like: Any = None, rename=None, transpose=None) -> Any:
+    """A tree from an in-memory ``{name: tensor}`` mapping — a PyTorch ``model.state_dict()``
+    (tensors taken through DLPack), or NumPy / jax arrays — with the same ``like`` / ``rename`` /
+    ``transpose`` rules as :func:`load`; no converter script, no file.
+
+    Example, a PyTorch ``nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))`` into
+    ``layer.sequential([linear(4, 8), relu(), linear(8, 2)])``: the names already agree
+    (``"0.weight"``), only the weights are transposed:
+    ``from_state_dict(torch_model.state_dict(), like=params, transpose=[r"\\d+\\.weight"])``.
+    """
+    arrays = state_dict_arrays(state_dict)
+    mapped = MappedSource(arrays, arrays.__getitem__, rename, transpose, where="state_dict")
+    if like is not None:
+        return _load_like(mapped, like)
+    return ptree.unflatten_from_paths({k: mapped.get(k) for k in sorted(mapped.keys)})
 
 
 def _as_kind(arr: np.ndarray, kind: str) -> Any:

@@ -188,10 +188,25 @@ def is_tensor(x: Any) -> bool:
     return isinstance(x, Tensor)
 
 
+def is_foreign_array(x: Any) -> bool:
+    """An array of another library (a PyTorch tensor, ...) that kaun_ir takes through DLPack."""
+    return (hasattr(x, "__dlpack__") and not isinstance(x, (np.ndarray, np.generic, Tensor))
+            and type(x).__module__.split(".")[0] not in ("jax", "jaxlib"))
+
+
+def from_foreign(x: Any):
+    """A foreign array as a ``jax.Array`` sharing its memory where DLPack allows (no copy on CPU)."""
+    from kaun_ir.runtime import xla  # late: the runtime is built on this module
+
+    return xla.from_dlpack(x)
+
+
 def concrete_array(x: Any) -> np.ndarray:
     """A host array for a concrete operand; Python scalars get the default dtypes (f32 / i32)."""
     if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
         return np.asarray(x, dtype=dtypes.dtype_of_scalar(x))
+    if is_foreign_array(x):
+        x = from_foreign(x)
     arr = np.asarray(x)
     if arr.dtype not in dtypes.ALL:
         if arr.dtype.kind == "f":
@@ -205,6 +220,8 @@ def type_of(x: Any) -> TensorType:
     """The TensorType of a Tensor, jax.Array, NumPy array or Python scalar."""
     if isinstance(x, Tensor):
         return x.type
+    if is_foreign_array(x):
+        x = from_foreign(x)
     if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.ndarray):
         return TensorType(x.dtype, x.shape)
     arr = concrete_array(x)

@@ -13,6 +13,7 @@ from .dispatch import Route, RouteCache
 from .executable import Executable, compile, stats
 from .jit import Jitted, jit
 from .lower import lower
+from .jax_export import to_jax_export
 from .mesh import Mesh, Spec
 from .xla import backend_name, parse_mlir
 
@@ -43,4 +44,5 @@ def export(graph, path: str) -> str:
 
 
 __all__ = ["Executable", "Jitted", "Mesh", "Route", "RouteCache", "Spec", "backend_name", "compile",
-           "devices", "dispatch", "disk_cache", "export", "jit", "lower", "parse_mlir", "stats"]
+           "devices", "dispatch", "disk_cache", "export", "jit", "lower", "parse_mlir", "stats",
+           "to_jax_export"]

@@ -343,9 +343,44 @@ def _x64():
     return enable_x64()
 
 
-def to_device(x, dtype: np.dtype, device) -> object:
-    """``x`` (NumPy, scalar or jax.Array) as a device array of ``dtype`` on ``device``."""
+def from_dlpack(x) -> object:
+    """A ``jax.Array`` of a foreign array (a PyTorch tensor, ...) through DLPack: the memory is
+    shared, not copied, where the device and layout allow. A tensor that records gradients is
+    taken detached (kaun_ir differentiates its own graphs); a non-contiguous one is copied into a
+    contiguous one first."""
     jax = _jax()
+    if getattr(x, "requires_grad", False) and hasattr(x, "detach"):
+        x = x.detach()
+    # jaxlib reads a strided (e.g. transposed) tensor as if it were row-major — silently wrong
+    # values — so anything not known to be contiguous is made contiguous first.
+    contiguous = getattr(x, "is_contiguous", None)
+    if callable(contiguous) and not contiguous():
+        x = x.contiguous()
+    elif contiguous is None and not _c_contiguous_flag(x):
+        raise TypeError(f"cannot take a {type(x).__module__}.{type(x).__name__} through DLPack: it does not "
+                        "say whether it is contiguous (convert it to a NumPy array or a contiguous tensor)")
+    try:
+        with _x64():  # without it jax narrows 64-bit data to 32 bits
+            return jax.dlpack.from_dlpack(x)
+    except Exception as err:  # noqa: BLE001 - each library raises its own types
+        raise TypeError(f"cannot take a {type(x).__module__}.{type(x).__name__} through DLPack: {err}") from None
+
+
+def _c_contiguous_flag(x) -> bool:
+    """Whether an array without ``is_contiguous`` says it is C-contiguous (NumPy-style ``flags``)."""
+    flags = getattr(x, "flags", None)
+    try:
+        return bool(flags["C_CONTIGUOUS"]) if flags is not None else bool(x.flags.c_contiguous)
+    except (AttributeError, KeyError, TypeError):
+        return False
+
+
+def to_device(x, dtype: np.dtype, device) -> object:
+    """``x`` (NumPy, scalar, jax.Array or a DLPack array such as a PyTorch tensor) as a device
+    array of ``dtype`` on ``device``."""
+    jax = _jax()
+    if not isinstance(x, (np.ndarray, np.generic, jax.Array)) and hasattr(x, "__dlpack__"):
+        x = from_dlpack(x)
     if isinstance(x, jax.Array):
         held = x.devices()
         if len(held) == 1 and device in held and x.dtype == dtype:
@@ -537,11 +572,11 @@ def serialize_portable(text: str) -> bytes:
 
     with open_module(text) as module:
         legalize_chlo(module)
-        legal = module.operation.get_asm(enable_debug_info=True)  # keep the loc names (layer paths)
         errors = []
         for target in dict.fromkeys([stablehlo.get_minimum_version(), stablehlo.get_current_version()]):
             try:
-                return stablehlo.serialize_portable_artifact_str(legal, target)
+                # the module object itself: locations (layer paths) stay, no text round trip
+                return stablehlo.serialize_portable_artifact(module, target)
             except Exception as err:
                 errors.append(f"version {target}: {err}")
         raise ValueError("the module cannot be written as a portable StableHLO artifact: " + "; ".join(errors))
