@@ -11,9 +11,9 @@ from kaun_ir.fileio import atomic_write
 from . import disk_cache, dispatch
 from .dispatch import Route, RouteCache
 from .executable import Executable, compile, stats
+from .jax_export import to_jax_export
 from .jit import Jitted, jit
 from .lower import lower
-from .jax_export import to_jax_export
 from .mesh import Mesh, Spec
 from .xla import backend_name, parse_mlir
 
