@@ -40,7 +40,7 @@ def to_jax_export(graph: Graph, platform: str | None = None):
         "in_avals": in_avals,
         "out_tree": jax.tree_util.tree_structure(tuple(range(len(out_avals)))),
         "out_avals": out_avals,
-        "_has_named_shardings": False,
+        "_has_named_shardings": True,  # None everywhere: unsharded, as jax.export writes it
         "_in_named_shardings": (None,) * len(in_avals),
         "_out_named_shardings": (None,) * len(out_avals),
         "in_shardings_hlo": (None,) * len(in_avals),

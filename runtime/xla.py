@@ -565,26 +565,35 @@ def serialize_portable(text: str) -> bytes:
 
     CHLO ops (``chlo.erf``) have no portable form, so they are first rewritten into StableHLO.
     The artifact targets the oldest StableHLO version that can express the module (the minimum
-    version the installed jaxlib supports, else its current one); raises ``ValueError`` naming
-    both when neither can.
+    version the installed jaxlib supports, else its current one); sharding annotations (Shardy
+    ``sdy`` ops) are kept as non-StableHLO ops, as ``jax.export`` does. Raises ``ValueError``
+    naming every attempt when none succeeds.
     """
     from jaxlib.mlir.dialects import stablehlo
 
     with open_module(text) as module:
         legalize_chlo(module)
         errors = []
-        for target in dict.fromkeys([stablehlo.get_minimum_version(), stablehlo.get_current_version()]):
-            try:
-                # the module object itself: locations (layer paths) stay, no text round trip
-                return stablehlo.serialize_portable_artifact(module, target)
-            except Exception as err:
-                errors.append(f"version {target}: {err}")
+        targets = dict.fromkeys([stablehlo.get_minimum_version(), stablehlo.get_current_version()])
+        # pure StableHLO first; sharding annotations (Shardy ops) only travel with other dialects allowed
+        for other_dialects in (False, True):
+            for target in targets:
+                try:
+                    # the module object itself: locations (layer paths) stay, no text round trip
+                    return stablehlo.serialize_portable_artifact(module, target, other_dialects)
+                except Exception as err:
+                    errors.append(f"version {target}{' with other dialects' if other_dialects else ''}: {err}")
         raise ValueError("the module cannot be written as a portable StableHLO artifact: " + "; ".join(errors))
 
 
 def deserialize_portable(data: bytes) -> bytes:
     """The module in a portable artifact, as MLIR bytecode that :func:`compile` accepts."""
+    import io
+
     from jaxlib.mlir.dialects import stablehlo
 
-    with mlir_context():
-        return stablehlo.deserialize_portable_artifact_str(data)
+    with mlir_context() as ctx:  # the context knows Shardy, which artifacts with shardings hold
+        module = stablehlo.deserialize_portable_artifact(ctx, bytes(data))
+        out = io.BytesIO()
+        module.operation.write_bytecode(out)
+        return out.getvalue()
