@@ -19,6 +19,7 @@ from .autodiff import GradientError, grad, stop_gradient, value_and_grad, vjp
 from .batching import BatchingError, vmap  # noqa: E402
 from .forward import jvp, linearize  # noqa: E402
 from .jacobian import hessian, hvp, jacfwd, jacrev  # noqa: E402
+from .custom import CustomDerivativeError, custom_jvp, custom_vjp  # noqa: E402
 from . import fn, random  # noqa: E402
 from .tensor import Tensor, TracerError
 from .trace import ShapeDtype, trace

@@ -70,8 +70,10 @@ from jax_ops_indexing import JAX_OPS as _INDEXING  # noqa: E402
 from jax_ops_linalg import JAX_OPS as _LINALG  # noqa: E402
 from jax_ops_reduce import JAX_OPS as _REDUCE  # noqa: E402
 from jax_ops_control import JAX_OPS as _CONTROL  # noqa: E402
+from jax_ops_custom import JAX_OPS as _CUSTOM  # noqa: E402
 
 JAX_OPS.update(_INDEXING)
 JAX_OPS.update(_LINALG)
 JAX_OPS.update(_REDUCE)
 JAX_OPS.update(_CONTROL)
+JAX_OPS.update(_CUSTOM)

@@ -1,0 +1,169 @@
+"""Functions with user-defined derivatives: ``custom_vjp`` and ``custom_jvp``.
+
+Both are region-carrying ops, so a function with a custom derivative stays one node in the IR:
+the text form prints its regions, passes and viewers see it, and it round-trips.
+
+``custom_vjp`` (attributes ``name``, ``num_outputs``) carries three regions:
+
+- ``primal``: operands -> outputs, what runs when nothing is differentiated (the emission
+  inlines it);
+- ``fwd``: operands -> (outputs, residuals), what runs instead when reverse mode needs the
+  derivative;
+- ``bwd``: (residuals, one cotangent per output) -> one cotangent per operand.
+
+``custom_jvp`` (attribute ``name``) carries two: ``primal`` and ``jvp``, (operands, one tangent
+per operand) -> (outputs, one tangent per output). Its reverse mode is the transpose of the
+``jvp`` region in its tangents (built by reverse mode itself), and forward mode, derived from
+reverse mode (``kaun_ir/forward.py``), transposes once more, giving the rule's tangents back.
+The user-facing decorators are in ``kaun_ir/custom.py``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .. import dtypes
+from ..errors import ShapeError
+from ..ir.core import TensorType
+from .base import OpDef, Sample
+
+
+def _types(values) -> str:
+    return "(" + ", ".join(map(str, values)) + ")"
+
+
+def _expect(what: str, got, want) -> None:
+    if tuple(got) != tuple(want):
+        raise ShapeError(f"{what} has types {_types(got)}, expected {_types(want)}")
+
+
+def _vjp_infer(*operands: TensorType, regions, name, num_outputs):
+    primal, fwd, bwd = regions
+    _expect("the primal region's inputs", primal.input_types, operands)
+    _expect("the fwd region's inputs", fwd.input_types, operands)
+    outs = primal.output_types
+    if len(outs) != num_outputs:
+        raise ShapeError(f"num_outputs is {num_outputs} but the primal region returns {len(outs)} values")
+    _expect("the fwd region's outputs (before the residuals)", fwd.output_types[:num_outputs], outs)
+    residuals = fwd.output_types[num_outputs:]
+    _expect("the bwd region's inputs (residuals, then one cotangent per output)", bwd.input_types,
+            tuple(residuals) + tuple(outs))
+    _expect("the bwd region's outputs (one cotangent per operand)", bwd.output_types, operands)
+    return outs
+
+
+def _jvp_infer(*operands: TensorType, regions, name):
+    primal, rule = regions
+    _expect("the primal region's inputs", primal.input_types, operands)
+    _expect("the jvp region's inputs (operands, then one tangent per operand)", rule.input_types,
+            operands + operands)
+    outs = primal.output_types
+    _expect("the jvp region's outputs (outputs, then one tangent per output)", rule.output_types, outs + outs)
+    return outs
+
+
+def _reference(*operands, regions, **attrs):
+    from ..ir.interp import interpret
+
+    return tuple(interpret(regions[0], *operands))
+
+
+def _emit(em, node, *operands):
+    return em.emit_graph(node.regions[0], list(operands))  # the primal, inline
+
+
+def _inline(graph, args):
+    """``graph`` copied into the active trace with ``args`` (Tensors) as its inputs."""
+    from ..ir.builder import current_builder
+    from ..ir.rewrite import copy_nodes
+    from ..tensor import Tensor, to_value
+
+    builder = current_builder()
+    env = {id(old): to_value(builder, a) for old, a in zip(graph.inputs, args)}
+    return [Tensor(v, builder) for v in copy_nodes(graph, env, builder.nodes)]
+
+
+def _zeros(t: TensorType):
+    from ..tensor import apply
+
+    zero = apply("constant", value=np.zeros((), t.dtype))
+    return apply("broadcast_in_dim", zero, shape=t.shape, broadcast_dimensions=()) if t.shape else zero
+
+
+def _vjp_forward(*operands, wrt, regions, name, num_outputs):
+    results = _inline(regions[1], operands)
+    return results[:num_outputs], results[num_outputs:]
+
+
+def _vjp(cts, outs, *operands, regions, residuals, name, num_outputs):
+    if num_outputs == 1:
+        cts, outs = [cts], [outs]
+    cts = [c if c is not None else _zeros(o.type) for c, o in zip(cts, outs)]
+    results = _inline(regions[2], list(residuals) + list(cts))
+    return tuple(r if dtypes.is_float(x.dtype) else None for r, x in zip(results, operands))
+
+
+def _jvp_vjp(cts, outs, *operands, regions, name):
+    from ..autodiff import gradient_graph
+
+    if not isinstance(outs, (list, tuple)):  # one output: reverse mode passes it alone
+        cts, outs = [cts], [outs]
+    rule = regions[1]
+    n_in, n_out = len(operands), len(outs)
+    wrt = [n_in + i for i, x in enumerate(operands) if dtypes.is_float(x.dtype)]
+    of = [n_out + k for k, o in enumerate(outs) if dtypes.is_float(o.dtype)]
+    if not wrt or not of:
+        return (None,) * n_in
+    # the rule is linear in the tangents: its transpose at tangent zero maps output cotangents
+    # to operand cotangents
+    transposed = gradient_graph(rule, wrt=wrt, of=of, seed_inputs=True, keep_outputs=False)
+    tangents = [_zeros(x.type) for x in operands]
+    seeds = [cts[k - n_out] if cts[k - n_out] is not None else _zeros(outs[k - n_out].type) for k in of]
+    results = iter(_inline(transposed, list(operands) + tangents + seeds))
+    return tuple(next(results) if dtypes.is_float(x.dtype) else None for x in operands)
+
+
+def _batch(op: str):
+    def rule(batched, size, *operands, regions, **attrs):
+        from ..batching import batch_graph
+        from .batching import materialize
+        from ..tensor import apply
+
+        operands = materialize(operands, batched, size)
+        new_regions = tuple(batch_graph(r, [True] * len(r.inputs), size, force=True)[0] for r in regions)
+        return apply(op, *operands, regions=new_regions, **attrs)
+
+    rule.__doc__ = f"Batching rule of {op}: every region batched; every operand and result carries the batch axis."
+    return rule
+
+
+def _samples_vjp(rng):
+    from ..custom import sample_regions
+
+    x = rng.uniform(-2, 2, (3, 4)).astype(np.float64)
+    yield Sample((x,), {"name": "softplus_scaled", "num_outputs": 1}, regions=sample_regions("vjp", x))
+
+
+def _samples_jvp(rng):
+    from ..custom import sample_regions
+
+    x = rng.uniform(-2, 2, (2, 3)).astype(np.float64)
+    yield Sample((x,), {"name": "softplus"}, regions=sample_regions("jvp", x))
+
+
+OPS = [
+    OpDef(
+        name="custom_vjp", arity=None, regions=3, attrs=("name", "num_outputs"), infer=_vjp_infer,
+        reference=_reference, emit=_emit, samples=_samples_vjp, vjp=_vjp, vjp_forward=_vjp_forward,
+        batch=_batch("custom_vjp"),
+        doc="A function with a user-defined VJP (``kn.custom_vjp``): regions primal, fwd (outputs "
+            "and residuals) and bwd (residuals and output cotangents -> operand cotangents).",
+    ),
+    OpDef(
+        name="custom_jvp", arity=None, regions=2, attrs=("name",), infer=_jvp_infer,
+        reference=_reference, emit=_emit, samples=_samples_jvp, vjp=_jvp_vjp,
+        batch=_batch("custom_jvp"),
+        doc="A function with a user-defined JVP (``kn.custom_jvp``): regions primal and jvp "
+            "(operands and tangents -> outputs and tangents); reverse mode transposes the jvp region.",
+    ),
+]
