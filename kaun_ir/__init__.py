@@ -7,7 +7,7 @@ StableHLO and run by XLA. ``import kaun_ir as kn``; see README.md and docs/.
 from . import dtypes, ir, ops, tree
 from .dtypes import (bfloat16, bool_, float16, float32, float64, int8, int16, int32, int64, uint8,
                      uint16, uint32, uint64)
-from .errors import CompileError, IRError, KaunError, ParseError, ShapeError
+from .errors import CompileError, IRError, KaunError, NonFiniteError, ParseError, ShapeError
 from .ir.core import Graph, TensorType
 from .numeric import *  # noqa: F401,F403 - the NumPy-style surface
 from .indexing import *  # noqa: F401,F403
@@ -26,6 +26,7 @@ from .trace import ShapeDtype, trace
 
 from . import passes, runtime  # noqa: E402  (both build on the core above)
 from .runtime import jit
+from . import debug  # noqa: E402
 from . import checkpoint, data, datasets, ptree  # noqa: E402
 from . import loss, metric, optim  # noqa: E402
 from . import init, layer, rng, train  # noqa: E402

@@ -24,3 +24,8 @@ class ParseError(KaunError, ValueError):
 
 class CompileError(KaunError):
     """XLA rejected a lowered module; the message names a repro file holding the StableHLO."""
+
+
+class NonFiniteError(KaunError, FloatingPointError):
+    """A checked computation produced a NaN or an Inf (``kn.debug.check_finite``); the message
+    names the first op that made one: op, forward or backward pass, layer path and source line."""

@@ -10,7 +10,7 @@ from kaun_ir.errors import CompileError
 from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.ir.core import Graph
 
-from . import xla
+from . import finite, xla
 from .lower import lower
 
 _CACHE: dict[str, object] = {}
@@ -92,10 +92,17 @@ class Executable:
             self.device = device if device is not None else xla.default_device()
             self.in_specs = self.out_specs = None
             self.sharding = xla.single_device_sharding(self.device)
-            self.mlir = lower(graph, donate=self.donate)
+            checking = finite.enabled()  # kn.debug.check_finite / KAUN_IR_CHECK_FINITE
+            if checking:
+                self.donate = ()  # the located re-run needs the arguments intact
+                compiled = finite.checked_graph(graph)
+                out_types = [(v.type.shape, v.type.dtype) for v in compiled.outputs]
+            self.mlir = lower(compiled if checking else graph, donate=self.donate)
             self.loaded = compile_mlir(self.mlir, self.device, pipeline)
             #: ``run(device_arrays) -> list``: the dispatch path, built once (see :func:`xla.executor`)
             self.run = _moving_devices(xla.executor(self.loaded, out_types, self.device), self.device)
+            if checking:
+                self.run = finite.checked_run(self.run, graph, self._build_unchecked)
             return
         check_graph_mesh(graph, mesh)
         self.device = mesh.device_list[0]
@@ -112,6 +119,12 @@ class Executable:
         self.in_shardings = [xla.named_sharding(mesh, s) for s in self.in_specs]
         self.out_shardings = [xla.named_sharding(mesh, s) for s in self.out_specs]
         self.run = xla.partitioned_executor(self.loaded, out_types, self.out_shardings)
+
+    def _build_unchecked(self, graph: Graph):
+        """The run function of another graph compiled for this device (no checks, no donation)."""
+        loaded = compile_mlir(lower(graph), self.device, self.pipeline)
+        out_types = [(v.type.shape, v.type.dtype) for v in graph.outputs]
+        return _moving_devices(xla.executor(loaded, out_types, self.device), self.device)
 
     def _checked(self, specs, values, what: str, default) -> list:
         from .mesh import as_spec

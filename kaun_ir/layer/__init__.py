@@ -13,6 +13,8 @@ dropout, attention masks).
 from .attention import multi_head_attention
 from .basic import (avg_pool1d, avg_pool2d, batch_norm, conv1d, conv2d, dropout, embedding, flatten, gelu,
                     layer_norm, linear, max_pool1d, max_pool2d, relu, rms_norm, sigmoid, silu, tanh)
+from .recurrent import from_torch as recurrent_from_torch
+from .recurrent import gru, lstm, rnn
 from .core import (Layer, Vars, apply, child_ctx, child_init, compose, dtype, eval_shape, init, params,
                    sequential, state, with_params, with_state)
 
@@ -20,4 +22,5 @@ __all__ = ["Layer", "Vars", "init", "apply", "params", "state", "dtype", "with_p
            "sequential", "compose", "child_ctx", "child_init", "eval_shape", "linear", "conv1d", "conv2d",
            "max_pool1d", "max_pool2d",
            "avg_pool1d", "avg_pool2d", "flatten", "dropout", "batch_norm", "layer_norm", "rms_norm",
-           "embedding", "relu", "gelu", "silu", "tanh", "sigmoid", "multi_head_attention"]
+           "embedding", "relu", "gelu", "silu", "tanh", "sigmoid", "multi_head_attention", "rnn", "gru", "lstm",
+           "recurrent_from_torch"]

@@ -1,0 +1,49 @@
+"""Debugging aids: ``kn.debug.check_finite`` finds the first op that produces a NaN or an Inf.
+
+``check_finite(f)`` compiles ``f`` with a probe on every floating-point value (the
+``check-finite`` pass) and raises :class:`kaun_ir.NonFiniteError` naming the first op whose
+result is NaN/Inf while its operands are finite: the op, forward or backward pass (and which
+forward op a backward node differentiates), the layer path and the user's source line. Setting
+the environment variable ``KAUN_IR_CHECK_FINITE=1`` does the same for every program the process
+compiles (``kn.jit``, ``train.step``, eager ops). Off by default: the probes cost time (see
+docs/debugging.md for measurements).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Callable, Sequence
+
+from .errors import NonFiniteError
+from .ir.builder import current_builder
+
+__all__ = ["check_finite", "checking", "NonFiniteError", "ENV"]
+
+ENV = "KAUN_IR_CHECK_FINITE"
+
+
+def checking(on: bool = True):
+    """Context manager: programs compiled inside the block are checked (``on=False``: not checked,
+    whatever ``KAUN_IR_CHECK_FINITE`` says). Executables compiled earlier keep how they were built."""
+    from .runtime import finite
+
+    return finite.forced(on)
+
+
+def check_finite(f: Callable, donate_argnums: Sequence[int] = ()) -> Callable:
+    """``f`` compiled with NaN/Inf checks: like ``kn.jit(f)``, but a call whose computation makes a
+    NaN or an Inf raises :class:`NonFiniteError` naming the first op that did (see the module
+    docstring). Inside a trace the checks are the enclosing program's business: ``f`` is called
+    as it is."""
+    from .runtime import finite, jit
+
+    compiled = jit(f, donate_argnums=donate_argnums)
+
+    @functools.wraps(f)
+    def checked(*args, **kwargs):
+        if current_builder() is not None:
+            return f(*args, **kwargs)
+        with finite.forced(True):
+            return compiled(*args, **kwargs)
+
+    return checked
