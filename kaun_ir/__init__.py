@@ -30,7 +30,7 @@ from . import debug  # noqa: E402
 from . import checkpoint, data, datasets, ptree  # noqa: E402
 from . import loss, metric, optim  # noqa: E402
 from . import init, layer, rng, train  # noqa: E402
-from . import sharding  # noqa: E402
+from . import distributed, sharding  # noqa: E402
 from . import models  # noqa: E402
 
 __version__ = "0.1.0"

@@ -27,7 +27,7 @@ from . import ptree
 from .checkpoint_mapping import MappedSource, state_dict_arrays
 from .fileio import atomic_write
 
-__all__ = ["save", "load", "load_raw", "from_state_dict", "STRUCTURE_KEY"]
+__all__ = ["save", "load", "load_raw", "from_state_dict", "save_sharded", "load_sharded", "STRUCTURE_KEY"]
 
 STRUCTURE_KEY = "kaun_ir.tree"
 _FORMAT_KEY = "kaun_ir.format"
@@ -266,7 +266,9 @@ def _load_like(reader: _Reader, like: Any) -> Any:
             raise ValueError(f"checkpoint.load: {name} has shape {arr.shape} in {reader.path} "
                              f"but {shape} in the template")
         dtype = np.dtype(template.dtype)
-        if xla.is_device_array(template):
+        if xla.is_device_array(template) and len(template.devices()) > 1:  # keep its layout
+            out.append(xla.put_sharded(arr, dtype, template.sharding))
+        elif xla.is_device_array(template):
             device = next(iter(template.devices()))
             out.append(xla.to_device(arr, dtype, device))
         elif isinstance(template, np.generic):
@@ -274,3 +276,6 @@ def _load_like(reader: _Reader, like: Any) -> Any:
         else:
             out.append(arr.astype(dtype, copy=False))
     return rebuild(out)
+
+
+from .sharded_checkpoint import load_sharded, save_sharded  # noqa: E402 - builds on the above

@@ -40,7 +40,7 @@ from . import tree as _tree
 
 __all__ = ["Data", "of_array", "of_tensor", "of_tensors", "of_fn", "of_iterable", "repeat", "map",
            "batch", "map_batch", "shuffle", "prepare", "prefetch", "iter", "fold", "to_array",
-           "length", "stack"]
+           "length", "stack", "shard"]
 
 
 class Data:
@@ -249,6 +249,47 @@ def map(f: Callable[[Any], Any], d: Data) -> Data:  # noqa: A001 - the API name
     """The elements ``f(e)`` for each element ``e`` of ``d`` (``f`` runs when an element is read)."""
     _check_data(d, "map")
     return _Map(f, d)
+
+
+class _Shard(Data):
+    """Elements ``index, index + count, index + 2 count, ...`` of the source."""
+
+    def __init__(self, index: int, count: int, source: Data):
+        self._index, self._count, self._source = index, count, source
+        self._length = None if source._length is None else source._length // count
+        self.random_access = source.random_access
+        self._read = 0
+
+    def _next(self) -> Any:
+        if self._length is not None and self._read >= self._length:
+            raise StopIteration
+        # read this shard's element and skip the other shards' ones; a source of unknown length
+        # ends where a round of ``count`` elements is incomplete, as in every other shard
+        round_ = [self._source._next() for _ in range(self._count)]
+        self._read += 1
+        return round_[self._index]
+
+    def _rewind(self) -> None:
+        self._source._rewind()
+        self._read = 0
+
+    def _item(self, i: int) -> Any:
+        return self._source._item(i * self._count + self._index)
+
+
+def shard(index: int, count: int, d: Data) -> Data:
+    """This process's part of ``d`` in a run of ``count`` processes: elements ``index``,
+    ``index + count``, ... (``index`` is ``kn.distributed.process_index()``). Every shard has
+    ``len(d) // count`` elements, so the processes take the same number of steps; the last
+    ``len(d) % count`` elements are dropped. Shard after shuffling with the same seed
+    everywhere, and batch before sharding to give each process whole batches. Raises
+    ``ValueError`` unless ``0 <= index < count``."""
+    _check_data(d, "shard")
+    count = _check_count(count, "shard: count", 1)
+    index = _check_count(index, "shard: index", 0)
+    if index >= count:
+        raise ValueError(f"shard: index {index} is not in [0, {count})")
+    return _Shard(index, count, d)
 
 
 def stack(elements: list) -> Any:

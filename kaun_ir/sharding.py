@@ -20,9 +20,11 @@ from typing import Any, Sequence
 from . import tree
 from .tensor import Tensor, apply
 from .runtime.mesh import REPLICATED, Mesh, Spec, as_spec, use
+from .sharding_policy import Rules, attention_rules, fsdp_spec, mlp_rules, param_specs, rules
 
-__all__ = ["Mesh", "Spec", "REPLICATED", "mesh", "constrain", "use_mesh", "put", "named_sharding",
-           "spec_of"]
+__all__ = ["Mesh", "Spec", "REPLICATED", "mesh", "constrain", "use_mesh", "put", "put_local",
+           "named_sharding", "spec_of", "Rules", "rules", "param_specs", "attention_rules", "mlp_rules",
+           "fsdp_spec"]
 
 
 def mesh(shape: Sequence[int], axis_names: Sequence[str], devices: Sequence | None = None) -> Mesh:
@@ -82,6 +84,28 @@ def put(x: Any, m: Mesh, spec: Any = None) -> Any:
 
     if isinstance(x, Tensor):
         return constrain(x, spec, m)
+    leaves, treedef = tree.flatten(x)
+    return tree.unflatten(treedef, [one(leaf) for leaf in leaves])
+
+
+def put_local(x: Any, m: Mesh, spec: Any = "data") -> Any:
+    """Global ``jax.Array``s from this process's part of the data: ``x`` (or each leaf of a tree)
+    holds the rows of dimension 0 that this process loaded (``kn.data.shard``), and the result
+    is the concatenation over processes, in process order, laid out as ``spec`` (default: split
+    over ``"data"``). In a single process this is :func:`put`."""
+    from .runtime import xla
+
+    spec = as_spec(spec)
+    if xla.process_count() == 1:
+        return put(x, m, spec)
+    sharding = xla.named_sharding(m, spec)
+
+    def one(leaf):
+        import numpy as np
+
+        host = np.asarray(leaf)
+        return xla.from_process_local(host, host.dtype, sharding)
+
     leaves, treedef = tree.flatten(x)
     return tree.unflatten(treedef, [one(leaf) for leaf in leaves])
 

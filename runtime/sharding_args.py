@@ -1,6 +1,10 @@
 """``kn.jit(..., in_shardings=, out_shardings=)``: from the user's spec trees to one spec per
 graph input and output.
 
+``in_shardings`` / ``out_shardings`` may also be functions of the call's arguments returning
+them (evaluated once per signature, when compiling): ``kn.train`` derives the layout of a
+parameter tree from its shapes that way.
+
 A spec tree is None, a partition spec (``kn.sharding.Spec``, JAX's ``PartitionSpec`` or a
 single axis name, which splits dimension 0) that applies to every array below it, or a
 dict/list/tuple shaped like the argument whose leaves are again spec trees. Tuples and lists
@@ -48,6 +52,8 @@ def resolve(jitted, args: tuple, kwargs: dict, traced, n_inputs: int, n_outputs:
     """``{"in_specs": [...], "out_specs": [...]}`` for ``Executable`` from a mesh-jitted call."""
     mesh = jitted.mesh
     entries = jitted.in_shardings
+    if callable(entries) and not _is_spec(entries):  # decided per call signature
+        entries = entries(*args, **kwargs)
     if entries is not None and not isinstance(entries, (tuple, list)):
         entries = (entries,) * len(args)  # one spec for every argument
     if entries is not None and len(entries) != len(args):
@@ -64,11 +70,14 @@ def resolve(jitted, args: tuple, kwargs: dict, traced, n_inputs: int, n_outputs:
         in_specs += [_own_spec(leaf, mesh) for _, leaf in tree.paths(kwargs[key]) if is_array_leaf(leaf)]
     in_specs += [REPLICATED] * (n_inputs - len(in_specs))  # closed-over arrays
     out_specs = None
-    if jitted.out_shardings is not None:
+    wanted = jitted.out_shardings
+    if callable(wanted) and not _is_spec(wanted):
+        wanted = wanted(*args, **kwargs)
+    if wanted is not None:
         structure = tree.unflatten(traced.out_treedef, list(range(n_outputs)))
         out_specs = [None] * n_outputs
         for path, index in tree.paths(structure):
-            out_specs[index] = spec_at(jitted.out_shardings, path, "out_shardings")
+            out_specs[index] = spec_at(wanted, path, "out_shardings")
     return {"in_specs": in_specs, "out_specs": out_specs}
 
 

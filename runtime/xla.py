@@ -68,7 +68,9 @@ def devices(name: str | None = None) -> list:
 
 
 def default_device():
-    return devices()[0]
+    """The first device this process drives (in a multi-process run, ``devices()[0]`` may
+    belong to another process)."""
+    return client().local_devices()[0]
 
 
 def global_devices(name: str | None = None) -> list:
@@ -172,8 +174,15 @@ def put_sharded(x, dtype: np.dtype, sharding) -> object:
         if x.dtype == dtype:
             if x.sharding == sharding:
                 return x
-            return jax.device_put(x, sharding)
-        if not x.is_fully_addressable:
+            if x.is_fully_addressable == sharding.is_fully_addressable:
+                return jax.device_put(x, sharding)
+            if not x.is_fully_addressable:
+                raise TypeError(f"an array spread over several processes ({x.sharding}) cannot be laid "
+                                f"out as {sharding} here; pass it laid out as the function expects")
+            # a process-local array (e.g. freshly initialised parameters, the same in every
+            # process) becomes a global one through the host: the runtime moves no data
+            # between processes
+        elif not x.is_fully_addressable:
             raise TypeError(f"a {x.dtype} array spread over several processes cannot be converted to "
                             f"{dtype} here; pass it as {dtype}")
     host = np.asarray(x, dtype=dtype)
@@ -183,19 +192,55 @@ def put_sharded(x, dtype: np.dtype, sharding) -> object:
     return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
 
 
-def from_process_local(local, dtype: np.dtype, global_shape: tuple, sharding) -> object:
-    """A global array of ``global_shape`` from this process's rows (the data-parallel batch of
-    a multi-process run: every process passes its own slice of dimension 0)."""
+def array_from_callback(shape: tuple, sharding, piece) -> object:
+    """A global array of ``shape`` laid out as ``sharding``, built from ``piece(index)`` (the
+    host data of the region ``index``, a tuple of slices) for each device of this process."""
+    return _jax().make_array_from_callback(tuple(shape), sharding, piece)
+
+
+def from_process_local(local, dtype: np.dtype, sharding, global_shape: tuple | None = None) -> object:
+    """A global array from this process's part of it (the data-parallel batch of a multi-process
+    run: every process passes its own rows of dimension 0, in process order); ``global_shape``
+    defaults to what ``sharding`` implies."""
     jax = _jax()
     return jax.make_array_from_process_local_data(sharding, np.asarray(local, dtype=dtype), global_shape)
 
 
 def process_index() -> int:
+    """This process's index among the processes of a distributed run (0 in a single process)."""
     return int(client().process_index())
 
 
 def process_count() -> int:
+    """How many processes drive the devices (1 unless :func:`initialize_distributed` joined more)."""
     return len({d.process_index for d in global_devices()})
+
+
+def initialize_distributed(coordinator_address: str, num_processes: int, process_id: int,
+                           local_device_ids=None, timeout_s: int = 300) -> None:
+    """Join a multi-process run through PJRT's distributed runtime: process 0 also hosts the
+    coordination service at ``coordinator_address``; every process's client then sees all
+    devices, and collectives between processes go over the platform's transport (gloo/TCP on
+    CPU, NCCL on GPU). Must run before the backend is first used in this process."""
+    import jax
+
+    if client.cache_info().currsize:
+        raise RuntimeError("kn.distributed.initialize must be called before any computation: this "
+                           "process already started its XLA backend")
+    jax.distributed.initialize(coordinator_address, num_processes=num_processes, process_id=process_id,
+                               local_device_ids=local_device_ids, initialization_timeout=timeout_s)
+
+
+def distributed_initialized() -> bool:
+    import jax
+
+    return bool(jax.distributed.is_initialized())
+
+
+def shutdown_distributed() -> None:
+    import jax
+
+    jax.distributed.shutdown()
 
 
 def _hlo_sharding_of(mesh, spec, rank: int):

@@ -124,7 +124,106 @@ def group_jit():
                 "diff": max_diff(grad, want)}
 
 
-GROUPS = {"jit": group_jit}
+    @check
+    def sharded_checkpoint():
+        import tempfile
+
+        a = rng.standard_normal((8, 16)).astype(np.float32)
+        b = rng.standard_normal((6,)).astype(np.float32)
+        tree = {"a": kn.sharding.put(a, mesh, Spec("data", "model")), "b": kn.sharding.put(b, mesh),
+                "host": np.arange(3), "step": 7}
+        with tempfile.TemporaryDirectory() as root:
+            path = os.path.join(root, "ckpt")
+            kn.checkpoint.save_sharded(path, tree)
+            kn.checkpoint.save_sharded(path, tree)  # over an existing checkpoint
+            files = sorted(os.listdir(path))
+            leftovers = sorted(os.listdir(root))
+            other = kn.sharding.mesh((8,), ("data",))  # another mesh shape
+            like = {"a": kn.sharding.put(np.zeros_like(a), other, Spec(None, "data")),
+                    "b": kn.sharding.put(np.zeros_like(b), other), "host": np.zeros(3, np.int64), "step": 0}
+            back = kn.checkpoint.load_sharded(path, like)
+            single = kn.checkpoint.load_sharded(path, {"a": kn.ShapeDtype((8, 16), kn.float32)})
+            bad = error_of(lambda: kn.checkpoint.load_sharded(path, {"a": kn.ShapeDtype((8, 13), kn.float32)}))
+        return {"files": files, "leftovers": leftovers,
+                "diff": max(max_diff(back["a"], a), max_diff(back["b"], b), max_diff(single["a"], a)),
+                "a_spec": str(back["a"].sharding.spec),
+                "a_shards": sorted({tuple(s.data.shape) for s in back["a"].addressable_shards}),
+                "host": np.asarray(back["host"]).tolist(), "step": back["step"], "bad": bad}
+
+
+def group_train():
+    import jax
+    import jax.numpy as jnp
+
+    from kaun_ir import layer, loss, optim, rng, train
+
+    data_rng = np.random.default_rng(1)
+    x = data_rng.standard_normal((10, 16, 12)).astype(np.float32)  # 10 batches of 16 rows
+    y = np.tanh(x @ data_rng.standard_normal((12, 4))).astype(np.float32)
+    mlp = layer.sequential([layer.linear(12, 32), layer.gelu(), layer.linear(32, 4)])
+
+    def run(mesh=None, **options):
+        trainer = train.make(mlp, optim.adam(0.02), loss=loss.mse, mesh=mesh, **options)
+        st = rng.run(0, lambda: train.init(trainer))
+        losses = []
+        for i in range(len(x)):
+            value, st = train.step(trainer, st, x[i], y[i])
+            losses.append(float(value))
+        return trainer, st, losses
+
+    _, single, single_losses = run()
+    single_params = train.vars(single).params
+
+    def compare(st, losses):
+        got = kn.ptree.flatten_with_paths(train.vars(st).params)
+        want = dict(kn.ptree.flatten_with_paths(single_params))
+        return {"params": max(max_diff(leaf, want[path]) for path, leaf in got),
+                "loss": max(abs(a - b) for a, b in zip(losses, single_losses))}
+
+    flat = kn.sharding.mesh((8,), ("data",))
+
+    @check
+    def data_parallel():
+        trainer, st, losses = run(flat)
+        exe = train.step_executable(trainer, st, x[0], y[0])
+        hlo = exe.hlo_text()
+        return {**compare(st, losses), "all_reduce": hlo.count(" all-reduce("),
+                "all_gather": hlo.count(" all-gather("),
+                "param_spec": str(train.vars(st).params[0]["weight"].sharding.spec)}
+
+    @check
+    def fsdp():
+        trainer, st, losses = run(flat, param_sharding="fsdp")
+        weight = train.vars(st).params[0]["weight"]  # [12, 32]: split over its 32 columns
+        moment = st.opt_state[1][0][0]["weight"]
+        return {**compare(st, losses), "spec": str(weight.sharding.spec),
+                "shards": sorted({tuple(s.data.shape) for s in weight.addressable_shards}),
+                "moment_shards": sorted({tuple(s.data.shape) for s in moment.addressable_shards}),
+                "devices": len(weight.addressable_shards)}
+
+    @check
+    def fused_steps():
+        trainer = train.make(mlp, optim.adam(0.02), loss=loss.mse, mesh=flat, param_sharding="fsdp")
+        st = rng.run(0, lambda: train.init(trainer))
+        st = train.fit(trainer, st, kn.data.of_iterable(list(zip(x, y))), steps_per_call=5)
+        return compare(st, single_losses)["params"]
+
+
+def group_tools():
+    import contextlib
+    import io
+
+    from kaun_ir.tools import cli
+
+    @check
+    def dump_stats():
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            code = cli.main(["dump", "kaun_ir.tools.examples:sharded_mlp_grad", "--stats"])
+        return {"code": code, "text": out.getvalue()}
+
+
+GROUPS = {"jit": group_jit, "train": group_train, "tools": group_tools}
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:

@@ -31,7 +31,7 @@ def run_worker(*groups: str, timeout: float = 300) -> dict:
 
 @pytest.fixture(scope="module")
 def jit_checks():
-    return run_worker("jit")
+    return run_worker("jit", "tools")
 
 
 def ok(result: dict) -> dict:
@@ -74,6 +74,27 @@ def test_data_parallel_gradient_is_one_all_reduce(jit_checks):
     r = ok(jit_checks["all_reduce_only"])
     assert r["all_reduce"] >= 1 and r["all_gather"] == 0
     assert r["diff"] < 1e-5
+
+
+def test_sharded_checkpoint_loads_onto_another_mesh(jit_checks):
+    r = ok(jit_checks["sharded_checkpoint"])
+    assert r["files"] == ["index.json", "shards-00000-of-00001.safetensors"]
+    assert r["leftovers"] == ["ckpt"]  # no staging or old directories left behind
+    assert r["diff"] == 0.0
+    assert r["a_spec"] == "P(None, 'data')" and r["a_shards"] == [[8, 2]]
+    assert r["host"] == [0, 1, 2] and r["step"] == 7
+    assert "'a'" in r["bad"] and "(8, 13)" in r["bad"]
+
+
+def test_dump_stats_shows_shardings_and_collectives(jit_checks):
+    r = ok(jit_checks["dump_stats"])
+    assert r["code"] == 0
+    text = r["text"]
+    assert "shardings (sharding_constraint):" in text
+    assert "f32[784,256] [{}, {model}] mesh {'data': 4, 'model': 2}" in text
+    counts = {line.split()[0]: int(line.split()[1]) for line in text.splitlines()
+              if line.strip().startswith(("all-reduce", "all-gather"))}
+    assert counts["all-reduce"] >= 1
 
 
 # ------------------------------------------------------------------------ one device, this process
@@ -131,3 +152,33 @@ def test_spec_forms():
     assert as_spec(PartitionSpec("data", None)) == Spec("data")
     assert as_spec(("data", ("a", "b"))).dims == (("data",), ("a", "b"))
     assert as_spec(None) == Spec()
+
+
+def test_data_shard():
+    from kaun_ir import data
+
+    items = list(range(11))
+    parts = [data.to_array(data.shard(i, 3, data.of_array(items))) for i in range(3)]
+    assert parts == [[0, 3, 6], [1, 4, 7], [2, 5, 8]]  # 11 // 3 each: the processes stay in step
+    assert len(data.shard(1, 3, data.of_array(items))) == 3
+    unknown = data.shard(1, 2, data.of_iterable(iter_again(items)))
+    assert data.to_array(unknown) == [1, 3, 5, 7, 9]
+    unknown.reset()
+    assert data.to_array(unknown) == [1, 3, 5, 7, 9]
+    x = np.arange(40, dtype=np.float32).reshape(20, 2)
+    batches = data.to_array(data.shard(1, 2, data.prepare((x, x[:, 0]), 4)))
+    assert len(batches) == 2 and np.array_equal(batches[0][0], x[4:8]) and np.array_equal(batches[1][0], x[12:16])
+    with pytest.raises(ValueError, match="not in"):
+        data.shard(2, 2, data.of_array(items))
+    with pytest.raises(ValueError, match=">= 1"):
+        data.shard(0, 0, data.of_array(items))
+
+
+class iter_again:
+    """A re-iterable without a length."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __iter__(self):
+        return iter(self.items)

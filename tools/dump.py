@@ -49,8 +49,23 @@ def add_parser(sub) -> None:
                              "first; each file is replaced atomically)")
     parser.add_argument("--stats", action="store_true",
                         help="print op counts, parameter bytes and estimated FLOPs / bytes moved")
+    parser.add_argument("--devices", type=int, default=None, metavar="N",
+                        help="run on N virtual CPU devices (for graphs sharded over a mesh; sets XLA_FLAGS "
+                             "before the backend starts)")
     parser.add_argument("-o", "--output", default="-", help="output file for one stage ('-': stdout)")
     parser.set_defaults(run=run)
+
+
+def use_virtual_devices(count: int | None) -> None:
+    """Ask XLA's CPU backend for ``count`` devices (only possible before it starts)."""
+    if not count:
+        return
+    from kaun_ir.runtime import xla
+
+    if xla.client.cache_info().currsize:
+        raise ValueError("--devices must be given before the XLA backend starts")
+    flag = f"--xla_force_host_platform_device_count={int(count)}"
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()
 
 
 def add_spec_arguments(parser) -> None:
@@ -143,13 +158,25 @@ def statistics(subject, graph) -> dict:
         group["bytes"] += nbytes
     params = specs.parameter_inputs(subject, graph)
     flops, nbytes = graph_cost(graph)
+    shardings: dict[str, int] = {}
+    for node in graph.nodes:
+        if node.op == "sharding_constraint":
+            text = "[" + ", ".join("{" + ",".join(axes) + "}" for axes in node.attr("spec")) + "]"
+            label = f"{node.inputs[0].type} {text} mesh {dict(node.attr('mesh'))}"
+            shardings[label] = shardings.get(label, 0) + 1
+    collectives = None
+    if shardings:  # partitioned by XLA: count what its partitioner inserted
+        from kaun_ir import runtime
+        from kaun_ir.runtime.collectives import collective_stats
+
+        collectives = collective_stats(runtime.compile(graph).hlo_text())
     return {
         "nodes": len(graph.nodes), "per_op": per_op, "per_layer": per_layer,
         "parameter_inputs": len(params),
         "parameter_bytes": sum(graph.inputs[i].type.nbytes for i in params),
         "parameter_elements": sum(graph.inputs[i].type.size for i in params),
         "parameters_known": subject.kind in ("layer", "train"),
-        "flops": flops, "bytes": nbytes,
+        "flops": flops, "bytes": nbytes, "shardings": shardings, "collectives": collectives,
     }
 
 
@@ -163,6 +190,14 @@ def format_statistics(name: str, stage: str, stats: dict) -> str:
     lines.append("ops:")
     for op, count in sorted(stats["per_op"].items(), key=lambda kv: (-kv[1], kv[0])):
         lines.append(f"  {op:24s} {count:6d}")
+    if stats.get("shardings"):
+        lines.append("shardings (sharding_constraint):")
+        for label, count in stats["shardings"].items():
+            lines.append(f"  {count:4d} x {label}")
+    if stats.get("collectives") is not None:
+        lines.append("collectives in XLA's partitioned HLO (per device):")
+        for kind, entry in stats["collectives"].items():
+            lines.append(f"  {kind:24s} {entry['count']:6d} {entry['bytes']:16,d} bytes")
     lines.append("layers (top-level):")
     lines.append(f"  {'layer':24s} {'nodes':>6s} {'FLOPs':>16s} {'bytes':>16s}")
     for layer, group in stats["per_layer"].items():
@@ -205,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
     from kaun_ir.errors import KaunError
 
     try:
+        use_virtual_devices(getattr(args, "devices", None))
         subject = specs.resolve(args.spec, args.input)
         if args.all:
             for path in write_all(subject, args.all):

@@ -110,3 +110,24 @@ def train_step_mlp() -> TrainSetup:
         return lambda logits: loss.cross_entropy_sparse(logits, labels)
 
     return TrainSetup(_mlp_layer(), optim.adam(1e-3), loss_fn_builder, (ShapeDtype((32, 784)),))
+
+
+def sharded_mlp_grad():
+    """The gradient of a 784 -> 256 -> 10 MLP's loss on 8 devices: the batch of 64 split over
+    ``data`` (constrained on the input), the hidden layer split over ``model``
+    (``kaun-ir dump kaun_ir.tools.examples:sharded_mlp_grad --stats --devices 8``)."""
+    import kaun_ir as kn
+    from kaun_ir import ShapeDtype
+    from kaun_ir.sharding import Spec
+
+    mesh = kn.sharding.mesh((4, 2), ("data", "model"))
+
+    def loss_grad(w1, w2, x):
+        def loss(w1, w2):
+            h = kn.sharding.constrain(x, Spec("data"), mesh=mesh) @ kn.sharding.constrain(w1, Spec(None, "model"),
+                                                                                        mesh=mesh)
+            return kn.mean((kn.tanh(h) @ w2) ** 2)
+
+        return kn.grad(loss, argnums=(0, 1))(w1, w2)
+
+    return loss_grad, (ShapeDtype((784, 256)), ShapeDtype((256, 10)), ShapeDtype((64, 784)))

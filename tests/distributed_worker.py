@@ -1,0 +1,105 @@
+"""One process of a multi-process data-parallel run (tests/test_distributed.py starts two).
+
+``python distributed_worker.py PROCESS_ID NUM_PROCESSES PORT OUT_DIR``: joins the run on
+127.0.0.1:PORT with 2 virtual CPU devices, trains a small MLP for ``STEPS`` steps on a mesh
+over all processes' devices, each process loading only its own batches (``kn.data.shard``),
+saves the state as a sharded checkpoint in OUT_DIR/ckpt and writes its final parameters to
+OUT_DIR/result-<id>.json. :func:`train` without a mesh is the one-process reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+STEPS = 5
+LOCAL_BATCH = 8
+
+
+def problem():
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((96, 6)).astype(np.float32)
+    y = np.tanh(x @ rng.standard_normal((6, 3))).astype(np.float32)
+    return x, y
+
+
+def model():
+    from kaun_ir import layer
+
+    return layer.sequential([layer.linear(6, 16), layer.tanh(), layer.linear(16, 3)])
+
+
+def train_run(batches, mesh=None):
+    """Final parameters after training on every ``(x, y)`` of ``batches`` with Adam on the mean
+    squared error. With ``mesh``, batches hold this process's rows, the step is partitioned over
+    the mesh (batch split over ``"data"``, parameters replicated) and XLA reduces the gradients
+    across devices and processes."""
+    import kaun_ir as kn
+    from kaun_ir import layer, loss, optim, rng
+    from kaun_ir.sharding import Spec
+
+    alg = optim.adam(0.05)
+    net = model()
+    vars_ = rng.run(0, lambda: layer.init(net))
+    params, state = vars_.params, vars_.state
+    opt = optim.init(alg, params)
+
+    def step(params, opt, x, y):
+        def objective(p):
+            return loss.mse(layer.apply(net, layer.Vars(p, state, kn.float32), x)[0], y)
+
+        value, grads = kn.value_and_grad(objective)(params)
+        params, opt = optim.update(alg, opt, params, grads)
+        return value, params, opt
+
+    if mesh is None:
+        compiled = kn.jit(step)
+    else:
+        compiled = kn.jit(step, mesh=mesh, in_shardings=(None, None, Spec("data"), Spec("data")),
+                          out_shardings=Spec())
+    losses = []
+    for x, y in batches:
+        if mesh is not None:
+            x, y = kn.sharding.put_local((x, y), mesh, Spec("data"))
+        value, params, opt = compiled(params, opt, x, y)
+        losses.append(float(np_of(value)))
+    return params, opt, losses
+
+
+def np_of(array):
+    """The host value of a (possibly multi-process, replicated) array."""
+    import numpy as np
+
+    shards = getattr(array, "addressable_shards", None)
+    return np.asarray(shards[0].data) if shards else np.asarray(array)
+
+
+def main() -> None:
+    process_id, count, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
+    os.environ["KAUN_IR_BACKEND"] = "cpu"
+    import numpy as np
+
+    import kaun_ir as kn
+    from kaun_ir import data
+
+    kn.distributed.initialize(f"127.0.0.1:{port}", count, process_id, timeout_s=60)
+    mesh = kn.sharding.mesh((len(kn.runtime.devices()),), ("data",))
+    x, y = problem()
+    batches = data.shard(kn.distributed.process_index(), kn.distributed.process_count(),
+                         data.prepare((x, y), LOCAL_BATCH))
+    params, opt, losses = train_run(data.to_array(batches)[:STEPS], mesh)
+    kn.checkpoint.save_sharded(os.path.join(out, "ckpt"), {"params": params, "opt": opt})
+    leaves = [(path, np_of(leaf).tolist()) for path, leaf in kn.ptree.flatten_with_paths(params)]
+    result = {"process": kn.distributed.process_index(), "count": kn.distributed.process_count(),
+              "devices": len(kn.runtime.devices()), "local": len(kn.distributed.local_devices()),
+              "params": leaves, "losses": losses}
+    kn.fileio.atomic_write(os.path.join(out, f"result-{process_id}.json"), json.dumps(result))
+    kn.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main()
