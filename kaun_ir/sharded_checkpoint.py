@@ -118,13 +118,12 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
                 owner = device.process_index
                 pieces.append({"file": _shard_file(owner, count), "bounds": bounds})
                 if owner == me:
-                    data = np.asarray(local[device].data)
-                    mine[_key(key, bounds)] = np.ascontiguousarray(data)
+                    mine[_key(key, bounds)] = _contiguous(np.asarray(local[device].data))
         else:
             bounds = tuple((0, n) for n in shape)
             pieces.append({"file": _shard_file(0, count), "bounds": bounds})
             if me == 0:
-                mine[_key(key, bounds)] = np.ascontiguousarray(np.asarray(leaf))
+                mine[_key(key, bounds)] = _contiguous(np.asarray(leaf))
         entries[key] = {"shape": list(shape), "dtype": np.dtype(leaf.dtype).name, "pieces": pieces}
     atomic_write(os.path.join(staging, _shard_file(me, count)), st_save(mine) if mine else st_save({}))
     _barrier_token(token)  # every process's file is complete
@@ -134,6 +133,11 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
         _swap_into_place(staging, path, token)
     _barrier_token(token)  # nobody reads before the directory is in place
     return path
+
+
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    # not np.ascontiguousarray: it turns a 0-d array into shape [1]
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
 def _swap_into_place(staging: str, path: str, token: int) -> None:

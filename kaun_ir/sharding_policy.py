@@ -136,8 +136,8 @@ def _opt_specs(opt_state: Any, params: Any, pspecs: Any) -> Any:
         if tree.flatten(node)[1] == pdef:
             return pspecs
         if isinstance(node, (tuple, list)):
-            return type(node)(follow(n) for n in node)
-        return None
+            return tuple(follow(n) for n in node)
+        return REPLICATED
 
     return follow(opt_state)
 
@@ -165,6 +165,13 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
 
         pspecs = specs_of(params)
         axis = 1 if block else 0
+        ways = dict(mesh.axes)[data_axis]
+        for leaf in tree.flatten(x)[0]:
+            shape = tuple(getattr(leaf, "shape", ()))
+            if len(shape) > axis and shape[axis] % ways:
+                raise ValueError(f"train: a batch of {shape[axis]} rows (x of shape {list(shape)}) does not "
+                                 f"split evenly over the {ways} devices of mesh axis {data_axis!r}; use a "
+                                 f"multiple of {ways}")
         rows = {tuple(leaf.shape)[axis] for leaf in tree.flatten(x)[0] if len(getattr(leaf, "shape", ())) > axis}
         # targets with the batch's rows are split like it; other arrays a loss reads are replicated
         leaves, treedef = tree.flatten(targets)
@@ -174,6 +181,62 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
 
     def outs(params, state, opt_state, *rest, **kwargs):
         pspecs = specs_of(params)
-        return (REPLICATED, pspecs, None, _opt_specs(opt_state, params, pspecs))
+        # results come back laid out as the next step takes them (the fast path relies on it)
+        return (REPLICATED, pspecs, REPLICATED, _opt_specs(opt_state, params, pspecs))
 
     return ins, outs
+
+
+def check_training_layout(mesh: Any, data_axis: str, policy: Any) -> None:
+    """``train.make``'s checks: a kaun_ir mesh, a data axis it has, a policy that parses."""
+    if not isinstance(mesh, Mesh):
+        raise TypeError(f"train.make: mesh must be a kn.sharding.mesh(...), got {type(mesh).__name__}")
+    if data_axis not in dict(mesh.axes):
+        raise ValueError(f"train.make: data_axis {data_axis!r} is not an axis of mesh {dict(mesh.axes)}")
+    _policy(policy)
+
+
+def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state: Any) -> tuple:
+    """``(params, opt_state)`` as global arrays laid out by ``policy`` on ``mesh``."""
+    from . import tree
+    from .runtime import xla
+
+    pspecs = param_specs(params, mesh, policy, data_axis)
+    ospecs = _opt_specs(opt_state, params, pspecs)
+
+    def place(values, specs):
+        leaves, treedef = tree.flatten(values)
+        spec_leaves = _spec_leaves(specs, values)
+        out = []
+        for leaf, spec in zip(leaves, spec_leaves):
+            import numpy as np
+
+            dtype = np.dtype(getattr(leaf, "dtype", None) or np.asarray(leaf).dtype)
+            out.append(xla.put_sharded(leaf, dtype, xla.named_sharding(mesh, spec)))
+        return tree.unflatten(treedef, out)
+
+    count, trees = opt_state
+    from . import optim
+
+    placed_trees = place(tuple(trees), ospecs[1])
+    return place(params, pspecs), optim.State(place(count, REPLICATED), placed_trees)
+
+
+def _spec_leaves(specs: Any, values: Any) -> list:
+    """One spec per array leaf of ``values`` from a spec tree (a spec covers its whole subtree)."""
+    from . import tree
+
+    out = []
+
+    def walk(spec, value):
+        if spec is None or isinstance(spec, Spec):
+            out.extend([spec or REPLICATED] * len(tree.flatten(value)[0]))
+        elif isinstance(value, dict):
+            for key in sorted(value):
+                walk(spec[key], value[key])
+        else:
+            for s, v in zip(spec, value):
+                walk(s, v)
+
+    walk(specs, values)
+    return out

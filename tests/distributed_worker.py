@@ -1,10 +1,11 @@
 """One process of a multi-process data-parallel run (tests/test_distributed.py starts two).
 
 ``python distributed_worker.py PROCESS_ID NUM_PROCESSES PORT OUT_DIR``: joins the run on
-127.0.0.1:PORT with 2 virtual CPU devices, trains a small MLP for ``STEPS`` steps on a mesh
-over all processes' devices, each process loading only its own batches (``kn.data.shard``),
-saves the state as a sharded checkpoint in OUT_DIR/ckpt and writes its final parameters to
-OUT_DIR/result-<id>.json. :func:`train` without a mesh is the one-process reference.
+127.0.0.1:PORT with 2 virtual CPU devices, trains a small MLP for ``STEPS`` steps with
+``train.fit`` on a mesh over all processes' devices, each process loading only its own batches
+(``kn.data.shard``), saves the state as a sharded checkpoint in OUT_DIR/ckpt and writes its
+final parameters and losses to OUT_DIR/result-<id>.json. :func:`train_run` without a mesh is
+the one-process reference.
 """
 
 from __future__ import annotations
@@ -33,40 +34,16 @@ def model():
 
 
 def train_run(batches, mesh=None):
-    """Final parameters after training on every ``(x, y)`` of ``batches`` with Adam on the mean
-    squared error. With ``mesh``, batches hold this process's rows, the step is partitioned over
-    the mesh (batch split over ``"data"``, parameters replicated) and XLA reduces the gradients
-    across devices and processes."""
-    import kaun_ir as kn
-    from kaun_ir import layer, loss, optim, rng
-    from kaun_ir.sharding import Spec
+    """``(params, state, losses)`` after ``train.fit`` over ``batches`` (``(x, y)`` pairs) with
+    Adam on the mean squared error. With ``mesh`` spanning the processes, each process passes
+    its own batches: the global batch is their concatenation, split over ``"data"``."""
+    from kaun_ir import loss, optim, rng, train
 
-    alg = optim.adam(0.05)
-    net = model()
-    vars_ = rng.run(0, lambda: layer.init(net))
-    params, state = vars_.params, vars_.state
-    opt = optim.init(alg, params)
-
-    def step(params, opt, x, y):
-        def objective(p):
-            return loss.mse(layer.apply(net, layer.Vars(p, state, kn.float32), x)[0], y)
-
-        value, grads = kn.value_and_grad(objective)(params)
-        params, opt = optim.update(alg, opt, params, grads)
-        return value, params, opt
-
-    if mesh is None:
-        compiled = kn.jit(step)
-    else:
-        compiled = kn.jit(step, mesh=mesh, in_shardings=(None, None, Spec("data"), Spec("data")),
-                          out_shardings=Spec())
+    trainer = train.make(model(), optim.adam(0.05), loss=loss.mse, mesh=mesh)
+    st = rng.run(0, lambda: train.init(trainer))
     losses = []
-    for x, y in batches:
-        if mesh is not None:
-            x, y = kn.sharding.put_local((x, y), mesh, Spec("data"))
-        value, params, opt = compiled(params, opt, x, y)
-        losses.append(float(np_of(value)))
-    return params, opt, losses
+    st = train.fit(trainer, st, batches, report=lambda step, loss, state: losses.append(float(np_of(loss))))
+    return train.vars(st).params, st, losses
 
 
 def np_of(array):
@@ -91,8 +68,8 @@ def main() -> None:
     x, y = problem()
     batches = data.shard(kn.distributed.process_index(), kn.distributed.process_count(),
                          data.prepare((x, y), LOCAL_BATCH))
-    params, opt, losses = train_run(data.to_array(batches)[:STEPS], mesh)
-    kn.checkpoint.save_sharded(os.path.join(out, "ckpt"), {"params": params, "opt": opt})
+    params, st, losses = train_run(data.of_array(data.to_array(batches)[:STEPS]), mesh)
+    kn.checkpoint.save_sharded(os.path.join(out, "ckpt"), kn.train.state_to_tree(st))
     leaves = [(path, np_of(leaf).tolist()) for path, leaf in kn.ptree.flatten_with_paths(params)]
     result = {"process": kn.distributed.process_index(), "count": kn.distributed.process_count(),
               "devices": len(kn.runtime.devices()), "local": len(kn.distributed.local_devices()),

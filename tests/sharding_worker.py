@@ -223,7 +223,69 @@ def group_tools():
         return {"code": code, "text": out.getvalue()}
 
 
-GROUPS = {"jit": group_jit, "train": group_train, "tools": group_tools}
+def group_tensor_parallel():
+    from kaun_ir import layer, loss, optim, rng, train
+    from kaun_ir.tools.bench_workloads import _decoder_block
+
+    data_rng = np.random.default_rng(2)
+    x = data_rng.standard_normal((3, 8, 8, 32)).astype(np.float32)  # 3 batches [B=8, T=8, E=32]
+    y = data_rng.standard_normal((3, 8, 8, 32)).astype(np.float32)
+    block = layer.sequential([_decoder_block(32, 4)])
+
+    # plain SGD: Adam would turn rounding noise in gradients that are zero in exact arithmetic
+    # (the key projection's bias does not change softmax) into full-size updates
+    def run(mesh=None, **options):
+        trainer = train.make(block, optim.sgd(0.1), loss=loss.mse, mesh=mesh, **options)
+        st = rng.run(0, lambda: train.init(trainer))
+        losses = []
+        for i in range(len(x)):
+            value, st = train.step(trainer, st, x[i], y[i])
+            losses.append(float(value))
+        return trainer, st, losses
+
+    _, single, single_losses = run()
+    want = dict(kn.ptree.flatten_with_paths(train.vars(single).params))
+    grid = kn.sharding.mesh((2, 4), ("data", "model"))
+    table = kn.sharding.attention_rules("*attn.") + kn.sharding.mlp_rules("*fc1", "*fc2")
+
+    @check
+    def tensor_parallel():
+        trainer, st, losses = run(grid, param_sharding=table)
+        params = train.vars(st).params[0]
+        got = kn.ptree.flatten_with_paths(train.vars(st).params)
+        hlo = train.step_executable(trainer, st, x[0], y[0]).hlo_text()
+        return {"params": max(max_diff(leaf, want[path]) for path, leaf in got),
+                "loss": max(abs(a - b) for a, b in zip(losses, single_losses)),
+                "query": str(params["attn"]["query"]["weight"].sharding.spec),
+                "out": str(params["attn"]["out"]["weight"].sharding.spec),
+                "fc1": sorted({tuple(s.data.shape) for s in params["fc1"]["weight"].addressable_shards}),
+                "all_reduce": hlo.count(" all-reduce(")}
+
+    @check
+    def fsdp_tensor_parallel_layout():
+        params = rng.run(0, lambda: layer.init(block)).params
+        specs = kn.sharding.param_specs(params, grid, kn.sharding.rules(table, fsdp=True))[0]
+        return {"fc1": repr(specs["fc1"]["weight"]), "fc2": repr(specs["fc2"]["weight"]),
+                "ln1": repr(specs["ln1"][sorted(specs["ln1"])[0]]), "out_bias": repr(specs["attn"]["out"]["bias"])}
+
+    @check
+    def bad_rules():
+        return {"axis": error_of(lambda: run(grid, param_sharding=[("*fc1.weight", Spec(None, "tensor"))])),
+                "policy": error_of(lambda: train.make(block, optim.adam(0.01), loss=loss.mse, mesh=grid,
+                                                      param_sharding="zero")),
+                "data_axis": error_of(lambda: train.make(block, optim.adam(0.01), loss=loss.mse, mesh=grid,
+                                                         data_axis="batch")),
+                "batch": error_of(lambda: train.step(*_one_state(train, block, grid), x[0][:3], y[0][:3]))}
+
+
+def _one_state(train, block, grid):
+    from kaun_ir import loss, optim, rng
+
+    trainer = train.make(block, optim.sgd(0.1), loss=loss.mse, mesh=grid)
+    return trainer, rng.run(0, lambda: train.init(trainer))
+
+
+GROUPS = {"jit": group_jit, "train": group_train, "tools": group_tools, "tp": group_tensor_parallel}
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:

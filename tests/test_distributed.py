@@ -50,7 +50,7 @@ def test_two_processes_train_like_one(tmp_path):
     # the one-process reference: the global batches are the two processes' batches, in order
     x, y = worker.problem()
     batches = kn.data.to_array(kn.data.prepare((x, y), 2 * worker.LOCAL_BATCH))[:worker.STEPS]
-    params, _, losses = worker.train_run(batches)
+    params, st, losses = worker.train_run(kn.data.of_array(batches))
     want = dict(kn.ptree.flatten_with_paths(params))
     for r in results:
         assert len(r["losses"]) == worker.STEPS
@@ -61,7 +61,8 @@ def test_two_processes_train_like_one(tmp_path):
     # the sharded checkpoint: one file per process plus the index, loadable in this process
     files = sorted(os.listdir(tmp_path / "ckpt"))
     assert files == ["index.json", "shards-00000-of-00002.safetensors", "shards-00001-of-00002.safetensors"]
-    back = kn.checkpoint.load_sharded(tmp_path / "ckpt", {"params": params})
-    for path, leaf in kn.ptree.flatten_with_paths(back["params"]):
-        np.testing.assert_allclose(np.asarray(leaf), np.asarray(want[path]), rtol=1e-5, atol=1e-6)
+    back = kn.checkpoint.load_sharded(tmp_path / "ckpt", kn.train.state_to_tree(st))
+    for path, leaf in kn.ptree.flatten_with_paths(back):
+        np.testing.assert_allclose(np.asarray(leaf), np.asarray(dict(kn.ptree.flatten_with_paths(
+            kn.train.state_to_tree(st)))[path]), rtol=1e-5, atol=1e-6, err_msg=path)
 

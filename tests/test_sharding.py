@@ -31,7 +31,7 @@ def run_worker(*groups: str, timeout: float = 300) -> dict:
 
 @pytest.fixture(scope="module")
 def jit_checks():
-    return run_worker("jit", "tools")
+    return run_worker("jit", "tools", "train", "tp")
 
 
 def ok(result: dict) -> dict:
@@ -74,6 +74,42 @@ def test_data_parallel_gradient_is_one_all_reduce(jit_checks):
     r = ok(jit_checks["all_reduce_only"])
     assert r["all_reduce"] >= 1 and r["all_gather"] == 0
     assert r["diff"] < 1e-5
+
+
+def test_data_parallel_training_equals_one_device(jit_checks):
+    r = ok(jit_checks["data_parallel"])
+    # 10 Adam steps, batch of 16 split over 8 devices vs one device
+    assert r["params"] < 1e-5 and r["loss"] < 1e-5
+    assert r["param_spec"] == "P()"
+    assert r["all_reduce"] >= 1 and r["all_gather"] == 0
+
+
+def test_fsdp_parameters_are_sharded(jit_checks):
+    r = ok(jit_checks["fsdp"])
+    assert r["params"] < 1e-5 and r["loss"] < 1e-5
+    assert r["spec"] == "P(None, 'data')"
+    assert r["devices"] == 8 and r["shards"] == [[12, 4]]  # each device holds 1/8 of the [12, 32] weight
+    assert r["moment_shards"] == [[12, 4]]  # and of its Adam moment
+    assert ok({"v": jit_checks["fused_steps"]})["v"] < 1e-5  # steps_per_call=5, sharded
+
+
+def test_tensor_parallel_block_equals_one_device(jit_checks):
+    r = ok(jit_checks["tensor_parallel"])
+    assert r["params"] < 1e-5 and r["loss"] < 1e-5
+    assert r["query"] == "P(None, 'model')" and r["out"] == "P('model',)"
+    assert r["fc1"] == [[32, 32]]  # [32, 128] split over 4 model devices, replicated over data
+    assert r["all_reduce"] >= 1
+    layout = ok(jit_checks["fsdp_tensor_parallel_layout"])
+    assert layout == {"fc1": "Spec('data', 'model')", "fc2": "Spec('model', 'data')", "ln1": "Spec('data')",
+                      "out_bias": "Spec('data')"}
+
+
+def test_training_layout_errors(jit_checks):
+    r = ok(jit_checks["bad_rules"])
+    assert "'0.fc1.weight'" in r["axis"] and "'tensor'" in r["axis"]
+    assert "param_sharding" in r["policy"] and "'zero'" in r["policy"]
+    assert "data_axis 'batch'" in r["data_axis"]
+    assert "batch of 3 rows" in r["batch"] and "multiple of 2" in r["batch"]
 
 
 def test_sharded_checkpoint_loads_onto_another_mesh(jit_checks):

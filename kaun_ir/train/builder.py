@@ -92,7 +92,15 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
         traced.__name__ = name
         # resolved at each compilation, so $KAUN_IR_TRAIN_PIPELINE is read at compile time
         pipeline = functools.partial(passes.train_pipeline, trainer.pipeline)
-        compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline)
+        if trainer.mesh is None:
+            compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline)
+        else:  # one SPMD program over the mesh: batch split, parameters laid out by the policy
+            from ..sharding_policy import step_shardings
+
+            ins, outs = step_shardings(trainer.mesh, trainer.param_sharding, trainer.data_axis,
+                                       block=attr == "block")
+            compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline, mesh=trainer.mesh,
+                           in_shardings=ins, out_shardings=outs)
         setattr(trainer.cache, attr, compiled)
     return compiled
 
@@ -105,6 +113,22 @@ def compiled_step(trainer: Trainer):
 def compiled_block(trainer: Trainer):
     """The trainer's ``kn.jit`` function of ``K`` steps in one executable (made on first use)."""
     return _compiled(trainer, "block", block_body, "train_block")
+
+
+def global_batch(trainer: Trainer, x: Any, arrays: tuple, block: bool = False) -> tuple:
+    """In a multi-process run on a mesh, ``x`` and the target arrays hold this process's rows:
+    the global batch is their concatenation over processes (split over the data axis). As
+    they are otherwise."""
+    if trainer.mesh is None:
+        return x, arrays
+    from ..runtime import xla
+
+    if xla.process_count() == 1:
+        return x, arrays
+    from ..sharding import Spec, put_local
+
+    spec = Spec(None, trainer.data_axis) if block else Spec(trainer.data_axis)
+    return put_local(x, trainer.mesh, spec), put_local(arrays, trainer.mesh, spec)
 
 
 def step_args(st: State, x: Any, targets: tuple, loss: Callable, training: bool, ctx: dict | None) -> tuple:

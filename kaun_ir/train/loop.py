@@ -52,6 +52,8 @@ def step(trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = Tr
     ``kaun_ir.train.capture``). One executable per input signature either way. The ``State``
     passed in is consumed (its buffers are donated to XLA): use the returned one.
     """
+    if trainer.mesh is not None:
+        x, targets = builder.global_batch(trainer, x, targets)
     if not ctx and type(st) is State:
         flat = st.cache.flat
         if flat is not None:
@@ -78,6 +80,8 @@ def step(trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = Tr
 def _run_block(trainer: Trainer, st: State, xs: Any, loss, stacked: tuple, training: bool,
                ctx: dict | None) -> tuple[Any, State]:
     compiled = builder.compiled_block(trainer)
+    if trainer.mesh is not None:
+        xs, stacked = builder.global_batch(trainer, xs, stacked, block=True)
     losses, params, state, opt_state = compiled(*builder.step_args(st, xs, stacked, loss, training, ctx))
     return losses, _new_state(trainer, st, params, state, opt_state, int(xs.shape[0]))
 

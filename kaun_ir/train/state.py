@@ -50,6 +50,12 @@ class Trainer:
     #: the pass pipeline of the compiled step; None: ``$KAUN_IR_TRAIN_PIPELINE`` when compiling,
     #: else ``kn.passes.default_train_pipeline()``
     pipeline: str | None = None
+    #: the device mesh the step is partitioned over (``kn.sharding.mesh``), or None: one device
+    mesh: Any = None
+    #: the mesh axis the batch is split over (data parallelism)
+    data_axis: str = "data"
+    #: how parameters and optimiser state are laid out on the mesh (see ``kn.sharding_policy``)
+    param_sharding: Any = None
     cache: TrainerCache = field(default_factory=TrainerCache, init=False, repr=False, compare=False)
 
 
@@ -81,7 +87,8 @@ class State:
 
 
 def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None = None, *,
-         pipeline: str | None = None) -> Trainer:
+         pipeline: str | None = None, mesh: Any = None, data_axis: str = "data",
+         param_sharding: Any = None) -> Trainer:
     """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``).
 
     ``loss``: ``loss(outputs, *targets) -> scalar``, the explicit-targets form (preferred):
@@ -90,6 +97,14 @@ def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None =
     ``pipeline``: the pass pipeline run on the training step before lowering (e.g.
     ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
     ``kn.passes.default_train_pipeline()``.
+
+    ``mesh`` (``kn.sharding.mesh``): train on every device of the mesh, one SPMD program
+    partitioned by XLA. The batch (``x`` and the targets) is split along its first dimension
+    over ``data_axis``; ``param_sharding`` lays out parameters and optimiser state: ``None``
+    (replicated: data parallelism, XLA all-reduces the gradients), ``"fsdp"`` (split along
+    ``data_axis``: FSDP / ZeRO-3), or a rule table of ``(path pattern, spec)`` pairs /
+    ``kn.sharding.rules(table, fsdp=...)`` (tensor parallelism, see ``kn.sharding``). In a
+    multi-process run (``kn.distributed``) ``x`` and the targets are this process's rows.
     """
     if not isinstance(model, layer.Layer):
         raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
@@ -102,7 +117,13 @@ def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None =
         from .. import passes
 
         pipeline = str(passes.Pipeline.parse(pipeline))  # a bad pipeline fails here, not mid-training
-    return Trainer(model, optimizer, loss, pipeline)
+    if mesh is not None:
+        from ..sharding_policy import check_training_layout
+
+        check_training_layout(mesh, data_axis, param_sharding)
+    elif param_sharding is not None:
+        raise ValueError("train.make: param_sharding needs a mesh= to lay parameters out on")
+    return Trainer(model, optimizer, loss, pipeline, mesh, data_axis, param_sharding)
 
 
 def _base_key():
@@ -111,8 +132,16 @@ def _base_key():
 
 def make_state(trainer: Trainer, vars: layer.Vars) -> State:
     """A fresh training state around existing (e.g. loaded) variables: new optimiser state,
-    step 0, and a base key from the current ``kn.rng`` scope (seed 0 outside any scope)."""
-    return State(vars, optim.init(trainer.optimizer, vars.params), 0, _base_key())
+    step 0, and a base key from the current ``kn.rng`` scope (seed 0 outside any scope). On a
+    trainer's mesh, parameters and optimiser state are laid out as the trainer says."""
+    opt_state = optim.init(trainer.optimizer, vars.params)
+    if trainer.mesh is not None:
+        from ..sharding_policy import place_state
+
+        params, opt_state = place_state(trainer.mesh, trainer.param_sharding, trainer.data_axis,
+                                        vars.params, opt_state)
+        vars = layer.Vars(params, vars.state, vars.dtype)
+    return State(vars, opt_state, 0, _base_key())
 
 
 def init(trainer: Trainer, dtype=dtypes.float32, example=None) -> State:
