@@ -67,7 +67,9 @@ def ein(spec: str, *operands, reduce: str = "sum", sizes: dict | None = None, **
     window size and ``reduce`` combines each window (pooling). ``sizes`` also gives the sizes of
     result axes that no operand has (broadcast).
 
-    Shapes: every axis name has one size; ``o`` has size ``(n - dilation*(k-1) - 1) // stride + 1``.
+    Shapes: every axis name has one size (no size-1 broadcasting between operands); a window's
+    ``o`` has size ``(n - dilation*(k-1) - 1) // stride + 1``. Two operands are promoted to one
+    dtype like ``kn.einsum``; a sum keeps the dtype (like ``np.einsum``), ``mean`` gives floats.
     Errors (:class:`kaun_ir.einspec.SpecError`, ``kn.ShapeError``) show the spec with a caret at
     the offending position.
     """
