@@ -27,6 +27,7 @@ from .trace import ShapeDtype, trace
 from . import passes, runtime  # noqa: E402  (both build on the core above)
 from .runtime import jit
 from . import debug  # noqa: E402
+from . import primitives, testing  # noqa: E402  (user-defined ops and their test helper)
 from . import checkpoint, data, datasets, ptree  # noqa: E402
 from . import loss, metric, optim  # noqa: E402
 from . import init, layer, rng, train  # noqa: E402

@@ -54,6 +54,7 @@ def lower(graph: Graph, donate: Sequence[int] = (), name: str = "main", mesh=Non
         *em.lines,
         f"    \"func.return\"({returned}) : ({return_types}) -> ()",
         "  }",
+        *em.functions,  # private functions the body calls (composite decompositions)
         "}",
     ]
     return "\n".join(lines) + "\n"

@@ -170,6 +170,9 @@ class Emitter:
         self.location = parent.location if parent else ""
         self._root = parent._root if parent else self
         self.counter = 0  # used on the root only: SSA names are unique in the whole function
+        # private functions the body calls (``stablehlo.composite`` decompositions), on the root
+        self.functions: list[str] = []
+        self._function_names: dict[str, str] = {}
 
     def fresh(self, prefix: str = "") -> str:
         self._root.counter += 1
@@ -204,6 +207,25 @@ class Emitter:
             f" : ({ins}) -> {outs}{loc}"
         )
         return results
+
+    def function(self, name_hint: str, graph) -> str:
+        """Emit ``graph`` as a private ``func.func`` of the module; returns its symbol name (one
+        function per distinct graph, so equal decompositions are shared)."""
+        root = self._root
+        key = graph.text()
+        if key in root._function_names:
+            return root._function_names[key]
+        name = f"{name_hint}_{len(root._function_names)}"
+        root._function_names[key] = name
+        body = Emitter(indent=4)
+        args = [f"%arg{i}" for i in range(len(graph.inputs))]
+        results = body.emit_graph(graph, args)
+        root.functions.extend(body.functions)
+        header = ", ".join(f"{a}: {tensor_type(v.type)}" for a, v in zip(args, graph.inputs))
+        outs = ", ".join(tensor_type(v.type) for v in graph.outputs)
+        root.functions += [f"  func.func private @{name}({header}) -> ({outs}) {{", *body.lines,
+                           f"    \"func.return\"({', '.join(results)}) : ({outs}) -> ()", "  }"]
+        return name
 
     def region(self, arg_types: Sequence[TensorType], body: Callable[["Emitter", list[str]], Sequence[str]],
                result_types: Sequence[TensorType] | None = None) -> str:
