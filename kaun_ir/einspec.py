@@ -26,6 +26,7 @@ import re
 from dataclasses import dataclass
 
 from .errors import KaunError
+from .ir.builder import current_path
 
 __all__ = ["SpecError", "Axis", "RowVar", "Fixed", "Affine", "RowSpec", "Spec", "parse", "pointer"]
 
@@ -45,7 +46,8 @@ class SpecError(KaunError, ValueError):
 
     def __init__(self, message: str, spec: str, position: int):
         self.reason, self.spec, self.position = message, spec, position
-        super().__init__(pointer(f"ein: {message}", spec, position))
+        where = f"{current_path()}: " if current_path() else ""  # inside a model: the layer path
+        super().__init__(pointer(f"{where}ein: {message}", spec, position))
 
 
 @dataclass(frozen=True)

@@ -260,3 +260,18 @@ def test_bad_arguments():
         kn.ein("i => i, j", x[0], sizes={"j": 0})
     with pytest.raises(kn.ShapeError, match="sizes"):
         kn.ein("i => i", x[0], sizes={"i": 7})
+
+
+def test_errors_inside_a_model_name_the_layer_path():
+    from kaun_ir.ir.builder import scope
+
+    def scoped(spec):
+        def forward(*xs):
+            with scope("1.block"):
+                return kn.ein(spec, *xs)
+        return forward
+
+    with pytest.raises(SpecError, match=r"^1\.block: ein: the size of result axis 'q'"):
+        kn.trace(scoped("i, j => i, q"), kn.ShapeDtype((3, 4)))
+    with pytest.raises(kn.ShapeError, match=r"^1\.block: ein: axis 'j' is 5"):
+        kn.trace(scoped("i, j; j => i"), kn.ShapeDtype((3, 4)), kn.ShapeDtype((5,)))

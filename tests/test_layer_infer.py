@@ -163,3 +163,18 @@ def test_constructor_errors():
         layer.multi_head_attention()
     with pytest.raises(TypeError, match="example input"):
         layer.init(layer.linear(out_features=2), ["not an array"])
+
+
+def test_layers_with_a_dtype_only_init_pass_the_type_through():
+    def init_(dt):                     # an older user layer: its init knows nothing of the input
+        return layer.Vars({"s": kn.ones((), dt)}, [], dt)
+
+    def apply_(params, state, x, *, training, ctx):
+        return kn.concatenate([x, x * params["s"]], axis=-1), state
+
+    doubling = layer.Layer(init_, apply_, "doubling")
+    model = layer.sequential([doubling, layer.linear(out_features=3)])
+    with rng.scope(0):
+        v = layer.init(model, kn.ShapeDtype((2, 4)))
+    assert np.shape(v.params[1]["weight"]) == (8, 3)
+    assert layer.eval_shape(model, v, kn.ShapeDtype((7, 4))) == kn.ShapeDtype((7, 3))
