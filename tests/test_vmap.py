@@ -131,3 +131,19 @@ def test_bad_input_gives_clear_errors():
         kn.vmap(lambda a: a, in_axes=None)(x)
     with pytest.raises(kn.BatchingError, match=r"in_axes\[0\] has keys \['a'\] but the argument has keys"):
         kn.vmap(lambda p: p["b"], in_axes=({"a": 0},))({"b": x})
+
+
+def test_vmap_and_jvp_as_passes():
+    graph = kn.trace(lambda w, x: kn.tanh(x @ w), kn.ShapeDtype((3, 2), kn.float64),
+                     kn.ShapeDtype((3,), kn.float64))
+    batched = kn.passes.run(graph, "vmap{size=4 unmapped=0},cse,dce")
+    assert [str(t) for t in batched.input_types] == ["f64[3,2]", "f64[4,3]"]
+    w, xs = RNG.standard_normal((3, 2)), RNG.standard_normal((4, 3))
+    np.testing.assert_allclose(np.asarray(kn.runtime.compile(batched)(w, xs)[0]), np.tanh(xs @ w), rtol=1e-14)
+    forward = kn.passes.run(graph, "jvp,cse,dce")
+    tw, tx = RNG.standard_normal((3, 2)), RNG.standard_normal(3)
+    _, tangent = kn.runtime.compile(forward)(w, xs[0], tw, tx)
+    want = (1 - np.tanh(xs[0] @ w) ** 2) * (xs[0] @ tw + tx @ w)
+    np.testing.assert_allclose(np.asarray(tangent), want, rtol=1e-13)
+    with pytest.raises(kn.BatchingError, match=r"unmapped input\(s\) \[5\] out of range"):
+        kn.passes.run(graph, "vmap{unmapped=5}")
