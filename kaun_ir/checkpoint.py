@@ -27,9 +27,12 @@ from . import ptree
 from .checkpoint_mapping import MappedSource, state_dict_arrays
 from .fileio import atomic_write
 
-__all__ = ["save", "load", "load_raw", "from_state_dict", "save_sharded", "load_sharded", "STRUCTURE_KEY"]
+__all__ = ["save", "load", "load_raw", "metadata", "from_state_dict", "save_sharded", "load_sharded",
+           "STRUCTURE_KEY"]
 
 STRUCTURE_KEY = "kaun_ir.tree"
+OPTIMIZER_KEY = "kaun_ir.optimizer"  # which optimiser wrote a training state (kn.train.save)
+_PASSED_THROUGH = (OPTIMIZER_KEY,)
 _FORMAT_KEY = "kaun_ir.format"
 _FORMAT = "1"
 _CHUNK = 1 << 24  # bytes per write call
@@ -99,9 +102,15 @@ def _write_bytes(handle, data: bytes) -> None:
         handle.write(view[start:start + _CHUNK])
 
 
-def save(path: str | os.PathLike, tree: Any) -> str:
+def save(path: str | os.PathLike, tree: Any, metadata: dict[str, str] | None = None) -> str:
     """Write ``tree`` (arrays, Python numbers, nested dicts/lists/tuples) to ``path`` as
     SafeTensors, atomically. Returns ``path`` as a string.
+
+    A whole training state (``kn.train.State``) is saved as ``kn.train.save`` does (parameters,
+    layer state, optimiser state and which optimiser made it, step, key); load it back with
+    ``checkpoint.load(path, like=state)`` or ``kn.train.load``. ``metadata``: extra string
+    entries for the file's header (read back with :func:`metadata`); keys starting with
+    ``"kaun_ir."`` are reserved.
 
     Each leaf becomes a tensor named by its dotted path with its own shape and dtype
     (``bfloat16`` included); a Python ``int`` / ``float`` / ``bool`` is stored as a 0-d
@@ -111,7 +120,19 @@ def save(path: str | os.PathLike, tree: Any) -> str:
     """
     from safetensors.numpy import save as st_save
 
+    from .train import State
+
+    if isinstance(tree, State):
+        from .train import io as train_io
+
+        return train_io.save(path, tree, metadata)
     path = os.fspath(path)
+    extra = dict(metadata or {})
+    for key, value in extra.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise TypeError(f"checkpoint.save: metadata must map strings to strings, got {key!r}: {value!r}")
+        if key.startswith("kaun_ir.") and key not in _PASSED_THROUGH:
+            raise ValueError(f"checkpoint.save: metadata key {key!r} is reserved")
     entries = ptree.flatten_with_paths(tree)  # validates the dict keys
     tensors = {}
     for key, leaf in entries:
@@ -119,9 +140,10 @@ def save(path: str | os.PathLike, tree: Any) -> str:
             raise ValueError("checkpoint.save: '__metadata__' is reserved by SafeTensors and "
                              "cannot be a key")
         tensors[key] = _leaf_to_host(key, leaf)
-    metadata = {STRUCTURE_KEY: json.dumps(_encode(tree, ""), separators=(",", ":")),
-                _FORMAT_KEY: _FORMAT}
-    atomic_write(path, st_save(tensors, metadata=metadata), writer=lambda handle, data: _write_bytes(handle, data))
+    header = {**extra, STRUCTURE_KEY: json.dumps(_encode(tree, ""), separators=(",", ":")),
+              _FORMAT_KEY: _FORMAT}
+    atomic_write(path, st_save(tensors, metadata=header),
+                 writer=lambda handle, data: _write_bytes(handle, data))
     return path
 
 
@@ -159,6 +181,16 @@ def _close_keys(key: str, keys: set[str]) -> str:
     return "keys in the file: " + ", ".join(repr(k) for k in shown) + more
 
 
+def metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The string entries of a SafeTensors file's header (``{}`` if it has none): what
+    :func:`save` was given as ``metadata`` plus kaun_ir's own ``"kaun_ir.*"`` entries."""
+    reader = _Reader(os.fspath(path))
+    try:
+        return dict(reader.metadata)
+    finally:
+        reader.close()
+
+
 def load_raw(path: str | os.PathLike) -> dict[str, np.ndarray]:
     """Every tensor of a SafeTensors file as ``{name: np.ndarray}`` (host arrays, the file's
     dtypes, bfloat16 included); no tree structure is applied."""
@@ -191,6 +223,12 @@ def load(path: str | os.PathLike, like: Any = None, rename=None, transpose=None)
     are stored with reversed axes (``[out, in]`` linear weights); see
     :mod:`kaun_ir.checkpoint_mapping` and docs/interop.md for the convention table.
     """
+    from .train import State
+
+    if isinstance(like, State):  # a whole training state: kn.train's loader checks the optimiser
+        from .train import io as train_io
+
+        return train_io.load_like(os.fspath(path), like)
     if rename is not None or transpose is not None:
         reader = _Reader(os.fspath(path))
         mapped = MappedSource(reader.keys, reader.get, rename, transpose, where=os.fspath(path))

@@ -116,7 +116,8 @@ def fast_step(trainer: Trainer, st: State, flat: tuple, x: Any, targets: tuple, 
     # the state's leaves are outputs of this executable: already on its device, right dtypes
     outs = route.run(leaves + route.place([x, *arrays], meta.n_state))
     loss_value, params, state, (count, trees) = route.unflatten(outs)
-    new = State(layer.Vars(params, state, st.vars.dtype), optim.State(count, trees), st.step + 1, st.key)
+    new = State(layer.Vars(params, state, st.vars.dtype), optim.State(count, trees), st.step + 1, st.key,
+                st.optimizer)
     new_leaves = outs[1:]
     new_leaves.append(leaves[-1])  # the base key, already on the device
     new.cache.flat = (meta.out_struct, new_leaves)

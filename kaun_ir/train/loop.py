@@ -28,7 +28,8 @@ class EarlyStop(Exception):
 
 def _new_state(trainer: Trainer, st: State, params, state, opt_state, steps_taken: int) -> State:
     new_opt = optim.state_of_trees(trainer.optimizer, opt_state[0], opt_state[1])
-    return State(layer.Vars(params, state, st.vars.dtype), new_opt, st.step + steps_taken, st.key)
+    return State(layer.Vars(params, state, st.vars.dtype), new_opt, st.step + steps_taken, st.key,
+                 st.optimizer)
 
 
 def _prepare(trainer: Trainer, st: State, x: Any, targets: tuple, training: bool, ctx, where: str):

@@ -8,7 +8,8 @@ from typing import Any, Callable
 
 from .. import dtypes, layer, optim, random, rng, tree
 
-__all__ = ["Trainer", "State", "TrainerCache", "make", "init", "make_state", "vars", "check_state"]
+__all__ = ["Trainer", "State", "TrainerCache", "make", "init", "make_state", "vars", "check_state",
+           "describe_optimizer"]
 
 
 class TrainerCache:
@@ -75,7 +76,9 @@ class State:
 
     ``vars``: the model's ``layer.Vars``; ``opt_state``: the optimiser's ``optim.State``;
     ``step``: number of steps taken (Python int); ``key``: the ``uint32[2]`` base key of the
-    per-step randomness. Treat it as immutable: make changed copies with
+    per-step randomness; ``optimizer``: which optimiser the state belongs to (see
+    :func:`describe_optimizer`; ``""`` when unknown), recorded by checkpoints so that a state is
+    never resumed under another optimiser. Treat it as immutable: make changed copies with
     ``dataclasses.replace`` (the copy starts with an empty ``cache``).
     """
 
@@ -83,6 +86,7 @@ class State:
     opt_state: Any
     step: int
     key: Any
+    optimizer: str = ""
     cache: StateCache = field(default_factory=StateCache, init=False, repr=False, compare=False)
 
 
@@ -130,6 +134,12 @@ def _base_key():
     return rng.next_key() if rng.in_scope() else random.key(0)
 
 
+def describe_optimizer(alg: optim.Algorithm) -> str:
+    """What identifies an optimiser's state: its name and slot names, e.g. ``"adam(mu,nu)"``,
+    ``"chain(1.mu,1.nu)"`` (hyper-parameters such as the learning rate may change on resume)."""
+    return f"{alg.name}({','.join(alg.slots)})"
+
+
 def make_state(trainer: Trainer, vars: layer.Vars) -> State:
     """A fresh training state around existing (e.g. loaded) variables: new optimiser state,
     step 0, and a base key from the current ``kn.rng`` scope (seed 0 outside any scope). On a
@@ -141,7 +151,7 @@ def make_state(trainer: Trainer, vars: layer.Vars) -> State:
         params, opt_state = place_state(trainer.mesh, trainer.param_sharding, trainer.data_axis,
                                         vars.params, opt_state)
         vars = layer.Vars(params, vars.state, vars.dtype)
-    return State(vars, opt_state, 0, _base_key())
+    return State(vars, opt_state, 0, _base_key(), describe_optimizer(trainer.optimizer))
 
 
 def init(trainer: Trainer, dtype=dtypes.float32, example=None) -> State:
