@@ -30,7 +30,8 @@ $(INTEROP_STAMP): $(STAMP) pyproject.toml
 
 test-interop: $(INTEROP_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
-		tests/test_interop_torch.py tests/test_stablehlo_import.py tests/test_export_ops.py tests/test_recurrent.py
+		tests/test_interop_torch.py tests/test_stablehlo_import.py tests/test_export_ops.py tests/test_recurrent.py \
+		tests/test_demo.py::test_demo_lm_trains_and_prints_a_sample
 
 demo: $(STAMP)
 	$(VENV)/bin/kaun-ir demo

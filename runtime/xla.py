@@ -621,7 +621,7 @@ def serialize_portable(text: str) -> bytes:
         errors = []
         targets = dict.fromkeys([stablehlo.get_minimum_version(), stablehlo.get_current_version()])
         # pure StableHLO first; sharding annotations (Shardy ops) only travel with other dialects allowed
-        for other_dialects in (False, True):
+        for other_dialects in ((True,) if "sdy." in text else (False, True)):
             for target in targets:
                 try:
                     # the module object itself: locations (layer paths) stay, no text round trip

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import kaun_ir as kn
@@ -44,3 +46,22 @@ def test_help_exits_0(argv, capsys):
 def test_no_command_prints_help_and_returns_2(capsys):
     assert main([]) == 2
     assert "demo" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not os.environ.get("KAUN_IR_LONG_TESTS"),
+                    reason="long (three compilations): set KAUN_IR_LONG_TESTS=1 (make test-interop runs it)")
+def test_demo_lm_trains_and_prints_a_sample(capsys):
+    rc = main(["demo", "lm", "--seconds", "1", "--dim", "16", "--layers", "1", "--seq-len", "16",
+               "--sample-chars", "24", "--prompt", "KING."])
+    assert rc == 0
+    printed = capsys.readouterr().out
+    assert "corpus: 1,036,489 characters of Shakespeare" in printed
+    sample = printed.split("--- sample")[1].split("\n", 1)[1].rsplit("---", 1)[0]
+    assert sample.startswith("KING.") and len(sample.rstrip("\n")) == len("KING.") + 24
+
+
+def test_shakespeare_corpus():
+    text = kn.datasets.shakespeare()
+    assert len(text) == 1_036_489 and text.isascii()
+    assert text.startswith("HAMLET, PRINCE OF DENMARK") and "Exit Pyramus" not in text[:1000]
+    assert text.count("by William Shakespeare") == 8

@@ -176,3 +176,17 @@ def test_sampling_respects_top_k_and_seed(pair):
             assert out[row, t] in top3
     greedy = kn.models.generate(loaded, prompt, 5)
     np.testing.assert_array_equal(kn.models.generate(loaded, prompt, 5, temperature=1.0, top_k=1, seed=1), greedy)
+
+
+def test_docs_torch_examples_run(tmp_path, monkeypatch):
+    """The ```python torch blocks of docs/interop.md run as written, in order, in one namespace."""
+    import re
+
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "interop.md")
+    with open(page, encoding="utf-8") as handle:
+        blocks = re.findall(r"^```python torch\n(.*?)^```", handle.read(), re.S | re.M)
+    assert len(blocks) >= 2
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {"__name__": "__docs_interop_torch__"}
+    for k, code in enumerate(blocks):
+        exec(compile(code, f"docs/interop.md torch example {k + 1}", "exec"), namespace)

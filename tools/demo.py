@@ -1,4 +1,6 @@
-"""``kaun-ir demo``: train an MLP and a small CNN on the embedded digits data set.
+"""``kaun-ir demo``: train an MLP and a small CNN on the embedded digits data set;
+``kaun-ir demo lm``: train a small character-level GPT on the shipped Shakespeare text and print
+a sample (see :mod:`kaun_ir.tools.demo_lm`).
 
 Both models are trained with ``train.fit`` (forward, kaun_ir's own autodiff and the Adam update
 compiled into one XLA executable per input signature). The demo prints per-epoch loss and test
@@ -19,13 +21,18 @@ from kaun_ir.fileio import atomic_write
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("demo", help="train an MLP and a CNN on the embedded digits data set",
-                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = sub.add_parser("demo", help="train an MLP and a CNN on digits (or, with 'lm', a char-level GPT on "
+                            "Shakespeare)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("which", nargs="?", choices=("digits", "lm"), default="digits",
+                        help="digits: MLP and CNN (default); lm: character-level GPT on Shakespeare")
     parser.add_argument("-o", "--out", default="demo_out", help="directory for IR dumps and the checkpoint "
                         "(default: %(default)s)")
     parser.add_argument("--epochs", type=int, default=25, help="epochs per model (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
+    from . import demo_lm
+
+    demo_lm.add_arguments(parser)
     parser.set_defaults(run=run)
 
 
@@ -97,6 +104,10 @@ def _train(name, model, splits, args, out):
 
 
 def run(args) -> int:
+    if args.which == "lm":
+        from . import demo_lm
+
+        return demo_lm.run(args)
     import kaun_ir as kn
     from kaun_ir import checkpoint, datasets, layer, rng, train
 

@@ -1,4 +1,7 @@
-"""``kn.datasets``: small image-classification data sets as NumPy arrays.
+"""``kn.datasets``: small data sets shipped with (or read locally by) kaun_ir.
+
+:func:`shakespeare` is a text corpus (about 1 MB of public-domain plays, shipped); the others
+are image-classification data sets as NumPy arrays.
 
 Both loaders return ``((x_train, y_train), (x_test, y_test))`` on the host:
 
@@ -20,7 +23,7 @@ from importlib import resources
 
 import numpy as np
 
-__all__ = ["digits", "mnist", "read_idx"]
+__all__ = ["digits", "mnist", "read_idx", "shakespeare"]
 
 Split = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
@@ -173,3 +176,20 @@ def mnist(path: str | os.PathLike | None = None, fashion: bool = False,
                              f"{labels.shape} do not match (expected [N, H, W] and [N])")
         splits.append((_images(images, 255.0, flatten), labels.astype(np.int32)))
     return splits[0], splits[1]
+
+
+# -- text -----------------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1)
+def shakespeare() -> str:
+    """About 1 MB (1,036,489 characters) of public-domain Shakespeare as one ASCII string: eight
+    plays (Hamlet, Macbeth, Romeo and Juliet, King Lear, Othello, Julius Caesar, The Tempest, A
+    Midsummer Night's Dream) joined by blank lines, shipped inside the package (works offline).
+
+    The text comes unchanged from the ``shakespeare`` package 0.6 (Open Shakespeare, Open
+    Knowledge Foundation), which sourced it from Project Gutenberg; see
+    ``SHAKESPEARE_LICENSE.txt`` beside this module for the attribution.
+    """
+    source = resources.files(__name__).joinpath("shakespeare.txt.gz")
+    with source.open("rb") as handle:
+        return gzip.decompress(handle.read()).decode("ascii")
