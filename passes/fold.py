@@ -193,6 +193,11 @@ NOT_FOLDED: dict[str, str] = {
     "iota": "a leaf like constant: compact unmaterialised",
     "while": "an op with regions",
     "scan": "an op with regions",
+    "custom_vjp": "an op with regions",
+    "custom_jvp": "an op with regions",
+    "is_finite": "a check on data: constant operands are rare and folding it buys nothing",
+    "scatter": "out-of-range updates are dropped by XLA's rules, which the reference would have to mirror",
+    "sharding_constraint": "a placement annotation for XLA's partitioner, never folded away",
 }
 
 #: elementwise ops: on splat operands they fold on one scalar, at any size.
