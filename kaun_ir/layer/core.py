@@ -35,12 +35,11 @@ other values are static (part of the compile-cache key).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 import numpy as np
-
-import inspect
 
 from .. import dtypes, random, rng, tree
 from ..ir.builder import current_builder, scope
@@ -125,7 +124,7 @@ def init(model: Layer, example: Any = None, dtype: Any = None) -> Vars:
     if dtype is None and example is not None and _is_dtype_like(example):
         example, dtype = None, example
     dt = _float_dtype(dtypes.float32 if dtype is None else dtype)
-    x = None if example is None else abstract(example, dt)
+    x = None if example is None else _abstract(example, dt)
     result = child_init(model, dt, x)
     if not isinstance(result, Vars):
         raise TypeError(f"layer.init: the init function of layer {model.name!r} must return a "
@@ -133,7 +132,7 @@ def init(model: Layer, example: Any = None, dtype: Any = None) -> Vars:
     return result
 
 
-def abstract(example: Any, dtype: np.dtype) -> Any:
+def _abstract(example: Any, dtype: np.dtype) -> Any:
     """``example`` with every array leaf replaced by its ``kn.ShapeDtype``; floating-point leaves
     take the model's ``dtype`` (as :func:`apply` converts them)."""
     leaves, treedef = tree.flatten(example)
