@@ -38,6 +38,8 @@ def _zeros(t: TensorType, builder: Builder) -> Tensor:
 
 
 BACKWARD = "backward of"
+#: the source recorded on the cotangent seed (``1.0`` for a loss): where the backward pass starts
+SEED_SOURCE = "(cotangent seed)"
 
 
 def backward_source(node: Node) -> str:
@@ -122,7 +124,8 @@ def gradient_graph(graph: Graph, wrt: Sequence[int] | None = None, of: Sequence[
             if seed_inputs:
                 seed = Tensor(builder.add_input(out.type), builder)
             else:
-                seed = apply("constant", value=np.ones((), out.type.dtype))
+                with source_scope(SEED_SOURCE):
+                    seed = apply("constant", value=np.ones((), out.type.dtype))
             _accumulate(cotangents, out, seed)
         for node in reversed(graph.nodes):
             cts = [cotangents.get(id(o)) for o in node.outputs]
@@ -260,6 +263,7 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
                             (" as the first element of its (output, aux) pair" if has_aux
                              else " (has_aux=True to return more)"))
     gradient = gradient_graph(graph, wrt=wrt, of=(0,))
+    gradient = _rematerialized(gradient)
     builder = current_builder()
     leaves = tree.flatten((args, kwargs))[0]
     operands = [leaves[p] for p in traced.array_positions] + traced.captures
@@ -283,6 +287,13 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
         grads.append(tree.unflatten(arg_def, [next(leaf_grads) if is_array_leaf(leaf) else None
                                               for leaf in arg_leaves]))
     return value, aux, (grads[0] if single else tuple(grads))
+
+
+def _rematerialized(gradient: Graph) -> Graph:
+    """Segments that ``kn.remat`` marked are recomputed in the backward pass (kaun_ir.rematerialize)."""
+    from .rematerialize import has_marks, rematerialize
+
+    return rematerialize(gradient) if has_marks(gradient) else gradient
 
 
 def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
@@ -356,6 +367,7 @@ def _vjp_traced(f: Callable, primals: tuple, cotangent) -> tuple:
                              f"{out.type}: each cotangent must match its output's shape and dtype")
     gradient = gradient_graph(graph, wrt=None, of=tuple(range(len(graph.outputs))), seed_inputs=True,
                               keep_outputs=False)
+    gradient = _rematerialized(gradient)
     wrt = [k for k, v in enumerate(graph.inputs) if differentiable(v.type)]
     builder = current_builder()
     leaves = tree.flatten((primals, {}))[0]

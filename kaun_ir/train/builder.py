@@ -91,7 +91,7 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
 
         traced.__name__ = name
         # resolved at each compilation, so $KAUN_IR_TRAIN_PIPELINE is read at compile time
-        pipeline = functools.partial(passes.train_pipeline, trainer.pipeline)
+        pipeline = functools.partial(_step_pipeline, trainer)
         if trainer.mesh is None:
             compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline)
         else:  # one SPMD program over the mesh: batch split, parameters laid out by the policy
@@ -103,6 +103,18 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
                            in_shardings=ins, out_shardings=outs)
         setattr(trainer.cache, attr, compiled)
     return compiled
+
+
+def _step_pipeline(trainer: Trainer) -> str:
+    """The step's pipeline: ``trainer.pipeline`` (or the default), after the ``remat`` pass when
+    the trainer rematerialises (it needs the step's forward/backward structure, before fusion)."""
+    from .. import passes
+
+    pipeline = passes.train_pipeline(trainer.pipeline)
+    if trainer.remat is None:
+        return pipeline
+    policy, depth = trainer.remat
+    return f'remat{{policy="{policy.spec}" depth={depth}}},{pipeline}'
 
 
 def compiled_step(trainer: Trainer):

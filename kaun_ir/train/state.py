@@ -57,6 +57,8 @@ class Trainer:
     data_axis: str = "data"
     #: how parameters and optimiser state are laid out on the mesh (see ``kn.sharding_policy``)
     param_sharding: Any = None
+    #: ``(RematPolicy, depth)`` when the step rematerialises (``make(remat=...)``), else None
+    remat: Any = None
     cache: TrainerCache = field(default_factory=TrainerCache, init=False, repr=False, compare=False)
 
 
@@ -92,7 +94,7 @@ class State:
 
 def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None = None, *,
          pipeline: str | None = None, mesh: Any = None, data_axis: str = "data",
-         param_sharding: Any = None) -> Trainer:
+         param_sharding: Any = None, remat: Any = None, remat_depth: int = 1) -> Trainer:
     """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``).
 
     ``loss``: ``loss(outputs, *targets) -> scalar``, the explicit-targets form (preferred):
@@ -109,6 +111,11 @@ def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None =
     ``data_axis``: FSDP / ZeRO-3), or a rule table of ``(path pattern, spec)`` pairs /
     ``kn.sharding.rules(table, fsdp=...)`` (tensor parallelism, see ``kn.sharding``). In a
     multi-process run (``kn.distributed``) ``x`` and the targets are this process's rows.
+
+    ``remat``: a rematerialisation policy (``"nothing"``, ``"dots"``, a list of layer-path
+    patterns to save, or a ``kn.RematPolicy``; see docs/memory.md): the forward values of each
+    layer at depth ``remat_depth`` of the layer path (``1``: the model's top-level layers, e.g.
+    the blocks of a ``sequential``) are recomputed in the backward pass instead of kept.
     """
     if not isinstance(model, layer.Layer):
         raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
@@ -127,7 +134,13 @@ def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None =
         check_training_layout(mesh, data_axis, param_sharding)
     elif param_sharding is not None:
         raise ValueError("train.make: param_sharding needs a mesh= to lay parameters out on")
-    return Trainer(model, optimizer, loss, pipeline, mesh, data_axis, param_sharding)
+    if remat is not None:
+        from ..rematerialize import as_policy
+
+        if isinstance(remat_depth, bool) or not isinstance(remat_depth, int) or remat_depth < 1:
+            raise ValueError(f"train.make: remat_depth must be a positive int, got {remat_depth!r}")
+        remat = (as_policy(remat), remat_depth)
+    return Trainer(model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat)
 
 
 def _base_key():

@@ -1,0 +1,16 @@
+"""``remat``: recompute forward values in the backward pass, segment by segment (kaun_ir.rematerialize)."""
+
+from kaun_ir.ir.core import Graph
+from kaun_ir.rematerialize import rematerialize
+
+from .registry import register
+
+
+@register("remat", options={
+    "policy": (str, "nothing", "which residuals are saved: nothing, dots, or paths:<pattern>|<pattern>"),
+    "depth": (int, 1, "layers whose layer paths share this many leading components form one segment"),
+})
+def remat(graph: Graph, policy: str, depth: int) -> Graph:
+    """Rematerialise the residuals of every layer at ``depth`` of the layer path (and of the
+    segments ``kn.remat`` marked), each recomputation tied to the cotangent that reaches it."""
+    return rematerialize(graph, policy=policy, depth=depth)
