@@ -13,6 +13,7 @@ from .numeric import *  # noqa: F401,F403 - the NumPy-style surface
 from .indexing import *  # noqa: F401,F403
 from .linalg import *  # noqa: F401,F403
 from .reductions import *  # noqa: F401,F403
+from .sorting import argsort, sort, top_k  # noqa: F401
 from .ein import ein
 from .control import fori_loop, scan, while_loop
 from .autodiff import GradientError, grad, stop_gradient, value_and_grad, vjp

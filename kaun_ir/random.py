@@ -440,4 +440,60 @@ def _randint(key, shape, minval, maxval, dt):
     return low + apply("convert", offset, dtype=dt)
 
 
-__all__ = ["key", "split", "fold_in", "bits", "uniform", "normal", "bernoulli", "randint"]
+def gumbel(key, shape=(), dtype=dtypes.float32):
+    """Standard Gumbel samples ``-log(-log(u))`` with ``u`` uniform in ``[tiny, 1)`` (as
+    ``jax.random.gumbel``): u32[2] -> ``dtype[shape]``."""
+    _check_key(key, "gumbel")
+    dt = dtypes.canonical(dtype)
+    if not dtypes.is_float(dt):
+        raise TypeError(f"kn.random.gumbel: dtype must be a float dtype, got {dtypes.short_name(dt)}")
+    tiny = float(ml_dtypes.finfo(dt).tiny)
+    from .numeric import log, negative
+
+    return negative(log(negative(log(uniform(key, shape, dt, minval=tiny, maxval=1.0)))))
+
+
+def categorical(key, logits, axis: int = -1, shape=None):
+    """Samples from the categorical distributions ``softmax(logits, axis)``: int32 indices along
+    ``axis`` (``jax.random.categorical``'s semantics), drawn by the Gumbel-max trick
+    ``argmax(logits + gumbel, axis)``.
+
+    ``logits`` ``[..., n, ...]`` (unnormalised log-probabilities; ``-inf`` excludes a class);
+    ``shape`` (default: ``logits``' shape without ``axis``) is the shape of the result and must
+    end with that batch shape (leading axes draw independent samples). Top-k sampling::
+
+        values, indices = kn.top_k(logits, k)                    # [B, k] each
+        choice = kn.random.categorical(key, values)              # [B] positions among the k
+        token = kn.take_along_axis(indices, choice[:, None], axis=-1)[:, 0]
+    """
+    from .numeric import add, astype, expand_dims, shape_of
+    from .reductions import argmax
+
+    _check_key(key, "categorical")
+    if isinstance(logits, (list, tuple, int, float)):
+        logits = np.asarray(logits, np.float32)
+    logits_shape = tuple(shape_of(logits))
+    ndim = len(logits_shape)
+    if ndim == 0:
+        raise ValueError("kn.random.categorical: logits must have at least one axis")
+    if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
+        raise ValueError(f"kn.random.categorical: axis {axis!r} is out of range for logits of shape "
+                         f"{list(logits_shape)}")
+    axis = axis % ndim
+    batch = logits_shape[:axis] + logits_shape[axis + 1:]
+    shape = batch if shape is None else _shape(shape, "categorical")
+    if len(shape) < len(batch) or tuple(shape[len(shape) - len(batch):]) != batch:
+        raise ValueError(f"kn.random.categorical: shape {list(shape)} must end with the logits' batch shape "
+                         f"{list(batch)} (the logits' shape without axis {axis})")
+    prefix = tuple(shape[:len(shape) - len(batch)])
+    noise_shape = prefix + logits_shape
+    dt = dtype_of(logits)
+    if not dtypes.is_float(dt):
+        logits, dt = astype(logits, dtypes.float32), dtypes.float32
+    for _ in prefix:
+        logits = expand_dims(logits, 0)
+    return argmax(add(logits, gumbel(key, noise_shape, dt)), axis=len(prefix) + axis)
+
+
+__all__ = ["key", "split", "fold_in", "bits", "uniform", "normal", "bernoulli", "randint", "gumbel",
+           "categorical"]

@@ -332,7 +332,8 @@ def dropout(rate: float) -> Layer:
 # ------------------------------------------------------------------------------ normalisation
 
 
-def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: float = 1e-5) -> Layer:
+def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: float = 1e-5,
+               unbiased_running_var: bool = False) -> Layer:
     """Batch normalisation over the feature axis 1 of ``[N, C, ...]`` (``[N, C]``, NCHW ...).
 
     Parameters ``{"scale": ones[C], "bias": zeros[C]}``; state ``{"running_mean": zeros[C],
@@ -341,6 +342,12 @@ def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: flo
     (Flax / Kaun convention: ``momentum=0.99`` keeps 99% of the old value); in evaluation the
     running statistics are used and the state is returned unchanged. ``num_features`` may be left
     out (``batch_norm()``): it is then axis 1 of the example given to ``layer.init``.
+
+    Against PyTorch's ``BatchNorm``: its ``momentum`` is the weight of the *new* batch, so
+    PyTorch's ``momentum=0.1`` (its default) is ``momentum=0.9`` here; and PyTorch updates
+    ``running_var`` with the *unbiased* batch variance (times ``n / (n - 1)``, ``n`` the number
+    of values per channel) while normalising with the biased one: ``unbiased_running_var=True``
+    does the same, so ported running statistics match.
     """
     num_features = optional_positive_int(num_features, "num_features", "batch_norm")
     if isinstance(momentum, bool) or not isinstance(momentum, (int, float)) or not 0.0 <= momentum <= 1.0:
@@ -367,6 +374,10 @@ def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: flo
             return y, state
         mean, var = nn.batch_stats(x)
         y = nn.batch_norm(x, params["scale"], params["bias"], mean, var, eps)
+        running_var = var
+        if unbiased_running_var:
+            n = t.size // num_features  # values per channel
+            running_var = multiply(var, n / (n - 1) if n > 1 else 1.0)
 
         def update(running, batch):
             # kn functions, not operators: ``running`` may be a concrete jax.Array captured by
@@ -375,7 +386,7 @@ def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: flo
             return add(multiply(running, momentum), multiply(batch, 1.0 - momentum))
 
         return y, {"running_mean": update(state["running_mean"], mean),
-                   "running_var": update(state["running_var"], var)}
+                   "running_var": update(state["running_var"], running_var)}
 
     return Layer(init_, apply_, "batch_norm")
 
