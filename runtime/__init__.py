@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from kaun_ir.fileio import atomic_write
 
-from . import disk_cache, dispatch
+from . import disk_cache, dispatch, stages
 from .dispatch import Route, RouteCache
 from .executable import Executable, compile, stats
 from .jax_export import to_jax_export
@@ -44,5 +44,5 @@ def export(graph, path: str) -> str:
 
 
 __all__ = ["Executable", "Jitted", "Mesh", "Route", "RouteCache", "Spec", "backend_name", "compile",
-           "devices", "dispatch", "disk_cache", "export", "jit", "lower", "parse_mlir", "stats",
+           "devices", "dispatch", "disk_cache", "export", "jit", "lower", "parse_mlir", "stages", "stats",
            "to_jax_export"]

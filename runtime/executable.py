@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from typing import Sequence
 
 from kaun_ir.errors import CompileError
 from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.ir.core import Graph
 
-from . import finite, xla
+from . import disk_cache, finite, stages, xla
 from .lower import lower
 
 _CACHE: dict[str, object] = {}
@@ -41,6 +42,8 @@ def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence =
     if loaded is not None:
         stats.cache_hits += 1
         return loaded
+    hits = disk_cache.counters.hits
+    start = time.perf_counter()
     try:
         loaded = xla.compile_partitioned(mlir_text, devices) if devices else xla.compile(mlir_text, device)
     except Exception as err:  # jaxlib raises its own XlaRuntimeError / ValueError types
@@ -51,6 +54,7 @@ def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence =
         raise CompileError(f"XLA could not compile the module ({type(err).__name__}: "
                            f"{str(err).splitlines()[0] if str(err) else ''}); "
                            f"StableHLO written to {path}") from None
+    stages.add("xla-load" if disk_cache.counters.hits > hits else "xla-compile", time.perf_counter() - start)
     stats.compiles += 1
     _CACHE[key] = loaded
     return loaded
@@ -97,7 +101,8 @@ class Executable:
                 self.donate = ()  # the located re-run needs the arguments intact
                 compiled = finite.checked_graph(graph)
                 out_types = [(v.type.shape, v.type.dtype) for v in compiled.outputs]
-            self.mlir = lower(compiled if checking else graph, donate=self.donate)
+            with stages.stage("lower"):
+                self.mlir = lower(compiled if checking else graph, donate=self.donate)
             self.loaded = compile_mlir(self.mlir, self.device, pipeline)
             #: ``run(device_arrays) -> list``: the dispatch path, built once (see :func:`xla.executor`)
             self.run = _moving_devices(xla.executor(self.loaded, out_types, self.device), self.device)
@@ -108,7 +113,8 @@ class Executable:
         self.device = mesh.device_list[0]
         self.in_specs = self._checked(in_specs, graph.inputs, "input", REPLICATED)
         asked = self._checked(out_specs, graph.outputs, "output", None)
-        self.mlir = lower(graph, donate=self.donate, mesh=mesh, in_specs=self.in_specs, out_specs=asked)
+        with stages.stage("lower"):
+            self.mlir = lower(graph, donate=self.donate, mesh=mesh, in_specs=self.in_specs, out_specs=asked)
         self.loaded = compile_mlir(self.mlir, self.device, pipeline, devices=mesh.device_list)
         chosen = xla.output_specs(self.loaded, mesh, [len(t[0]) for t in out_types])
         for i, (want, got) in enumerate(zip(asked, chosen)):

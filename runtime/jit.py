@@ -10,7 +10,7 @@ from kaun_ir import tree
 from kaun_ir.tensor import Tensor
 from kaun_ir.trace import is_array_leaf, leaf_type, trace_flat
 
-from . import explain, xla
+from . import explain, stages, xla
 from .dispatch import Route, RouteCache
 from .executable import Executable
 
@@ -123,11 +123,12 @@ class Jitted:
                         list(self._cache), key, args, kwargs)
         from .mesh import use
 
-        with use(self.mesh):  # constraints inside f refer to the mesh compiled for
+        with use(self.mesh), stages.stage("trace") as nodes:  # constraints refer to the mesh compiled for
             traced = trace_flat(self.f, args, kwargs)
+            nodes[0] = len(traced.graph.nodes)
         with self._lock:
             self.trace_count += 1
-        graph = passes.run(traced.graph, pipeline) if pipeline else traced.graph
+        graph = passes.run(traced.graph, pipeline, stages.pass_instrumentations()) if pipeline else traced.graph
         donate = self._donated_inputs(args, traced.array_positions)
         specs = {}
         if self.mesh is not None:

@@ -62,6 +62,7 @@ from typing import Any
 
 import numpy as np
 
+from . import bench_compile
 from .bench_workloads import WORKLOADS, Workload, initial_params
 
 LOSS_RTOL = 1e-4
@@ -102,6 +103,12 @@ def add_parser(sub) -> None:
                         help="measure peak memory (and first step) in a fresh child process per "
                              "implementation (default: on)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument("--compile", action="store_true",
+                        help="instead of throughput: the time to the first step, per compilation stage, "
+                             "against JAX's (see kaun_ir.tools.bench_compile)")
+    parser.add_argument("--layers", default=",".join(map(str, bench_compile.DEFAULT_LAYERS)), metavar="N,N,..",
+                        help="with --compile: also the transformer at these depths (default: %(default)s; "
+                             "'' for none)")
     # tiny sizes of every workload, for the tests (not a benchmark)
     parser.add_argument("--small", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run)
@@ -127,11 +134,11 @@ class Setup:
     """The shared starting point of one workload: sizes, batches, NumPy initial weights and the
     kaun_ir variables they go into (made once, so no implementation pays for it)."""
 
-    def __init__(self, name: str, small: bool):
+    def __init__(self, name: str, small: bool, overrides: dict | None = None):
         from kaun_ir import layer, rng
 
         self.workload: Workload = WORKLOADS[name]
-        self.cfg = self.workload.small if small else self.workload.full
+        self.cfg = {**(self.workload.small if small else self.workload.full), **(overrides or {})}
         self.batches = [self.workload.batch(self.cfg, SEED + 100 + i) for i in range(NUM_BATCHES)]
         with rng.scope(SEED):
             #: the kaun_ir variables (their parameters are replaced by ``params``)
@@ -690,6 +697,16 @@ def run(args) -> int:
     except ValueError as err:
         print(f"kaun-ir bench: {err}")
         return 2
+    if args.compile:
+        try:
+            layers = tuple(int(n) for n in args.layers.split(",") if n.strip())
+        except ValueError:
+            print(f"kaun-ir bench: --layers wants comma-separated integers, got {args.layers!r}")
+            return 2
+        if any(n < 1 for n in layers):
+            print("kaun-ir bench: --layers must be positive")
+            return 2
+        return bench_compile.run(names, layers, args.small, args.json)
     plan = []
     for name in names:
         w = WORKLOADS[name]
