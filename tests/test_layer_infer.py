@@ -10,36 +10,20 @@ import pytest
 
 import kaun_ir as kn
 from kaun_ir import checkpoint, layer, optim, ptree, rng, train
-from kaun_ir.ir.builder import scope
-
-
-def _residual(inner: layer.Layer) -> layer.Layer:
-    """``x + inner(x)``, a user combinator that passes the input type on with child_init."""
-
-    def init_(dt, x=None):
-        with scope(f"body.{inner.name}"):
-            return layer.child_init(inner, dt, x)
-
-    def apply_(params, state, x, *, training, ctx):
-        with scope(f"body.{inner.name}"):
-            y, new_state = inner.apply(params, state, x, training=training, ctx=ctx)
-        return x + y, new_state
-
-    return layer.Layer(init_, apply_, "residual")
 
 
 def _block(dim, heads):
     attention = layer.sequential([layer.layer_norm(dim), layer.multi_head_attention(dim, heads)])
     mlp = layer.sequential([layer.rms_norm(dim), layer.linear(dim, 4 * dim if dim else None), layer.gelu(),
                             layer.linear(4 * dim if dim else None, dim)])
-    return layer.sequential([_residual(attention), _residual(mlp)])
+    return layer.sequential([layer.residual(attention), layer.residual(mlp)])
 
 
 def _inferred_block(dim_out, heads):
     attention = layer.sequential([layer.layer_norm(), layer.multi_head_attention(num_heads=heads)])
     mlp = layer.sequential([layer.rms_norm(), layer.linear(out_features=4 * dim_out), layer.gelu(),
                             layer.linear(out_features=dim_out)])
-    return layer.sequential([_residual(attention), _residual(mlp)])
+    return layer.sequential([layer.residual(attention), layer.residual(mlp)])
 
 
 # (name, explicit model, the same model without input sizes, example input)
@@ -141,8 +125,8 @@ BAD = [
      kn.ShapeError, ["1.conv2d", "[N, C, H, W]"]),
     (lambda: layer.sequential([layer.linear(out_features=4), layer.layer_norm()]), None,
      ValueError, ["0.linear", "in_features was not given", "layer.init(model, example)"]),
-    (lambda: layer.sequential([layer.linear(3, 4), _residual(layer.sequential([layer.rms_norm()]))]), None,
-     ValueError, ["1.residual.body.sequential.0.rms_norm", "dim was not given"]),
+    (lambda: layer.sequential([layer.linear(3, 4), layer.residual(layer.sequential([layer.rms_norm()]))]), None,
+     ValueError, ["1.residual.block.sequential.0.rms_norm", "dim was not given"]),
 ]
 
 
