@@ -23,6 +23,7 @@ from .jacobian import hessian, hvp, jacfwd, jacrev  # noqa: E402
 from .custom import CustomDerivativeError, custom_jvp, custom_vjp  # noqa: E402
 from . import fn, random  # noqa: E402
 from .rematerialize import RematPolicy, remat  # noqa: E402
+from . import precision  # noqa: E402
 from .tensor import Tensor, TracerError
 from .trace import ShapeDtype, trace
 

@@ -8,7 +8,7 @@ after each pass, stop-after bisection and crash reproducers. See docs/passes.md.
 """
 
 # the built-in passes (importing a module registers its passes)
-from . import autodiff, canonicalize, check_finite, conv_lowering, cse, dce, fold, fuse_optimizer, layout, pool_lowering, remat  # noqa: F401
+from . import autodiff, canonicalize, check_finite, conv_lowering, cse, dce, fold, fuse_optimizer, layout, mixed_precision, pool_lowering, remat  # noqa: F401
 from . import jvp, vmap  # noqa: F401  (forward mode and batching, see docs/transforms.md)
 from .manager import (BACKEND_JIT_PIPELINES, BACKEND_TRAIN_PIPELINES, CPU_CONVOLUTION_PASSES,
                       DEFAULT_JIT_PIPELINE, DEFAULT_TRAIN_PIPELINE, JIT_PIPELINE_ENV, TRAIN_PIPELINE_ENV,

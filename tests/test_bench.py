@@ -157,3 +157,13 @@ def test_help(capsys):
     options = ("--workload", "--steps", "--rounds", "--json", "--steps-per-call", "--memory", "--no-memory")
     for option in options:
         assert option in out
+
+
+def test_variant_rows_mixed_precision_and_remat():
+    result = bench.bench_workload("mlp_small", steps=2, rounds=0, small=True, torch=False,
+                                  variants=("bfloat16", "remat=nothing"))
+    rows = result["implementations"]
+    assert {"kaun_ir[bfloat16]", "kaun_ir[remat=nothing]"} <= set(rows)
+    # rematerialisation recomputes, it does not change the arithmetic
+    assert rows["kaun_ir[remat=nothing]"]["loss_after_steps"] == rows["kaun_ir"]["loss_after_steps"]
+    assert rows["kaun_ir[bfloat16]"]["loss_agrees"]

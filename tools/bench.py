@@ -71,6 +71,10 @@ TORCH_LOSS_RTOL = 1e-3
 #: kaun_ir[K] vs JAX: XLA may pick other kernels for ops inside the fused loop (on CPU a
 #: convolution in a ``while`` body is compiled differently, in JAX's own ``fori_loop`` too)
 FUSED_LOSS_RTOL = 1e-3
+#: kaun_ir[bfloat16] / kaun_ir[float16] vs JAX in float32: products in 8 / 11 mantissa bits
+MIXED_LOSS_RTOL = 5e-2
+#: ``--variant`` rows: kaun_ir trained with ``train.make(..., precision=...)`` or ``remat=...``
+VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots")
 SEED = 0
 #: distinct fixed batches, cycled step by step (one batch alone is memorised within ~20 steps,
 #: after which the loss is ~1e-4 and a relative comparison of it measures nothing)
@@ -102,6 +106,9 @@ def add_parser(sub) -> None:
     parser.add_argument("--memory", action=argparse.BooleanOptionalAction, default=True,
                         help="measure peak memory (and first step) in a fresh child process per "
                              "implementation (default: on)")
+    parser.add_argument("--variant", action="append", default=None, choices=VARIANTS,
+                        help="add a kaun_ir[VARIANT] row: mixed precision (train.make(precision=...)) or "
+                             "rematerialisation (train.make(remat=...)); repeatable")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument("--compile", action="store_true",
                         help="instead of throughput: the time to the first step, per compilation stage, "
@@ -157,12 +164,17 @@ def _kaun_optimizer(spec: tuple):
     return optim.adamw(spec[1], weight_decay=spec[2])
 
 
-def _kaun_trainer(setup: Setup):
+def _kaun_trainer(setup: Setup, variant: str | None = None):
     from kaun_ir import loss, train
 
+    options = {}
+    if variant in ("bfloat16", "float16"):
+        options["precision"] = variant
+    elif variant is not None:
+        options["remat"] = variant.split("=", 1)[1]
     # explicit targets: the labels are an input of the one shared executable
     return train.make(setup.workload.kaun_model(setup.cfg), _kaun_optimizer(setup.workload.optimizer),
-                      loss=loss.cross_entropy_sparse)
+                      loss=loss.cross_entropy_sparse, **options)
 
 
 def _kaun_state(trainer, setup: Setup):
@@ -183,11 +195,13 @@ class KaunRunner:
     name = "kaun_ir"
     steps_per_call = 1
 
-    def __init__(self, setup: Setup):
+    def __init__(self, setup: Setup, variant: str | None = None):
         from kaun_ir import train
         from kaun_ir.runtime import xla
 
-        self.trainer = _kaun_trainer(setup)
+        if variant is not None:
+            self.name = variant_name(variant)
+        self.trainer = _kaun_trainer(setup, variant)
         self.state = _kaun_state(self.trainer, setup)
         device = xla.default_device()
         self.batches = [(xla.to_device(x, x.dtype, device), xla.to_device(y, y.dtype, device))
@@ -406,12 +420,20 @@ def make_runner(impl: str, setup: Setup, steps_per_call: int = 0):
         return TorchRunner(setup)
     if impl == block_name(steps_per_call) and steps_per_call > 0:
         return KaunBlockRunner(setup, steps_per_call)
+    for variant in VARIANTS:
+        if impl == variant_name(variant):
+            return KaunRunner(setup, variant)
     raise ValueError(f"unknown implementation {impl!r}")
 
 
-def implementations(steps_per_call: int, torch: bool) -> list[str]:
+def variant_name(variant: str) -> str:
+    """The implementation name of a ``--variant`` row: ``kaun_ir[bfloat16]``."""
+    return f"kaun_ir[{variant}]"
+
+
+def implementations(steps_per_call: int, torch: bool, variants: tuple = ()) -> list[str]:
     """The rows of one workload, in table order."""
-    names = ["kaun_ir"]
+    names = ["kaun_ir"] + [variant_name(v) for v in variants]
     if steps_per_call > 0:
         names.append(block_name(steps_per_call))
     names.append("jax")
@@ -536,7 +558,7 @@ def _rotated(items: list, by: int) -> list:
 
 
 def bench_workload(name: str, steps: int, rounds: int, small: bool = False, steps_per_call: int = 0,
-                   memory: bool = False, torch: bool | None = None, order: int = 0) -> dict:
+                   memory: bool = False, torch: bool | None = None, order: int = 0, variants: tuple = ()) -> dict:
     """Benchmark one workload (see the module docstring); returns a result dict.
 
     ``small``: the tiny test sizes; ``steps_per_call``: K of the fused row (0: no such row;
@@ -553,7 +575,7 @@ def bench_workload(name: str, steps: int, rounds: int, small: bool = False, step
     elif torch and not torch_ok:
         raise RuntimeError(torch_line)
     setup = Setup(name, small)
-    names = implementations(steps_per_call, torch)
+    names = implementations(steps_per_call, torch, tuple(variants))
     entries: dict[str, dict] = {impl: {} for impl in names}  # in table order
     schedule = _rotated(names, order)
     runners = {}
@@ -588,7 +610,9 @@ def bench_workload(name: str, steps: int, rounds: int, small: bool = False, step
         entry["ratio_vs_jax"] = entry["steps_per_s"] / ref["steps_per_s"] if rounds else None
         a, b = entry["loss_after_steps"], ref["loss_after_steps"]
         entry["loss_rel_diff_vs_jax"] = abs(a - b) / max(abs(b), 1e-30)
-        entry["loss_rtol"] = {"torch": TORCH_LOSS_RTOL, "jax": LOSS_RTOL, "kaun_ir": LOSS_RTOL}.get(
+        entry["loss_rtol"] = {"torch": TORCH_LOSS_RTOL, "jax": LOSS_RTOL, "kaun_ir": LOSS_RTOL,
+                              variant_name("bfloat16"): MIXED_LOSS_RTOL, variant_name("float16"): MIXED_LOSS_RTOL,
+                              variant_name("remat=nothing"): LOSS_RTOL, variant_name("remat=dots"): LOSS_RTOL}.get(
             impl, FUSED_LOSS_RTOL)
         entry["loss_agrees"] = bool(entry["loss_rel_diff_vs_jax"] <= entry["loss_rtol"])
         entry["memory"] = None
@@ -675,7 +699,8 @@ def format_footer(results: list[dict]) -> str:
             line += f"; memory n/a ({'; '.join(errors)})"
         lines.append(line)
     lines.append(f"relative loss tolerances: kaun_ir {LOSS_RTOL:.0e}, kaun_ir[K] {FUSED_LOSS_RTOL:.0e}, "
-                 f"torch {TORCH_LOSS_RTOL:.0e}. steps/s: median of the rounds; ratio: steps/s over JAX's.")
+                 f"torch {TORCH_LOSS_RTOL:.0e}, kaun_ir[bfloat16|float16] {MIXED_LOSS_RTOL:.0e}, "
+                 f"kaun_ir[remat=...] {LOSS_RTOL:.0e}. steps/s: median of the rounds; ratio: steps/s over JAX's.")
     where = ("in a fresh process" if any(r["memory"] for r in results)
              else "in this process, implementation order rotated per workload")
     lines.append("first step: build + trace + compile + first finished call (K steps for kaun_ir[K]) "
@@ -731,7 +756,7 @@ def run(args) -> int:
             sys.stderr.write(f"\rkaun-ir bench: {name} ({i + 1}/{len(names)})...\033[K")
             sys.stderr.flush()
         results.append(bench_workload(name, steps, args.rounds, small=args.small, steps_per_call=k,
-                                      memory=args.memory, order=i))
+                                      memory=args.memory, order=i, variants=tuple(args.variant or ())))
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
     ok = all(r["losses_agree"] for r in results)

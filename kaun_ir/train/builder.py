@@ -17,6 +17,7 @@ import numpy as np
 from .. import layer, optim, random, tree
 from ..autodiff import value_and_grad
 from ..ir.builder import scope as ir_scope
+from ..numeric import astype, dtype_of
 from .capture import Explicit, LossSpec, Probed
 from .state import State, Trainer
 
@@ -33,6 +34,13 @@ def step_body(trainer: Trainer, params, state, opt_state, key, x, targets: tuple
     with ir_scope("rng"):
         ctx["rng"] = random.fold_in(key, count)
 
+    # float16 loss scaling (kaun_ir.precision): differentiate loss * scale, report the loss
+    scale = None
+    if trainer.precision is not None and trainer.precision.loss_scale is not None:
+        from ..precision import loss_scale_of
+
+        scale = loss_scale_of(opt_state)
+
     def objective(p):
         y, new_vars = layer.apply(trainer.model, layer.Vars(p, state, dtype), x, training=training, ctx=ctx)
         with ir_scope("loss"):  # the loss's nodes (and their backward) are grouped as "loss"
@@ -41,9 +49,13 @@ def step_body(trainer: Trainer, params, state, opt_state, key, x, targets: tuple
         if tuple(shape) != ():
             what = "the loss given to train.make" if isinstance(loss, Explicit) else "loss_fn"
             raise ValueError(f"{what} must return a scalar, returned shape {list(shape)}")
-        return value, new_vars.state
+        if scale is None:
+            return value, (value, new_vars.state)
+        with ir_scope("loss"):
+            scaled = value * astype(scale, dtype_of(value))
+        return scaled, (value, new_vars.state)
 
-    (loss_value, new_state), grads = value_and_grad(objective, has_aux=True)(params)
+    (_, (loss_value, new_state)), grads = value_and_grad(objective, has_aux=True)(params)
     new_params, new_opt = optim.update(alg, opt_state, params, grads)
     return loss_value, new_params, new_state, tuple(new_opt)
 
@@ -107,10 +119,13 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
 
 def _step_pipeline(trainer: Trainer) -> str:
     """The step's pipeline: ``trainer.pipeline`` (or the default), after the ``remat`` pass when
-    the trainer rematerialises (it needs the step's forward/backward structure, before fusion)."""
+    the trainer rematerialises (it needs the step's forward/backward structure, before fusion)
+    and the ``mixed-precision`` pass when it has a precision policy."""
     from .. import passes
 
     pipeline = passes.train_pipeline(trainer.pipeline)
+    if trainer.precision is not None:  # before the default passes, which clean up the casts
+        pipeline = f"mixed-precision{{compute={trainer.precision.name}}},{pipeline}"
     if trainer.remat is None:
         return pipeline
     policy, depth = trainer.remat

@@ -59,6 +59,8 @@ class Trainer:
     param_sharding: Any = None
     #: ``(RematPolicy, depth)`` when the step rematerialises (``make(remat=...)``), else None
     remat: Any = None
+    #: the ``kn.precision.Policy`` of the step (``make(precision=...)``), else None
+    precision: Any = None
     cache: TrainerCache = field(default_factory=TrainerCache, init=False, repr=False, compare=False)
 
 
@@ -94,7 +96,8 @@ class State:
 
 def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None = None, *,
          pipeline: str | None = None, mesh: Any = None, data_axis: str = "data",
-         param_sharding: Any = None, remat: Any = None, remat_depth: int = 1) -> Trainer:
+         param_sharding: Any = None, remat: Any = None, remat_depth: int = 1,
+         precision: Any = None) -> Trainer:
     """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``).
 
     ``loss``: ``loss(outputs, *targets) -> scalar``, the explicit-targets form (preferred):
@@ -116,6 +119,11 @@ def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None =
     patterns to save, or a ``kn.RematPolicy``; see docs/memory.md): the forward values of each
     layer at depth ``remat_depth`` of the layer path (``1``: the model's top-level layers, e.g.
     the blocks of a ``sequential``) are recomputed in the backward pass instead of kept.
+
+    ``precision``: ``"bfloat16"``, ``"float16"`` or a ``kn.precision.Policy``: matrix products
+    of the step in that dtype, parameters and optimiser state float32; ``"float16"`` adds
+    dynamic loss scaling (the trainer's optimizer then keeps two more slots, ``loss_scale`` and
+    ``finite_steps``; a step with a non-finite gradient only halves the scale). See docs/memory.md.
     """
     if not isinstance(model, layer.Layer):
         raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
@@ -140,7 +148,13 @@ def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None =
         if isinstance(remat_depth, bool) or not isinstance(remat_depth, int) or remat_depth < 1:
             raise ValueError(f"train.make: remat_depth must be a positive int, got {remat_depth!r}")
         remat = (as_policy(remat), remat_depth)
-    return Trainer(model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat)
+    if precision is not None:
+        from ..precision import as_policy, loss_scaled
+
+        precision = as_policy(precision)
+        if precision.loss_scale is not None:
+            optimizer = loss_scaled(optimizer, precision)
+    return Trainer(model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat, precision)
 
 
 def _base_key():

@@ -1,0 +1,70 @@
+"""``mixed-precision``: matrix products in bfloat16 / float16, everything else float32 (kaun_ir.precision)."""
+
+from __future__ import annotations
+
+from kaun_ir import dtypes
+from kaun_ir.ir.builder import Builder
+from kaun_ir.ir.core import Graph, Node, Value
+from kaun_ir.tensor import Tensor, apply
+
+from .registry import register, statistic
+
+_PRODUCTS = ("dot_general", "convolution")
+
+
+@register("mixed-precision", options={
+    "compute": (str, "bfloat16", "the dtype of the matrix products: bfloat16 or float16"),
+})
+def mixed_precision(graph: Graph, compute: str) -> Graph:
+    """Cast the operands of every float32 ``dot_general`` / ``convolution`` to ``compute``;
+    ``dot_general`` keeps a float32 result (``preferred_dtype``), a convolution's result is cast
+    back to float32. Layer paths and source lines are kept."""
+    low = dtypes.canonical(compute)
+    if low not in (dtypes.bfloat16, dtypes.float16):
+        raise ValueError(f"mixed-precision: compute must be bfloat16 or float16, got {compute!r}")
+    with Builder(record_source=False) as builder:
+        env: dict[int, Value] = {id(old): builder.add_input(old.type) for old in graph.inputs}
+        rewritten = 0
+        for node in graph.nodes:
+            inputs = [env[id(v)] for v in node.inputs]
+            if node.op in _PRODUCTS and all(v.type.dtype == dtypes.float32 for v in list(node.inputs) + list(node.outputs)):
+                rewritten += 1
+                with _at(node):
+                    lhs, rhs = (apply("convert", Tensor(v, builder), dtype=low) for v in inputs)
+                    attrs = node.attr_dict
+                    if node.op == "dot_general":
+                        attrs["preferred_dtype"] = dtypes.float32
+                        out = apply("dot_general", lhs, rhs, **attrs)
+                    else:
+                        out = apply("convert", apply("convolution", lhs, rhs, **attrs), dtype=dtypes.float32)
+                env[id(node.outputs[0])] = out.value
+                continue
+            fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, path=node.path, source=node.source)
+            builder.nodes.append(fresh)
+            for old, new in zip(node.outputs, fresh.outputs):
+                env[id(old)] = new
+        outputs = [env[id(v)] for v in graph.outputs]
+    statistic("products cast", rewritten)
+    return builder.finish(outputs, name=graph.name, input_names=graph.input_names)
+
+
+class _at:
+    """New nodes take the rewritten node's layer path and source line."""
+
+    def __init__(self, node: Node):
+        self.node = node
+
+    def __enter__(self):
+        from kaun_ir.ir.builder import _STATE, source_scope
+
+        self.saved_path = _STATE.path
+        _STATE.path = [self.node.path] if self.node.path else []
+        self.source = source_scope(self.node.source)
+        self.source.__enter__()
+
+    def __exit__(self, *exc):
+        from kaun_ir.ir.builder import _STATE
+
+        self.source.__exit__(*exc)
+        _STATE.path = self.saved_path
+
