@@ -227,3 +227,20 @@ def test_explicit_fast_dispatch_equals_the_general_path():
     assert len(trainer.cache.step.routes) == 1
     for a, b in zip(_host(fast), _host(general)):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_report_every_n_steps_and_always_the_last(k):
+    trainer, st = _explicit()
+    seen = []
+    st = train.fit(trainer, st, iter(_tuples(7)), steps_per_call=k, report_every=3,
+                   report=lambda step, loss, state: seen.append((step, float(loss))))
+    assert [s for s, _ in seen] == [3, 6, 7]  # a generator: the length is unknown until the end
+    _, reference = _explicit()
+    losses = []
+    for x, y in _tuples(7):
+        value, reference = train.step(trainer, reference, x, y)
+        losses.append(float(value))
+    np.testing.assert_array_equal([v for _, v in seen], [losses[2], losses[5], losses[6]])
+    with pytest.raises(ValueError, match="report_every"):
+        train.fit(trainer, st, [], report_every=0)

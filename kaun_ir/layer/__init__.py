@@ -12,6 +12,7 @@ dropout, attention masks).
 
 from .attention import multi_head_attention
 from .blocks import adaptive_avg_pool1d, adaptive_avg_pool2d, global_avg_pool, residual, tied_embedding
+from .show import summary
 from .basic import (avg_pool1d, avg_pool2d, batch_norm, conv1d, conv2d, dropout, embedding, flatten, gelu,
                     layer_norm, linear, max_pool1d, max_pool2d, relu, rms_norm, sigmoid, silu, tanh)
 from .recurrent import from_torch as recurrent_from_torch
@@ -25,4 +26,5 @@ __all__ = ["Layer", "Vars", "init", "apply", "params", "state", "dtype", "with_p
            "avg_pool1d", "avg_pool2d", "flatten", "dropout", "batch_norm", "layer_norm", "rms_norm",
            "embedding", "relu", "gelu", "silu", "tanh", "sigmoid", "multi_head_attention", "rnn", "gru", "lstm",
            "recurrent_from_torch"]
-__all__ += ["residual", "global_avg_pool", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "tied_embedding"]
+__all__ += ["residual", "global_avg_pool", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "tied_embedding",
+            "summary"]

@@ -50,7 +50,7 @@ __all__ = ["Layer", "Vars", "init", "apply", "params", "state", "dtype", "with_p
            "sequential", "compose", "child_ctx", "child_init", "eval_shape"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class Vars:
     """A model's variables: trainable ``params``, non-trainable ``state`` (e.g. batch-norm
     statistics) and the floating-point ``dtype`` they were made with. Immutable; use
@@ -63,8 +63,18 @@ class Vars:
     def __post_init__(self):
         object.__setattr__(self, "dtype", dtypes.canonical(self.dtype))
 
+    def __repr__(self) -> str:  # shapes and dtypes, never the arrays
+        from .show import vars_repr
 
-@dataclass(frozen=True, eq=False)
+        return vars_repr(self)
+
+    def _repr_html_(self) -> str:
+        from .show import vars_html
+
+        return vars_html(self)
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class Layer:
     """A model: ``init(dtype) -> Vars`` (or ``init(dtype, x) -> Vars`` for a layer that infers
     sizes from its input's abstract type ``x``, None when unknown) and ``apply(params, state, x,
@@ -85,6 +95,16 @@ class Layer:
     init: Callable[[np.dtype], Vars]
     apply: Callable[..., tuple[Any, Any]]
     name: str = "layer"
+
+    def __repr__(self) -> str:  # the structure, not function addresses
+        from .show import layer_repr
+
+        return layer_repr(self)
+
+    def _repr_html_(self) -> str:
+        from .show import layer_html
+
+        return layer_html(self)
 
 
 def _check_layer(model: Any, what: str) -> Layer:

@@ -199,16 +199,20 @@ def _batch(trainer: Trainer, item: Any) -> tuple:
 
 
 def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = None,
-        ctx: dict | None = None, progress: bool | None = None, steps_per_call: int = 1) -> State:
+        ctx: dict | None = None, progress: bool | None = None, steps_per_call: int = 1,
+        report_every: int = 1) -> State:
     """Run :func:`step` over ``data`` and return the final state. ``data`` is an iterable (e.g. a
     ``kn.data`` pipeline) of ``(x, *targets)`` tuples for a trainer made with ``loss=``, or of
     ``(x, loss_fn)`` pairs in the closure form.
 
     A ``kn.data`` pipeline is ``reset()`` first, so calling ``fit`` once per epoch works.
-    ``report(step=, loss=, state=)`` is called after each step (1-based ``step`` counts the
-    steps of this call; ``loss`` is a Python float); raising :class:`EarlyStop` inside it ends
-    training and returns the state at that point. A progress bar with the running loss is shown
-    when stderr is a terminal (``progress=`` forces it on or off).
+    ``report(step=, loss=, state=)`` is called after every ``report_every``-th step and after
+    the last one (1-based ``step`` counts the steps of this call). ``loss`` is the step's loss
+    as a 0-d device array: nothing waits for the device until the report reads it
+    (``float(loss)``, formatting, a comparison), so a report that logs every 100th step does
+    not stall the other 99. Raising :class:`EarlyStop` inside it ends training and returns the
+    state at that point. A progress bar with the running loss is shown when stderr is a terminal
+    (``progress=`` forces it on or off; it reads the loss at most ten times a second).
 
     ``steps_per_call=K > 1`` fuses training: ``K`` consecutive batches with the same shapes (and
     in the closure form the same loss code) are stacked and ``K`` steps run inside ONE
@@ -217,11 +221,14 @@ def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = N
     state *after the whole block*; :class:`EarlyStop` is honoured at block granularity: the
     steps of the block already ran and stay applied (no roll-back), and the remaining reports
     of the block are skipped. A final partial block (fewer than ``K`` batches left), or a
-    block whose batches differ, runs as single steps.
+    block whose batches differ, runs as single steps. (A block's losses arrive on the host
+    together, as NumPy scalars.)
     """
     check_state(st, "fit")
     if isinstance(steps_per_call, bool) or not isinstance(steps_per_call, int) or steps_per_call < 1:
         raise ValueError(f"train.fit: steps_per_call must be an int >= 1, got {steps_per_call!r}")
+    if isinstance(report_every, bool) or not isinstance(report_every, int) or report_every < 1:
+        raise ValueError(f"train.fit: report_every must be an int >= 1, got {report_every!r}")
     if hasattr(data, "reset"):
         data.reset()
     total = None
@@ -234,21 +241,24 @@ def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = N
     count = 0
     pending: list = []
 
+    reported = 0
+
     def run_single(batch) -> bool:
         """One step; ``False`` when ``report`` asked to stop."""
-        nonlocal st, last_loss, count
+        nonlocal st, last_loss, count, reported
         last_loss, st = step(trainer, st, batch[0], *batch[1:], ctx=ctx)
         count += 1
-        if report is not None:
+        if report is not None and count % report_every == 0:
             try:
-                report(step=count, loss=float(last_loss), state=st)
+                reported = count
+                report(step=count, loss=last_loss, state=st)
             except EarlyStop:
                 return False
         bar.update(count, lambda: float(last_loss))
         return True
 
     def run_block(batches) -> bool:
-        nonlocal st, last_loss, count
+        nonlocal st, last_loss, count, reported
         result = _block_step(trainer, st, batches, ctx)
         if result is None:  # the batches cannot share a block: single steps
             return all(run_single(batch) for batch in batches)
@@ -257,9 +267,10 @@ def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = N
         last_loss, start = host[-1], count
         for value in host:
             count += 1
-            if report is not None:
+            if report is not None and count % report_every == 0:
                 try:
-                    report(step=count, loss=float(value), state=st)
+                    reported = count
+                    report(step=count, loss=value, state=st)
                 except EarlyStop:
                     count = start + len(host)  # every step of the block ran
                     return False
@@ -283,7 +294,13 @@ def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = N
     if not stopped:
         for item in pending:  # the final partial block
             if not run_single(item):
+                stopped = True
                 break
+    if report is not None and not stopped and count and reported != count:
+        try:  # the last step is always reported
+            report(step=count, loss=last_loss, state=st)
+        except EarlyStop:
+            pass
     if count:
         bar.update(count, lambda: float(last_loss), final=True)
     return st
