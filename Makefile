@@ -7,7 +7,7 @@ JOBS ?= 2
 
 INTEROP_STAMP := $(VENV)/.interop-stamp
 
-.PHONY: test test-interop demo venv clean
+.PHONY: test test-interop demo venv clean fuzz
 
 venv: $(STAMP)
 
@@ -32,6 +32,12 @@ test-interop: $(INTEROP_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
 		tests/test_interop_torch.py tests/test_stablehlo_import.py tests/test_export_ops.py tests/test_recurrent.py \
 		tests/test_demo.py::test_demo_lm_trains_and_prints_a_sample
+
+# A long fuzzing campaign of the textual IR parser (100,000 mutated texts, seeded; FUZZ_SEED=n)
+FUZZ_INPUTS ?= 100000
+FUZZ_SEED ?= 0
+fuzz: $(STAMP)
+	$(PY) tests/fuzz_ir.py --inputs $(FUZZ_INPUTS) --seed $(FUZZ_SEED)
 
 demo: $(STAMP)
 	$(VENV)/bin/kaun-ir demo

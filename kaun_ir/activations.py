@@ -32,15 +32,16 @@ def _float(x):
 
 @op_function
 def relu(x):
-    """``max(x, 0)``; derivative 0 at 0 (like ``jax.nn.relu``). Integer inputs stay integers."""
-    return where(x > 0, x, 0)
+    """``max(x, 0)``; derivative 0 at 0 (like ``jax.nn.relu``). Integer inputs stay integers.
+    NaN stays NaN (the comparison is written so that NaN takes the ``x`` branch)."""
+    return where(x <= 0, 0, x)
 
 
 @op_function
 def relu6(x):
     """``min(max(x, 0), 6)``; derivative 0 at 0 and 6 (like ``jax.nn.relu6``)."""
     x = _float(x)
-    return where(x > 0, where(x < 6.0, x, 6.0), 0.0)
+    return where(x <= 0, 0.0, where(x >= 6.0, 6.0, x))  # NaN falls through to x
 
 
 @op_function
@@ -96,7 +97,7 @@ def gelu(x):
     """Exact GELU, ``x * Phi(x) = x / 2 * (1 + erf(x / sqrt(2)))`` (``jax.nn.gelu(approximate=False)``,
     PyTorch's default)."""
     x = _float(x)
-    return x * (erf(x * (1.0 / math.sqrt(2.0))) + 1.0) * 0.5
+    return (x * 0.5) * (erf(x * (1.0 / math.sqrt(2.0))) + 1.0)  # halve first: no overflow at max
 
 
 @op_function
@@ -105,7 +106,7 @@ def gelu_approx(x):
     (``jax.nn.gelu(approximate=True)``)."""
     x = _float(x)
     inner = (x + x * x * x * 0.044715) * math.sqrt(2.0 / math.pi)
-    return x * (_tanh(inner) + 1.0) * 0.5
+    return (x * 0.5) * (_tanh(inner) + 1.0)
 
 
 @op_function

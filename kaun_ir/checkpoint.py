@@ -25,10 +25,11 @@ import numpy as np
 
 from . import ptree
 from .checkpoint_mapping import MappedSource, state_dict_arrays
+from .errors import CheckpointError
 from .fileio import atomic_write
 
 __all__ = ["save", "load", "load_raw", "metadata", "from_state_dict", "save_sharded", "load_sharded",
-           "STRUCTURE_KEY"]
+           "STRUCTURE_KEY", "CheckpointError"]
 
 STRUCTURE_KEY = "kaun_ir.tree"
 OPTIMIZER_KEY = "kaun_ir.optimizer"  # which optimiser wrote a training state (kn.train.save)
@@ -156,19 +157,74 @@ class _Reader:
         from safetensors import safe_open
 
         self.path = path
-        self._file = safe_open(path, framework="np")
-        self.keys = set(self._file.keys())
-        self.metadata = self._file.metadata() or {}
+        _check_readable(path)
+        try:
+            self._file = safe_open(path, framework="np")
+            self.keys = set(self._file.keys())
+            self.metadata = self._file.metadata() or {}
+        except Exception as err:  # the library's own error types vary by release
+            raise CheckpointError(f"checkpoint.load: {path}: {_diagnose(path, err)}") from err
 
     def get(self, key: str) -> np.ndarray:
         if key not in self.keys:
             raise ValueError(f"checkpoint.load: {self.path} has no tensor {key!r} "
                              f"({_close_keys(key, self.keys)})")
-        return self._file.get_tensor(key)
+        try:
+            return self._file.get_tensor(key)
+        except Exception as err:  # noqa: BLE001 - data past the end of a truncated file, ...
+            raise CheckpointError(f"checkpoint.load: {self.path}: cannot read tensor {key!r}: "
+                                  f"{_diagnose(self.path, err)}") from err
 
     def close(self) -> None:
         # safe_open objects release the file when dropped; no explicit close in every release
         self._file = None
+
+
+def _check_readable(path: str) -> None:
+    """Errors that name the file for paths that are not a readable regular file."""
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"checkpoint.load: no such file: {path}")
+    if os.path.isdir(path):
+        raise CheckpointError(f"checkpoint.load: {path} is a directory, not a checkpoint file")
+    if not os.path.isfile(path):
+        raise CheckpointError(f"checkpoint.load: {path} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise PermissionError(f"checkpoint.load: {path}: permission denied")
+
+
+def _diagnose(path: str, err: Exception) -> str:
+    """What is wrong with a file the SafeTensors reader refused, in words: a SafeTensors file
+    is an 8-byte little-endian header length, a JSON header of that length, then the data."""
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            length = int.from_bytes(head, "little") if len(head) == 8 else None
+            header = handle.read(min(length, 1 << 20)) if length is not None and length <= size else b""
+    except OSError as os_err:
+        return f"cannot read the file ({os_err.strerror or os_err})"
+    if size == 0:
+        return "the file is empty (an interrupted copy?)"
+    if length is None:
+        return f"the file is {size} bytes, too short to be SafeTensors"
+    if length > size - 8:
+        return (f"not a SafeTensors file, or truncated: its header claims {length} bytes but the file "
+                f"has {size - 8} after the length field")
+    if not header.lstrip().startswith(b"{"):
+        return "not a SafeTensors file (no JSON header)"
+    try:
+        entries = json.loads(header.decode("utf-8"))
+        end = max((int(v["data_offsets"][1]) for k, v in entries.items() if k != "__metadata__"), default=0)
+    except (ValueError, KeyError, TypeError, IndexError, AttributeError):
+        return f"not a SafeTensors file or a damaged header ({_reason(err)})"
+    if 8 + length + end > size:
+        return f"truncated: the header describes {8 + length + end} bytes, the file has {size}"
+    return f"damaged SafeTensors file ({_reason(err)})"
+
+
+def _reason(err: Exception) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text[:200]
 
 
 def _close_keys(key: str, keys: set[str]) -> str:

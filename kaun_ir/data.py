@@ -248,6 +248,8 @@ class _Map(Data):
 def map(f: Callable[[Any], Any], d: Data) -> Data:  # noqa: A001 - the API name
     """The elements ``f(e)`` for each element ``e`` of ``d`` (``f`` runs when an element is read)."""
     _check_data(d, "map")
+    if not callable(f):
+        raise TypeError(f"map: f must be callable, got {type(f).__name__}")
     return _Map(f, d)
 
 
@@ -443,6 +445,8 @@ def shuffle(d: Data, seed: int = 0) -> Data:
     start of each pass (so they must be finite).
     """
     _check_data(d, "shuffle")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"shuffle: seed must be an integer, got {type(seed).__name__} {seed!r}")
     return _Shuffle(d, int(seed))
 
 

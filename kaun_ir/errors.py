@@ -22,6 +22,11 @@ class ParseError(KaunError, ValueError):
         super().__init__(f"line {line}, column {column}: {message}{pointer}")
 
 
+class CheckpointError(KaunError, ValueError):
+    """A checkpoint file that cannot be read (a directory, empty, truncated, not SafeTensors);
+    the message names the file and what is wrong with it."""
+
+
 class CompileError(KaunError):
     """XLA rejected a lowered module; the message names a repro file holding the StableHLO."""
 

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import re
 import tempfile
 import uuid
 from typing import Callable, IO
+
+# Temporary files are named ".<basename>.<pid>.<random>.tmp": the pid tells a later write of the
+# same path whether the writer is gone (killed mid-write), so its leftover can be removed.
+_TMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.[0-9a-f]{32}\.tmp$")
 
 
 def _write_whole(handle: IO[bytes], data: bytes) -> None:
@@ -23,7 +29,13 @@ def atomic_write(path: str | os.PathLike, data: str | bytes,
     """
     payload = data.encode() if isinstance(data, str) else bytes(data)
     directory = os.path.dirname(os.path.abspath(path))
-    tmp = os.path.join(directory, f".{os.path.basename(path)}.{uuid.uuid4().hex}.tmp")
+    # errors that name the path the caller gave, not the temporary file
+    if not os.path.isdir(directory):
+        raise FileNotFoundError(errno.ENOENT, "no such directory", directory)
+    if os.path.isdir(path):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path))
+    remove_stale_temporaries(path)
+    tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     # os.open with 0o666 lets the umask decide the final permissions, as for a plain open()
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
     try:
@@ -39,6 +51,40 @@ def atomic_write(path: str | os.PathLike, data: str | bytes,
             pass
         raise
     _fsync_directory(directory)
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True  # another thread of this process may be writing it
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):
+        return True  # exists (someone else's) or cannot tell: leave it
+    return True
+
+
+def remove_stale_temporaries(path: str | os.PathLike) -> list[str]:
+    """Remove the temporary files that writes of ``path`` by processes no longer running left
+    behind (a save killed mid-write); returns the removed paths. Files of live writers stay."""
+    path = os.path.abspath(os.fspath(path))
+    directory, base = os.path.split(path)
+    removed = []
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return removed
+    for name in names:
+        match = _TMP.match(name)
+        if match is None or match.group("base") != base or _alive(int(match.group("pid"))):
+            continue
+        try:
+            os.unlink(os.path.join(directory, name))
+            removed.append(os.path.join(directory, name))
+        except OSError:
+            pass
+    return removed
 
 
 def _fsync_directory(directory: str) -> None:

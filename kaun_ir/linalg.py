@@ -9,6 +9,8 @@ from __future__ import annotations
 import string
 from typing import Any, Sequence
 
+import numpy as np
+
 from . import dtypes
 from .api import op_function
 from .errors import ShapeError
@@ -133,6 +135,8 @@ def tensordot(a, b, axes=2):
 
 
 def _axis(axis: int, ndim: int, name: str) -> int:
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{_where()}{name}: axis must be an int, got {axis!r}")
     if not -ndim <= axis < ndim:
         raise ShapeError(f"{_where()}{name}: axis {axis} out of range for rank {ndim}")
     return axis % ndim

@@ -124,8 +124,10 @@ def batch_norm(x, scale, bias, mean, var, eps=1e-5, axis=None):
 
 
 def _norm_axes(shape: tuple[int, ...], axis: Any, fn: str) -> tuple[int, ...]:
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = tuple(axis) if isinstance(axis, (tuple, list)) else (axis,)
     for a in axes:
+        if isinstance(a, (bool, np.bool_)) or not isinstance(a, (int, np.integer)):
+            raise TypeError(f"{_where()}{fn}: axis must be an int or a tuple of ints, got {axis!r}")
         if not -len(shape) <= a < len(shape):
             raise ShapeError(f"{_where()}{fn}: axis {a} is out of range for shape {list(shape)}")
     return tuple(sorted({int(a) % len(shape) for a in axes}))

@@ -159,7 +159,7 @@ def floor_divide(a, b):
     """``a // b``: floor of the quotient (Python semantics for integers too)."""
     a, b = promote(a, b, op="floor_divide")
     if dtypes.is_float(dtype_of(a)):
-        return apply("floor", apply("divide", a, b))
+        return _float_floor_divide(a, b)
     if dtypes.is_unsigned(dtype_of(a)):
         return apply("divide", a, b)
     quotient = apply("divide", a, b)
@@ -167,6 +167,18 @@ def floor_divide(a, b):
     zero = astype(0, dtype_of(a))
     adjust = (remainder != zero) & ((remainder < zero) != (b < zero))
     return where(adjust, quotient - astype(1, dtype_of(a)), quotient)
+
+
+def _float_floor_divide(a, b):
+    """NumPy's float ``a // b`` computed as jax.numpy (and CPython's float divmod) do: from the
+    exact remainder, so that ``-1 // inf`` is ``-1`` and ``1 // 0`` is ``inf``, which
+    ``floor(a / b)`` gets wrong."""
+    remainder = apply("remainder", a, b)
+    zero = astype(0, dtype_of(a))
+    quotient = apply("divide", where(b == zero, a, a - remainder), b)
+    adjust = (remainder != zero) & (apply("sign", b) != apply("sign", remainder))
+    quotient = where(adjust, quotient - astype(1, dtype_of(a)), quotient)
+    return apply("round_nearest_even", quotient)
 
 
 @op_function
@@ -319,20 +331,38 @@ def reshape(x, shape):
     return x if shape == t.shape else apply("reshape", x, shape=shape)
 
 
+def normalize_axis(axis: Any, ndim: int, name: str) -> int:
+    """``axis`` in ``[-ndim, ndim)`` as a non-negative int; anything else is an error naming
+    ``name``: a ``TypeError`` for a non-integer (bools included), a ``ShapeError`` when out of
+    range. Axes never wrap around."""
+    if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"{current_path() + ': ' if current_path() else ''}{name}: axis must be an int, "
+                        f"got {axis!r}")
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"{current_path() + ': ' if current_path() else ''}{name}: axis {int(axis)} is out "
+                         f"of range for a tensor of rank {ndim}")
+    return int(axis) % ndim
+
+
 @op_function
 def transpose(x, axes=None):
-    """Permute axes (default: reverse them)."""
+    """Permute axes (default: reverse them); ``axes`` must be a permutation of ``range(ndim)``
+    (negative entries count from the end)."""
     ndim = len(shape_of(x))
-    axes = tuple(reversed(range(ndim))) if axes is None else tuple(a % ndim if ndim else a for a in axes)
+    if axes is None:
+        axes = tuple(reversed(range(ndim)))
+    else:
+        axes = tuple(normalize_axis(a, ndim, "transpose") for a in axes)
+        if sorted(axes) != list(range(ndim)):
+            raise ShapeError(f"transpose: axes {list(axes)} are not a permutation of {ndim} axes")
     return x if axes == tuple(range(ndim)) else apply("transpose", x, permutation=axes)
 
 
 @op_function
 def expand_dims(x, axis):
-    """Insert a size-1 axis at ``axis``."""
+    """Insert a size-1 axis at ``axis`` (in ``[-ndim-1, ndim]``, like ``jnp.expand_dims``)."""
     shape = list(shape_of(x))
-    axis = axis % (len(shape) + 1)
-    shape.insert(axis, 1)
+    shape.insert(normalize_axis(axis, len(shape) + 1, "expand_dims"), 1)
     return reshape(x, shape)
 
 
@@ -343,7 +373,8 @@ def squeeze(x, axis=None):
     if axis is None:
         axes = {i for i, d in enumerate(shape) if d == 1}
     else:
-        axes = {a % len(shape) for a in ((axis,) if isinstance(axis, int) else axis)}
+        items = axis if isinstance(axis, (tuple, list)) else (axis,)
+        axes = {normalize_axis(a, len(shape), "squeeze") for a in items}
         if any(shape[a] != 1 for a in axes):
             raise ShapeError(f"squeeze: axis {sorted(axes)} of shape {list(shape)} is not of size 1")
     return reshape(x, [d for i, d in enumerate(shape) if i not in axes])
@@ -357,7 +388,10 @@ def concatenate(xs, axis=0):
         raise ValueError("concatenate needs at least one array")
     dtype = dtypes.result_type(*[dtype_of(x) for x in xs])
     ndim = len(shape_of(xs[0]))
-    return apply("concatenate", *[astype(x, dtype) for x in xs], dimension=axis % builtins.max(ndim, 1))
+    if ndim == 0:
+        raise ShapeError("concatenate: zero-dimensional arrays cannot be concatenated (use stack)")
+    axis = normalize_axis(axis, ndim, "concatenate")
+    return apply("concatenate", *[astype(x, dtype) for x in xs], dimension=axis)
 
 
 @op_function
@@ -366,11 +400,18 @@ def stack(xs, axis=0):
     xs = list(xs)
     if not xs:
         raise ValueError("stack needs at least one array")
+    shapes = [tuple(shape_of(x)) for x in xs]
+    if any(s != shapes[0] for s in shapes):
+        raise ShapeError(f"stack: arrays must have one shape, got {', '.join(str(list(s)) for s in shapes)}")
+    axis = normalize_axis(axis, len(shape_of(xs[0])) + 1, "stack")
     return concatenate([expand_dims(x, axis) for x in xs], axis=axis)
 
 
 def _fill(shape, value, dtype):
-    shape = (shape,) if isinstance(shape, int) else tuple(int(d) for d in shape)
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(isinstance(d, (bool, np.bool_)) or not isinstance(d, (int, np.integer)) or d < 0 for d in shape):
+        raise ValueError(f"shape must be a sequence of non-negative ints, got {shape!r}")
+    shape = tuple(int(d) for d in shape)
     scalar = np.asarray(value, dtype=dtypes.canonical(dtype))
     return apply("broadcast_in_dim", scalar, shape=shape, broadcast_dimensions=()) if shape else apply(
         "reshape", scalar, shape=())
@@ -419,6 +460,13 @@ def arange(start, stop=None, step=1, dtype=None):
     """``start, start + step, ...`` below ``stop`` (like ``np.arange``; int32 or float32)."""
     if stop is None:
         start, stop = 0, start
+    for name, value in (("start", start), ("stop", stop), ("step", step)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"arange: {name} must be a Python or NumPy number, got {value!r}")
+        if not np.isfinite(value):
+            raise ValueError(f"arange: {name} must be finite, got {value!r}")
+    if step == 0:
+        raise ValueError("arange: step must not be zero")
     count = builtins.max(int(np.ceil((stop - start) / step)), 0)
     if dtype is None:
         dtype = dtypes.float32 if any(isinstance(v, float) for v in (start, stop, step)) else dtypes.int32
@@ -443,6 +491,9 @@ def getitem(x, index):
     """NumPy basic indexing (ints, slices with any step, None, Ellipsis); integer-array
     indices go through ``gather`` (see ``kaun_ir.indexing``)."""
     index = index if isinstance(index, tuple) else (index,)
+    if any(isinstance(i, (bool, np.bool_)) for i in index):
+        # NumPy reads x[True] as a mask adding an axis, not as x[1]; we support neither silently
+        raise IndexError("boolean scalar indices are not supported (they add a data-dependent axis)")
     if any(_is_advanced(i) for i in index):
         from .indexing import advanced_getitem
 
@@ -501,4 +552,4 @@ def getitem(x, index):
 
 __all__ = [name for name in dir() if not name.startswith("_") and name not in (
     "annotations", "builtins", "np", "dtypes", "Any", "Sequence", "op_function", "ShapeError",
-    "current_path", "Tensor", "apply", "concrete_array", "type_of")]
+    "current_path", "Tensor", "apply", "concrete_array", "type_of", "normalize_axis")]

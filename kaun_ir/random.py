@@ -143,6 +143,8 @@ def key(seed) -> Any:
         value = int(arr)
         high = (value >> 32) & _MASK32 if arr.dtype.itemsize == 8 else 0
         return np.array([high, value & _MASK32], dtype=np.uint32)
+    if not (hasattr(seed, "dtype") and hasattr(seed, "shape")):
+        raise TypeError(f"kn.random.key: the seed must be an integer, got {type(seed).__name__} {seed!r}")
     return _key_from_scalar(seed)
 
 

@@ -250,17 +250,22 @@ def _to_float(x):
     return x if dtypes.is_float(dtype_of(x)) else astype(x, dtypes.float32)
 
 
-def _shifted(x, axes: tuple[int, ...]):
+def _shifted(x, axes: tuple[int, ...], keep_inf: bool = False):
     """``x - max(x)`` over ``axes`` (kept as size-1) and that max, with non-finite maxima as 0.
 
     Subtracting the max keeps ``exp`` from overflowing; a max of +-inf (or NaN) is replaced by 0
     so that rows of -inf give exp(-inf) = 0 instead of NaN. The max cancels out of the result
     mathematically, so it is not differentiated (``stop_gradient``, as jax does).
+    ``keep_inf``: only a -inf max is replaced, so that a row holding +inf gives NaN in softmax
+    (``inf / inf``) everywhere, as ``jax.nn.softmax`` does, not a row of made-up zeros.
     """
     shape = shape_of(x)
     kept = tuple(1 if i in axes else d for i, d in enumerate(shape))
     top = stop_gradient(reshape(_reduce(x, "max", axes), kept))
-    top = where(apply("abs", top) < float("inf"), top, 0.0)
+    if keep_inf:
+        top = where(top == float("-inf"), 0.0, top)
+    else:
+        top = where(apply("abs", top) < float("inf"), top, 0.0)
     return subtract(x, top), top
 
 
@@ -289,7 +294,7 @@ def softmax(x, axis=-1):
     x = _to_float(x)
     shape = shape_of(x)
     axes = _axes(axis, len(shape), "softmax")
-    shifted, _ = _shifted(x, axes)
+    shifted, _ = _shifted(x, axes, keep_inf=True)
     e = exp(shifted)
     total = reshape(_reduce(e, "sum", axes), tuple(1 if i in axes else d for i, d in enumerate(shape)))
     return divide(e, total)
@@ -304,7 +309,7 @@ def log_softmax(x, axis=-1):
     x = _to_float(x)
     shape = shape_of(x)
     axes = _axes(axis, len(shape), "log_softmax")
-    shifted, _ = _shifted(x, axes)
+    shifted, _ = _shifted(x, axes, keep_inf=True)
     total = log(_reduce(exp(shifted), "sum", axes))
     return subtract(shifted, reshape(total, tuple(1 if i in axes else d for i, d in enumerate(shape))))
 

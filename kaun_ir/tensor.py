@@ -90,6 +90,10 @@ class Tensor:
         for i in range(len(self)):
             yield self[i]
 
+    def __setitem__(self, index, value):
+        raise TypeError("kaun_ir tensors are immutable: x[...] = v cannot assign; build a new array "
+                        "with kn.where(mask, v, x) or kn.dynamic_update_slice(x, v, start)")
+
     # -- the NumPy-style surface (implemented in numeric.py) -----------------------------------
     def _n(self):
         import kaun_ir  # the whole function namespace (numeric, linalg, reductions, indexing)

@@ -619,4 +619,6 @@ def load_module(spec: str):
 def run(graph: Graph, pipeline: "str | Pipeline", instrumentations: Sequence[Instrumentation] = (),
         verify_each: bool = False, stop_after: int | None = None) -> Graph:
     """Run ``pipeline`` over ``graph`` (see :class:`PassManager`); the input is not modified."""
+    if not isinstance(graph, Graph):
+        raise TypeError(f"kn.passes.run: expected a kn.Graph, got {type(graph).__name__}")
     return PassManager(pipeline, instrumentations, verify_each=verify_each, stop_after=stop_after).run(graph)

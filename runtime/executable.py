@@ -7,9 +7,10 @@ import os
 import time
 from typing import Sequence
 
+from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
 from kaun_ir.fileio import atomic_write, repro_dir
-from kaun_ir.ir.core import Graph
+from kaun_ir.ir.core import Graph, TensorType
 
 from . import disk_cache, finite, stages, xla
 from .lower import lower
@@ -162,6 +163,10 @@ class Executable:
             if tuple(got) != shape:
                 raise TypeError(f"argument {i}: expected shape {shape} ({self.graph.inputs[i].type}), "
                                 f"got {tuple(got)}")
+            given = getattr(array, "dtype", None)
+            if given is not None and given != dtype:  # never a silent conversion, e.g. i32 -> f32
+                raise TypeError(f"argument {i}: expected {self.graph.inputs[i].type}, got "
+                                f"{TensorType(dtypes.canonical(given), tuple(got))}")
             device_arrays.append(self.put(i, array))
         return tuple(self.run(device_arrays))
 

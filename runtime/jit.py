@@ -15,6 +15,18 @@ from .dispatch import Route, RouteCache
 from .executable import Executable
 
 
+def _raise_if_donated(f, arrays) -> None:
+    """After a failed execution: a ``ValueError`` naming the argument whose buffer an earlier call
+    consumed (``donate_argnums``), instead of the runtime's "buffer deleted or donated"."""
+    for i, array in enumerate(arrays):
+        is_deleted = getattr(array, "is_deleted", None)
+        if callable(is_deleted) and is_deleted():
+            name = getattr(f, "__qualname__", repr(f))
+            raise ValueError(f"kn.jit({name}): array argument {i} was donated to an earlier call "
+                             "(donate_argnums) and its buffer is gone; pass the array that call returned "
+                             "instead of the consumed one") from None
+
+
 class Jitted:
     """A compiled-on-demand function; see :func:`jit`.
 
@@ -72,14 +84,22 @@ class Jitted:
                 fast_key = None
             route = self.routes.get(fast_key)
             if route is not None:
-                return route.unflatten(route.run(route.place(args)))
+                try:
+                    return route.unflatten(route.run(route.place(args)))
+                except Exception:
+                    _raise_if_donated(self.f, args)
+                    raise
         key, leaves, arrays = self._signature(args, kwargs)
         if key is None:  # called inside another trace: trace through (inline)
             return self.f(*args, **kwargs)
         route = self._cache.get(key) or self._entry(args, kwargs, key)
         if not kwargs and self.mesh is None and all(type(a) in self._array_types for a in args):
             self.routes.put(tuple([(type(a), a.shape, a.dtype) for a in args]), route)
-        return route.unflatten(route.run(route.place(arrays)))
+        try:
+            return route.unflatten(route.run(route.place(arrays)))
+        except Exception:
+            _raise_if_donated(self.f, arrays)
+            raise
 
     def route(self, *args, **kwargs) -> tuple[Route | None, list | None]:
         """``(route, arrays)`` for these arguments without executing: the route of their

@@ -13,6 +13,7 @@ estimates FLOPs and bytes moved with a simple cost model (:func:`node_cost`).
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shutil
 import sys
@@ -59,7 +60,9 @@ def use_virtual_devices(count: int | None) -> None:
 
 
 def add_spec_arguments(parser) -> None:
-    """The SPEC and ``--input`` arguments shared by dump, export and viz."""
+    """The SPEC and ``--input`` arguments shared by dump, export and viz; ``--help`` explains SPEC
+    and lists the bundled examples."""
+    parser.epilog = specs.SPEC_HELP + "\n" + specs.examples_help()
     parser.add_argument("spec", metavar="SPEC",
                         help="module:function, path/to/file.py:function, or a .kir file "
                              "(e.g. kaun_ir.tools.examples:mlp)")
@@ -69,7 +72,15 @@ def add_spec_arguments(parser) -> None:
 
 
 def error(command: str, message) -> int:
-    print(f"kaun-ir {command}: error: {message}", file=sys.stderr)
+    """Print ``kaun-ir COMMAND: error: MESSAGE`` (its first line) on stderr; returns exit status 1."""
+    if isinstance(message, BaseException):
+        from . import cli
+
+        if cli.DEBUG:  # --debug: the traceback instead of the one line
+            raise message
+        message = cli.describe(message)
+    lines = str(message).strip().splitlines()
+    print(f"kaun-ir {command}: error: {lines[0] if lines else message}", file=sys.stderr)
     return 1
 
 
@@ -144,9 +155,11 @@ def write_all(subject, directory: str) -> list[str]:
     """Every stage of ``subject`` into ``directory``. All texts are computed before anything is
     written, so a stage that fails leaves the directory untouched; a new directory appears
     complete (it is filled under a temporary name and renamed)."""
+    target = os.path.abspath(directory)
+    if os.path.exists(target) and not os.path.isdir(target):
+        raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", directory)
     texts = {stage: subject.stage_text(stage) for stage in specs.STAGES}
     names = [f"{subject.name}.{STAGE_FILES[stage]}" for stage in specs.STAGES]
-    target = os.path.abspath(directory)
     if not os.path.isdir(target):
         parent = os.path.dirname(target)
         os.makedirs(parent, exist_ok=True)

@@ -57,8 +57,9 @@ def run(args: argparse.Namespace) -> int:
     from kaun_ir.ir import parse
 
     def error(message) -> int:
-        print(f"kaun-ir opt: error: {message}", file=sys.stderr)
-        return 1
+        from .dump import error as report
+
+        return report("opt", message)
 
     for module in args.load:
         try:
@@ -76,11 +77,16 @@ def run(args: argparse.Namespace) -> int:
         return error(err)
     try:
         if args.file.endswith(".mlirbc"):
-            text: str | bytes = open(args.file, "rb").read()
+            with open(args.file, "rb") as handle:
+                text: str | bytes = handle.read()
+        elif args.file == "-":
+            text = sys.stdin.read()
         else:
-            text = sys.stdin.read() if args.file == "-" else open(args.file).read()
-    except OSError as err:
-        return error(err)
+            with open(args.file, encoding="utf-8") as handle:
+                text = handle.read()
+    except (OSError, UnicodeDecodeError) as err:
+        return error(f"{args.file}: {err.reason if isinstance(err, UnicodeDecodeError) else err.strerror}"
+                     + (" (not a UTF-8 text file)" if isinstance(err, UnicodeDecodeError) else ""))
 
     instrumentations: list = []
     if args.print_ir_after_all:
@@ -121,6 +127,10 @@ def run(args: argparse.Namespace) -> int:
     if args.output == "-":
         sys.stdout.write(out)
     else:
-        with open(args.output, "w") as handle:
-            handle.write(out)
+        from kaun_ir.fileio import atomic_write
+
+        try:
+            atomic_write(args.output, out)
+        except OSError as err:
+            return error(f"-o {args.output}: {err.strerror}")
     return 0

@@ -45,6 +45,49 @@ STAGES = ("traced", "autodiff", "optimized", "stablehlo", "hlo")
 GRAPH_STAGES = ("traced", "autodiff", "optimized")
 
 
+SPEC_HELP = """\
+SPEC names the model. It is one of
+  module:function          a function in an importable module (the current directory is searched too)
+  path/to/file.py:function a function in a Python file
+  file.kir                 a graph in kaun_ir's textual IR (its input types are in the file)
+The function takes no arguments and returns one of
+  a kn.layer.Layer         its forward pass in evaluation mode; give the example input with
+                           --input f32[32,784] (repeat --input for several inputs)
+  Model(layer, inputs)     a layer with default example inputs (kaun_ir.tools.spec.Model)
+  (fn, example_args)       a traceable function and a tuple of example arrays / kn.ShapeDtype
+  a kn.Graph               a traced graph
+  TrainSetup(model, optimizer, loss_fn_builder, inputs)
+                           a whole training step (forward, gradients, optimiser update)
+Parameters are never materialised: naming a large model costs no XLA compilation.
+"""
+
+
+def examples_help() -> str:
+    """The bundled example models, one line each (for ``--help``)."""
+    import inspect
+
+    from . import examples
+
+    lines = ["Bundled examples (try: kaun-ir dump kaun_ir.tools.examples:mlp --stage optimized):"]
+    for name, fn in inspect.getmembers(examples, inspect.isfunction):
+        if name.startswith("_") or fn.__module__ != examples.__name__ or inspect.signature(fn).parameters \
+                and any(p.default is inspect.Parameter.empty for p in inspect.signature(fn).parameters.values()):
+            continue
+        summary = plain((fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
+        lines.append(f"  kaun_ir.tools.examples:{name:26s} {summary}")
+    return "\n".join(lines) + "\n"
+
+
+def plain(text: str | None) -> str | None:
+    """Docstring text for a terminal: reST markup (````code````, :func:`name`) removed."""
+    if not text:
+        return text
+    import re
+
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return re.sub(r"``([^`]+)``", r"\1", text)
+
+
 class SpecError(ValueError):
     """The model named on the command line cannot be loaded or traced (a user error)."""
 
@@ -95,7 +138,7 @@ def load_object(spec: str) -> Any:
             sys.modules[name] = module
             loader_spec.loader.exec_module(module)
         else:
-            module = importlib.import_module(module_name)
+            module = _import_module(module_name)
     except SpecError:
         raise
     except Exception as err:  # ImportError or whatever the module raised while loading
@@ -104,6 +147,23 @@ def load_object(spec: str) -> Any:
     if fn is None:
         raise SpecError(f"{spec!r}: module {module_name!r} has no attribute {attr!r}")
     return fn() if callable(fn) and not _is_layer(fn) and not _is_graph(fn) else fn
+
+
+def _import_module(module_name: str):
+    """Import ``module_name``; a module in the current directory is found too (the console script,
+    unlike ``python -m``, does not put the working directory on ``sys.path``)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        top = module_name.split(".")[0]
+        cwd = os.getcwd()
+        if err.name != top or cwd in sys.path or "" in sys.path:
+            raise
+        sys.path.append(cwd)
+        try:
+            return importlib.import_module(module_name)
+        finally:
+            sys.path.remove(cwd)
 
 
 def _is_layer(x) -> bool:
@@ -290,10 +350,15 @@ def resolve(spec: str, inputs: Sequence[str] = ()) -> Subject:
     """The :class:`Subject` named by ``spec``; ``inputs`` are ``--input`` types (override defaults)."""
     given = tuple(parse_input(text) for text in inputs)
     if spec.endswith(GRAPH_FILE_SUFFIXES):
+        if given:
+            raise SpecError(f"{spec}: --input applies to a model named as module:function; a graph file "
+                            "declares its own input types")
         try:
             graph = read_graph_file(spec)
         except OSError as err:
-            raise SpecError(f"{spec}: {err}") from None
+            raise SpecError(f"{spec}: {err.strerror or err}") from None
+        except UnicodeDecodeError as err:
+            raise SpecError(f"{spec}: not a UTF-8 text file ({err.reason})") from None
         return Subject(os.path.basename(spec).rsplit(".", 1)[0], "graph", graph=graph)
 
     obj = load_object(spec)
@@ -335,7 +400,7 @@ def read_graph_file(path: str):
     if path.endswith(".mlirbc"):
         with open(path, "rb") as handle:
             return from_stablehlo(handle.read())
-    with open(path) as handle:
+    with open(path, encoding="utf-8") as handle:
         text = handle.read()
     return from_stablehlo(text) if path.endswith(".mlir") else parse(text)
 

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from typing import Any
 
@@ -187,12 +188,26 @@ class _Tokens:
         return False
 
 
+# Input-controlled nesting is bounded so that no text reaches Python's recursion limit in the
+# parser, the verifier, the printer or the lowering (each walks nested lists and regions).
+MAX_ATTR_DEPTH = 32
+MAX_REGION_DEPTH = 16
+# Dimensions and element counts beyond these cannot be lowered (MLIR and XLA use int64 sizes).
+MAX_DIM = 2 ** 40
+MAX_ELEMENTS = 2 ** 48
+
+
 def _string(toks: "_Tokens", tok) -> str:
     """The decoded content of a STRING token; ParseError at the token if it is malformed."""
     try:
-        return json.loads(tok[1])
+        value = json.loads(tok[1])
     except json.JSONDecodeError as err:
         raise toks.error(f"malformed string literal ({err.msg})", tok) from None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise toks.error("string literal holds a lone surrogate escape (not valid Unicode)", tok) from None
+    return value
 
 
 def _type(toks: "_Tokens", what: str) -> TensorType:
@@ -201,14 +216,18 @@ def _type(toks: "_Tokens", what: str) -> TensorType:
     text = toks.expect_kind("type", what)
     try:
         return _parse_type(text)
-    except ValueError:
-        raise toks.error(f"malformed tensor type {text!r}", tok) from None
+    except ValueError as err:
+        raise toks.error(f"malformed tensor type {text!r} ({err})", tok) from None
 
 
 def _parse_type(text: str) -> TensorType:
     name, dims = text.split("[", 1)
     dims = dims.rstrip("]").replace(" ", "")
     shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+    if any(d > MAX_DIM for d in shape):
+        raise ValueError(f"dimensions are limited to {MAX_DIM}")
+    if math.prod(shape) > MAX_ELEMENTS:
+        raise ValueError(f"element counts are limited to {MAX_ELEMENTS}")
     return TensorType(dtypes.from_short_name(name), shape)
 
 
@@ -218,8 +237,10 @@ def _parse_number(text: str):
     return int(text)
 
 
-def _parse_attr(toks: _Tokens) -> Any:
+def _parse_attr(toks: _Tokens, depth: int = 0) -> Any:
     kind, text, line, col = toks.peek()
+    if depth > MAX_ATTR_DEPTH:
+        raise toks.error(f"attribute lists nested deeper than {MAX_ATTR_DEPTH} levels")
     if kind == "number":
         toks.next()
         return _parse_number(text)
@@ -230,7 +251,7 @@ def _parse_attr(toks: _Tokens) -> Any:
         items = []
         if not toks.accept("]"):
             while True:
-                items.append(_parse_attr(toks))
+                items.append(_parse_attr(toks, depth + 1))
                 if toks.accept("]"):
                     break
                 toks.expect(",")
@@ -293,9 +314,11 @@ def parse(text: str) -> Graph:
     return graph
 
 
-def _parse_graph(toks: _Tokens) -> Graph:
+def _parse_graph(toks: _Tokens, depth: int = 0) -> Graph:
     from ..ops import TABLE
 
+    if depth > MAX_REGION_DEPTH:
+        raise toks.error(f"regions nested deeper than {MAX_REGION_DEPTH} levels")
     toks.expect("graph")
     name = toks.expect_kind("symbol", "a graph name such as @main")[1:]
     toks.expect("(")
@@ -340,7 +363,7 @@ def _parse_graph(toks: _Tokens) -> Graph:
                     outputs.append(_lookup(toks, env))
             toks.expect("}")
             break
-        nodes.append(_parse_node(toks, env, TABLE))
+        nodes.append(_parse_node(toks, env, TABLE, depth))
     for i, (value, ttype) in enumerate(zip(outputs, out_types)):
         if value.type != ttype:
             raise toks.error(f"output {i} has type {value.type} but the signature says {ttype}")
@@ -358,7 +381,7 @@ def _lookup(toks: _Tokens, env: dict[str, Value]) -> Value:
     return env[name]
 
 
-def _parse_node(toks: _Tokens, env: dict[str, Value], table) -> Node:
+def _parse_node(toks: _Tokens, env: dict[str, Value], table, depth: int = 0) -> Node:
     start = toks.peek()
     results = [toks.expect_kind("value", "a result name such as %3 or 'return'")]
     while toks.accept(","):
@@ -407,7 +430,7 @@ def _parse_node(toks: _Tokens, env: dict[str, Value], table) -> Node:
     if toks.accept("regions"):
         toks.expect("{")
         while not toks.accept("}"):
-            regions.append(_parse_graph(toks))
+            regions.append(_parse_graph(toks, depth + 1))
     node = Node(op, inputs, attrs, types, regions, path=path, source=source)
     for name, value in zip(results, node.outputs):
         if name in env:

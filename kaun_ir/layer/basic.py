@@ -126,11 +126,22 @@ def stateless(name: str, forward: Callable[..., Any], make_params: Callable | No
     return Layer(init_, apply_, name)
 
 
+def warn_if_integer(t, what: str) -> None:
+    """Integer inputs are promoted to the parameters' float dtype; say so (once per call site and
+    trace), since token ids fed to a dense layer are usually a mistake (use ``embedding``)."""
+    if not dtypes.is_float(t.dtype):
+        import warnings
+
+        warnings.warn(f"{_where()}{what}: integer input {t} is converted to floating point (cast it "
+                      "yourself, or use layer.embedding for token ids)", UserWarning, stacklevel=3)
+
+
 def dense(params, x, in_features: int, what: str):
     """``x @ weight + bias`` with a check of ``x``'s last axis (shared with attention)."""
     t = type_of(x)
     if t.ndim < 1 or t.shape[-1] != in_features:
         raise ShapeError(f"{_where()}{what} expects an input [..., {in_features}], got {t}")
+    warn_if_integer(t, what)
     y = matmul(x, params["weight"])
     return y + params["bias"] if "bias" in params else y
 

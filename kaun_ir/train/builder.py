@@ -19,6 +19,7 @@ from ..autodiff import value_and_grad
 from ..ir.builder import scope as ir_scope
 from ..numeric import astype, dtype_of
 from .capture import Explicit, LossSpec, Probed
+from .diagnose import warn_if_independent
 from .state import State, Trainer
 
 __all__ = ["step_body", "block_body", "compiled_step", "compiled_block", "step_args", "loss_call"]
@@ -49,6 +50,7 @@ def step_body(trainer: Trainer, params, state, opt_state, key, x, targets: tuple
         if tuple(shape) != ():
             what = "the loss given to train.make" if isinstance(loss, Explicit) else "loss_fn"
             raise ValueError(f"{what} must return a scalar, returned shape {list(shape)}")
+        warn_if_independent(value, p)
         if scale is None:
             return value, (value, new_vars.state)
         with ir_scope("loss"):

@@ -12,6 +12,7 @@ import numpy as np
 from .. import layer, optim, tree
 from . import builder, dispatch
 from .capture import LossSpec, Probed, Unlifted, warn_opaque
+from .diagnose import raise_if_foreign_state
 from .state import State, Trainer, check_state
 
 __all__ = ["EarlyStop", "step", "steps", "fit", "predict", "step_graph", "forward_graph", "step_executable"]
@@ -70,6 +71,9 @@ def step(trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = Tr
         trainer.cache.opaque.add(loss.key)
         loss, arrays = _prepare(trainer, st, x, targets, training, ctx, "step")
         route, flat = compiled.route(*builder.step_args(st, x, arrays, loss, training, ctx))
+    except (ValueError, TypeError) as err:  # a state of another model fails inside some layer
+        raise_if_foreign_state(trainer, st, "step", err)
+        raise
     outs = route.run(route.place(flat))
     loss_value, params, state, opt_state = route.unflatten(outs)
     new = _new_state(trainer, st, params, state, opt_state, 1)
