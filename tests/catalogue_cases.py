@@ -132,8 +132,12 @@ add(T, "grad-int-input", lambda: kn.grad(lambda x: kn.sum(x))(np.ones(3, I32)), 
     r"int|float")
 add(T, "grad-argnums", lambda: kn.grad(lambda x: kn.sum(x), argnums=3)(A3), (ValueError, IndexError,
     kn.GradientError), r"argnums")
-add(T, "fori_loop-carry-type", lambda: kn.fori_loop(0, 3, lambda i, c: c.astype(I32), A3), kn.ShapeError,
-    r"body returns .* but the loop carries")
+add(T, "fori_loop-carry-type", lambda: kn.fori_loop(0, 3, lambda i, c: c.astype(I32), A3),
+    (TypeError, kn.ShapeError), r"carry .*f32\[3\].*i32\[3\]|body returns .* but the loop carries")
+add(T, "while_loop-carry-type", lambda: kn.while_loop(lambda c: kn.sum(c) < 3.0, lambda c: c.astype(I32), A3),
+    (TypeError, kn.ShapeError), r"i32\[3\]")
+add(T, "vmap-axis-size", lambda: kn.vmap(lambda a, b: a + b)(A23, np.ones((3, 3), F32)), ValueError,
+    r"2.*3|3.*2|size")
 
 # ------------------------------------------------------------------ indexing
 X = "indexing"
