@@ -98,3 +98,39 @@ def test_no_log_without_the_switch(monkeypatch, caplog):
         compiled(np.ones(2, np.float32))
         compiled(np.ones(3, np.float32))
     assert not [r for r in caplog.records if r.name == "kaun_ir.jit"]
+
+
+def test_train_step_from_several_threads_on_separate_states():
+    from kaun_ir import layer, loss, optim, rng, train
+
+    trainer = train.make(layer.sequential([layer.linear(3, 4), layer.relu(), layer.linear(4, 1)]), optim.sgd(0.1))
+    x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
+    y = np.ones((8, 1), np.float32)
+
+    def fresh():
+        with rng.scope(0):
+            return train.init(trainer)
+
+    def run(st, steps=3):
+        losses = []
+        for _ in range(steps):
+            value, st = train.step(trainer, st, x, lambda out: loss.mse(out, y))
+            losses.append(float(value))
+        return losses
+
+    expected = run(fresh())
+    states = [fresh() for _ in range(4)]
+    barrier = threading.Barrier(4)
+    results = [None] * 4
+
+    def work(i):
+        barrier.wait()
+        results[i] = run(states[i])
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert results == [expected] * 4
+    assert trainer._step.trace_count == 1

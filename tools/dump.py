@@ -72,12 +72,18 @@ def add_spec_arguments(parser) -> None:
 
 
 def error(command: str, message) -> int:
-    """Print ``kaun-ir COMMAND: error: MESSAGE`` (its first line) on stderr; returns exit status 1."""
+    """Print ``kaun-ir COMMAND: error: MESSAGE`` (its first line) on stderr; returns exit status 1.
+    A textual-IR parse error is followed by the offending source line and a caret."""
     if isinstance(message, BaseException):
+        from kaun_ir.errors import ParseError
+
         from . import cli
 
         if cli.DEBUG:  # --debug: the traceback instead of the one line
             raise message
+        if isinstance(message, ParseError):  # the one line, then the source line with a caret
+            print(f"kaun-ir {command}: error: {message}", file=sys.stderr)
+            return 1
         message = cli.describe(message)
     lines = str(message).strip().splitlines()
     print(f"kaun-ir {command}: error: {lines[0] if lines else message}", file=sys.stderr)
