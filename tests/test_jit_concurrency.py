@@ -133,4 +133,4 @@ def test_train_step_from_several_threads_on_separate_states():
     for t in threads:
         t.join()
     assert results == [expected] * 4
-    assert trainer._step.trace_count == 1
+    assert trainer.cache.step.trace_count == 1
