@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import checkpoint, dtypes, layer, optim, rng, tree
-from .state import State, Trainer, check_state, describe_optimizer, init
+from .. import checkpoint, dtypes, layer, optim, tree
+from .state import State, Trainer, check_state, describe_optimizer
 
 __all__ = ["state_to_tree", "state_of_tree", "save", "load", "load_like"]
 
@@ -64,14 +64,14 @@ def _check_optimizer(path: str, want: str, where: str) -> None:
 
 
 def load(path: str, trainer: Trainer, like: State | None = None) -> State:
-    """Read a state written by :func:`save` into ``trainer``'s structure: ``like`` (default
-    ``train.init(trainer)``) gives the shapes and dtypes. Resuming gives bit-for-bit the same
-    run as not stopping. ``ValueError`` naming both optimisers when the file's state belongs
-    to a different optimiser than ``trainer``'s."""
+    """Read a state written by :func:`save` for ``trainer``. ``like`` (e.g. ``train.init(trainer)``)
+    gives the structure, shapes and dtypes to check and cast to (and, for a trainer on a mesh,
+    the layout); without it the structure stored in the file is used as it is. Resuming gives
+    bit-for-bit the same run as not stopping. ``ValueError`` naming both optimisers when the
+    file's state belongs to a different optimiser than ``trainer``'s."""
     _check_optimizer(str(path), describe_optimizer(trainer.optimizer), "train.load")
     if like is None:
-        with rng.scope(0):  # only the structure is used: every array is read from the file
-            like = init(trainer)
+        return state_of_tree(trainer, checkpoint.load(path))
     data = checkpoint.load(path, like=state_to_tree(like))
     return state_of_tree(trainer, data, like.vars.dtype)
 
