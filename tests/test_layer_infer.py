@@ -162,3 +162,12 @@ def test_layers_with_a_dtype_only_init_pass_the_type_through():
         v = layer.init(model, kn.ShapeDtype((2, 4)))
     assert np.shape(v.params[1]["weight"]) == (8, 3)
     assert layer.eval_shape(model, v, kn.ShapeDtype((7, 4))) == kn.ShapeDtype((7, 3))
+
+
+@pytest.mark.parametrize("index", [1, 3], ids=["cnn", "transformer_block"])
+def test_summary_of_the_inferred_model_equals_the_explicit_one(index):
+    _, explicit, inferred, shape = MODELS[index]
+    example = kn.ShapeDtype(shape)
+    got = layer.summary(inferred(), example, print_fn=None)
+    want = layer.summary(explicit(), example, print_fn=None)
+    assert got == want and got[-1]["path"] == "total" and got[-1]["params"] > 0
