@@ -198,6 +198,7 @@ NOT_FOLDED: dict[str, str] = {
     "is_finite": "a check on data: constant operands are rare and folding it buys nothing",
     "scatter": "out-of-range updates are dropped by XLA's rules, which the reference would have to mirror",
     "sharding_constraint": "a placement annotation for XLA's partitioner, never folded away",
+    "sort": "NaN placement and stability follow XLA's comparator, which the reference would have to mirror",
 }
 
 #: elementwise ops: on splat operands they fold on one scalar, at any size.
