@@ -128,3 +128,16 @@ def test_vmap_of_scan_and_of_its_gradient():
     with jax.enable_x64(True):
         want = jax.vmap(jax.grad(_rnn(jnp, jax.lax.scan)), in_axes=(None, None, 0))(W, H0, batch)
     _close(per_example, want)
+
+
+def test_jvp_through_scan():
+    def f(w):
+        return kn.sum(kn.scan(lambda h, x: (kn.tanh(h @ w + x), h * h), H0, XS)[1])
+
+    def fj(w):
+        return jnp.sum(jax.lax.scan(lambda h, x: (jnp.tanh(h @ w + x), h * h), H0, XS)[1])
+
+    tangent = np.ones_like(W)
+    with jax.enable_x64(True):
+        want = jax.jvp(fj, (W,), (tangent,))
+    _close(kn.jvp(f, (W,), (tangent,)), want)
