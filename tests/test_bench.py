@@ -160,10 +160,16 @@ def test_help(capsys):
 
 
 def test_variant_rows_mixed_precision_and_remat():
-    result = bench.bench_workload("mlp_small", steps=2, rounds=0, small=True, torch=False,
-                                  variants=("bfloat16", "remat=nothing"))
-    rows = result["implementations"]
-    assert {"kaun_ir[bfloat16]", "kaun_ir[remat=nothing]"} <= set(rows)
-    # rematerialisation recomputes, it does not change the arithmetic
-    assert rows["kaun_ir[remat=nothing]"]["loss_after_steps"] == rows["kaun_ir"]["loss_after_steps"]
-    assert rows["kaun_ir[bfloat16]"]["loss_agrees"]
+    setup = bench.Setup("mlp_small", small=True)
+    names = ["kaun_ir", "kaun_ir[remat=nothing]", "kaun_ir[bfloat16]"]
+    assert bench.implementations(0, False, ("remat=nothing", "bfloat16")) == names + ["jax"]
+    losses = {}
+    for name in names:
+        runner = bench.make_runner(name, setup)
+        assert runner.name == name
+        for _ in range(3):
+            value = runner.call()
+        losses[name] = runner.last_loss(value)
+    # rematerialisation recomputes, it does not change the arithmetic; bfloat16 products do, a little
+    assert losses["kaun_ir[remat=nothing]"] == losses["kaun_ir"]
+    np.testing.assert_allclose(losses["kaun_ir[bfloat16]"], losses["kaun_ir"], rtol=bench.MIXED_LOSS_RTOL)
