@@ -8,6 +8,11 @@ on the same fixed synthetic batches (8, cycled step by step) with the same optim
 - ``kaun_ir[K=k]``: ``k`` steps fused in one executable (a ``while`` loop, as
   ``train.fit(..., steps_per_call=k)``) on a device-resident block of ``k`` stacked batches;
   ``--steps-per-call`` (0 leaves the row out; ``--steps`` must be a multiple of it);
+- ``kaun_ir[bfloat16]``, ``kaun_ir[float16]``, ``kaun_ir[remat=nothing]``, ``kaun_ir[remat=dots]``
+  (``--variant``, repeatable, none by default): ``kaun_ir`` trained with
+  ``train.make(..., precision=...)`` or ``train.make(..., remat=...)`` (docs/memory.md); their
+  losses must agree with JAX's within ``MIXED_LOSS_RTOL`` (5e-2, products in 8 / 11 mantissa bits)
+  or ``LOSS_RTOL`` (rematerialisation does not change the arithmetic);
 - ``jax``: the reference, ``jax.jit`` of the whole step (forward, ``jax.grad``, optax update)
   with parameters and optimiser state donated;
 - ``torch``: PyTorch eager, ``torch.optim.Adam`` / ``AdamW`` with optax's hyper-parameters and
