@@ -85,6 +85,12 @@ CLI_CASES = [
     (["export", "g.kir", "-o", "plain/x.mlir"], 1, r"plain: no such directory"),
     (["viz", "g.kir", "-o", "g.gif"], 1, r"the extension picks the format"),
     (["viz", "g.kir", "-o", "{d}/no/such/g.dot"], 1, r"no such directory"),
+    (["demo", "nosuch"], 2, r"invalid choice: 'nosuch'"),
+    (["demo", "--bogus"], 2, r"unrecognized arguments: --bogus"),
+    (["import"], 2, r"required: file"),
+    (["import", "missing.mlir", "-o", "x.kir"], 1, r"missing\.mlir: No such file"),
+    (["import", "binary.kir", "-o", "x.kir"], 1, r"binary\.kir: not a UTF-8 text file"),
+    (["import", "g.kir", "-o", "x.kir"], 1, r"StableHLO does not parse: .*error: .*'graph'"),
 ]
 
 
@@ -156,7 +162,8 @@ def test_cli_help_explains_spec_and_lists_the_examples(capsys, command):
 def test_every_cli_help_is_free_of_rest_markup(capsys):
     from kaun_ir.tools import cli
 
-    for command in (["--help"], *([c, "--help"] for c in ("demo", "opt", "dump", "export", "viz", "bench"))):
+    for command in (["--help"], *([c, "--help"] for c in ("demo", "opt", "dump", "export", "import", "viz",
+                                                           "bench"))):
         with pytest.raises(SystemExit):
             cli.main(list(command))
         out = capsys.readouterr().out

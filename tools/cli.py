@@ -56,8 +56,10 @@ def describe(err: BaseException) -> str:
     if isinstance(err, OSError) and err.strerror:
         names = " -> ".join(str(n) for n in (err.filename, err.filename2) if n is not None)
         return f"{names}: {err.strerror}" if names else err.strerror
-    lines = str(err).strip().splitlines()
+    lines = [line.strip() for line in str(err).strip().splitlines() if line.strip()]
     message = lines[0] if lines else type(err).__name__
+    if message.endswith(":") and len(lines) > 1:  # "...: " introducing the detail on the next line
+        message = f"{message} {lines[1]}"
     from kaun_ir.errors import KaunError
 
     if isinstance(err, (KaunError, ValueError, TypeError, IndexError, KeyError, LookupError)):

@@ -85,8 +85,11 @@ def error(command: str, message) -> int:
             print(f"kaun-ir {command}: error: {message}", file=sys.stderr)
             return 1
         message = cli.describe(message)
-    lines = str(message).strip().splitlines()
-    print(f"kaun-ir {command}: error: {lines[0] if lines else message}", file=sys.stderr)
+    lines = [line.strip() for line in str(message).strip().splitlines() if line.strip()]
+    text = lines[0] if lines else str(message)
+    if text.endswith(":") and len(lines) > 1:
+        text = f"{text} {lines[1]}"
+    print(f"kaun-ir {command}: error: {text}", file=sys.stderr)
     return 1
 
 

@@ -28,6 +28,8 @@ def add_parser(sub) -> None:
 def run(args: argparse.Namespace) -> int:
     from kaun_ir.errors import KaunError
     from kaun_ir.fileio import atomic_write
+
+    from .cli import describe
     from kaun_ir.ir import from_stablehlo
 
     try:
@@ -42,8 +44,9 @@ def run(args: argparse.Namespace) -> int:
         else:
             atomic_write(args.output, text.encode())
     except (KaunError, ValueError, TypeError, OSError, UnicodeDecodeError) as err:
-        print(f"kaun-ir import: error: {err}", file=sys.stderr)
-        return 1
+        from .dump import error  # one line (see docs/errors.md); --debug re-raises
+
+        return error("import", f"{args.file}: {describe(err)}" if isinstance(err, UnicodeDecodeError) else err)
     print(f"imported @{graph.name}: {len(graph.inputs)} inputs, {len(graph.nodes)} nodes, "
           f"{len(graph.outputs)} outputs", file=sys.stderr)
     return 0
