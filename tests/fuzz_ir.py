@@ -168,16 +168,33 @@ def run(inputs: int, seed: int, seconds: float | None = None, texts: list[str] |
     return report
 
 
+def _worker(job: tuple[int, int]) -> Report:
+    inputs, seed = job
+    return run(inputs, seed, progress=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fuzz kaun_ir's textual IR parser and verifier.")
     parser.add_argument("--inputs", type=int, default=100_000, help="number of mutated texts (default 100000)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                        help="worker processes; worker k fuzzes with seed SEED*1000+k (default: one per CPU)")
     parser.add_argument("--show", type=int, default=5, help="crashes to print in full (default 5)")
     args = parser.parse_args(argv)
     os.environ.setdefault("KAUN_IR_BACKEND", "cpu")
     start = time.monotonic()
-    report = run(args.inputs, args.seed, progress=True)
-    print(f"fuzz: {report.inputs} inputs in {time.monotonic() - start:.0f}s (seed {args.seed}): "
+    jobs = max(1, min(args.jobs, args.inputs))
+    if jobs == 1:
+        report = run(args.inputs, args.seed, progress=True)
+    else:
+        import multiprocessing
+
+        shares = [(args.inputs // jobs + (k < args.inputs % jobs), args.seed * 1000 + k) for k in range(jobs)]
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            parts = pool.map(_worker, shares)
+        report = Report(sum(p.inputs for p in parts), sum(p.accepted for p in parts),
+                        sum(p.rejected for p in parts), [c for p in parts for c in p.crashes])
+    print(f"fuzz: {report.inputs} inputs in {time.monotonic() - start:.0f}s (seed {args.seed}, {jobs} jobs): "
           f"{report.accepted} accepted, {report.rejected} rejected, {len(report.crashes)} crashes")
     for text, problem in report.crashes[: args.show]:
         print("-" * 72, text, problem, sep="\n")
