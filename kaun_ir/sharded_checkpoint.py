@@ -202,7 +202,8 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
         with open(os.path.join(root, INDEX)) as handle:
             index = json.load(handle)
     except FileNotFoundError:
-        raise ValueError(f"checkpoint.load_sharded: {root} is not a sharded checkpoint (no {INDEX})") from None
+        raise ValueError(f"checkpoint.load_sharded: {root} is not a sharded checkpoint "
+                         f"(no {INDEX})") from None
     if index.get("format") != FORMAT:
         raise ValueError(f"checkpoint.load_sharded: {root}/{INDEX} has format {index.get('format')!r}, "
                          f"expected {FORMAT!r}")

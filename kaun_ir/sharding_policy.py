@@ -172,12 +172,14 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
                 raise ValueError(f"train: a batch of {shape[axis]} rows (x of shape {list(shape)}) does not "
                                  f"split evenly over the {ways} devices of mesh axis {data_axis!r}; use a "
                                  f"multiple of {ways}")
-        rows = {tuple(leaf.shape)[axis] for leaf in tree.flatten(x)[0] if len(getattr(leaf, "shape", ())) > axis}
+        rows = {tuple(leaf.shape)[axis] for leaf in tree.flatten(x)[0]
+                if len(getattr(leaf, "shape", ())) > axis}
         # targets with the batch's rows are split like it; other arrays a loss reads are replicated
         leaves, treedef = tree.flatten(targets)
-        tspecs = tree.unflatten(treedef, [batch if len(getattr(t, "shape", ())) > axis and t.shape[axis] in rows
-                                          else None for t in leaves])
-        return (pspecs, None, _opt_specs(opt_state, params, pspecs), None, batch, tspecs) + (None,) * len(rest)
+        split = [len(getattr(t, "shape", ())) > axis and t.shape[axis] in rows for t in leaves]
+        tspecs = tree.unflatten(treedef, [batch if s else None for s in split])
+        ospecs = _opt_specs(opt_state, params, pspecs)
+        return (pspecs, None, ospecs, None, batch, tspecs) + (None,) * len(rest)
 
     def outs(params, state, opt_state, *rest, **kwargs):
         pspecs = specs_of(params)

@@ -58,7 +58,6 @@ def main() -> None:
     process_id, count, port, out = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
     os.environ["XLA_FLAGS"] = "--xla_force_host_platform_device_count=2"
     os.environ["KAUN_IR_BACKEND"] = "cpu"
-    import numpy as np
 
     import kaun_ir as kn
     from kaun_ir import data

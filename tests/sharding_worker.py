@@ -25,11 +25,18 @@ from kaun_ir.sharding import Spec  # noqa: E402
 RESULTS: dict = {}
 
 
+TIMES: dict = {}
+
+
 def check(fn):
+    import time
+
+    start = time.perf_counter()
     try:
         RESULTS[fn.__name__] = fn()
     except Exception as err:  # reported, and the test names the check that broke
         RESULTS[fn.__name__] = {"error": f"{type(err).__name__}: {err}"}
+    TIMES[fn.__name__] = round(time.perf_counter() - start, 2)
     return fn
 
 
@@ -143,7 +150,8 @@ def group_jit():
                     "b": kn.sharding.put(np.zeros_like(b), other), "host": np.zeros(3, np.int64), "step": 0}
             back = kn.checkpoint.load_sharded(path, like)
             single = kn.checkpoint.load_sharded(path, {"a": kn.ShapeDtype((8, 16), kn.float32)})
-            bad = error_of(lambda: kn.checkpoint.load_sharded(path, {"a": kn.ShapeDtype((8, 13), kn.float32)}))
+            wrong = {"a": kn.ShapeDtype((8, 13), kn.float32)}
+            bad = error_of(lambda: kn.checkpoint.load_sharded(path, wrong))
         return {"files": files, "leftovers": leftovers,
                 "diff": max(max_diff(back["a"], a), max_diff(back["b"], b), max_diff(single["a"], a)),
                 "a_spec": str(back["a"].sharding.spec),
@@ -152,8 +160,6 @@ def group_jit():
 
 
 def group_train():
-    import jax
-    import jax.numpy as jnp
 
     from kaun_ir import layer, loss, optim, rng, train
 
@@ -266,7 +272,8 @@ def group_tensor_parallel():
         params = rng.run(0, lambda: layer.init(block)).params
         specs = kn.sharding.param_specs(params, grid, kn.sharding.rules(table, fsdp=True))[0]
         return {"fc1": repr(specs["fc1"]["weight"]), "fc2": repr(specs["fc2"]["weight"]),
-                "ln1": repr(specs["ln1"][sorted(specs["ln1"])[0]]), "out_bias": repr(specs["attn"]["out"]["bias"])}
+                "ln1": repr(specs["ln1"][sorted(specs["ln1"])[0]]),
+                "out_bias": repr(specs["attn"]["out"]["bias"])}
 
     @check
     def bad_rules():
@@ -285,9 +292,30 @@ def _one_state(train, block, grid):
     return trainer, rng.run(0, lambda: train.init(trainer))
 
 
-GROUPS = {"jit": group_jit, "train": group_train, "tools": group_tools, "tp": group_tensor_parallel}
+def group_docs():
+    import contextlib
+    import io
+    import re
+
+    doc = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "distributed.md")
+
+    @check
+    def docs_examples():
+        with open(doc, encoding="utf-8") as handle:
+            blocks = re.findall(r"^```python\n(.*?)^```", handle.read(), re.S | re.M)
+        namespace: dict = {"__name__": "__distributed_docs__"}
+        out = io.StringIO()
+        for k, code in enumerate(blocks):
+            with contextlib.redirect_stdout(out):
+                exec(compile(code, f"{doc}:block{k}", "exec"), namespace)
+        return {"blocks": len(blocks), "output": out.getvalue()}
+
+
+GROUPS = {"jit": group_jit, "train": group_train, "tools": group_tools, "tp": group_tensor_parallel,
+          "docs": group_docs}
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:
         GROUPS[name]()
+    RESULTS["seconds"] = TIMES
     print(json.dumps(RESULTS))

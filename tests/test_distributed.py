@@ -30,8 +30,9 @@ def free_port() -> int:
 def test_two_processes_train_like_one(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    procs = [subprocess.Popen([sys.executable, os.path.join(HERE, "distributed_worker.py"), str(i), "2", str(port),
-                               str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    script = os.path.join(HERE, "distributed_worker.py")
+    procs = [subprocess.Popen([sys.executable, script, str(i), "2", str(port), str(tmp_path)],
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
              for i in range(2)]
     logs = []
     try:

@@ -31,7 +31,7 @@ def run_worker(*groups: str, timeout: float = 300) -> dict:
 
 @pytest.fixture(scope="module")
 def jit_checks():
-    return run_worker("jit", "tools", "train", "tp")
+    return run_worker("jit", "tools", "train", "tp", "docs")
 
 
 def ok(result: dict) -> dict:
@@ -110,6 +110,20 @@ def test_training_layout_errors(jit_checks):
     assert "param_sharding" in r["policy"] and "'zero'" in r["policy"]
     assert "data_axis 'batch'" in r["data_axis"]
     assert "batch of 3 rows" in r["batch"] and "multiple of 2" in r["batch"]
+
+
+def test_distributed_docs_examples_run(jit_checks):
+    r = ok(jit_checks["docs_examples"])
+    assert r["blocks"] >= 8
+    assert "names mesh axis 'batch'" in r["output"] and "needs 16 devices" in r["output"]
+
+
+def test_scale_table_help(capsys):
+    from kaun_ir.tools import scale_table
+
+    with pytest.raises(SystemExit) as exit_:
+        scale_table.main(["--help"])
+    assert exit_.value.code == 0 and "GPT-2-medium" in capsys.readouterr().out
 
 
 def test_sharded_checkpoint_loads_onto_another_mesh(jit_checks):
@@ -203,7 +217,8 @@ def test_data_shard():
     assert data.to_array(unknown) == [1, 3, 5, 7, 9]
     x = np.arange(40, dtype=np.float32).reshape(20, 2)
     batches = data.to_array(data.shard(1, 2, data.prepare((x, x[:, 0]), 4)))
-    assert len(batches) == 2 and np.array_equal(batches[0][0], x[4:8]) and np.array_equal(batches[1][0], x[12:16])
+    assert len(batches) == 2
+    assert np.array_equal(batches[0][0], x[4:8]) and np.array_equal(batches[1][0], x[12:16])
     with pytest.raises(ValueError, match="not in"):
         data.shard(2, 2, data.of_array(items))
     with pytest.raises(ValueError, match=">= 1"):

@@ -124,8 +124,8 @@ def sharded_mlp_grad():
 
     def loss_grad(w1, w2, x):
         def loss(w1, w2):
-            h = kn.sharding.constrain(x, Spec("data"), mesh=mesh) @ kn.sharding.constrain(w1, Spec(None, "model"),
-                                                                                        mesh=mesh)
+            rows = kn.sharding.constrain(x, Spec("data"), mesh=mesh)
+            h = rows @ kn.sharding.constrain(w1, Spec(None, "model"), mesh=mesh)
             return kn.mean((kn.tanh(h) @ w2) ** 2)
 
         return kn.grad(loss, argnums=(0, 1))(w1, w2)

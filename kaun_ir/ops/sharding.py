@@ -62,7 +62,7 @@ def sdy_sharding(spec, rank: int, mesh_ref: str) -> str:
 
 
 def _infer(x: TensorType, mesh, spec) -> TensorType:
-    check_spec(x.shape, mesh, spec, "sharding_constraint")
+    check_spec(x.shape, mesh, spec, "layout")
     return x
 
 
