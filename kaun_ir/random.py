@@ -455,6 +455,7 @@ def gumbel(key, shape=(), dtype=dtypes.float32):
     return negative(log(negative(log(uniform(key, shape, dt, minval=tiny, maxval=1.0)))))
 
 
+@op_function
 def categorical(key, logits, axis: int = -1, shape=None):
     """Samples from the categorical distributions ``softmax(logits, axis)``: int32 indices along
     ``axis`` (``jax.random.categorical``'s semantics), drawn by the Gumbel-max trick
@@ -467,6 +468,8 @@ def categorical(key, logits, axis: int = -1, shape=None):
         values, indices = kn.top_k(logits, k)                    # [B, k] each
         choice = kn.random.categorical(key, values)              # [B] positions among the k
         token = kn.take_along_axis(indices, choice[:, None], axis=-1)[:, 0]
+
+    Outside a trace the whole draw is one compiled executable per signature.
     """
     from .numeric import add, astype, expand_dims, shape_of
     from .reductions import argmax

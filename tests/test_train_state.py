@@ -78,12 +78,13 @@ def test_a_state_of_another_optimiser_is_refused_naming_both(tmp_path):
 
 
 def test_the_optimiser_survives_fast_steps_fit_and_blocks():
-    trainer = _trainer(optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(1e-2)))
+    trainer = train.make(layer.linear(5, 3), optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(1e-2)),
+                         loss=loss.cross_entropy_sparse)
     st = _init(trainer)
     _, st = _run(trainer, st, 3)  # the third step takes the fast path
     assert st.optimizer == "chain(1.mu,1.nu)"
-    st = train.fit(trainer, st, [(X, Y)] * 4, steps_per_call=2)
-    assert st.optimizer == "chain(1.mu,1.nu)" and st.step == 7
+    st = train.fit(trainer, st, [(X, Y)] * 2, steps_per_call=2)
+    assert st.optimizer == "chain(1.mu,1.nu)" and st.step == 5
 
 
 def test_checkpoint_metadata_entries(tmp_path):
