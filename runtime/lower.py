@@ -75,5 +75,6 @@ def _pair_donations(graph: Graph, donate: Sequence[int]) -> dict[int, int]:
 
 
 def _module_name(name: str) -> str:
-    cleaned = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
-    return cleaned or "main"
+    cleaned = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name)
+    # an MLIR symbol starts with a letter or '_' (graph names like @1x are valid in our IR)
+    return cleaned if cleaned and not cleaned[0].isdigit() else f"_{cleaned}" if cleaned else "main"
