@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 import tempfile
 import uuid
 from typing import Callable, IO
@@ -12,6 +13,15 @@ from typing import Callable, IO
 # Temporary files are named ".<basename>.<pid>.<random>.tmp": the pid tells a later write of the
 # same path whether the writer is gone (killed mid-write), so its leftover can be removed.
 _TMP = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.[0-9a-f]{32}\.tmp$")
+
+
+def _is_special(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and is neither a regular file nor a directory."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 def _write_whole(handle: IO[bytes], data: bytes) -> None:
@@ -25,7 +35,8 @@ def atomic_write(path: str | os.PathLike, data: str | bytes,
     The bytes go to a temporary file in the same directory, which is flushed and fsync-ed, then
     renamed over ``path`` (and the directory fsync-ed). If anything fails midway the temporary
     file is removed and whatever was at ``path`` before is untouched. ``writer(handle, data)``
-    writes the bytes (tests substitute one that fails half way).
+    writes the bytes (tests substitute one that fails half way). A ``path`` that is a device,
+    pipe or socket (``/dev/null``, ``/dev/stdout``) is written to directly, never replaced.
     """
     payload = data.encode() if isinstance(data, str) else bytes(data)
     directory = os.path.dirname(os.path.abspath(path))
@@ -34,6 +45,13 @@ def atomic_write(path: str | os.PathLike, data: str | bytes,
         raise FileNotFoundError(errno.ENOENT, "no such directory", directory)
     if os.path.isdir(path):
         raise IsADirectoryError(errno.EISDIR, "is a directory", os.fspath(path))
+    if _is_special(path):
+        # a device, pipe or socket (``-o /dev/null``, ``-o /dev/stdout``): renaming a file over it
+        # would replace the device itself (as root, /dev/null would become a plain file), and
+        # atomicity means nothing for a stream, so the bytes are written through
+        with open(path, "wb") as handle:
+            writer(handle, payload)
+        return
     remove_stale_temporaries(path)
     tmp = os.path.join(directory, f".{os.path.basename(path)}.{os.getpid()}.{uuid.uuid4().hex}.tmp")
     # os.open with 0o666 lets the umask decide the final permissions, as for a plain open()

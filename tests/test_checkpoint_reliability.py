@@ -122,3 +122,21 @@ def test_saves_killed_at_random_moments_leave_old_or_new_content(tmp_path, trial
     checkpoint.save(path, old)  # the next save cleans up after every killed one
     assert not [name for name in os.listdir(tmp_path) if name.endswith(".tmp")]
     assert fileio.remove_stale_temporaries(path) == []
+
+
+def test_atomic_write_writes_through_a_pipe_and_never_replaces_it(tmp_path):
+    """``-o /dev/null`` and friends: renaming a file over a device or a pipe would replace it (as
+    root, /dev/null would become a plain file), so special files are written to directly."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(open(fifo, "rb").read()))
+    reader.start()
+    fileio.atomic_write(fifo, b"through the pipe")
+    reader.join(timeout=30)
+    assert received == [b"through the pipe"]
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert [p.name for p in tmp_path.iterdir()] == ["pipe"]  # no temporary left beside it
