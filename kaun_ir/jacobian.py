@@ -18,19 +18,13 @@ import numpy as np
 
 from . import tree
 from .autodiff import GradientError, differentiable
+from .autodiff import _normalize_argnums as _argnums  # one argnums rule for grad and the Jacobians
 from .batching import vmap
 from .forward import jvp
 from .ir.builder import current_builder
 from .tensor import type_of
 
 
-def _argnums(argnums, nargs: int) -> tuple[tuple[int, ...], bool]:
-    single = isinstance(argnums, int)
-    nums = (argnums,) if single else tuple(argnums)
-    for a in nums:
-        if not -nargs <= a < nargs:
-            raise IndexError(f"argnums {a} out of range for {nargs} positional arguments")
-    return tuple(a % nargs for a in nums), single
 
 
 def _float_leaves(x, what: str) -> tuple[list, object]:

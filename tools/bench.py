@@ -531,17 +531,22 @@ def measure_in_child(name: str, impl: str, small: bool, steps_per_call: int = 0,
     """:func:`measure_here` in a fresh Python process; ``{"error": reason}`` when it fails."""
     if not (os.path.exists("/proc/self/status") and os.path.exists("/proc/self/clear_refs")):
         return {"error": "no /proc/self/status and clear_refs (Linux only)"}
-    spec = json.dumps({"workload": name, "impl": impl, "small": small, "steps_per_call": steps_per_call,
-                       "calls": calls})
-    code = "import sys; from kaun_ir.tools.bench import _child_main; _child_main(sys.argv[1])"
+    spec = {"workload": name, "impl": impl, "small": small, "steps_per_call": steps_per_call, "calls": calls}
+    return run_child("kaun_ir.tools.bench", spec, _CHILD_TAG, timeout)
+
+
+def run_child(module: str, spec: dict, tag: str, timeout: float) -> dict:
+    """``module._child_main(json spec)`` in a fresh Python process; the dict it prints after ``tag``,
+    or ``{"error": reason}`` when it fails or times out."""
+    code = f"import sys; from {module} import _child_main; _child_main(sys.argv[1])"
     try:
-        proc = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True,
+        proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
                               timeout=timeout)
     except subprocess.TimeoutExpired:
         return {"error": f"timed out after {timeout:.0f} s"}
     for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_CHILD_TAG):
-            return json.loads(line[len(_CHILD_TAG):])
+        if line.startswith(tag):
+            return json.loads(line[len(tag):])
     tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
     return {"error": f"child exited with {proc.returncode}: {tail}"}
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import time
 
@@ -82,18 +81,10 @@ def _child_main(spec_json: str) -> None:
 
 def measure_in_child(workload: str, overrides: dict, impl: str, small: bool, timeout: float = 900) -> dict:
     """:func:`measure_here` in a fresh process; ``{"error": reason}`` if it fails."""
-    spec = json.dumps({"workload": workload, "overrides": overrides, "impl": impl, "small": small})
-    code = "import sys; from kaun_ir.tools.bench_compile import _child_main; _child_main(sys.argv[1])"
-    try:
-        proc = subprocess.run([sys.executable, "-c", code, spec], capture_output=True, text=True,
-                              timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(_TAG):
-            return json.loads(line[len(_TAG):])
-    tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"error": f"child exited with {proc.returncode}: {tail}"}
+    from .bench import run_child
+
+    spec = {"workload": workload, "overrides": overrides, "impl": impl, "small": small}
+    return run_child("kaun_ir.tools.bench_compile", spec, _TAG, timeout)
 
 
 def summarise(label: str, ours: dict, theirs: dict) -> dict:
