@@ -21,9 +21,28 @@ from .numeric import abs, astype, dtype_of, erf, exp, expm1, log1p, maximum, whe
 from .numeric import sigmoid as _sigmoid
 from .numeric import tanh as _tanh
 
-__all__ = ["relu", "relu6", "leaky_relu", "elu", "selu", "celu", "gelu", "gelu_approx", "silu", "swish",
-           "softplus", "softsign", "mish", "log_sigmoid", "sigmoid", "tanh", "hard_sigmoid", "hard_tanh",
-           "hard_swish", "hard_silu"]
+__all__ = [
+    "relu",
+    "relu6",
+    "leaky_relu",
+    "elu",
+    "selu",
+    "celu",
+    "gelu",
+    "gelu_approx",
+    "silu",
+    "swish",
+    "softplus",
+    "softsign",
+    "mish",
+    "log_sigmoid",
+    "sigmoid",
+    "tanh",
+    "hard_sigmoid",
+    "hard_tanh",
+    "hard_swish",
+    "hard_silu",
+]
 
 
 def _float(x):

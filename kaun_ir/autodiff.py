@@ -10,13 +10,14 @@ concrete arrays), so derivatives compose with ``kn.jit`` and nest (grad of grad)
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
 from . import dtypes, tree
 from .errors import KaunError
-from .ir.builder import Builder, _STATE, current_builder, source_scope
+from .ir.builder import _STATE, Builder, current_builder, source_scope
 from .ir.core import Graph, Node, TensorType, Value
 from .ir.rewrite import copy_nodes
 from .ops import TABLE
@@ -73,8 +74,13 @@ class _PathScope:
         _STATE.path = self.saved
 
 
-def gradient_graph(graph: Graph, wrt: Sequence[int] | None = None, of: Sequence[int] = (0,),
-                   seed_inputs: bool = False, keep_outputs: bool = True) -> Graph:
+def gradient_graph(
+    graph: Graph,
+    wrt: Sequence[int] | None = None,
+    of: Sequence[int] = (0,),
+    seed_inputs: bool = False,
+    keep_outputs: bool = True,
+) -> Graph:
     """A graph computing ``graph``'s outputs and the gradients of outputs ``of`` w.r.t. inputs ``wrt``.
 
     - ``wrt``: input indices (default: every floating-point input). Requesting an integer or
@@ -92,15 +98,19 @@ def gradient_graph(graph: Graph, wrt: Sequence[int] | None = None, of: Sequence[
             raise IndexError(f"wrt index {i} out of range for {n_in} inputs")
         if not differentiable(graph.inputs[i].type):
             name = graph.input_names[i] if graph.input_names and graph.input_names[i] else f"input {i}"
-            raise GradientError(f"cannot differentiate with respect to {name} of type "
-                                f"{graph.inputs[i].type}: only floating-point inputs have gradients")
+            raise GradientError(
+                f"cannot differentiate with respect to {name} of type "
+                f"{graph.inputs[i].type}: only floating-point inputs have gradients"
+            )
     for k in of:
         t = graph.outputs[k].type
         if not differentiable(t):
             raise GradientError(f"output {k} of type {t} is not floating point; it has no derivative")
         if not seed_inputs and t.shape != ():
-            raise GradientError(f"output {k} has shape {list(t.shape)}: grad needs a scalar output "
-                                "(use kn.vjp to supply a cotangent for non-scalar outputs)")
+            raise GradientError(
+                f"output {k} has shape {list(t.shape)}: grad needs a scalar output "
+                "(use kn.vjp to supply a cotangent for non-scalar outputs)"
+            )
 
     # Which values depend on a wrt input: only those need cotangents.
     active: set[int] = {id(graph.inputs[i]) for i in wrt}
@@ -150,8 +160,9 @@ def gradient_graph(graph: Graph, wrt: Sequence[int] | None = None, of: Sequence[
     return builder.finish(outputs + grads, name=graph.name, input_names=names)
 
 
-def _copy_forward(graph: Graph, env: dict[int, Value], builder: Builder, active: set[int],
-                  needed: set[int]) -> dict[int, Any]:
+def _copy_forward(
+    graph: Graph, env: dict[int, Value], builder: Builder, active: set[int], needed: set[int]
+) -> dict[int, Any]:
     """Copy the forward nodes into ``builder``; ops that declare ``vjp_forward`` and will be
     differentiated emit their residual-saving forward instead. Returns residuals by node id."""
     residuals: dict[int, Any] = {}
@@ -159,8 +170,15 @@ def _copy_forward(graph: Graph, env: dict[int, Value], builder: Builder, active:
         opdef = TABLE[node.op]
         wrt = tuple(id(v) in active for v in node.inputs)
         if opdef.vjp_forward is None or not any(wrt) or not any(id(o) in needed for o in node.outputs):
-            new = Node(node.op, [env.get(id(v), v) for v in node.inputs], node.attrs, node.types,
-                       node.regions, path=node.path, source=node.source)
+            new = Node(
+                node.op,
+                [env.get(id(v), v) for v in node.inputs],
+                node.attrs,
+                node.types,
+                node.regions,
+                path=node.path,
+                source=node.source,
+            )
             builder.nodes.append(new)
             for old, fresh in zip(node.outputs, new.outputs):
                 env[id(old)] = fresh
@@ -170,7 +188,9 @@ def _copy_forward(graph: Graph, env: dict[int, Value], builder: Builder, active:
             outs, saved = opdef.vjp_forward(*inputs, wrt=wrt, regions=node.regions, **node.attr_dict)
         for old, fresh in zip(node.outputs, outs):
             if fresh.type != old.type:
-                raise GradientError(f"internal: forward rule of {node.op} returned {fresh.type} for {old.type}")
+                raise GradientError(
+                    f"internal: forward rule of {node.op} returned {fresh.type} for {old.type}"
+                )
             env[id(old)] = fresh.value
         residuals[id(node)] = saved
     return residuals
@@ -205,8 +225,9 @@ def _apply_vjp(node, cts, env, builder, saved=None) -> list:
             result = opdef.vjp(full, outputs, *inputs, **node.attr_dict, **extra)
     result = list(result)
     if len(result) != len(inputs):
-        raise GradientError(f"internal: VJP of {node.op} returned {len(result)} cotangents "
-                            f"for {len(inputs)} inputs")
+        raise GradientError(
+            f"internal: VJP of {node.op} returned {len(result)} cotangents for {len(inputs)} inputs"
+        )
     return result
 
 
@@ -254,14 +275,20 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
             raise GradientError(
                 f"cannot differentiate with respect to argument {input_owner[k]} "
                 f"(leaf '{graph.input_names[k]}' of type {graph.inputs[k].type}): only "
-                "floating-point arrays have gradients")
+                "floating-point arrays have gradients"
+            )
     out_leaves = traced.out_treedef
     # output 0 is the value (must be a single leaf), the rest is aux
     value_def, aux_def = out_leaves[1]
     if value_def != tree.LEAF:
-        raise GradientError("grad needs a function returning a single scalar array" +
-                            (" as the first element of its (output, aux) pair" if has_aux
-                             else " (has_aux=True to return more)"))
+        raise GradientError(
+            "grad needs a function returning a single scalar array"
+            + (
+                " as the first element of its (output, aux) pair"
+                if has_aux
+                else " (has_aux=True to return more)"
+            )
+        )
     gradient = gradient_graph(graph, wrt=wrt, of=(0,))
     gradient = _rematerialized(gradient)
     builder = current_builder()
@@ -284,8 +311,11 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
     for i in nums:
         arg_leaves, arg_def = tree.flatten(args[i])
         leaf_grads = iter(by_argument[i])
-        grads.append(tree.unflatten(arg_def, [next(leaf_grads) if is_array_leaf(leaf) else None
-                                              for leaf in arg_leaves]))
+        grads.append(
+            tree.unflatten(
+                arg_def, [next(leaf_grads) if is_array_leaf(leaf) else None for leaf in arg_leaves]
+            )
+        )
     return value, aux, (grads[0] if single else tuple(grads))
 
 
@@ -304,6 +334,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool 
     ``(value, grad)`` or ``((value, aux), grad)``. Works on concrete arrays (compiled with
     ``kn.jit``), inside ``kn.jit``, and inside another ``kn.grad``.
     """
+
     def inner(*args, **kwargs):
         value, aux, grads = _traced_gradient(f, args, kwargs, argnums, has_aux)
         return ((value, aux), grads) if has_aux else (value, grads)
@@ -313,6 +344,7 @@ def value_and_grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool 
 
 def grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -> Callable:
     """The gradient of scalar-valued ``f`` w.r.t. ``argnums`` (see :func:`value_and_grad`)."""
+
     def inner(*args, **kwargs):
         _, aux, grads = _traced_gradient(f, args, kwargs, argnums, has_aux)
         return (grads, aux) if has_aux else grads
@@ -363,10 +395,13 @@ def _vjp_traced(f: Callable, primals: tuple, cotangent) -> tuple:
 
     for k, (leaf, out) in enumerate(zip(ct_leaves, graph.outputs)):
         if is_array_leaf(leaf) and type_of(leaf) != out.type:
-            raise ValueError(f"cotangent {k} has type {type_of(leaf)} but output {k} of f has type "
-                             f"{out.type}: each cotangent must match its output's shape and dtype")
-    gradient = gradient_graph(graph, wrt=None, of=tuple(range(len(graph.outputs))), seed_inputs=True,
-                              keep_outputs=False)
+            raise ValueError(
+                f"cotangent {k} has type {type_of(leaf)} but output {k} of f has type "
+                f"{out.type}: each cotangent must match its output's shape and dtype"
+            )
+    gradient = gradient_graph(
+        graph, wrt=None, of=tuple(range(len(graph.outputs))), seed_inputs=True, keep_outputs=False
+    )
     gradient = _rematerialized(gradient)
     wrt = [k for k, v in enumerate(graph.inputs) if differentiable(v.type)]
     builder = current_builder()

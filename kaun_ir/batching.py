@@ -15,7 +15,8 @@ so every example draws the same numbers (this is what ``jax.vmap`` does too).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from . import tree
 from .autodiff import _PathScope
@@ -32,12 +33,17 @@ class BatchingError(KaunError, ValueError):
 
 
 def _bcast(x: Tensor, size: int) -> Tensor:
-    return apply("broadcast_in_dim", x, shape=(size,) + tuple(x.shape),
-                 broadcast_dimensions=tuple(range(1, x.ndim + 1)))
+    return apply(
+        "broadcast_in_dim",
+        x,
+        shape=(size,) + tuple(x.shape),
+        broadcast_dimensions=tuple(range(1, x.ndim + 1)),
+    )
 
 
-def batch_graph(graph: Graph, batched: Sequence[bool], size: int,
-                force: Sequence[bool] | bool = False) -> tuple[Graph, list[bool]]:
+def batch_graph(
+    graph: Graph, batched: Sequence[bool], size: int, force: Sequence[bool] | bool = False
+) -> tuple[Graph, list[bool]]:
     """The batched form of ``graph`` and which of its outputs carry the batch axis.
 
     - ``batched[i]``: whether input i carries the batch axis (then its type gains a leading axis
@@ -88,8 +94,10 @@ def _apply_rule(node, flags, operands, size) -> tuple:
     outs = opdef.batch(tuple(flags), size, *operands, **extra, **node.attr_dict)
     outs = outs if isinstance(outs, tuple) else (outs,)
     if len(outs) != len(node.outputs):
-        raise BatchingError(f"internal: the batching rule of {node.op} returned {len(outs)} results "
-                            f"for {len(node.outputs)} outputs")
+        raise BatchingError(
+            f"internal: the batching rule of {node.op} returned {len(outs)} results "
+            f"for {len(node.outputs)} outputs"
+        )
     for out, old in zip(outs, node.outputs):
         want = TensorType(old.type.dtype, (size,) + old.type.shape)
         if out.type != want:
@@ -106,17 +114,21 @@ def _axes_for(spec: Any, arg: Any, where: str) -> list:
         return [spec] * len(tree.flatten(arg)[0])
     if isinstance(spec, dict) and isinstance(arg, dict):
         if set(spec) != set(arg):
-            raise BatchingError(f"vmap in_axes{where} has keys {sorted(spec)} but the argument has keys "
-                                f"{sorted(arg)}")
+            raise BatchingError(
+                f"vmap in_axes{where} has keys {sorted(spec)} but the argument has keys {sorted(arg)}"
+            )
         return [a for key in sorted(arg) for a in _axes_for(spec[key], arg[key], f"{where}[{key!r}]")]
     if isinstance(spec, (list, tuple)) and isinstance(arg, (list, tuple)):
         if len(spec) != len(arg):
-            raise BatchingError(f"vmap in_axes{where} has {len(spec)} entries but the argument has "
-                                f"{len(arg)}")
+            raise BatchingError(
+                f"vmap in_axes{where} has {len(spec)} entries but the argument has {len(arg)}"
+            )
         return [a for k, (s, x) in enumerate(zip(spec, arg)) for a in _axes_for(s, x, f"{where}[{k}]")]
-    raise BatchingError(f"vmap in_axes{where} is {spec!r}, which does not match an argument of type "
-                        f"{type(arg).__name__} (use an int, None, or a tree of them shaped like the "
-                        "argument)")
+    raise BatchingError(
+        f"vmap in_axes{where} is {spec!r}, which does not match an argument of type "
+        f"{type(arg).__name__} (use an int, None, or a tree of them shaped like the "
+        "argument)"
+    )
 
 
 def _normalize_axis(axis: int, ndim: int, what: str) -> int:
@@ -132,14 +144,18 @@ def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dic
         in_axes = tuple(in_axes)
     if isinstance(in_axes, tuple):
         if len(in_axes) != len(args):
-            raise BatchingError(f"vmap in_axes has {len(in_axes)} entries but the function was called with "
-                                f"{len(args)} positional argument(s)")
+            raise BatchingError(
+                f"vmap in_axes has {len(in_axes)} entries but the function was called with "
+                f"{len(args)} positional argument(s)"
+            )
         specs = in_axes
     elif in_axes is None or isinstance(in_axes, int):
         specs = (in_axes,) * len(args)
     else:
-        raise BatchingError(f"vmap in_axes must be an int, None or a tuple with one entry per positional "
-                            f"argument, got {in_axes!r}")
+        raise BatchingError(
+            f"vmap in_axes must be an int, None or a tuple with one entry per positional "
+            f"argument, got {in_axes!r}"
+        )
     sizes: dict[str, int] = {}
     example_args = []
     moves: list[tuple[Any, int | None]] = []  # (leaf, axis) for every array leaf, in flatten order
@@ -157,18 +173,20 @@ def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dic
             name = f"argument {i}" + (f" leaf {path!r}" if path else "")
             axis = _normalize_axis(axis, t.ndim, f"{name} ({t})")
             sizes[name] = t.shape[axis]
-            example_leaves.append(ShapeDtype(t.shape[:axis] + t.shape[axis + 1:], t.dtype))
+            example_leaves.append(ShapeDtype(t.shape[:axis] + t.shape[axis + 1 :], t.dtype))
             moves.append((leaf, axis))
         example_args.append(tree.unflatten(treedef, example_leaves))
     distinct = set(sizes.values()) | ({axis_size} if axis_size is not None else set())
     if len(distinct) > 1:
         listed = ", ".join(f"{name}: {n}" for name, n in sizes.items())
         extra = f"; axis_size={axis_size}" if axis_size is not None else ""
-        raise BatchingError(f"vmap got mismatched batch sizes ({listed}{extra}); every mapped axis must "
-                            "have the same size")
+        raise BatchingError(
+            f"vmap got mismatched batch sizes ({listed}{extra}); every mapped axis must have the same size"
+        )
     if not distinct:
-        raise BatchingError("vmap needs at least one mapped argument (an in_axes entry that is not None) "
-                            "or axis_size")
+        raise BatchingError(
+            "vmap needs at least one mapped argument (an in_axes entry that is not None) or axis_size"
+        )
     size = distinct.pop()
     traced = trace_flat(f, tuple(example_args), kwargs)
     graph = traced.graph
@@ -198,8 +216,10 @@ def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dic
     for k, (out, b, axis) in enumerate(zip(outs, out_flags, out_specs)):
         if axis is None:
             if b:
-                raise BatchingError(f"vmap out_axes is None for output {k}, but it depends on a mapped "
-                                    "argument (it differs per example)")
+                raise BatchingError(
+                    f"vmap out_axes is None for output {k}, but it depends on a mapped "
+                    "argument (it differs per example)"
+                )
             # the batched graph carries the unbatched value as it is
             results.append(out)
             continue
@@ -218,8 +238,9 @@ def _out_axes(out_axes, treedef, count: int) -> list:
     except Exception:  # noqa: BLE001 - reported below
         spec_def = None
     if spec_def != treedef or len(flat) != count:
-        raise BatchingError(f"vmap out_axes {out_axes!r} must be an int, None, or a tree shaped like the "
-                            "function's output")
+        raise BatchingError(
+            f"vmap out_axes {out_axes!r} must be an int, None, or a tree shaped like the function's output"
+        )
     return flat
 
 

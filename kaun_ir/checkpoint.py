@@ -28,8 +28,17 @@ from .checkpoint_mapping import MappedSource, state_dict_arrays
 from .errors import CheckpointError
 from .fileio import atomic_write
 
-__all__ = ["save", "load", "load_raw", "metadata", "from_state_dict", "save_sharded", "load_sharded",
-           "STRUCTURE_KEY", "CheckpointError"]
+__all__ = [
+    "save",
+    "load",
+    "load_raw",
+    "metadata",
+    "from_state_dict",
+    "save_sharded",
+    "load_sharded",
+    "STRUCTURE_KEY",
+    "CheckpointError",
+]
 
 STRUCTURE_KEY = "kaun_ir.tree"
 OPTIMIZER_KEY = "kaun_ir.optimizer"  # which optimiser wrote a training state (kn.train.save)
@@ -42,6 +51,7 @@ _CHUNK = 1 << 24  # bytes per write call
 # -- structure metadata ---------------------------------------------------------------------------
 # A node is encoded as a JSON value: "array" / "int" / "float" / "bool" for leaves, "none" for
 # None, ["dict", {key: node}] (insertion order kept), ["list", [node]], ["tuple", [node]].
+
 
 def _encode(node: Any, path: str) -> Any:
     if isinstance(node, dict):
@@ -73,13 +83,15 @@ def _decode(spec: Any, path: str, read) -> Any:
 
 # -- saving ---------------------------------------------------------------------------------------
 
+
 def _leaf_to_host(path: str, leaf: Any) -> np.ndarray:
     from .tensor import Tensor
 
     name = repr(path) if path else "the root"
     if isinstance(leaf, Tensor):
-        raise TypeError(f"checkpoint.save: leaf {name} is a symbolic Tensor (inside a trace); "
-                        "save concrete arrays")
+        raise TypeError(
+            f"checkpoint.save: leaf {name} is a symbolic Tensor (inside a trace); save concrete arrays"
+        )
     if isinstance(leaf, bool):
         return np.asarray(leaf, dtype=np.bool_)
     if isinstance(leaf, int):
@@ -87,8 +99,7 @@ def _leaf_to_host(path: str, leaf: Any) -> np.ndarray:
     if isinstance(leaf, float):
         return np.asarray(leaf, dtype=np.float64)
     if not hasattr(leaf, "shape") or not hasattr(leaf, "dtype"):
-        raise TypeError(f"checkpoint.save: leaf {name} is a {type(leaf).__name__}, not an array "
-                        "or a number")
+        raise TypeError(f"checkpoint.save: leaf {name} is a {type(leaf).__name__}, not an array or a number")
     arr = np.asarray(leaf)  # copies a jax.Array to the host
     if arr.dtype == object:
         raise TypeError(f"checkpoint.save: leaf {name} has dtype object")
@@ -100,7 +111,7 @@ def _write_bytes(handle, data: bytes) -> None:
     """Write ``data`` in chunks (one place for tests to simulate a crash mid-write)."""
     view = memoryview(data)
     for start in range(0, len(view), _CHUNK):
-        handle.write(view[start:start + _CHUNK])
+        handle.write(view[start : start + _CHUNK])
 
 
 def save(path: str | os.PathLike, tree: Any, metadata: dict[str, str] | None = None) -> str:
@@ -138,17 +149,21 @@ def save(path: str | os.PathLike, tree: Any, metadata: dict[str, str] | None = N
     tensors = {}
     for key, leaf in entries:
         if key == "__metadata__":
-            raise ValueError("checkpoint.save: '__metadata__' is reserved by SafeTensors and "
-                             "cannot be a key")
+            raise ValueError("checkpoint.save: '__metadata__' is reserved by SafeTensors and cannot be a key")
         tensors[key] = _leaf_to_host(key, leaf)
-    header = {**extra, STRUCTURE_KEY: json.dumps(_encode(tree, ""), separators=(",", ":")),
-              _FORMAT_KEY: _FORMAT}
-    atomic_write(path, st_save(tensors, metadata=header),
-                 writer=lambda handle, data: _write_bytes(handle, data))
+    header = {
+        **extra,
+        STRUCTURE_KEY: json.dumps(_encode(tree, ""), separators=(",", ":")),
+        _FORMAT_KEY: _FORMAT,
+    }
+    atomic_write(
+        path, st_save(tensors, metadata=header), writer=lambda handle, data: _write_bytes(handle, data)
+    )
     return path
 
 
 # -- loading --------------------------------------------------------------------------------------
+
 
 class _Reader:
     """A SafeTensors file opened once; tensors are read on demand."""
@@ -167,13 +182,15 @@ class _Reader:
 
     def get(self, key: str) -> np.ndarray:
         if key not in self.keys:
-            raise ValueError(f"checkpoint.load: {self.path} has no tensor {key!r} "
-                             f"({_close_keys(key, self.keys)})")
+            raise ValueError(
+                f"checkpoint.load: {self.path} has no tensor {key!r} ({_close_keys(key, self.keys)})"
+            )
         try:
             return self._file.get_tensor(key)
         except Exception as err:  # noqa: BLE001 - data past the end of a truncated file, ...
-            raise CheckpointError(f"checkpoint.load: {self.path}: cannot read tensor {key!r}: "
-                                  f"{_diagnose(self.path, err)}") from err
+            raise CheckpointError(
+                f"checkpoint.load: {self.path}: cannot read tensor {key!r}: {_diagnose(self.path, err)}"
+            ) from err
 
     def close(self) -> None:
         # safe_open objects release the file when dropped; no explicit close in every release
@@ -208,8 +225,10 @@ def _diagnose(path: str, err: Exception) -> str:
     if length is None:
         return f"the file is {size} bytes, too short to be SafeTensors"
     if length > size - 8:
-        return (f"not a SafeTensors file, or truncated: its header claims {length} bytes but the file "
-                f"has {size - 8} after the length field")
+        return (
+            f"not a SafeTensors file, or truncated: its header claims {length} bytes but the file "
+            f"has {size - 8} after the length field"
+        )
     if not header.lstrip().startswith(b"{"):
         return "not a SafeTensors file (no JSON header)"
     try:
@@ -342,23 +361,31 @@ def _load_like(reader: _Reader, like: Any) -> Any:
     for key, template in ptree.flatten_with_paths(like):  # the same order as flatten's leaves
         name = repr(key) if key else "'' (the root)"
         if isinstance(template, Tensor):
-            raise TypeError(f"checkpoint.load: template leaf {name} is a symbolic Tensor; "
-                            "use concrete arrays or kn.ShapeDtype specs as the template")
+            raise TypeError(
+                f"checkpoint.load: template leaf {name} is a symbolic Tensor; "
+                "use concrete arrays or kn.ShapeDtype specs as the template"
+            )
         if not isinstance(template, (bool, int, float)) and not (
-                hasattr(template, "shape") and hasattr(template, "dtype")):
-            raise TypeError(f"checkpoint.load: template leaf {name} is a "
-                            f"{type(template).__name__}, not an array, a ShapeDtype or a number")
+            hasattr(template, "shape") and hasattr(template, "dtype")
+        ):
+            raise TypeError(
+                f"checkpoint.load: template leaf {name} is a "
+                f"{type(template).__name__}, not an array, a ShapeDtype or a number"
+            )
         arr = reader.get(key)
         if isinstance(template, (bool, int, float)):
             if arr.size != 1:
-                raise ValueError(f"checkpoint.load: {name} holds shape {arr.shape} but the "
-                                 f"template has a Python {type(template).__name__}")
+                raise ValueError(
+                    f"checkpoint.load: {name} holds shape {arr.shape} but the "
+                    f"template has a Python {type(template).__name__}"
+                )
             out.append(type(template)(arr.reshape(())))
             continue
         shape = tuple(template.shape)
         if arr.shape != shape:
-            raise ValueError(f"checkpoint.load: {name} has shape {arr.shape} in {reader.path} "
-                             f"but {shape} in the template")
+            raise ValueError(
+                f"checkpoint.load: {name} has shape {arr.shape} in {reader.path} but {shape} in the template"
+            )
         dtype = np.dtype(template.dtype)
         if xla.is_device_array(template) and len(template.devices()) > 1:  # keep its layout
             out.append(xla.put_sharded(arr, dtype, template.sharding))

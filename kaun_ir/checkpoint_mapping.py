@@ -33,11 +33,14 @@ sequential children    ``0.weight``                ``0.weight``                -
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import numpy as np
 
-Rename = Callable[[str], "str | None"] | Mapping[str, "str | None"] | Iterable[tuple[str, "str | None"]] | None
+Rename = (
+    Callable[[str], "str | None"] | Mapping[str, "str | None"] | Iterable[tuple[str, "str | None"]] | None
+)
 Transpose = Callable[[str], bool] | Iterable[str] | None
 
 
@@ -83,8 +86,14 @@ class MappedSource:
     """Tensors by kaun_ir path, read from a source keyed by its own names (``keys`` and
     ``get(source_key) -> np.ndarray``), renamed and transposed on the way."""
 
-    def __init__(self, keys: Iterable[str], get: Callable[[str], np.ndarray], rename: Rename = None,
-                 transpose: Transpose = None, where: str = "checkpoint"):
+    def __init__(
+        self,
+        keys: Iterable[str],
+        get: Callable[[str], np.ndarray],
+        rename: Rename = None,
+        transpose: Transpose = None,
+        where: str = "checkpoint",
+    ):
         to_path = rename_function(rename)
         self._transpose = transpose_function(transpose)
         self._get = get
@@ -96,15 +105,19 @@ class MappedSource:
             if path is None:
                 continue
             if path in self.source_of:
-                raise ValueError(f"{where}: keys {self.source_of[path]!r} and {key!r} are both renamed to {path!r}")
+                raise ValueError(
+                    f"{where}: keys {self.source_of[path]!r} and {key!r} are both renamed to {path!r}"
+                )
             self.source_of[path] = key
         self.keys = set(self.source_of)
 
     def get(self, path: str) -> np.ndarray:
         if path not in self.source_of:
             near = sorted(self.keys)[:8]
-            raise ValueError(f"checkpoint: {self.where} has no tensor for {path!r} after renaming "
-                             f"(renamed keys: {', '.join(map(repr, near))}{', ...' if len(self.keys) > 8 else ''})")
+            raise ValueError(
+                f"checkpoint: {self.where} has no tensor for {path!r} after renaming "
+                f"(renamed keys: {', '.join(map(repr, near))}{', ...' if len(self.keys) > 8 else ''})"
+            )
         arr = self._get(self.source_of[path])
         return np.ascontiguousarray(np.transpose(arr)) if self._transpose(path) else arr
 

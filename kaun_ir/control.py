@@ -3,14 +3,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from . import tree
 from .api import op_function
-from .ir.builder import Builder
 from .errors import ShapeError
+from .ir.builder import Builder
 from .ir.core import Graph, TensorType
 from .ir.rewrite import rebind
 from .tensor import Tensor, apply, to_value, type_of
@@ -48,7 +49,7 @@ def trace_loop_regions(cond_fun: Callable, body_fun: Callable, init_val: Any):
         mapping = {id(graph.inputs[i]): args[i] for i in range(len(types))}
         for k, tensor in enumerate(own):
             mapping[id(graph.inputs[len(types) + k])] = args[position[id(tensor.value)]]
-        extra = args[len(types):] if passthrough else ()
+        extra = args[len(types) :] if passthrough else ()
         return rebind(graph, args, mapping, extra)
 
     return widen(cond, cond_caps, False), widen(body, body_caps, True), captures
@@ -116,11 +117,14 @@ def scan_regions(f: Callable, init: Any, xs: Any, length: int | None = None, con
     x_types = [type_of(leaf) for leaf in x_leaves]
     for k, t in enumerate(x_types):
         if not t.shape:
-            raise ShapeError(f"scan: scanned input {k} is the scalar {t}; each x needs a leading axis to scan over")
+            raise ShapeError(
+                f"scan: scanned input {k} is the scalar {t}; each x needs a leading axis to scan over"
+            )
     lengths = sorted({t.shape[0] for t in x_types})
     if len(lengths) > 1:
-        raise ShapeError(f"scan: the scanned inputs have different leading axes {lengths} "
-                         f"({', '.join(map(str, x_types))})")
+        raise ShapeError(
+            f"scan: the scanned inputs have different leading axes {lengths} ({', '.join(map(str, x_types))})"
+        )
     if length is None:
         if not lengths:
             raise ValueError("scan: with no scanned inputs (xs=None) the length= argument is required")
@@ -145,8 +149,10 @@ def scan_regions(f: Callable, init: Any, xs: Any, length: int | None = None, con
         h_out = [to_value(builder, leaf) for leaf in new_leaves]
         for k, (value, want) in enumerate(zip(h_out, carry_types)):
             if value.type != want:
-                raise TypeError(f"scan: carry leaf {k} enters the body as {want} but comes back as "
-                                f"{value.type}; the carry must keep its shape and dtype")
+                raise TypeError(
+                    f"scan: carry leaf {k} enters the body as {want} but comes back as "
+                    f"{value.type}; the carry must keep its shape and dtype"
+                )
         y_leaves, y_def = tree.flatten(y)
         y_out = [to_value(builder, leaf) for leaf in y_leaves]
     graph = builder.finish(h_out + y_out, name="body")
@@ -157,15 +163,23 @@ def scan_regions(f: Callable, init: Any, xs: Any, length: int | None = None, con
         args = Graph.arguments(all_types)
         n_cap, n_hx = len(captures), len(carry_types) + len(x_types)
         # traced order: consts, carry, xs, captures -> body order: consts, captures, carry, xs
-        new_index = list(range(n_c)) + [n_c + n_cap + k for k in range(n_hx)] + [n_c + k for k in range(n_cap)]
+        new_index = (
+            list(range(n_c)) + [n_c + n_cap + k for k in range(n_hx)] + [n_c + k for k in range(n_cap)]
+        )
         mapping = {id(graph.inputs[old]): args[new] for old, new in enumerate(new_index)}
         graph = rebind(graph, args, mapping)
     return graph, captures, carry_def, y_def, length
 
 
 @op_function
-def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reverse: bool = False,
-         unroll: int | bool = 1) -> tuple[Any, Any]:
+def scan(
+    f: Callable,
+    init: Any,
+    xs: Any = None,
+    length: int | None = None,
+    reverse: bool = False,
+    unroll: int | bool = 1,
+) -> tuple[Any, Any]:
     """Loop ``carry, y = f(carry, x)`` over the leading axis of ``xs``; returns ``(carry, ys)``.
 
     Like ``jax.lax.scan``: ``init`` and ``xs`` are trees of arrays (``xs=None`` with ``length=``
@@ -182,8 +196,18 @@ def scan(f: Callable, init: Any, xs: Any = None, length: int | None = None, reve
     if unroll < 1:
         raise ValueError(f"scan: unroll must be >= 1 (or True), got {unroll}")
     carry_leaves, _ = tree.flatten(init)
-    outs = apply("scan", *captures, *carry_leaves, *x_leaves, regions=(body,), num_consts=len(captures),
-                 num_carry=len(carry_leaves), length=length, reverse=bool(reverse), unroll=max(unroll, 1))
+    outs = apply(
+        "scan",
+        *captures,
+        *carry_leaves,
+        *x_leaves,
+        regions=(body,),
+        num_consts=len(captures),
+        num_carry=len(carry_leaves),
+        length=length,
+        reverse=bool(reverse),
+        unroll=max(unroll, 1),
+    )
     outs = (outs,) if not isinstance(outs, tuple) else outs
     n = len(carry_leaves)
     return tree.unflatten(carry_def, list(outs[:n])), tree.unflatten(y_def, list(outs[n:]))

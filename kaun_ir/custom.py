@@ -23,11 +23,12 @@ static.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from . import dtypes, tree
+from . import tree
 from .errors import KaunError
 from .ir.builder import Builder, current_builder
 from .ir.core import Graph, TensorType
@@ -56,7 +57,8 @@ def _trace_region(fn: Callable, in_types: list[TensorType], name: str, what: str
     if builder.captures:
         raise CustomDerivativeError(
             f"{what} of {name} uses a value of an enclosing trace ({builder.captures[0].type}); pass "
-            "it as an argument instead of closing over it")
+            "it as an argument instead of closing over it"
+        )
     return builder.finish(outputs, name=what), out_def
 
 
@@ -111,9 +113,11 @@ def _check_cotangents(result, args: tuple, in_types, rebuild_positions, name: st
     from .trace import is_array_leaf
 
     if not isinstance(result, (tuple, list)) or len(result) != len(args):
-        raise CustomDerivativeError(f"{what} of {name} must return a tuple with one entry per argument "
-                                    f"({len(args)}), got {type(result).__name__}"
-                                    + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else ""))
+        raise CustomDerivativeError(
+            f"{what} of {name} must return a tuple with one entry per argument "
+            f"({len(args)}), got {type(result).__name__}"
+            + (f" of length {len(result)}" if isinstance(result, (tuple, list)) else "")
+        )
     flat = []
     for i, (arg, ct) in enumerate(zip(args, result)):
         arg_leaves, arg_def = tree.flatten(arg)
@@ -122,19 +126,26 @@ def _check_cotangents(result, args: tuple, in_types, rebuild_positions, name: st
         else:
             ct_leaves, ct_def = tree.flatten(ct, is_leaf=lambda x: x is None)
             if len(ct_leaves) != len(arg_leaves):
-                raise CustomDerivativeError(f"{what} of {name}: the entry for argument {i} must have the "
-                                            "argument's tree structure")
+                raise CustomDerivativeError(
+                    f"{what} of {name}: the entry for argument {i} must have the argument's tree structure"
+                )
         for leaf, c in zip(arg_leaves, ct_leaves):
             if not is_array_leaf(leaf):
                 continue
             t = type_of(leaf)
             if c is None:
-                c = apply("broadcast_in_dim", apply("constant", value=np.zeros((), t.dtype)), shape=t.shape,
-                          broadcast_dimensions=())
+                c = apply(
+                    "broadcast_in_dim",
+                    apply("constant", value=np.zeros((), t.dtype)),
+                    shape=t.shape,
+                    broadcast_dimensions=(),
+                )
             elif not isinstance(c, Tensor):  # a concrete value: a constant of the argument's type
                 c = apply("constant", value=np.broadcast_to(np.asarray(c, t.dtype), t.shape).copy())
             if c.type != t:
-                raise CustomDerivativeError(f"{what} of {name} returned {c.type} for argument {i} of type {t}")
+                raise CustomDerivativeError(
+                    f"{what} of {name} returned {c.type} for argument {i} of type {t}"
+                )
             flat.append(c)
     return flat
 
@@ -154,15 +165,16 @@ class custom_vjp(_Custom):  # noqa: N801 - a decorator, named like jax's
         super().__init__(fun)
         self.fwd = self.bwd = None
 
-    def defvjp(self, fwd: Callable, bwd: Callable) -> "custom_vjp":
+    def defvjp(self, fwd: Callable, bwd: Callable) -> custom_vjp:
         """Set the rules; returns the decorated function."""
         self.fwd, self.bwd = fwd, bwd
         return self
 
     def _traced(self, *args):
         if self.fwd is None:
-            raise CustomDerivativeError(f"custom_vjp function {self.name} has no rules: call "
-                                        f"{self.name}.defvjp(fwd, bwd) first")
+            raise CustomDerivativeError(
+                f"custom_vjp function {self.name} has no rules: call {self.name}.defvjp(fwd, bwd) first"
+            )
         in_types, positions, _, leaves = _leaf_types(args)
         rebuild = self._symbolic(args, in_types)
         primal, out_def = _trace_region(lambda *t: self.fun(*rebuild(t)), in_types, self.name, "primal")
@@ -175,8 +187,9 @@ class custom_vjp(_Custom):  # noqa: N801 - a decorator, named like jax's
             out, residuals = result
             out_leaves, d = tree.flatten(out)
             if d != out_def:
-                raise CustomDerivativeError(f"fwd of {self.name} must return an output structured like "
-                                            f"{self.name}'s")
+                raise CustomDerivativeError(
+                    f"fwd of {self.name} must return an output structured like {self.name}'s"
+                )
             res_leaves, rd = tree.flatten(residuals)
             res_def.append(rd)
             return list(out_leaves) + list(res_leaves)
@@ -186,13 +199,14 @@ class custom_vjp(_Custom):  # noqa: N801 - a decorator, named like jax's
         if tuple(fwd.output_types[:n_out]) != tuple(primal.output_types):
             got = ", ".join(map(str, fwd.output_types[:n_out]))
             want = ", ".join(map(str, primal.output_types))
-            raise CustomDerivativeError(f"fwd of {self.name} returns an output of types ({got}) but "
-                                        f"{self.name} returns ({want})")
+            raise CustomDerivativeError(
+                f"fwd of {self.name} returns an output of types ({got}) but {self.name} returns ({want})"
+            )
         res_types = list(fwd.output_types[n_out:])
 
         def bwd_flat(*t):
-            residuals = tree.unflatten(res_def[0], list(t[:len(res_types)]))
-            g = tree.unflatten(out_def, list(t[len(res_types):]))
+            residuals = tree.unflatten(res_def[0], list(t[: len(res_types)]))
+            g = tree.unflatten(out_def, list(t[len(res_types) :]))
             return _check_cotangents(self.bwd(residuals, g), args, in_types, positions, self.name, "bwd")
 
         bwd, _ = self._rules(bwd_flat, res_types + list(primal.output_types), "bwd")
@@ -222,8 +236,9 @@ class custom_jvp(_Custom):  # noqa: N801 - a decorator, named like jax's
 
     def _traced(self, *args):
         if self.rule is None:
-            raise CustomDerivativeError(f"custom_jvp function {self.name} has no rule: decorate one with "
-                                        f"@{self.name}.defjvp")
+            raise CustomDerivativeError(
+                f"custom_jvp function {self.name} has no rule: decorate one with @{self.name}.defjvp"
+            )
         in_types, positions, _, leaves = _leaf_types(args)
         rebuild = self._symbolic(args, in_types)
         primal, out_def = _trace_region(lambda *t: self.fun(*rebuild(t)), in_types, self.name, "primal")
@@ -238,16 +253,20 @@ class custom_jvp(_Custom):  # noqa: N801 - a decorator, named like jax's
             out_leaves, d1 = tree.flatten(out)
             t_leaves, d2 = tree.flatten(tangent)
             if d1 != out_def or d2 != out_def:
-                raise CustomDerivativeError(f"the jvp rule of {self.name} must return an output and a "
-                                            f"tangent structured like {self.name}'s output")
+                raise CustomDerivativeError(
+                    f"the jvp rule of {self.name} must return an output and a "
+                    f"tangent structured like {self.name}'s output"
+                )
             return list(out_leaves) + list(t_leaves)
 
         rule, _ = self._rules(rule_flat, in_types + in_types, "jvp")
         outs_t = primal.output_types
         if tuple(rule.output_types) != tuple(outs_t) + tuple(outs_t):
             got = ", ".join(map(str, rule.output_types))
-            raise CustomDerivativeError(f"the jvp rule of {self.name} returns ({got}); expected the output "
-                                        f"types ({', '.join(map(str, outs_t))}) twice (output, tangent)")
+            raise CustomDerivativeError(
+                f"the jvp rule of {self.name} returns ({got}); expected the output "
+                f"types ({', '.join(map(str, outs_t))}) twice (output, tangent)"
+            )
         operands = [leaves[i] for i in positions]
         outs = apply("custom_jvp", *operands, regions=(primal, rule), name=self.name)
         outs = outs if isinstance(outs, tuple) else (outs,)

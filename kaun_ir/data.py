@@ -32,15 +32,34 @@ from __future__ import annotations
 import builtins
 import queue
 import threading
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from . import tree as _tree
 
-__all__ = ["Data", "of_array", "of_tensor", "of_tensors", "of_fn", "of_iterable", "repeat", "map",
-           "batch", "map_batch", "shuffle", "prepare", "prefetch", "iter", "fold", "to_array",
-           "length", "stack", "shard"]
+__all__ = [
+    "Data",
+    "of_array",
+    "of_tensor",
+    "of_tensors",
+    "of_fn",
+    "of_iterable",
+    "repeat",
+    "map",
+    "batch",
+    "map_batch",
+    "shuffle",
+    "prepare",
+    "prefetch",
+    "iter",
+    "fold",
+    "to_array",
+    "length",
+    "stack",
+    "shard",
+]
 
 
 class Data:
@@ -53,7 +72,7 @@ class Data:
     _length: int | None = None
     random_access = False  # whether _item(i) is available (shuffle uses it instead of buffering)
 
-    def __iter__(self) -> "Data":
+    def __iter__(self) -> Data:
         return self
 
     def __next__(self) -> Any:
@@ -84,6 +103,7 @@ class Data:
 
 
 # -- sources --------------------------------------------------------------------------------------
+
 
 class _Indexed(Data):
     """Elements ``get(0) .. get(n-1)`` read in order; ``get`` may depend on the pass number."""
@@ -139,8 +159,10 @@ def _host_array(x: Any, what: str) -> np.ndarray:
     from .tensor import Tensor
 
     if isinstance(x, Tensor):
-        raise TypeError(f"data.{what}: a symbolic Tensor (inside a trace) cannot feed a data "
-                        "pipeline; pass concrete arrays")
+        raise TypeError(
+            f"data.{what}: a symbolic Tensor (inside a trace) cannot feed a data "
+            "pipeline; pass concrete arrays"
+        )
     return np.asarray(x)
 
 
@@ -150,8 +172,10 @@ def of_array(items: Any) -> Data:
     ``items`` is kept by reference, not copied; length ``len(items)``.
     """
     if isinstance(items, dict) or not hasattr(items, "__len__") or not hasattr(items, "__getitem__"):
-        raise TypeError(f"data.of_array needs a sequence (list, tuple, array), got "
-                        f"{type(items).__name__}; use data.of_iterable for other iterables")
+        raise TypeError(
+            f"data.of_array needs a sequence (list, tuple, array), got "
+            f"{type(items).__name__}; use data.of_iterable for other iterables"
+        )
     return _Indexed(len(items), items.__getitem__)
 
 
@@ -174,8 +198,9 @@ def _leading_dim(arrays: list[tuple[str, np.ndarray]], what: str) -> int:
     sizes = {}
     for path, arr in arrays:
         if arr.ndim == 0:
-            raise ValueError(f"data.{what}: array {path or '<root>'} is 0-d; every array needs a "
-                             "first (example) axis")
+            raise ValueError(
+                f"data.{what}: array {path or '<root>'} is 0-d; every array needs a first (example) axis"
+            )
         sizes[path or "<root>"] = arr.shape[0]
     if len(set(sizes.values())) > 1:
         listing = ", ".join(f"{p}: {n}" for p, n in sizes.items())
@@ -227,6 +252,7 @@ def of_iterable(obj: Iterable) -> Data:
 
 
 # -- transformers ---------------------------------------------------------------------------------
+
 
 class _Map(Data):
     def __init__(self, f: Callable, source: Data):
@@ -313,9 +339,11 @@ def stack(elements: list) -> Any:
         column = [np.asarray(leaves[j]) for leaves, _ in flat]
         if column[0].dtype == object or column[0].dtype.kind in "USV":
             where = f" (at {path!r})" if path else ""
-            raise TypeError(f"data.batch can only stack numbers and arrays, got "
-                            f"{type(flat[0][0][j]).__name__}{where}; use data.map_batch(n, f, d) "
-                            "to combine elements of other kinds")
+            raise TypeError(
+                f"data.batch can only stack numbers and arrays, got "
+                f"{type(flat[0][0][j]).__name__}{where}; use data.map_batch(n, f, d) "
+                "to combine elements of other kinds"
+            )
         shapes = {c.shape for c in column}
         if len(shapes) > 1:
             where = f" at {path!r}" if path else ""
@@ -455,8 +483,16 @@ class _Prepared(Data):
 
     random_access = True
 
-    def __init__(self, host: list[np.ndarray], treedef: Any, n: int, batch_size: int,
-                 shuffle: bool, drop_last: bool, seed: int):
+    def __init__(
+        self,
+        host: list[np.ndarray],
+        treedef: Any,
+        n: int,
+        batch_size: int,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int,
+    ):
         self._host = host
         self._treedef = treedef
         self._n = n
@@ -498,8 +534,9 @@ class _Prepared(Data):
         self._pos = 0
 
 
-def prepare(arrays: Any, batch_size: int, shuffle: bool = False, drop_last: bool = True,
-            seed: int = 0) -> Data:
+def prepare(
+    arrays: Any, batch_size: int, shuffle: bool = False, drop_last: bool = True, seed: int = 0
+) -> Data:
     """Mini-batches of ``(x, y)``: ``prepare((x, y), 64)`` yields ``(x[b], y[b])`` for
     consecutive blocks ``b`` of 64 examples.
 
@@ -545,8 +582,9 @@ class _Prefetch(Data):
     def _start(self) -> None:
         self._queue = queue.Queue(maxsize=self._size)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._work, args=(self._queue, self._stop),
-                                        name="kaun_ir-data-prefetch", daemon=True)
+        self._thread = threading.Thread(
+            target=self._work, args=(self._queue, self._stop), name="kaun_ir-data-prefetch", daemon=True
+        )
         self._thread.start()
 
     def _work(self, out: queue.Queue, stop: threading.Event) -> None:
@@ -604,8 +642,10 @@ def _to_device(element: Any, device: Any) -> Any:
 
     target = device if device is not None else xla.default_device()
     leaves, treedef = _tree.flatten(element)
-    moved = [xla.to_device(leaf, leaf.dtype, target) if isinstance(leaf, (np.ndarray, np.generic))
-             else leaf for leaf in leaves]
+    moved = [
+        xla.to_device(leaf, leaf.dtype, target) if isinstance(leaf, (np.ndarray, np.generic)) else leaf
+        for leaf in leaves
+    ]
     return _tree.unflatten(treedef, moved)
 
 
@@ -626,10 +666,13 @@ def prefetch(d: Data, size: int = 2, device: Any = None) -> Data:
 
 # -- consumers ------------------------------------------------------------------------------------
 
+
 def _check_data(d: Any, what: str) -> None:
     if not isinstance(d, Data):
-        raise TypeError(f"data.{what} expects a kn.data pipeline, got {type(d).__name__} "
-                        "(build one with data.of_array, of_tensor, of_tensors, ...)")
+        raise TypeError(
+            f"data.{what} expects a kn.data pipeline, got {type(d).__name__} "
+            "(build one with data.of_array, of_tensor, of_tensors, ...)"
+        )
 
 
 def _drain(d: Data):

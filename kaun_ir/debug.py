@@ -12,7 +12,7 @@ docs/debugging.md for measurements).
 from __future__ import annotations
 
 import functools
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 from .errors import NonFiniteError
 from .ir.builder import current_builder

@@ -13,14 +13,18 @@ the data (``kn.data.shard``) and holds only its devices' shards of sharded array
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
-__all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count",
-           "local_devices"]
+__all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count", "local_devices"]
 
 
-def initialize(coordinator_address: str, num_processes: int, process_id: int,
-               local_device_ids: Sequence[int] | None = None, timeout_s: int = 300) -> None:
+def initialize(
+    coordinator_address: str,
+    num_processes: int,
+    process_id: int,
+    local_device_ids: Sequence[int] | None = None,
+    timeout_s: int = 300,
+) -> None:
     """Join a run of ``num_processes`` processes; this one is ``process_id`` (0-based).
 
     ``coordinator_address``: ``"host:port"`` reachable by every process; process 0 listens
@@ -35,8 +39,13 @@ def initialize(coordinator_address: str, num_processes: int, process_id: int,
         raise ValueError(f"process_id {process_id} is not in [0, {num_processes})")
     from .runtime import xla
 
-    xla.initialize_distributed(coordinator_address, int(num_processes), int(process_id),
-                               local_device_ids=local_device_ids, timeout_s=int(timeout_s))
+    xla.initialize_distributed(
+        coordinator_address,
+        int(num_processes),
+        int(process_id),
+        local_device_ids=local_device_ids,
+        timeout_s=int(timeout_s),
+    )
 
 
 def shutdown() -> None:

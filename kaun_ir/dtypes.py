@@ -112,8 +112,9 @@ def result_type(*dtypes) -> np.dtype:
             best = float32
             continue
         if dt in INTEGERS and best in INTEGERS and is_unsigned(dt) != is_unsigned(best):
-            width = max(dt.itemsize * (2 if is_unsigned(dt) else 1),
-                        best.itemsize * (2 if is_unsigned(best) else 1))
+            width = max(
+                dt.itemsize * (2 if is_unsigned(dt) else 1), best.itemsize * (2 if is_unsigned(best) else 1)
+            )
             best = np.dtype(f"int{min(8 * width, 64)}")
             continue
         if _rank(dt) > _rank(best):

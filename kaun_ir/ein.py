@@ -75,15 +75,20 @@ def ein(spec: str, *operands, reduce: str = "sum", sizes: dict | None = None, **
     """
     parsed = parse(spec)
     if len(parsed.operands) != len(operands):
-        raise SpecError(f"the spec has {len(parsed.operands)} operand(s) but {len(operands)} array(s) were "
-                        "given", spec, spec.index("=>"))
+        raise SpecError(
+            f"the spec has {len(parsed.operands)} operand(s) but {len(operands)} array(s) were given",
+            spec,
+            spec.index("=>"),
+        )
     if len(operands) not in (1, 2):
         raise SpecError("ein takes one or two operands", spec, parsed.operands[-1].pos)
     if reduce not in _REDUCTIONS:
         raise ValueError(f"ein: reduce must be one of {', '.join(_REDUCTIONS)}, got {reduce!r}")
     if len(operands) == 2 and reduce != "sum":
-        raise ValueError(f"ein: with two operands the result is a sum of products; reduce={reduce!r} is only "
-                         "for one operand")
+        raise ValueError(
+            f"ein: with two operands the result is a sum of products; reduce={reduce!r} is only "
+            "for one operand"
+        )
     sizes = _check_sizes(sizes)
     for name, value in constants.items():
         if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -97,8 +102,13 @@ def ein(spec: str, *operands, reduce: str = "sum", sizes: dict | None = None, **
     lengths = _row_lengths(parsed, shapes)
     axes = [_expand(parsed, row.items, lengths) for row in parsed.operands]
     known = _bind_sizes(parsed, axes, shapes, sizes)
-    windows = [[_window(parsed, entry, axes, constants, known) if isinstance(entry[1], Affine) else None
-                for entry in operand] for operand in axes]
+    windows = [
+        [
+            _window(parsed, entry, axes, constants, known) if isinstance(entry[1], Affine) else None
+            for entry in operand
+        ]
+        for operand in axes
+    ]
     result = _result_axes(parsed, lengths, known)
     if len(operands) == 1:
         x, entries = operands[0], axes[0]
@@ -107,8 +117,11 @@ def ein(spec: str, *operands, reduce: str = "sum", sizes: dict | None = None, **
         return _unary(parsed, x, [name for name, _ in entries], result, known, reduce)
     if any(windows[1]):
         if any(windows[0]):
-            raise SpecError("only one operand of a convolution may have affine indices", spec,
-                            next(w.pos for w in windows[1] if w))
+            raise SpecError(
+                "only one operand of a convolution may have affine indices",
+                spec,
+                next(w.pos for w in windows[1] if w),
+            )
         operands, axes, windows = operands[::-1], axes[::-1], windows[::-1]
     if any(windows[0]):
         return _convolve(parsed, operands, axes, windows[0], result, known)
@@ -147,14 +160,26 @@ def _row_lengths(spec: Spec, shapes: list) -> dict:
             unknown = list(dict.fromkeys(r.name for r in rows if r.name not in lengths))
             if free < 0 or (not unknown and free != 0):
                 least = "at least " if rows else ""
-                raise ShapeError(pointer(f"{_where()}ein: operand {i + 1} has {rank} axes {list(shapes[i])} "
-                                         f"but the spec gives it {least}{fixed + known}", spec.text, row.pos))
+                raise ShapeError(
+                    pointer(
+                        f"{_where()}ein: operand {i + 1} has {rank} axes {list(shapes[i])} "
+                        f"but the spec gives it {least}{fixed + known}",
+                        spec.text,
+                        row.pos,
+                    )
+                )
             if len(unknown) == 1:
                 count = sum(r.name == unknown[0] for r in rows)
                 if free % count:
-                    raise ShapeError(pointer(f"{_where()}ein: {_label(unknown[0])} occurs {count} times in "
-                                             f"operand {i + 1} and cannot split its {free} remaining axes "
-                                             "evenly", spec.text, rows[0].pos))
+                    raise ShapeError(
+                        pointer(
+                            f"{_where()}ein: {_label(unknown[0])} occurs {count} times in "
+                            f"operand {i + 1} and cannot split its {free} remaining axes "
+                            "evenly",
+                            spec.text,
+                            rows[0].pos,
+                        )
+                    )
                 lengths[unknown[0]] = free // count
                 progress = True
             elif len(unknown) > 1 and stuck is None:
@@ -166,9 +191,13 @@ def _row_lengths(spec: Spec, shapes: list) -> dict:
         i, unknown, free = stuck
         if not _fusable(spec, unknown):
             second = next(r for r in spec.operands[i].items if isinstance(r, RowVar) and r.name == unknown[1])
-            raise SpecError(f"{_label(unknown[0])} and {_label(unknown[1])} both stretch over the {free} "
-                            f"axes left in operand {i + 1}: which belong to which is ambiguous (fix one of "
-                            "them through another operand, or name the axes)", spec.text, second.pos)
+            raise SpecError(
+                f"{_label(unknown[0])} and {_label(unknown[1])} both stretch over the {free} "
+                f"axes left in operand {i + 1}: which belong to which is ambiguous (fix one of "
+                "them through another operand, or name the axes)",
+                spec.text,
+                second.pos,
+            )
         # they sit side by side in the same order everywhere, so every split gives the same result
         lengths[unknown[0]] = free
         for name in unknown[1:]:
@@ -214,18 +243,31 @@ def _bind_sizes(spec: Spec, axes: list, shapes: list, sizes: dict) -> dict:
             if isinstance(item, Affine):
                 continue
             if name in seen:
-                raise SpecError(f"axis {_axis_label(name)} occurs twice in operand {i + 1} (diagonals are "
-                                "not supported)", spec.text, item.pos)
+                raise SpecError(
+                    f"axis {_axis_label(name)} occurs twice in operand {i + 1} (diagonals are not supported)",
+                    spec.text,
+                    item.pos,
+                )
             seen.add(name)
             if name in known and known[name][0] != size:
-                raise ShapeError(pointer(f"{_where()}ein: axis {_axis_label(name)} is {size} in operand "
-                                         f"{i + 1} but {known[name][0]} where first bound", spec.text,
-                                         item.pos))
+                raise ShapeError(
+                    pointer(
+                        f"{_where()}ein: axis {_axis_label(name)} is {size} in operand "
+                        f"{i + 1} but {known[name][0]} where first bound",
+                        spec.text,
+                        item.pos,
+                    )
+                )
             known.setdefault(name, (size, item.pos))
     for name, size in sizes.items():
         if name in known and known[name][0] != size:
-            raise ShapeError(pointer(f"{_where()}ein: sizes[{name!r}] = {size} but the operands give "
-                                     f"{known[name][0]}", spec.text, known[name][1]))
+            raise ShapeError(
+                pointer(
+                    f"{_where()}ein: sizes[{name!r}] = {size} but the operands give {known[name][0]}",
+                    spec.text,
+                    known[name][1],
+                )
+            )
         known.setdefault(name, (size, -1))
     return known
 
@@ -251,8 +293,9 @@ def _window(spec: Spec, entry: tuple, axes: list, constants: dict, known: dict) 
             elif name in constants and coef not in constants:
                 coef, name = constants[name], coef
             elif coef in constants:
-                raise SpecError(f"both {coef!r} and {name!r} are constants; a term is coefficient*axis",
-                                spec.text, pos)
+                raise SpecError(
+                    f"both {coef!r} and {name!r} are constants; a term is coefficient*axis", spec.text, pos
+                )
             elif {coef, name} <= result_names | operand_names:
                 raise SpecError(f"{coef}*{name} multiplies two axes: the index is not affine", spec.text, pos)
             else:
@@ -260,20 +303,29 @@ def _window(spec: Spec, entry: tuple, axes: list, constants: dict, known: dict) 
                 raise SpecError(f"unknown constant {unknown!r}: pass {unknown}=<int> to ein", spec.text, pos)
         terms.append((int(coef), name, pos))
     if len(terms) != 2 or terms[0][1] == terms[1][1]:
-        raise SpecError("a convolution index is 'stride*output + dilation*kernel': two terms over two "
-                        "different axes", spec.text, item.pos)
+        raise SpecError(
+            "a convolution index is 'stride*output + dilation*kernel': two terms over two different axes",
+            spec.text,
+            item.pos,
+        )
     outs = [t for t in terms if t[1] in result_names]
     if len(outs) != 1:
-        raise SpecError("exactly one axis of a convolution index must be in the result (the output position)",
-                        spec.text, item.pos)
-    (stride, out, out_pos), = outs
+        raise SpecError(
+            "exactly one axis of a convolution index must be in the result (the output position)",
+            spec.text,
+            item.pos,
+        )
+    ((stride, out, out_pos),) = outs
     dilation, kernel, kernel_pos = next(t for t in terms if t[1] != out)
     if out in operand_names:
         raise SpecError(f"the output position {out!r} must not be an axis of an operand", spec.text, out_pos)
     if kernel not in known:
-        raise SpecError(f"the size of kernel axis {kernel!r} is unknown: it must be an axis of the other "
-                        f"operand (or, with one operand, given as sizes={{{kernel!r}: n}})", spec.text,
-                        kernel_pos)
+        raise SpecError(
+            f"the size of kernel axis {kernel!r} is unknown: it must be an axis of the other "
+            f"operand (or, with one operand, given as sizes={{{kernel!r}: n}})",
+            spec.text,
+            kernel_pos,
+        )
     return _Window(out, kernel, stride, dilation, item.pos)
 
 
@@ -284,8 +336,11 @@ def _result_axes(spec: Spec, lengths: dict, known: dict) -> list:
         if isinstance(item, Fixed):
             names.append(None)
             continue
-        expanded = ([f"{item.name}#{j}" for j in range(lengths[item.name])] if isinstance(item, RowVar)
-                    else [item.name])
+        expanded = (
+            [f"{item.name}#{j}" for j in range(lengths[item.name])]
+            if isinstance(item, RowVar)
+            else [item.name]
+        )
         for name in expanded:
             if name in seen:
                 raise SpecError(f"axis {name!r} occurs twice in the result", spec.text, item.pos)
@@ -296,10 +351,17 @@ def _result_axes(spec: Spec, lengths: dict, known: dict) -> list:
 
 def _result_size(spec: Spec, name: str, known: dict) -> int:
     if name not in known:
-        pos = next(it.pos for it in spec.result.items if isinstance(it, (Axis, RowVar)) and
-                   (it.name == name or name.startswith(it.name + "#")))
-        raise SpecError(f"the size of result axis {name!r} is unknown: it is in no operand (give it with "
-                        f"sizes={{{name!r}: n}})", spec.text, pos)
+        pos = next(
+            it.pos
+            for it in spec.result.items
+            if isinstance(it, (Axis, RowVar)) and (it.name == name or name.startswith(it.name + "#"))
+        )
+        raise SpecError(
+            f"the size of result axis {name!r} is unknown: it is in no operand (give it with "
+            f"sizes={{{name!r}: n}})",
+            spec.text,
+            pos,
+        )
     return known[name][0]
 
 
@@ -315,8 +377,9 @@ def _arrange(spec: Spec, y, names: list, result: list, known: dict):
     if len(names) == len(result):
         return y
     shape = tuple(1 if name is None else _result_size(spec, name, known) for name in result)
-    return apply("broadcast_in_dim", y, shape=shape,
-                 broadcast_dimensions=tuple(result.index(name) for name in names))
+    return apply(
+        "broadcast_in_dim", y, shape=shape, broadcast_dimensions=tuple(result.index(name) for name in names)
+    )
 
 
 def _reduce(x, names: list, drop: set, kind: str):
@@ -351,10 +414,15 @@ def _contract(spec: Spec, operands, names: list, result: list, known: dict):
     shared = [n for n in an if n in bn]
     batch = [n for n in shared if n in result]
     contract = [n for n in shared if n not in result]
-    y = apply("dot_general", a, b, lhs_batch=tuple(an.index(n) for n in batch),
-              rhs_batch=tuple(bn.index(n) for n in batch),
-              lhs_contracting=tuple(an.index(n) for n in contract),
-              rhs_contracting=tuple(bn.index(n) for n in contract))
+    y = apply(
+        "dot_general",
+        a,
+        b,
+        lhs_batch=tuple(an.index(n) for n in batch),
+        rhs_batch=tuple(bn.index(n) for n in batch),
+        lhs_contracting=tuple(an.index(n) for n in contract),
+        rhs_contracting=tuple(bn.index(n) for n in contract),
+    )
     out = batch + [n for n in an if n not in shared] + [n for n in bn if n not in shared]
     return _arrange(spec, y, out, result, known)
 
@@ -363,12 +431,24 @@ def _out_size(spec: Spec, window: _Window, size: int, known: dict) -> int:
     kernel = known[window.kernel][0]
     span = window.dilation * (kernel - 1) + 1
     if size < span:
-        raise ShapeError(pointer(f"{_where()}ein: the window of {kernel} (dilation {window.dilation}) spans "
-                                 f"{span} but the axis has only {size}", spec.text, window.pos))
+        raise ShapeError(
+            pointer(
+                f"{_where()}ein: the window of {kernel} (dilation {window.dilation}) spans "
+                f"{span} but the axis has only {size}",
+                spec.text,
+                window.pos,
+            )
+        )
     out = (size - span) // window.stride + 1
     if window.out in known and known[window.out][0] != out:
-        raise ShapeError(pointer(f"{_where()}ein: output axis {window.out!r} would be {out} but is given as "
-                                 f"{known[window.out][0]}", spec.text, window.pos))
+        raise ShapeError(
+            pointer(
+                f"{_where()}ein: output axis {window.out!r} would be {out} but is given as "
+                f"{known[window.out][0]}",
+                spec.text,
+                window.pos,
+            )
+        )
     known[window.out] = (out, window.pos)
     return out
 
@@ -383,12 +463,17 @@ def _convolve(spec: Spec, operands, axes: list, windows: list, result: list, kno
     kernels = [window.kernel for window in windows if window]
     for window in windows:
         if window and window.kernel not in wn:
-            raise SpecError(f"kernel axis {window.kernel!r} must be an axis of the other operand", spec.text,
-                            window.pos)
-    for (name, item) in axes[0]:
+            raise SpecError(
+                f"kernel axis {window.kernel!r} must be an axis of the other operand", spec.text, window.pos
+            )
+    for name, item in axes[0]:
         if not isinstance(item, Affine) and name in wn and name in result:
-            raise SpecError(f"axis {name!r} is in both operands and in the result: grouped convolutions are "
-                            "not supported", spec.text, item.pos)
+            raise SpecError(
+                f"axis {name!r} is in both operands and in the result: grouped convolutions are "
+                "not supported",
+                spec.text,
+                item.pos,
+            )
         if name in kernels:
             raise SpecError(f"kernel axis {name!r} must not index the input directly", spec.text, item.pos)
     spatial = [k for k, window in enumerate(windows) if window]
@@ -407,10 +492,18 @@ def _convolve(spec: Spec, operands, axes: list, windows: list, result: list, kno
     x = reshape(x, (size(batch), size(feature)) + tuple(type_of(x).shape[-nd:]))
     w = reshape(w, (size(out_features), size(feature)) + tuple(known[k][0] for k in kernels))
     layout = tuple(range(nd + 2))
-    y = apply("convolution", x, w, window_strides=tuple(windows[k].stride for k in spatial),
-              padding=((0, 0),) * nd, lhs_dilation=(1,) * nd,
-              rhs_dilation=tuple(windows[k].dilation for k in spatial), lhs_spec=layout, rhs_spec=layout,
-              out_spec=layout)
+    y = apply(
+        "convolution",
+        x,
+        w,
+        window_strides=tuple(windows[k].stride for k in spatial),
+        padding=((0, 0),) * nd,
+        lhs_dilation=(1,) * nd,
+        rhs_dilation=tuple(windows[k].dilation for k in spatial),
+        lhs_spec=layout,
+        rhs_spec=layout,
+        out_spec=layout,
+    )
     y = reshape(y, tuple(known[n][0] for n in batch + out_features) + tuple(outs))
     return _arrange(spec, y, batch + out_features + out_names, result, known)
 
@@ -445,9 +538,17 @@ def _pool(spec: Spec, x, axes: list, windows: list, result: list, known: dict, k
     else:
         info = np.iinfo(dtype)
         init = info.min if combine == "max" else info.max
-    y = apply("reduce_window", x, np.asarray(init, dtype), kind=combine, window_dimensions=tuple(dims),
-              window_strides=tuple(strides), base_dilations=(1,) * t.ndim, window_dilations=tuple(dilations),
-              padding=((0, 0),) * t.ndim)
+    y = apply(
+        "reduce_window",
+        x,
+        np.asarray(init, dtype),
+        kind=combine,
+        window_dimensions=tuple(dims),
+        window_strides=tuple(strides),
+        base_dilations=(1,) * t.ndim,
+        window_dilations=tuple(dilations),
+        padding=((0, 0),) * t.ndim,
+    )
     if kind == "mean":
         y = divide(y, float(math.prod(dims)))
     y, kept = _reduce(y, names, set(names) - set(result), kind)

@@ -53,6 +53,7 @@ class SpecError(KaunError, ValueError):
 @dataclass(frozen=True)
 class Axis:
     """A named axis (its size is shared wherever the name occurs)."""
+
     name: str
     pos: int
 
@@ -60,6 +61,7 @@ class Axis:
 @dataclass(frozen=True)
 class RowVar:
     """A row variable: any number of axes. ``name`` is ``"..name.."`` or ``"...<kind>"``."""
+
     name: str
     pos: int
 
@@ -67,6 +69,7 @@ class RowVar:
 @dataclass(frozen=True)
 class Fixed:
     """A fixed index ``0`` in the result: a size-1 axis (the reduced axis kept)."""
+
     value: int
     pos: int
 
@@ -75,6 +78,7 @@ class Fixed:
 class Affine:
     """An affine index ``c1*a1 + c2*a2`` over axis names; coefficients are ints or names of
     constants bound by the caller (``stride=2``)."""
+
     terms: tuple[tuple[int | str, str, int], ...]  # (coefficient, name, position)
     pos: int
 
@@ -82,6 +86,7 @@ class Affine:
 @dataclass(frozen=True)
 class RowSpec:
     """One operand's (or the result's) items per kind (``parts``), and its start position."""
+
     parts: dict
     pos: int
 
@@ -94,6 +99,7 @@ class RowSpec:
 @dataclass(frozen=True)
 class Spec:
     """A parsed spec: its text, the operands' row-specs and the result's."""
+
     text: str
     operands: tuple[RowSpec, ...]
     result: RowSpec
@@ -143,8 +149,11 @@ def _row_spec(text: str, start: int, end: int, multi: bool, is_result: bool) -> 
 
 
 def _row(text: str, start: int, end: int, multi: bool, is_result: bool, kind: str) -> list:
-    items = _multi_items(text, start, end, is_result, kind) if multi else _single_items(text, start, end,
-                                                                                         is_result, kind)
+    items = (
+        _multi_items(text, start, end, is_result, kind)
+        if multi
+        else _single_items(text, start, end, is_result, kind)
+    )
     rows = [item for item in items if isinstance(item, RowVar)]
     if len(rows) > 1:
         raise SpecError(f"the {kind} part may hold only one row variable", text, rows[1].pos)
@@ -216,11 +225,13 @@ def _multi_items(text: str, start: int, end: int, is_result: bool, kind: str) ->
 
 def _fixed(token: str, pos: int, is_result: bool, text: str) -> Fixed:
     if not is_result:
-        raise SpecError("a fixed index is allowed only in the result (0 keeps a reduced axis as size 1)",
-                        text, pos)
+        raise SpecError(
+            "a fixed index is allowed only in the result (0 keeps a reduced axis as size 1)", text, pos
+        )
     if int(token) != 0:
-        raise SpecError(f"only the fixed index 0 (a size-1 axis) is supported in the result, got {token}",
-                        text, pos)
+        raise SpecError(
+            f"only the fixed index 0 (a size-1 axis) is supported in the result, got {token}", text, pos
+        )
     return Fixed(0, pos)
 
 
@@ -235,16 +246,21 @@ def _affine(token: str, pos: int, text: str) -> Affine:
         if any(not f for f in factors):
             raise SpecError("malformed affine index (an empty term or factor)", text, here)
         if len(factors) > 2:
-            raise SpecError("an affine term is 'coefficient*axis'; this term multiplies more than two "
-                            "factors", text, here)
+            raise SpecError(
+                "an affine term is 'coefficient*axis'; this term multiplies more than two factors", text, here
+            )
         numbers = [f for f in factors if f.isdigit()]
         names = [f for f in factors if not f.isdigit()]
         for name in names:
             if not _IDENT.fullmatch(name):
                 raise SpecError(f"{name!r} is not an axis or constant name", text, here)
         if not names:
-            raise SpecError("a constant offset is not supported in a convolution index (no padding): write "
-                            "'stride*o + dilation*k'", text, here)
+            raise SpecError(
+                "a constant offset is not supported in a convolution index (no padding): write "
+                "'stride*o + dilation*k'",
+                text,
+                here,
+            )
         if len(factors) == 1:
             terms.append((1, names[0], here))
         elif numbers:

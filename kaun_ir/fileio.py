@@ -8,7 +8,8 @@ import re
 import stat
 import tempfile
 import uuid
-from typing import Callable, IO
+from collections.abc import Callable
+from typing import IO
 
 # Temporary files are named ".<basename>.<pid>.<random>.tmp": the pid tells a later write of the
 # same path whether the writer is gone (killed mid-write), so its leftover can be removed.
@@ -28,8 +29,9 @@ def _write_whole(handle: IO[bytes], data: bytes) -> None:
     handle.write(data)
 
 
-def atomic_write(path: str | os.PathLike, data: str | bytes,
-                 writer: Callable[[IO[bytes], bytes], None] = _write_whole) -> None:
+def atomic_write(
+    path: str | os.PathLike, data: str | bytes, writer: Callable[[IO[bytes], bytes], None] = _write_whole
+) -> None:
     """Write ``data`` to ``path`` atomically.
 
     The bytes go to a temporary file in the same directory, which is flushed and fsync-ed, then
@@ -122,7 +124,10 @@ def _fsync_directory(directory: str) -> None:
 def repro_dir(configured: str | None = None) -> str:
     """Where crash reproducers go: ``configured``, else ``$KAUN_IR_REPRO_DIR``, else a
     ``kaun_ir_repro`` folder in the system's temporary directory (created if missing)."""
-    path = configured or os.environ.get("KAUN_IR_REPRO_DIR") or os.path.join(
-        tempfile.gettempdir(), "kaun_ir_repro")
+    path = (
+        configured
+        or os.environ.get("KAUN_IR_REPRO_DIR")
+        or os.path.join(tempfile.gettempdir(), "kaun_ir_repro")
+    )
     os.makedirs(path, exist_ok=True)
     return path

@@ -14,18 +14,20 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
+from . import activations, dtypes, nn
+from .activations import *  # noqa: F401,F403 - kn.fn.relu etc.
 from .api import op_function
 from .errors import ShapeError
 from .ir.builder import current_path
+from .nn import *  # noqa: F401,F403 - kn.fn.layer_norm, kn.fn.dropout, kn.fn.dot_product_attention ...
 from .numeric import add, astype, divide, ones, reshape
 from .tensor import apply, type_of
-from . import activations, nn
-from .activations import *  # noqa: F401,F403 - kn.fn.relu etc.
-from .nn import *  # noqa: F401,F403 - kn.fn.layer_norm, kn.fn.dropout, kn.fn.dot_product_attention ...
 
-__all__ = (["conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"]
-           + activations.__all__ + nn.__all__)
+__all__ = (
+    ["conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"]
+    + activations.__all__
+    + nn.__all__
+)
 
 
 def _where() -> str:
@@ -64,16 +66,21 @@ def _conv(x, weight, bias, stride, padding, dilation, groups: int, nd: int, fn: 
     x, unbatched = _batched(astype(x, dtype), nd, fn)
     weight = astype(weight, dtype)
     if tw.ndim != nd + 2:
-        raise ShapeError(f"{_where()}{fn}: weight must be [out_channels, in_channels/groups, "
-                         f"{nd} kernel axes], got {tw}")
+        raise ShapeError(
+            f"{_where()}{fn}: weight must be [out_channels, in_channels/groups, {nd} kernel axes], got {tw}"
+        )
     channels = type_of(x).shape[1]
     out_channels, per_group = tw.shape[:2]
     if groups < 1 or channels % groups or out_channels % groups:
-        raise ShapeError(f"{_where()}{fn}: groups={groups} must divide the input channels ({channels}) and "
-                         f"the output channels ({out_channels})")
+        raise ShapeError(
+            f"{_where()}{fn}: groups={groups} must divide the input channels ({channels}) and "
+            f"the output channels ({out_channels})"
+        )
     if per_group * groups != channels:
-        raise ShapeError(f"{_where()}{fn}: input {tx} has {channels} channels but weight {tw} with "
-                         f"groups={groups} expects {per_group * groups}")
+        raise ShapeError(
+            f"{_where()}{fn}: input {tx} has {channels} channels but weight {tw} with "
+            f"groups={groups} expects {per_group * groups}"
+        )
     stride = _tuple(stride, nd, "stride", fn)
     dilation = _tuple(dilation, nd, "dilation", fn)
     kernel = tw.shape[2:]
@@ -95,12 +102,24 @@ def _conv(x, weight, bias, stride, padding, dilation, groups: int, nd: int, fn: 
     for axis in range(nd):
         size = type_of(x).shape[2 + axis] + sum(pads[axis])
         if size < dilation[axis] * (kernel[axis] - 1) + 1:
-            raise ShapeError(f"{_where()}{fn}: kernel {list(kernel)} (dilation {list(dilation)}) is larger "
-                             f"than the padded input {tx}")
+            raise ShapeError(
+                f"{_where()}{fn}: kernel {list(kernel)} (dilation {list(dilation)}) is larger "
+                f"than the padded input {tx}"
+            )
     layout = tuple(range(nd + 2))  # NC..., OI..., NC...
-    out = apply("convolution", x, weight, window_strides=stride, padding=pads, lhs_dilation=(1,) * nd,
-                rhs_dilation=dilation, lhs_spec=layout, rhs_spec=layout, out_spec=layout,
-                feature_group_count=groups)
+    out = apply(
+        "convolution",
+        x,
+        weight,
+        window_strides=stride,
+        padding=pads,
+        lhs_dilation=(1,) * nd,
+        rhs_dilation=dilation,
+        lhs_spec=layout,
+        rhs_spec=layout,
+        out_spec=layout,
+        feature_group_count=groups,
+    )
     if bias is not None:
         tb = type_of(bias)
         if tb.shape != (out_channels,):
@@ -146,15 +165,21 @@ def _pool_window(x, kernel_size, stride, padding, dilation, nd: int, fn: str):
         raise ValueError(f"{fn}: kernel_size, stride and dilation must be positive")
     for k, p, d in zip(kernel, pads, dilation):
         if not 0 <= p <= (d * (k - 1) + 1) // 2:  # PyTorch's rule
-            raise ValueError(f"{fn}: padding should be at most half of the effective kernel size, got "
-                             f"padding {list(pads)} for kernel {list(kernel)}")
+            raise ValueError(
+                f"{fn}: padding should be at most half of the effective kernel size, got "
+                f"padding {list(pads)} for kernel {list(kernel)}"
+            )
     t = type_of(x)
     for axis in range(nd):
         if t.shape[2 + axis] + 2 * pads[axis] < dilation[axis] * (kernel[axis] - 1) + 1:
             raise ShapeError(f"{_where()}{fn}: kernel {list(kernel)} is larger than the padded input {t}")
-    attrs = {"window_dimensions": (1, 1) + kernel, "window_strides": (1, 1) + stride,
-             "base_dilations": (1,) * (nd + 2), "window_dilations": (1, 1) + dilation,
-             "padding": ((0, 0), (0, 0)) + tuple((p, p) for p in pads)}
+    attrs = {
+        "window_dimensions": (1, 1) + kernel,
+        "window_strides": (1, 1) + stride,
+        "base_dilations": (1,) * (nd + 2),
+        "window_dilations": (1, 1) + dilation,
+        "padding": ((0, 0), (0, 0)) + tuple((p, p) for p in pads),
+    }
     return x, attrs, unbatched
 
 
@@ -184,7 +209,9 @@ def _avg_pool(x, kernel_size, stride, padding, count_include_pad: bool, nd: int,
     else:
         # per window, the number of real (unpadded) elements: the same window sum over ones
         spatial = type_of(x).shape[2:]
-        count = apply("reduce_window", ones((1, 1) + spatial, dtype), np.asarray(0, dtype), kind="sum", **attrs)
+        count = apply(
+            "reduce_window", ones((1, 1) + spatial, dtype), np.asarray(0, dtype), kind="sum", **attrs
+        )
         out = divide(total, count)
     return _unbatch(out, unbatched)
 

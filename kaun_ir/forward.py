@@ -17,7 +17,8 @@ would be; XLA sees only what the outputs need.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -49,13 +50,14 @@ def jvp_graph(graph: Graph, wrt: Sequence[int] | None = None) -> Graph:
             cotangent_inputs = list(range(n_in, n_in + len(float_outs)))
             gradient_outputs = list(range(n_out, n_out + len(wrt)))
             # its transpose, t -> J t (inputs: x, u, t; outputs: ..., then J t per output in float_outs)
-            forward = gradient_graph(backward, wrt=cotangent_inputs, of=gradient_outputs, seed_inputs=True,
-                                     keep_outputs=True)
+            forward = gradient_graph(
+                backward, wrt=cotangent_inputs, of=gradient_outputs, seed_inputs=True, keep_outputs=True
+            )
             zeros = [_zeros(graph.outputs[k].type) for k in float_outs]
             env = {id(old): new for old, new in zip(forward.inputs, args + zeros + tangents)}
             results = copy_nodes(forward, env, builder.nodes)
             primal = results[:n_out]
-            tangent_of = dict(zip(float_outs, results[n_out + len(wrt):]))
+            tangent_of = dict(zip(float_outs, results[n_out + len(wrt) :]))
         else:
             env = {id(old): new for old, new in zip(graph.inputs, args)}
             primal = copy_nodes(graph, env, builder.nodes)
@@ -81,9 +83,13 @@ def _check_tangents(primals: tuple, tangents: tuple) -> None:
     from .trace import is_array_leaf
 
     if not isinstance(tangents, (tuple, list)) or len(tangents) != len(primals):
-        got = f"{len(tangents)} tangent(s)" if isinstance(tangents, (tuple, list)) else type(tangents).__name__
-        raise GradientError(f"jvp needs one tangent per primal ({len(primals)}), got {got}; pass them as a "
-                            "tuple, e.g. kn.jvp(f, (x,), (t,))")
+        got = (
+            f"{len(tangents)} tangent(s)" if isinstance(tangents, (tuple, list)) else type(tangents).__name__
+        )
+        raise GradientError(
+            f"jvp needs one tangent per primal ({len(primals)}), got {got}; pass them as a "
+            "tuple, e.g. kn.jvp(f, (x,), (t,))"
+        )
     for i, (p, t) in enumerate(zip(primals, tangents)):
         p_leaves, p_def = tree.flatten(p)
         t_leaves, t_def = tree.flatten(t)
@@ -97,12 +103,16 @@ def _check_tangents(primals: tuple, tangents: tuple) -> None:
             if not differentiable(pt):
                 continue  # integer / bool primals have no tangent; theirs is ignored
             if tt.dtype != pt.dtype:
-                raise GradientError(f"the tangent of {where} has dtype {dtypes.short_name(tt.dtype)} but the "
-                                    f"primal is {dtypes.short_name(pt.dtype)}: a tangent must have its "
-                                    "primal's dtype")
+                raise GradientError(
+                    f"the tangent of {where} has dtype {dtypes.short_name(tt.dtype)} but the "
+                    f"primal is {dtypes.short_name(pt.dtype)}: a tangent must have its "
+                    "primal's dtype"
+                )
             if tt.shape != pt.shape:
-                raise GradientError(f"the tangent of {where} has shape {list(tt.shape)} but the primal has "
-                                    f"shape {list(pt.shape)}")
+                raise GradientError(
+                    f"the tangent of {where} has shape {list(tt.shape)} but the primal has "
+                    f"shape {list(pt.shape)}"
+                )
 
 
 def _jvp_traced(f: Callable, primals: tuple, tangents: tuple):

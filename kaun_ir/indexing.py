@@ -10,19 +10,30 @@ end first, as in NumPy.
 from __future__ import annotations
 
 import builtins
-from typing import Any, NamedTuple, Sequence
+from collections.abc import Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from . import dtypes
 from .api import op_function
 from .errors import ShapeError
-from .numeric import (astype, broadcast_shapes, broadcast_to, dtype_of, equal, getitem, reshape, shape_of,
-                      stack, where, zeros)
+from .numeric import (
+    astype,
+    broadcast_shapes,
+    broadcast_to,
+    dtype_of,
+    equal,
+    getitem,
+    reshape,
+    shape_of,
+    stack,
+    where,
+    zeros,
+)
 from .tensor import Tensor, apply
 
-__all__ = ["take", "take_along_axis", "one_hot", "dynamic_slice", "dynamic_update_slice",
-           "advanced_getitem"]
+__all__ = ["take", "take_along_axis", "one_hot", "dynamic_slice", "dynamic_update_slice", "advanced_getitem"]
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -64,7 +75,8 @@ def _index_array(index: Any, op: str, mask_error: bool = True) -> Any:
         raise IndexError(
             f"{op}: boolean mask indices are not supported: the number of selected elements depends "
             "on the data, so the result shape is unknown while tracing; use kn.where(mask, x, 0) "
-            "or integer indices instead")
+            "or integer indices instead"
+        )
     if not dtypes.is_integer(dtype):
         raise TypeError(f"{op}: indices must have an integer dtype, got {dtypes.short_name(dtype)}")
     return index
@@ -104,13 +116,21 @@ def _gather_axis(x: Any, index: Any, axis: int, op: str) -> Any:
     clamped by gather): shape ``x.shape[:axis] + index.shape + x.shape[axis + 1:]``."""
     shape = shape_of(x)
     index_shape = shape_of(index)
-    out_shape = shape[:axis] + index_shape + shape[axis + 1:]
+    out_shape = shape[:axis] + index_shape + shape[axis + 1 :]
     if shape[axis] == 0:
         return _empty_or_raise(out_shape, dtype_of(x), op, axis)
     offset_dims = tuple(range(axis)) + tuple(range(axis + len(index_shape), len(out_shape)))
     slice_sizes = tuple(1 if d == axis else n for d, n in enumerate(shape))
-    return apply("gather", x, index, offset_dims=offset_dims, collapsed_slice_dims=(axis,),
-                 start_index_map=(axis,), index_vector_dim=len(index_shape), slice_sizes=slice_sizes)
+    return apply(
+        "gather",
+        x,
+        index,
+        offset_dims=offset_dims,
+        collapsed_slice_dims=(axis,),
+        start_index_map=(axis,),
+        index_vector_dim=len(index_shape),
+        slice_sizes=slice_sizes,
+    )
 
 
 # ------------------------------------------------------------------------------ take
@@ -149,17 +169,25 @@ def take_along_axis(x, indices, axis):
     if axis is None:
         x = reshape(x, (-1,))
         if len(shape_of(indices)) != 1:
-            raise ShapeError("take_along_axis: with axis=None the indices must be 1-D, got shape "
-                             f"{list(shape_of(indices))}")
+            raise ShapeError(
+                "take_along_axis: with axis=None the indices must be 1-D, got shape "
+                f"{list(shape_of(indices))}"
+            )
         axis = 0
     shape, index_shape = shape_of(x), shape_of(indices)
     if len(index_shape) != len(shape):
-        raise ShapeError(f"take_along_axis: indices of rank {len(index_shape)} for x of rank {len(shape)} "
-                         "(they must have the same rank)")
+        raise ShapeError(
+            f"take_along_axis: indices of rank {len(index_shape)} for x of rank {len(shape)} "
+            "(they must have the same rank)"
+        )
     axis = _normalize_axis(axis, len(shape), "take_along_axis")
-    out_shape = list(broadcast_shapes(
-        [1 if d == axis else n for d, n in enumerate(shape)],
-        [1 if d == axis else n for d, n in enumerate(index_shape)], op="take_along_axis"))
+    out_shape = list(
+        broadcast_shapes(
+            [1 if d == axis else n for d, n in enumerate(shape)],
+            [1 if d == axis else n for d, n in enumerate(index_shape)],
+            op="take_along_axis",
+        )
+    )
     out_shape[axis] = index_shape[axis]
     out_shape = tuple(out_shape)
     if int(np.prod(out_shape, dtype=np.int64)) == 0 or shape[axis] == 0:
@@ -178,8 +206,16 @@ def take_along_axis(x, indices, axis):
             coords.append(apply("iota", dtype=dtype, shape=out_shape, dimension=d))
     points = stack(coords, axis=-1)
     every = tuple(range(len(shape)))
-    return apply("gather", x, points, offset_dims=(), collapsed_slice_dims=every, start_index_map=every,
-                 index_vector_dim=len(out_shape), slice_sizes=(1,) * len(shape))
+    return apply(
+        "gather",
+        x,
+        points,
+        offset_dims=(),
+        collapsed_slice_dims=every,
+        start_index_map=every,
+        index_vector_dim=len(out_shape),
+        slice_sizes=(1,) * len(shape),
+    )
 
 
 # ------------------------------------------------------------------------------ one_hot
@@ -220,8 +256,10 @@ def _start_scalars(start_indices: Any, ndim: int, shape: Sequence[int], op: str)
     else:
         start_indices = _index_array(start_indices, op, mask_error=False)
         if shape_of(start_indices) != (ndim,):
-            raise ShapeError(f"{op}: start_indices must be a sequence or a 1-D array of length {ndim}, "
-                             f"got shape {list(shape_of(start_indices))}")
+            raise ShapeError(
+                f"{op}: start_indices must be a sequence or a 1-D array of length {ndim}, "
+                f"got shape {list(shape_of(start_indices))}"
+            )
         starts = [getitem(start_indices, i) for i in range(ndim)]
     if len(starts) != ndim:
         raise ShapeError(f"{op}: {len(starts)} start indices for a tensor of rank {ndim}")
@@ -261,8 +299,9 @@ def dynamic_update_slice(x, update, start_indices):
     """
     shape = shape_of(x)
     if len(shape_of(update)) != len(shape):
-        raise ShapeError(f"dynamic_update_slice: update of rank {len(shape_of(update))} for a tensor "
-                         f"of rank {len(shape)}")
+        raise ShapeError(
+            f"dynamic_update_slice: update of rank {len(shape_of(update))} for a tensor of rank {len(shape)}"
+        )
     starts = _start_scalars(start_indices, len(shape), shape, "dynamic_update_slice")
     return apply("dynamic_update_slice", x, astype(update, dtype_of(x)), *starts)
 
@@ -371,8 +410,9 @@ def _advanced_getitem(x, items):
         batch = broadcast_shapes(*[shape_of(i) for i in indices], op="indexing")
     except ShapeError:
         listed = " ".join(str(list(shape_of(i))) for i in indices)
-        raise IndexError(f"shape mismatch: the index arrays of shapes {listed} do not broadcast together") \
-            from None
+        raise IndexError(
+            f"shape mismatch: the index arrays of shapes {listed} do not broadcast together"
+        ) from None
     dtype = _index_dtype(*indices)
     indices = [broadcast_to(_wrap_negative(i, y_shape[j], dtype), batch) for i, j in zip(indices, axes)]
 
@@ -386,6 +426,13 @@ def _advanced_getitem(x, items):
     if empty:
         return _empty_or_raise(out_shape, dtype_of(x), "indexing", x_axis[empty[0]])
     points = stack(indices, axis=-1)
-    return apply("gather", y, points, offset_dims=offset_dims, collapsed_slice_dims=tuple(axes),
-                 start_index_map=tuple(axes), index_vector_dim=len(batch),
-                 slice_sizes=tuple(1 if j in axes else n for j, n in enumerate(y_shape)))
+    return apply(
+        "gather",
+        y,
+        points,
+        offset_dims=offset_dims,
+        collapsed_slice_dims=tuple(axes),
+        start_index_map=tuple(axes),
+        index_vector_dim=len(batch),
+        slice_sizes=tuple(1 if j in axes else n for j, n in enumerate(y_shape)),
+    )

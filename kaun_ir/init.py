@@ -31,7 +31,8 @@ product of all other axes (use ``in_axis=-2, out_axis=-1`` for jax's HWIO kernel
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,10 +40,27 @@ from . import dtypes, random
 from .api import op_function
 from .numeric import astype, broadcast_to, clip, erf
 
-__all__ = ["Initializer", "zeros", "ones", "constant", "uniform", "normal", "truncated_normal",
-           "variance_scaling", "glorot_uniform", "glorot_normal", "xavier_uniform", "xavier_normal",
-           "he_uniform", "he_normal", "kaiming_uniform", "kaiming_normal", "lecun_uniform",
-           "lecun_normal", "compute_fans"]
+__all__ = [
+    "Initializer",
+    "zeros",
+    "ones",
+    "constant",
+    "uniform",
+    "normal",
+    "truncated_normal",
+    "variance_scaling",
+    "glorot_uniform",
+    "glorot_normal",
+    "xavier_uniform",
+    "xavier_normal",
+    "he_uniform",
+    "he_normal",
+    "kaiming_uniform",
+    "kaiming_normal",
+    "lecun_uniform",
+    "lecun_normal",
+    "compute_fans",
+]
 
 Initializer = Callable[..., Any]  # (key, shape, dtype=float32) -> array
 
@@ -189,8 +207,9 @@ def truncated_normal(stddev: float = 0.01, lower: float = -2.0, upper: float = 2
 # ------------------------------------------------------------------ variance scaling
 
 
-def compute_fans(shape: Sequence[int], in_axis: int | None = None,
-                 out_axis: int | None = None) -> tuple[float, float]:
+def compute_fans(
+    shape: Sequence[int], in_axis: int | None = None, out_axis: int | None = None
+) -> tuple[float, float]:
     """``(fan_in, fan_out)`` of a parameter shape (see the module docstring for the rule)."""
     shape = _shape(shape)
     if in_axis is not None or out_axis is not None:
@@ -217,8 +236,13 @@ _MODES = ("fan_in", "fan_out", "fan_avg")
 _DISTRIBUTIONS = ("truncated_normal", "normal", "uniform")
 
 
-def variance_scaling(scale: float, mode: str = "fan_in", distribution: str = "truncated_normal",
-                     in_axis: int | None = None, out_axis: int | None = None) -> Initializer:
+def variance_scaling(
+    scale: float,
+    mode: str = "fan_in",
+    distribution: str = "truncated_normal",
+    in_axis: int | None = None,
+    out_axis: int | None = None,
+) -> Initializer:
     """Values with variance ``scale / n`` where ``n`` is ``fan_in``, ``fan_out`` or their mean
     (``mode``), like ``jax.nn.initializers.variance_scaling``.
 
@@ -233,8 +257,10 @@ def variance_scaling(scale: float, mode: str = "fan_in", distribution: str = "tr
     if mode not in _MODES:
         raise ValueError(f"kn.init.variance_scaling: mode must be one of {list(_MODES)}, got {mode!r}")
     if distribution not in _DISTRIBUTIONS:
-        raise ValueError(f"kn.init.variance_scaling: distribution must be one of {list(_DISTRIBUTIONS)}, "
-                         f"got {distribution!r}")
+        raise ValueError(
+            f"kn.init.variance_scaling: distribution must be one of {list(_DISTRIBUTIONS)}, "
+            f"got {distribution!r}"
+        )
 
     def init(key, shape, dtype=dtypes.float32):
         shape, dt = _shape(shape), _float_dtype(dtype)

@@ -12,7 +12,7 @@ the argument.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -25,16 +25,16 @@ from .ir.builder import current_builder
 from .tensor import type_of
 
 
-
-
 def _float_leaves(x, what: str) -> tuple[list, object]:
     leaves, treedef = tree.flatten(x)
-    for (path, leaf) in tree.paths(x):
+    for path, leaf in tree.paths(x):
         t = type_of(leaf)
         if not differentiable(t):
             where = f"{what}" + (f" leaf {path!r}" if path else "")
-            raise GradientError(f"cannot take a Jacobian with respect to {where} of type {t}: only "
-                                "floating-point arrays have derivatives")
+            raise GradientError(
+                f"cannot take a Jacobian with respect to {where} of type {t}: only "
+                "floating-point arrays have derivatives"
+            )
     return leaves, treedef
 
 
@@ -44,7 +44,7 @@ def _basis(types, dtype) -> list[np.ndarray]:
     eye = np.eye(n, dtype=dtype)
     pieces, start = [], 0
     for t in types:
-        pieces.append(eye[:, start:start + t.size].reshape((n,) + t.shape))
+        pieces.append(eye[:, start : start + t.size].reshape((n,) + t.shape))
         start += t.size
     return pieces
 
@@ -68,8 +68,10 @@ def jacfwd(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
             basis = _basis(types, types[0].dtype if types else np.float32)
 
             def column(*tangent_leaves, a=a, treedef=treedef):
-                tangents = tuple(tree.unflatten(treedef, list(tangent_leaves)) if k == a else
-                                 _zero_tangent(args[k]) for k in range(len(args)))
+                tangents = tuple(
+                    tree.unflatten(treedef, list(tangent_leaves)) if k == a else _zero_tangent(args[k])
+                    for k in range(len(args))
+                )
                 return jvp(f, args, tangents)[1]
 
             columns = vmap(column, out_axes=-1)(*basis)  # each output leaf: O + (n,)
@@ -141,7 +143,9 @@ def _split_first(rows_of_arg, out_types, out_treedef):
     arg_leaves, arg_def = tree.flatten(rows_of_arg)
     per_output, start = [], 0
     for t in out_types:
-        blocks = [reshape(leaf[start:start + t.size], t.shape + tuple(leaf.shape[1:])) for leaf in arg_leaves]
+        blocks = [
+            reshape(leaf[start : start + t.size], t.shape + tuple(leaf.shape[1:])) for leaf in arg_leaves
+        ]
         per_output.append(tree.unflatten(arg_def, blocks))
         start += t.size
     return tree.unflatten(out_treedef, per_output)

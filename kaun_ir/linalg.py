@@ -7,7 +7,8 @@ free axes of each operand).
 from __future__ import annotations
 
 import string
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -37,8 +38,15 @@ def _same_dtype(name: str, *xs: Any) -> list:
 
 
 def _dot_general(a, b, lhs_contracting=(), rhs_contracting=(), lhs_batch=(), rhs_batch=()):
-    return apply("dot_general", a, b, lhs_batch=tuple(lhs_batch), rhs_batch=tuple(rhs_batch),
-                 lhs_contracting=tuple(lhs_contracting), rhs_contracting=tuple(rhs_contracting))
+    return apply(
+        "dot_general",
+        a,
+        b,
+        lhs_batch=tuple(lhs_batch),
+        rhs_batch=tuple(rhs_batch),
+        lhs_contracting=tuple(lhs_contracting),
+        rhs_contracting=tuple(rhs_contracting),
+    )
 
 
 # ---------------------------------------------------------------------------------- matmul
@@ -56,8 +64,10 @@ def matmul(a, b):
     a, b = _same_dtype("matmul", a, b)
     ta, tb = type_of(a), type_of(b)
     if ta.ndim == 0 or tb.ndim == 0:
-        raise ShapeError(f"{_where()}matmul of {ta} and {tb}: operands must have at least one axis "
-                         "(use multiply for scalars)")
+        raise ShapeError(
+            f"{_where()}matmul of {ta} and {tb}: operands must have at least one axis "
+            "(use multiply for scalars)"
+        )
     k_a = ta.shape[-1]
     k_b = tb.shape[-2] if tb.ndim >= 2 else tb.shape[0]
     if k_a != k_b:
@@ -76,8 +86,10 @@ def matmul(a, b):
     try:
         batch = broadcast_shapes(ta.shape[:-2], tb.shape[:-2], op="matmul")
     except ShapeError:
-        raise ShapeError(f"{_where()}matmul of {ta} and {tb}: batch dimensions "
-                         f"{list(ta.shape[:-2])} and {list(tb.shape[:-2])} do not broadcast") from None
+        raise ShapeError(
+            f"{_where()}matmul of {ta} and {tb}: batch dimensions "
+            f"{list(ta.shape[:-2])} and {list(tb.shape[:-2])} do not broadcast"
+        ) from None
     a = broadcast_to(a, batch + ta.shape[-2:])
     b = broadcast_to(b, batch + tb.shape[-2:])
     nb = len(batch)
@@ -101,8 +113,10 @@ def dot(a, b):
         return multiply(a, b)
     rhs_axis = max(tb.ndim - 2, 0)
     if ta.shape[-1] != tb.shape[rhs_axis]:
-        raise ShapeError(f"{_where()}dot of {ta} and {tb}: contracting dimensions differ "
-                         f"({ta.shape[-1]} vs {tb.shape[rhs_axis]})")
+        raise ShapeError(
+            f"{_where()}dot of {ta} and {tb}: contracting dimensions differ "
+            f"({ta.shape[-1]} vs {tb.shape[rhs_axis]})"
+        )
     return _dot_general(a, b, (ta.ndim - 1,), (rhs_axis,))
 
 
@@ -129,8 +143,10 @@ def tensordot(a, b, axes=2):
         b_axes = tuple(_axis(x, tb.ndim, "tensordot") for x in b_axes)
     for i, j in zip(a_axes, b_axes):
         if ta.shape[i] != tb.shape[j]:
-            raise ShapeError(f"{_where()}tensordot of {ta} and {tb}: axis {i} of a ({ta.shape[i]}) and "
-                             f"axis {j} of b ({tb.shape[j]}) differ")
+            raise ShapeError(
+                f"{_where()}tensordot of {ta} and {tb}: axis {i} of a ({ta.shape[i]}) and "
+                f"axis {j} of b ({tb.shape[j]}) differ"
+            )
     return _dot_general(a, b, a_axes, b_axes)
 
 
@@ -174,8 +190,9 @@ def _parse_einsum(subscripts: str, shapes: Sequence[tuple[int, ...]]):
         if "..." in term:
             count = len(shape) - named
             if count < 0:
-                raise ShapeError(f"einsum: term {term!r} has more letters than its operand's "
-                                 f"{len(shape)} axes")
+                raise ShapeError(
+                    f"einsum: term {term!r} has more letters than its operand's {len(shape)} axes"
+                )
             max_ellipsis = max(max_ellipsis, count)
         elif named != len(shape):
             raise ShapeError(f"einsum: term {term!r} names {named} axes but its operand has {len(shape)}")
@@ -186,7 +203,7 @@ def _parse_einsum(subscripts: str, shapes: Sequence[tuple[int, ...]]):
         if "..." in term:
             head, tail = term.split("...")
             count = len(shape) - len(head) - len(tail)
-            letters.append(list(head) + ellipsis[max_ellipsis - count:] + list(tail))
+            letters.append(list(head) + ellipsis[max_ellipsis - count :] + list(tail))
         else:
             letters.append(list(term))
     if arrow:
@@ -213,7 +230,8 @@ def _parse_einsum(subscripts: str, shapes: Sequence[tuple[int, ...]]):
         if len(set(term)) != len(term):
             raise NotImplementedError(
                 f"einsum: a letter repeated within one operand ({subscripts!r}) takes a diagonal or "
-                "trace, which kaun_ir's einsum does not support")
+                "trace, which kaun_ir's einsum does not support"
+            )
     return letters, out, set(ellipsis)
 
 
@@ -269,10 +287,16 @@ def einsum(subscripts: str, *operands):
         shared = [c for c in acc_letters if c in x_letters]
         batch = [c for c in shared if c in later]
         contract = [c for c in shared if c not in later]
-        acc = _dot_general(acc, x,
-                           [acc_letters.index(c) for c in contract], [x_letters.index(c) for c in contract],
-                           [acc_letters.index(c) for c in batch], [x_letters.index(c) for c in batch])
-        acc_letters = (batch + [c for c in acc_letters if c not in shared]
-                       + [c for c in x_letters if c not in shared])
+        acc = _dot_general(
+            acc,
+            x,
+            [acc_letters.index(c) for c in contract],
+            [x_letters.index(c) for c in contract],
+            [acc_letters.index(c) for c in batch],
+            [x_letters.index(c) for c in batch],
+        )
+        acc_letters = (
+            batch + [c for c in acc_letters if c not in shared] + [c for c in x_letters if c not in shared]
+        )
         acc, acc_letters = _sum_out(acc, acc_letters, later)
     return transpose(acc, tuple(acc_letters.index(c) for c in out))

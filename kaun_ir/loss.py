@@ -39,8 +39,10 @@ def _same_shape(name: str, what: tuple[str, str], a: Any, b: Any) -> None:
     kn = _kn()
     sa, sb = kn.shape_of(a), kn.shape_of(b)
     if sa != sb:
-        raise ShapeError(f"loss.{name}: {what[0]} {_shape_text(sa)} and {what[1]} {_shape_text(sb)} "
-                         "must have the same shape")
+        raise ShapeError(
+            f"loss.{name}: {what[0]} {_shape_text(sa)} and {what[1]} {_shape_text(sb)} "
+            "must have the same shape"
+        )
 
 
 def _pair(name: str, what: tuple[str, str], predictions: Any, targets: Any) -> tuple[Any, Any]:
@@ -76,8 +78,10 @@ def _check_labels_on_host(labels: Any, num_classes: int) -> None:
     if isinstance(labels, np.ndarray):
         host = labels
         if host.size and host.dtype.kind in "iu" and (host.min() < 0 or host.max() >= num_classes):
-            raise ValueError(f"loss.cross_entropy_sparse: labels must lie in [0, {num_classes}), got "
-                             f"values from {host.min()} to {host.max()}")
+            raise ValueError(
+                f"loss.cross_entropy_sparse: labels must lie in [0, {num_classes}), got "
+                f"values from {host.min()} to {host.max()}"
+            )
 
 
 @op_function
@@ -86,12 +90,16 @@ def _cross_entropy_sparse(logits, labels):
     _class_axis("cross_entropy_sparse", logits)
     shape = kn.shape_of(logits)
     if kn.shape_of(labels) != shape[:-1]:
-        raise ShapeError(f"loss.cross_entropy_sparse: labels {_shape_text(kn.shape_of(labels))} must have "
-                         f"the logits' shape without the class axis, {_shape_text(shape[:-1])} (logits "
-                         f"{_shape_text(shape)})")
+        raise ShapeError(
+            f"loss.cross_entropy_sparse: labels {_shape_text(kn.shape_of(labels))} must have "
+            f"the logits' shape without the class axis, {_shape_text(shape[:-1])} (logits "
+            f"{_shape_text(shape)})"
+        )
     if not dtypes.is_integer(kn.dtype_of(labels)):
-        raise TypeError(f"loss.cross_entropy_sparse: labels must be integers, got {kn.dtype_of(labels)} "
-                        "(use loss.cross_entropy for one-hot or soft targets)")
+        raise TypeError(
+            f"loss.cross_entropy_sparse: labels must be integers, got {kn.dtype_of(labels)} "
+            "(use loss.cross_entropy for one-hot or soft targets)"
+        )
     logits = _float(logits)
     # the one-hot product (rather than a gather) keeps the forward and backward pass elementwise,
     # which XLA fuses with the softmax; a label outside [0, C) selects nothing (zero loss)
@@ -128,8 +136,9 @@ def binary_cross_entropy(logits, labels):
     """
     kn = _kn()
     x, y = _pair("binary_cross_entropy", ("logits", "labels"), logits, labels)
-    per_element = kn.add(kn.subtract(kn.maximum(x, 0.0), kn.multiply(x, y)),
-                         kn.log1p(kn.exp(kn.negative(kn.abs(x)))))
+    per_element = kn.add(
+        kn.subtract(kn.maximum(x, 0.0), kn.multiply(x, y)), kn.log1p(kn.exp(kn.negative(kn.abs(x))))
+    )
     return kn.mean(per_element)
 
 

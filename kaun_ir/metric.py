@@ -32,8 +32,10 @@ def _host(x: Any, name: str) -> np.ndarray:
     from .tensor import Tensor
 
     if isinstance(x, Tensor):
-        raise TypeError(f"metric.{name} works on concrete arrays; it cannot run inside a trace "
-                        "(return the predictions from the compiled function and measure them outside)")
+        raise TypeError(
+            f"metric.{name} works on concrete arrays; it cannot run inside a trace "
+            "(return the predictions from the compiled function and measure them outside)"
+        )
     return np.asarray(x)
 
 
@@ -49,8 +51,10 @@ def _labels(name: str, preds: Any, targets: Any) -> tuple[np.ndarray, np.ndarray
         if p.ndim < 1 or p.shape[-1] == 0:
             raise ShapeError(f"metric.{name}: predictions {list(p.shape)} need a non-empty class axis")
         if not _is_integral(t):
-            raise TypeError(f"metric.{name}: targets of shape {list(t.shape)} are class labels and must "
-                            f"be integers, got {t.dtype}")
+            raise TypeError(
+                f"metric.{name}: targets of shape {list(t.shape)} are class labels and must "
+                f"be integers, got {t.dtype}"
+            )
         classes = p.shape[-1]
         p = np.argmax(p, axis=-1)
     elif p.ndim == t.ndim:
@@ -62,15 +66,20 @@ def _labels(name: str, preds: Any, targets: Any) -> tuple[np.ndarray, np.ndarray
             classes = p.shape[-1]
             p, t = np.argmax(p, axis=-1), np.argmax(t, axis=-1)
         else:
-            raise TypeError(f"metric.{name}: predictions {p.dtype}{list(p.shape)} and targets "
-                            f"{t.dtype}{list(t.shape)} of the same rank must both be integer labels or "
-                            "both [..., C] scores (for binary probabilities use metric.binary_accuracy)")
+            raise TypeError(
+                f"metric.{name}: predictions {p.dtype}{list(p.shape)} and targets "
+                f"{t.dtype}{list(t.shape)} of the same rank must both be integer labels or "
+                "both [..., C] scores (for binary probabilities use metric.binary_accuracy)"
+            )
     else:
-        raise ShapeError(f"metric.{name}: predictions {list(p.shape)} and targets {list(t.shape)}: expected "
-                         "scores [..., C] with labels [...] or one-hot [..., C], or labels with labels")
+        raise ShapeError(
+            f"metric.{name}: predictions {list(p.shape)} and targets {list(t.shape)}: expected "
+            "scores [..., C] with labels [...] or one-hot [..., C], or labels with labels"
+        )
     if p.shape != t.shape:
-        raise ShapeError(f"metric.{name}: predictions give labels of shape {list(p.shape)}, targets "
-                         f"{list(t.shape)}")
+        raise ShapeError(
+            f"metric.{name}: predictions give labels of shape {list(p.shape)}, targets {list(t.shape)}"
+        )
     if p.size == 0:
         raise ValueError(f"metric.{name}: no examples")
     return p.reshape(-1).astype(np.int64), t.reshape(-1).astype(np.int64), classes
@@ -95,8 +104,10 @@ def binary_accuracy(preds: Any, targets: Any, threshold: float = 0.5) -> float:
     """
     p, t = _host(preds, "binary_accuracy"), _host(targets, "binary_accuracy")
     if p.shape != t.shape:
-        raise ShapeError(f"metric.binary_accuracy: predictions {list(p.shape)} and targets "
-                         f"{list(t.shape)} must have the same shape")
+        raise ShapeError(
+            f"metric.binary_accuracy: predictions {list(p.shape)} and targets "
+            f"{list(t.shape)} must have the same shape"
+        )
     if p.size == 0:
         raise ValueError("metric.binary_accuracy: no examples")
     predicted = p.astype(np.float64) > threshold
@@ -118,8 +129,9 @@ def _scores(name: str, preds: Any, targets: Any, average: str | None, num_classe
         raise ShapeError(f"metric.{name}: num_classes={num_classes} but the class axis has {implied}")
     low, high = int(min(p.min(), t.min())), int(max(p.max(), t.max()))
     if low < 0 or high >= num_classes:
-        raise ValueError(f"metric.{name}: labels must lie in [0, {num_classes}), got values from {low} "
-                         f"to {high}")
+        raise ValueError(
+            f"metric.{name}: labels must lie in [0, {num_classes}), got values from {low} to {high}"
+        )
     true_pos = np.bincount(t[p == t], minlength=num_classes).astype(np.float64)
     predicted = np.bincount(p, minlength=num_classes).astype(np.float64)
     support = np.bincount(t, minlength=num_classes).astype(np.float64)
@@ -163,27 +175,39 @@ _DOC = """{title}
 
 
 def precision(preds: Any, targets: Any, average: str | None = "macro", num_classes: int | None = None):
-    return _metric("precision", preds, targets, average, num_classes,
-                   lambda tp, fp, fn: tp, lambda tp, fp, fn: tp + fp)
+    return _metric(
+        "precision", preds, targets, average, num_classes, lambda tp, fp, fn: tp, lambda tp, fp, fn: tp + fp
+    )
 
 
 def recall(preds: Any, targets: Any, average: str | None = "macro", num_classes: int | None = None):
-    return _metric("recall", preds, targets, average, num_classes,
-                   lambda tp, fp, fn: tp, lambda tp, fp, fn: tp + fn)
+    return _metric(
+        "recall", preds, targets, average, num_classes, lambda tp, fp, fn: tp, lambda tp, fp, fn: tp + fn
+    )
 
 
 def f1(preds: Any, targets: Any, average: str | None = "macro", num_classes: int | None = None):
-    return _metric("f1", preds, targets, average, num_classes,
-                   lambda tp, fp, fn: 2 * tp, lambda tp, fp, fn: 2 * tp + fp + fn)
+    return _metric(
+        "f1",
+        preds,
+        targets,
+        average,
+        num_classes,
+        lambda tp, fp, fn: 2 * tp,
+        lambda tp, fp, fn: 2 * tp + fp + fn,
+    )
 
 
 precision.__doc__ = _DOC.format(
     title="Precision: of the examples predicted as class c, the fraction that are c.",
-    formula="``tp / (tp + fp)``")
-recall.__doc__ = _DOC.format(title="Recall: of the examples of class c, the fraction predicted as c.",
-                             formula="``tp / (tp + fn)``")
-f1.__doc__ = _DOC.format(title="F1: the harmonic mean of precision and recall.",
-                         formula="``2 tp / (2 tp + fp + fn)``")
+    formula="``tp / (tp + fp)``",
+)
+recall.__doc__ = _DOC.format(
+    title="Recall: of the examples of class c, the fraction predicted as c.", formula="``tp / (tp + fn)``"
+)
+f1.__doc__ = _DOC.format(
+    title="F1: the harmonic mean of precision and recall.", formula="``2 tp / (2 tp + fp + fn)``"
+)
 
 
 # ------------------------------------------------------------------------------ tracker
@@ -220,8 +244,7 @@ class Tracker:
         if isinstance(value, Tensor):
             raise TypeError("metric.tracker: observe needs a concrete value, got a traced tensor")
         if getattr(value, "shape", ()) not in ((), (1,)) or isinstance(value, (list, tuple, dict)):
-            raise ValueError(f"metric.tracker: {name!r} must be a scalar, got shape "
-                             f"{list(np.shape(value))}")
+            raise ValueError(f"metric.tracker: {name!r} must be a scalar, got shape {list(np.shape(value))}")
         if not weight >= 0:
             raise ValueError(f"metric.tracker: weight must be >= 0, got {weight}")
         self._sums.setdefault(name, [0.0, 0.0, 0])

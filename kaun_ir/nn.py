@@ -29,14 +29,35 @@ from .errors import ShapeError
 from .indexing import take
 from .ir.builder import current_path
 from .linalg import einsum
-from .numeric import (arange, astype, concatenate, cos, dtype_of, expand_dims, getitem, reshape, rsqrt, sin,
-                      where, zeros_like)
+from .numeric import (
+    arange,
+    astype,
+    concatenate,
+    cos,
+    dtype_of,
+    expand_dims,
+    getitem,
+    reshape,
+    rsqrt,
+    sin,
+    where,
+    zeros_like,
+)
 from .reductions import mean as _mean
 from .reductions import softmax
 from .tensor import apply, type_of
 
-__all__ = ["batch_norm", "batch_stats", "layer_norm", "rms_norm", "dropout", "embedding",
-           "dot_product_attention", "causal_mask", "rope"]
+__all__ = [
+    "batch_norm",
+    "batch_stats",
+    "layer_norm",
+    "rms_norm",
+    "dropout",
+    "embedding",
+    "dot_product_attention",
+    "causal_mask",
+    "rope",
+]
 
 _LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
 
@@ -62,8 +83,9 @@ def _compute_dtype(dt):
 
 def _feature_axis(shape: tuple[int, ...], axis: int | None, fn: str) -> int:
     if len(shape) < 2:
-        raise ShapeError(f"{_where()}{fn}: expected an input [N, C, ...] with a batch axis, got shape "
-                         f"{list(shape)}")
+        raise ShapeError(
+            f"{_where()}{fn}: expected an input [N, C, ...] with a batch axis, got shape {list(shape)}"
+        )
     axis = 1 if axis is None else axis
     if not -len(shape) <= axis < len(shape):
         raise ShapeError(f"{_where()}{fn}: axis {axis} is out of range for shape {list(shape)}")
@@ -74,8 +96,10 @@ def _per_feature(value, shape: tuple[int, ...], axis: int, dtype, what: str, fn:
     """A ``[C]`` vector reshaped to broadcast along ``axis`` of ``shape``."""
     t = type_of(value)
     if t.shape != (shape[axis],):
-        raise ShapeError(f"{_where()}{fn}: {what} must have shape [{shape[axis]}] (the size of axis {axis} "
-                         f"of the input {list(shape)}), got {t}")
+        raise ShapeError(
+            f"{_where()}{fn}: {what} must have shape [{shape[axis]}] (the size of axis {axis} "
+            f"of the input {list(shape)}), got {t}"
+        )
     kept = tuple(shape[axis] if i == axis else 1 for i in range(len(shape)))
     return reshape(astype(value, dtype), kept)
 
@@ -138,8 +162,10 @@ def _over_axes(value, shape: tuple[int, ...], axes: tuple[int, ...], dtype, what
     t = type_of(value)
     want = tuple(shape[a] for a in axes)
     if t.shape != want:
-        raise ShapeError(f"{_where()}{fn}: {what} must have shape {list(want)} (axes {list(axes)} of the "
-                         f"input {list(shape)}), got {t}")
+        raise ShapeError(
+            f"{_where()}{fn}: {what} must have shape {list(want)} (axes {list(axes)} of the "
+            f"input {list(shape)}), got {t}"
+        )
     return reshape(astype(value, dtype), tuple(shape[i] if i in axes else 1 for i in range(len(shape))))
 
 
@@ -243,37 +269,50 @@ def causal_mask(q_len: int, k_len: int):
 
 def _attention_shapes(tq, tk, tv):
     if not (tq.ndim == tk.ndim == tv.ndim) or tq.ndim not in (3, 4):
-        raise ShapeError(f"{_where()}dot_product_attention: q, k, v must all be [B, T, H, D] (or all "
-                         f"[T, H, D]), got {tq}, {tk}, {tv}")
+        raise ShapeError(
+            f"{_where()}dot_product_attention: q, k, v must all be [B, T, H, D] (or all "
+            f"[T, H, D]), got {tq}, {tk}, {tv}"
+        )
     batch, q_len, heads, depth = tq.shape[-4] if tq.ndim == 4 else 1, *tq.shape[-3:]
     kv_batch, k_len, kv_heads, k_depth = tk.shape[-4] if tk.ndim == 4 else 1, *tk.shape[-3:]
     if kv_batch != batch or tv.shape[:-1] != tk.shape[:-1]:
-        raise ShapeError(f"{_where()}dot_product_attention: k and v must be [B, S, K, *] with q's batch "
-                         f"size, got q {tq}, k {tk}, v {tv}")
+        raise ShapeError(
+            f"{_where()}dot_product_attention: k and v must be [B, S, K, *] with q's batch "
+            f"size, got q {tq}, k {tk}, v {tv}"
+        )
     if k_depth != depth:
-        raise ShapeError(f"{_where()}dot_product_attention: q and k head dimensions differ ({depth} vs "
-                         f"{k_depth}): q {tq}, k {tk}")
+        raise ShapeError(
+            f"{_where()}dot_product_attention: q and k head dimensions differ ({depth} vs "
+            f"{k_depth}): q {tq}, k {tk}"
+        )
     if heads % kv_heads:
-        raise ShapeError(f"{_where()}dot_product_attention: the number of query heads ({heads}) must be a "
-                         f"multiple of the number of key/value heads ({kv_heads})")
+        raise ShapeError(
+            f"{_where()}dot_product_attention: the number of query heads ({heads}) must be a "
+            f"multiple of the number of key/value heads ({kv_heads})"
+        )
     return batch, q_len, heads, depth, k_len, kv_heads, tv.shape[-1]
 
 
 def _broadcast_mask(mask, target: tuple[int, ...], what: str):
     t = type_of(mask)
     if t.ndim > 4:
-        raise ShapeError(f"{_where()}dot_product_attention: {what} must broadcast to [B, H, T, S] = "
-                         f"{list(target)}, got {t}")
+        raise ShapeError(
+            f"{_where()}dot_product_attention: {what} must broadcast to [B, H, T, S] = "
+            f"{list(target)}, got {t}"
+        )
     padded = (1,) * (4 - t.ndim) + t.shape
     if any(m not in (1, n) for m, n in zip(padded, target)):
-        raise ShapeError(f"{_where()}dot_product_attention: {what} must broadcast to [B, H, T, S] = "
-                         f"{list(target)}, got {t}")
+        raise ShapeError(
+            f"{_where()}dot_product_attention: {what} must broadcast to [B, H, T, S] = "
+            f"{list(target)}, got {t}"
+        )
     return reshape(mask, padded)
 
 
 @op_function
-def dot_product_attention(q, k, v, bias=None, mask=None, is_causal=False, scale=None, dropout_rate=0.0,
-                          key=None):
+def dot_product_attention(
+    q, k, v, bias=None, mask=None, is_causal=False, scale=None, dropout_rate=0.0, key=None
+):
     """Scaled dot-product attention, ``softmax(q k^T * scale + bias, masked) v``, per head.
 
     Shapes (like ``jax.nn.dot_product_attention``): ``q [B, T, H, D]``, ``k [B, S, K, D]``,
@@ -314,8 +353,9 @@ def dot_product_attention(q, k, v, bias=None, mask=None, is_causal=False, scale=
     allowed = None
     if mask is not None:
         if not dtypes.is_bool(dtype_of(mask)):
-            raise TypeError(f"{_where()}dot_product_attention: mask must be bool (True = attend), got "
-                            f"{type_of(mask)}")
+            raise TypeError(
+                f"{_where()}dot_product_attention: mask must be bool (True = attend), got {type_of(mask)}"
+            )
         allowed = _broadcast_mask(mask, target, "mask")
     if is_causal:
         causal = reshape(causal_mask(q_len, k_len), (1, 1, q_len, k_len))

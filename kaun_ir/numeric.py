@@ -10,7 +10,8 @@ gives float32.
 from __future__ import annotations
 
 import builtins
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -18,7 +19,7 @@ from . import dtypes
 from .api import op_function
 from .errors import ShapeError
 from .ir.builder import current_path
-from .tensor import Tensor, apply, concrete_array, type_of
+from .tensor import Tensor, apply, type_of
 
 # ------------------------------------------------------------------------------ helpers
 
@@ -67,12 +68,15 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> Any:
     if src == shape:
         return x
     if len(src) > len(shape):
-        raise ShapeError(f"broadcast_to: cannot broadcast [{','.join(map(str, src))}] to "
-                         f"[{','.join(map(str, shape))}] of lower rank")
+        raise ShapeError(
+            f"broadcast_to: cannot broadcast [{','.join(map(str, src))}] to "
+            f"[{','.join(map(str, shape))}] of lower rank"
+        )
     broadcast_shapes(src, shape, op="broadcast_to")
     if broadcast_shapes(src, shape) != shape:
-        raise ShapeError(f"broadcast_to: cannot broadcast [{','.join(map(str, src))}] to "
-                         f"[{','.join(map(str, shape))}]")
+        raise ShapeError(
+            f"broadcast_to: cannot broadcast [{','.join(map(str, src))}] to [{','.join(map(str, shape))}]"
+        )
     offset = len(shape) - len(src)
     return apply("broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(offset, len(shape))))
 
@@ -336,11 +340,14 @@ def normalize_axis(axis: Any, ndim: int, name: str) -> int:
     ``name``: a ``TypeError`` for a non-integer (bools included), a ``ShapeError`` when out of
     range. Axes never wrap around."""
     if isinstance(axis, (bool, np.bool_)) or not isinstance(axis, (int, np.integer)):
-        raise TypeError(f"{current_path() + ': ' if current_path() else ''}{name}: axis must be an int, "
-                        f"got {axis!r}")
+        raise TypeError(
+            f"{current_path() + ': ' if current_path() else ''}{name}: axis must be an int, got {axis!r}"
+        )
     if not -ndim <= axis < ndim:
-        raise ShapeError(f"{current_path() + ': ' if current_path() else ''}{name}: axis {int(axis)} is out "
-                         f"of range for a tensor of rank {ndim}")
+        raise ShapeError(
+            f"{current_path() + ': ' if current_path() else ''}{name}: axis {int(axis)} is out "
+            f"of range for a tensor of rank {ndim}"
+        )
     return int(axis) % ndim
 
 
@@ -413,15 +420,21 @@ def _fill(shape, value, dtype):
         raise ValueError(f"shape must be a sequence of non-negative ints, got {shape!r}")
     shape = tuple(int(d) for d in shape)
     scalar = np.asarray(value, dtype=dtypes.canonical(dtype))
-    return apply("broadcast_in_dim", scalar, shape=shape, broadcast_dimensions=()) if shape else apply(
-        "reshape", scalar, shape=())
+    return (
+        apply("broadcast_in_dim", scalar, shape=shape, broadcast_dimensions=())
+        if shape
+        else apply("reshape", scalar, shape=())
+    )
 
 
 @op_function
 def full(shape, fill_value, dtype=None):
     """An array of ``shape`` filled with ``fill_value`` (dtype from the value if not given)."""
-    dtype = dtype if dtype is not None else (dtypes.dtype_of_scalar(fill_value) if _is_weak(fill_value)
-                                             else np.asarray(fill_value).dtype)
+    dtype = (
+        dtype
+        if dtype is not None
+        else (dtypes.dtype_of_scalar(fill_value) if _is_weak(fill_value) else np.asarray(fill_value).dtype)
+    )
     return _fill(shape, fill_value, dtype)
 
 
@@ -483,8 +496,9 @@ def arange(start, stop=None, step=1, dtype=None):
 
 
 def _is_advanced(index: Any) -> bool:
-    return (isinstance(index, (Tensor, list, np.ndarray))
-            or (hasattr(index, "shape") and hasattr(index, "dtype") and not isinstance(index, np.generic)))
+    return isinstance(index, (Tensor, list, np.ndarray)) or (
+        hasattr(index, "shape") and hasattr(index, "dtype") and not isinstance(index, np.generic)
+    )
 
 
 def getitem(x, index):
@@ -544,12 +558,33 @@ def getitem(x, index):
         axis += 1
     y = x
     if (tuple(starts), tuple(limits), tuple(strides)) != ((0,) * len(shape), tuple(shape), (1,) * len(shape)):
-        y = apply("slice", y, start_indices=tuple(starts), limit_indices=tuple(limits), strides=tuple(strides))
+        y = apply(
+            "slice", y, start_indices=tuple(starts), limit_indices=tuple(limits), strides=tuple(strides)
+        )
     if flips:
         y = apply("reverse", y, dimensions=tuple(flips))
     return reshape(y, out_shape)
 
 
-__all__ = [name for name in dir() if not name.startswith("_") and name not in (
-    "annotations", "builtins", "np", "dtypes", "Any", "Sequence", "op_function", "ShapeError",
-    "current_path", "Tensor", "apply", "concrete_array", "type_of", "normalize_axis")]
+__all__ = [
+    name
+    for name in dir()
+    if not name.startswith("_")
+    and name
+    not in (
+        "annotations",
+        "builtins",
+        "np",
+        "dtypes",
+        "Any",
+        "Sequence",
+        "op_function",
+        "ShapeError",
+        "current_path",
+        "Tensor",
+        "apply",
+        "concrete_array",
+        "type_of",
+        "normalize_axis",
+    )
+]

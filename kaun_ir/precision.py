@@ -37,17 +37,21 @@ class Policy:
 
     compute: Any = dtypes.bfloat16
     loss_scale: Any = None
-    initial_scale: float = 2.0 ** 15
+    initial_scale: float = 2.0**15
     growth_interval: int = 2000
 
     def __post_init__(self):
         compute = dtypes.canonical(self.compute)
         if compute not in (dtypes.bfloat16, dtypes.float16):
-            raise ValueError(f"precision: compute must be bfloat16 or float16, got {dtypes.short_name(compute)}")
+            raise ValueError(
+                f"precision: compute must be bfloat16 or float16, got {dtypes.short_name(compute)}"
+            )
         object.__setattr__(self, "compute", compute)
         scale = self.loss_scale
         if not (scale is None or scale == "dynamic" or (isinstance(scale, (int, float)) and scale > 0)):
-            raise ValueError(f"precision: loss_scale must be None, 'dynamic' or a positive number, got {scale!r}")
+            raise ValueError(
+                f"precision: loss_scale must be None, 'dynamic' or a positive number, got {scale!r}"
+            )
         if self.growth_interval < 1 or self.initial_scale <= 0:
             raise ValueError("precision: growth_interval must be >= 1 and initial_scale > 0")
 
@@ -65,8 +69,9 @@ def as_policy(precision: Any) -> Policy:
     try:
         compute = dtypes.canonical(precision)
     except (TypeError, ValueError):
-        raise ValueError(f"precision must be 'bfloat16', 'float16' or a kn.precision.Policy, got {precision!r}") \
-            from None
+        raise ValueError(
+            f"precision must be 'bfloat16', 'float16' or a kn.precision.Policy, got {precision!r}"
+        ) from None
     return Policy(compute, "dynamic" if compute == dtypes.float16 else None)
 
 
@@ -76,6 +81,7 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
     Two slots are added: ``loss_scale`` and ``finite_steps``, trees of scalars shaped like the
     parameter tree (every leaf holds the same value)."""
     import kaun_ir as kn
+
     from .tensor import apply
 
     dynamic = policy.loss_scale == "dynamic"
@@ -98,7 +104,9 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
             ok = leaf_ok if ok is None else ok & leaf_ok
         updates, new_inner = alg.step(t, inner, params, grads)
         updates = ptree.map(lambda u: kn.where(ok, u, kn.zeros_like(u)), updates)
-        new_inner = tuple(ptree.map2(lambda new, old: kn.where(ok, new, old), n, o) for n, o in zip(new_inner, inner))
+        new_inner = tuple(
+            ptree.map2(lambda new, old: kn.where(ok, new, old), n, o) for n, o in zip(new_inner, inner)
+        )
         if dynamic:
             grown = finite_steps + 1
             double = grown >= policy.growth_interval
@@ -106,11 +114,18 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
             new_finite = kn.where(ok, kn.where(double, 0, grown), 0).astype(kn.int32)
         else:
             new_scale, new_finite = scale, finite_steps
-        return updates, new_inner + (ptree.map(lambda _: new_scale, scale_tree),
-                                     ptree.map(lambda _: new_finite, finite_tree))
+        return updates, new_inner + (
+            ptree.map(lambda _: new_scale, scale_tree),
+            ptree.map(lambda _: new_finite, finite_tree),
+        )
 
-    return Algorithm(init, step, f"{alg.name}+loss_scale", dict(alg.hyperparams, loss_scale=policy.loss_scale),
-                     tuple(alg.slots) + ("loss_scale", "finite_steps"))
+    return Algorithm(
+        init,
+        step,
+        f"{alg.name}+loss_scale",
+        dict(alg.hyperparams, loss_scale=policy.loss_scale),
+        tuple(alg.slots) + ("loss_scale", "finite_steps"),
+    )
 
 
 def loss_scale_of(opt_state: Any) -> Any:

@@ -18,7 +18,8 @@ nothing in kaun_ir registers itself on import.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -58,8 +59,11 @@ def register(opdef: OpDef, replace: bool = False) -> OpDef:
         raise PrimitiveError(f"op {name!r}: " + "; ".join(problems))
     if name in TABLE:
         if not (replace and name in _USER):
-            raise PrimitiveError(f"op {name!r} already exists" + ("" if name in _USER else " (a built-in op)")
-                                 + ("; pass replace=True to redefine a user primitive" if name in _USER else ""))
+            raise PrimitiveError(
+                f"op {name!r} already exists"
+                + ("" if name in _USER else " (a built-in op)")
+                + ("; pass replace=True to redefine a user primitive" if name in _USER else "")
+            )
     TABLE[name] = opdef
     _USER.add(name)
     return opdef
@@ -97,7 +101,9 @@ def decomposition(fn: Callable, node) -> Graph:
     if graph.output_types != node.types:
         got = ", ".join(map(str, graph.output_types))
         want = ", ".join(map(str, node.types))
-        raise PrimitiveError(f"the decomposition of {node.op} returns ({got}) but its type rule says ({want})")
+        raise PrimitiveError(
+            f"the decomposition of {node.op} returns ({got}) but its type rule says ({want})"
+        )
     return graph
 
 
@@ -114,8 +120,10 @@ def _composite_attr(key: str, value: Any, op: str) -> str:
         return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
     if isinstance(value, tuple) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
         return i64_array(value)
-    raise PrimitiveError(f"{op}: attribute {key}={value!r} cannot be written as a composite attribute "
-                         "(ints, floats, bools, strings and tuples of ints can)")
+    raise PrimitiveError(
+        f"{op}: attribute {key}={value!r} cannot be written as a composite attribute "
+        "(ints, floats, bools, strings and tuples of ints can)"
+    )
 
 
 def emit_from(fn: Callable, composite: str | None = None, version: int = 0) -> Callable:
@@ -136,15 +144,29 @@ def emit_from(fn: Callable, composite: str | None = None, version: int = 0) -> C
         symbol = em.function(node.op, graph)
         attrs = {key: _composite_attr(key, value, node.op) for key, value in node.attrs}
         body = ", ".join(f"{key} = {text}" for key, text in attrs.items())
-        return em.op("stablehlo.composite", list(operands), [v.type for v in node.inputs], node.types, {
-            "name": f'"{composite}"',
-            "composite_attributes": "{" + body + "}",
-            "decomposition": f"@{symbol}",
-            "version": f"{int(version)} : i32",
-        })
+        return em.op(
+            "stablehlo.composite",
+            list(operands),
+            [v.type for v in node.inputs],
+            node.types,
+            {
+                "name": f'"{composite}"',
+                "composite_attributes": "{" + body + "}",
+                "decomposition": f"@{symbol}",
+                "version": f"{int(version)} : i32",
+            },
+        )
 
     emit.decomposition = fn
     return emit
 
 
-__all__ = ["register", "unregister", "user_primitives", "call", "emit_from", "decomposition", "PrimitiveError"]
+__all__ = [
+    "register",
+    "unregister",
+    "user_primitives",
+    "call",
+    "emit_from",
+    "decomposition",
+    "PrimitiveError",
+]

@@ -23,17 +23,30 @@ from __future__ import annotations
 
 import builtins
 import math
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
 from . import tree as _tree
 
-__all__ = ["map", "map2", "fold", "iter", "flatten", "flatten_with_paths", "unflatten_from_paths",
-           "zeros_like", "count_parameters", "leaves", "structure_equal"]
+__all__ = [
+    "map",
+    "map2",
+    "fold",
+    "iter",
+    "flatten",
+    "flatten_with_paths",
+    "unflatten_from_paths",
+    "zeros_like",
+    "count_parameters",
+    "leaves",
+    "structure_equal",
+]
 
 
 # -- validation ----------------------------------------------------------------------------------
+
 
 def _join(prefix: str, segment: str) -> str:
     return f"{prefix}.{segment}" if prefix else segment
@@ -45,13 +58,16 @@ def _where(path: str) -> str:
 
 def _check_key(key: Any, prefix: str) -> None:
     if not isinstance(key, str):
-        raise TypeError(f"ptree: dict keys must be strings, got {key!r} ({type(key).__name__}) "
-                        f"{_where(prefix)}")
+        raise TypeError(
+            f"ptree: dict keys must be strings, got {key!r} ({type(key).__name__}) {_where(prefix)}"
+        )
     if not key:
         raise ValueError(f"ptree: empty dict key {_where(prefix)}")
     if "." in key:
-        raise ValueError(f"ptree: dict key {key!r} {_where(prefix)} contains '.', which separates "
-                         "path segments; rename it (for example with '_')")
+        raise ValueError(
+            f"ptree: dict key {key!r} {_where(prefix)} contains '.', which separates "
+            "path segments; rename it (for example with '_')"
+        )
 
 
 def _check_treedef(treedef: Any, prefix: str = "") -> None:
@@ -90,6 +106,7 @@ def _flatten(t: Any) -> tuple[list, Any]:
 
 
 # -- structure ---------------------------------------------------------------------------------
+
 
 def flatten(t: Any) -> tuple[list, Callable[[list], Any]]:
     """``(leaves, rebuild)``: the leaves of ``t`` in order and a function that rebuilds the tree.
@@ -148,8 +165,10 @@ def unflatten_from_paths(items: dict | Iterable[tuple[str, Any]]) -> Any:
         for depth, segment in enumerate(segments[:-1]):
             child = node.setdefault(segment, {})
             if isinstance(child, _Leaf):
-                raise ValueError(f"ptree.unflatten_from_paths: {'.'.join(segments[:depth + 1])!r} "
-                                 f"is a leaf and also a prefix of {path!r}")
+                raise ValueError(
+                    f"ptree.unflatten_from_paths: {'.'.join(segments[: depth + 1])!r} "
+                    f"is a leaf and also a prefix of {path!r}"
+                )
             node = child
         last = segments[-1]
         if last in node:
@@ -218,8 +237,7 @@ def _first_difference(a: Any, b: Any, prefix: str = "") -> str:
         if ka == kb == "dict":
             only_a = sorted(set(a[1]) - set(b[1]))
             only_b = sorted(set(b[1]) - set(a[1]))
-            return (f"{_where(prefix)}: keys only in the first tree {only_a}, "
-                    f"only in the second {only_b}")
+            return f"{_where(prefix)}: keys only in the first tree {only_a}, only in the second {only_b}"
         if ka == kb == "list" and len(a[1]) == len(b[1]):
             for i, (x, y) in enumerate(zip(a[1], b[1])):
                 found = _first_difference(x, y, _join(prefix, str(i)))
@@ -235,6 +253,7 @@ def structure_equal(a: Any, b: Any) -> bool:
 
 
 # -- traversals ----------------------------------------------------------------------------------
+
 
 def map(f: Callable[[Any], Any], t: Any) -> Any:  # noqa: A001 - the API name
     """A tree of ``t``'s structure with ``f(leaf)`` in place of every leaf."""
@@ -272,6 +291,7 @@ def iter(f: Callable[[Any], Any], t: Any) -> None:  # noqa: A001 - the API name
 
 
 # -- utilities -----------------------------------------------------------------------------------
+
 
 def _shape(leaf: Any) -> tuple[int, ...]:
     if hasattr(leaf, "shape"):

@@ -32,8 +32,24 @@ from . import dtypes
 from .api import op_function
 from .errors import ShapeError
 from .numeric import abs as absolute
-from .numeric import (arange, astype, broadcast_shapes, clip, dtype_of, full, getitem, log1p, maximum, mod,
-                      reshape, shape_of, sqrt, stack, where, zeros)
+from .numeric import (
+    arange,
+    astype,
+    broadcast_shapes,
+    clip,
+    dtype_of,
+    full,
+    getitem,
+    log1p,
+    maximum,
+    mod,
+    reshape,
+    shape_of,
+    sqrt,
+    stack,
+    where,
+    zeros,
+)
 from .tensor import apply, type_of
 
 _MASK32 = 0xFFFFFFFF
@@ -70,8 +86,9 @@ def _threefry2x32(k1, k2, x1, x2):
 def _check_key(key, name: str) -> None:
     t = type_of(key)
     if t.dtype != dtypes.uint32 or t.shape != (2,):
-        raise TypeError(f"kn.random.{name}: expected a key (u32[2], from kn.random.key / split / fold_in), "
-                        f"got {t}")
+        raise TypeError(
+            f"kn.random.{name}: expected a key (u32[2], from kn.random.key / split / fold_in), got {t}"
+        )
 
 
 def _key_words(key):
@@ -114,8 +131,10 @@ def _bits(key, shape: tuple[int, ...], width: int):
 
 def _check_broadcast(name: str, what: str, value_shape, shape) -> None:
     if broadcast_shapes(value_shape, shape, op=f"kn.random.{name}") != tuple(shape):
-        raise ShapeError(f"kn.random.{name}: {what} of shape {list(value_shape)} does not broadcast to the "
-                         f"requested shape {list(shape)}")
+        raise ShapeError(
+            f"kn.random.{name}: {what} of shape {list(value_shape)} does not broadcast to the "
+            f"requested shape {list(shape)}"
+        )
 
 
 # ------------------------------------------------------------------------------ keys
@@ -132,14 +151,15 @@ def key(seed) -> Any:
     if isinstance(seed, (bool, np.bool_)):
         raise TypeError("kn.random.key: the seed must be an integer, got a bool")
     if isinstance(seed, int):
-        if not -(2 ** 63) <= seed < 2 ** 64:
+        if not -(2**63) <= seed < 2**64:
             raise ValueError(f"kn.random.key: seed {seed} does not fit in 64 bits")
         return np.array([(seed >> 32) & _MASK32, seed & _MASK32], dtype=np.uint32)
     if isinstance(seed, (np.ndarray, np.generic)):
         arr = np.asarray(seed)
         if arr.shape != () or arr.dtype.kind not in "iu":
-            raise TypeError(f"kn.random.key: the seed must be an integer scalar, got "
-                            f"{arr.dtype}{list(arr.shape)}")
+            raise TypeError(
+                f"kn.random.key: the seed must be an integer scalar, got {arr.dtype}{list(arr.shape)}"
+            )
         value = int(arr)
         high = (value >> 32) & _MASK32 if arr.dtype.itemsize == 8 else 0
         return np.array([high, value & _MASK32], dtype=np.uint32)
@@ -208,8 +228,9 @@ def bits(key, shape=(), dtype=dtypes.uint32):
     _check_key(key, "bits")
     dt = dtypes.canonical(dtype)
     if dt not in dtypes.UNSIGNED:
-        raise TypeError(f"kn.random.bits: dtype must be an unsigned integer dtype, got "
-                        f"{dtypes.short_name(dt)}")
+        raise TypeError(
+            f"kn.random.bits: dtype must be an unsigned integer dtype, got {dtypes.short_name(dt)}"
+        )
     return _bits(key, _shape(shape, "bits"), 8 * dt.itemsize)
 
 
@@ -249,35 +270,94 @@ def uniform(key, shape=(), dtype=dtypes.float32, minval=0.0, maxval=1.0):
 
 # Giles, "Approximating the erfinv function" (GPU Computing Gems, 2011): polynomial in
 # w = -log(1 - x**2), the form XLA uses for erf_inv. float32: two branches (w < 5 / w >= 5).
-_ERFINV_F32_SMALL = (2.81022636e-08, 3.43273939e-07, -3.5233877e-06, -4.39150654e-06, 0.00021858087,
-                     -0.00125372503, -0.00417768164, 0.246640727, 1.50140941)
-_ERFINV_F32_LARGE = (-0.000200214257, 0.000100950558, 0.00134934322, -0.00367342844, 0.00573950773,
-                     -0.0076224613, 0.00943887047, 1.00167406, 2.83297682)
+_ERFINV_F32_SMALL = (
+    2.81022636e-08,
+    3.43273939e-07,
+    -3.5233877e-06,
+    -4.39150654e-06,
+    0.00021858087,
+    -0.00125372503,
+    -0.00417768164,
+    0.246640727,
+    1.50140941,
+)
+_ERFINV_F32_LARGE = (
+    -0.000200214257,
+    0.000100950558,
+    0.00134934322,
+    -0.00367342844,
+    0.00573950773,
+    -0.0076224613,
+    0.00943887047,
+    1.00167406,
+    2.83297682,
+)
 # float64: three branches, w < 6.25 (23 terms), w < 16 (19 terms), w >= 16 (17 terms)
 _ERFINV_F64_W6 = (
-    -3.6444120640178196996e-21, -1.685059138182016589e-19, 1.2858480715256400167e-18,
-    1.115787767802518096e-17, -1.333171662854620906e-16, 2.0972767875968561637e-17,
-    6.6376381343583238325e-15, -4.0545662729752068639e-14, -8.1519341976054721522e-14,
-    2.6335093153082322977e-12, -1.2975133253453532498e-11, -5.4154120542946279317e-11,
-    1.051212273321532285e-09, -4.1126339803469836976e-09, -2.9070369957882005086e-08,
-    4.2347877827932403518e-07, -1.3654692000834678645e-06, -1.3882523362786468719e-05,
-    0.0001867342080340571352, -0.00074070253416626697512, -0.0060336708714301490533,
-    0.24015818242558961693, 1.6536545626831027356)
+    -3.6444120640178196996e-21,
+    -1.685059138182016589e-19,
+    1.2858480715256400167e-18,
+    1.115787767802518096e-17,
+    -1.333171662854620906e-16,
+    2.0972767875968561637e-17,
+    6.6376381343583238325e-15,
+    -4.0545662729752068639e-14,
+    -8.1519341976054721522e-14,
+    2.6335093153082322977e-12,
+    -1.2975133253453532498e-11,
+    -5.4154120542946279317e-11,
+    1.051212273321532285e-09,
+    -4.1126339803469836976e-09,
+    -2.9070369957882005086e-08,
+    4.2347877827932403518e-07,
+    -1.3654692000834678645e-06,
+    -1.3882523362786468719e-05,
+    0.0001867342080340571352,
+    -0.00074070253416626697512,
+    -0.0060336708714301490533,
+    0.24015818242558961693,
+    1.6536545626831027356,
+)
 _ERFINV_F64_W16 = (
-    2.2137376921775787049e-09, 9.0756561938885390979e-08, -2.7517406297064545428e-07,
-    1.8239629214389227755e-08, 1.5027403968909827627e-06, -4.013867526981545969e-06,
-    2.9234449089955446044e-06, 1.2475304481671778723e-05, -4.7318229009055733981e-05,
-    6.8284851459573175448e-05, 2.4031110387097893999e-05, -0.0003550375203628474796,
-    0.00095328937973738049703, -0.0016882755560235047313, 0.0024914420961078508066,
-    -0.0037512085075692412107, 0.005370914553590063617, 1.0052589676941592334,
-    3.0838856104922207635)
+    2.2137376921775787049e-09,
+    9.0756561938885390979e-08,
+    -2.7517406297064545428e-07,
+    1.8239629214389227755e-08,
+    1.5027403968909827627e-06,
+    -4.013867526981545969e-06,
+    2.9234449089955446044e-06,
+    1.2475304481671778723e-05,
+    -4.7318229009055733981e-05,
+    6.8284851459573175448e-05,
+    2.4031110387097893999e-05,
+    -0.0003550375203628474796,
+    0.00095328937973738049703,
+    -0.0016882755560235047313,
+    0.0024914420961078508066,
+    -0.0037512085075692412107,
+    0.005370914553590063617,
+    1.0052589676941592334,
+    3.0838856104922207635,
+)
 _ERFINV_F64_LARGE = (
-    -2.7109920616438573243e-11, -2.5556418169965252055e-10, 1.5076572693500548083e-09,
-    -3.7894654401267369937e-09, 7.6157012080783393804e-09, -1.4960026627149240478e-08,
-    2.9147953450901080826e-08, -6.7711997758452339498e-08, 2.2900482228026654717e-07,
-    -9.9298272942317002539e-07, 4.5260625972231537039e-06, -1.9681778105531670567e-05,
-    7.5995277030017761139e-05, -0.00021503011930044477347, -0.00013871931833623122026,
-    1.0103004648645343977, 4.8499064014085844221)
+    -2.7109920616438573243e-11,
+    -2.5556418169965252055e-10,
+    1.5076572693500548083e-09,
+    -3.7894654401267369937e-09,
+    7.6157012080783393804e-09,
+    -1.4960026627149240478e-08,
+    2.9147953450901080826e-08,
+    -6.7711997758452339498e-08,
+    2.2900482228026654717e-07,
+    -9.9298272942317002539e-07,
+    4.5260625972231537039e-06,
+    -1.9681778105531670567e-05,
+    7.5995277030017761139e-05,
+    -0.00021503011930044477347,
+    -0.00013871931833623122026,
+    1.0103004648645343977,
+    4.8499064014085844221,
+)
 
 
 def _erf_inv(x):
@@ -404,8 +484,10 @@ def randint(key, shape, minval, maxval, dtype=dtypes.int32):
     shape = _shape(shape, "randint")
     dt = dtypes.canonical(dtype)
     if not dtypes.is_integer(dt) or dt.itemsize > 4:
-        raise TypeError(f"kn.random.randint: dtype must be an 8-, 16- or 32-bit integer dtype, got "
-                        f"{dtypes.short_name(dt)}")
+        raise TypeError(
+            f"kn.random.randint: dtype must be an 8-, 16- or 32-bit integer dtype, got "
+            f"{dtypes.short_name(dt)}"
+        )
     if dt.itemsize < 4:  # as jax: clip to dt's range (maxval may be one past it), sample in int32
         info = np.iinfo(dt)
         minval = _clip_int(minval, int(info.min), int(info.max))
@@ -482,15 +564,18 @@ def categorical(key, logits, axis: int = -1, shape=None):
     if ndim == 0:
         raise ValueError("kn.random.categorical: logits must have at least one axis")
     if isinstance(axis, bool) or not isinstance(axis, int) or not -ndim <= axis < ndim:
-        raise ValueError(f"kn.random.categorical: axis {axis!r} is out of range for logits of shape "
-                         f"{list(logits_shape)}")
+        raise ValueError(
+            f"kn.random.categorical: axis {axis!r} is out of range for logits of shape {list(logits_shape)}"
+        )
     axis = axis % ndim
-    batch = logits_shape[:axis] + logits_shape[axis + 1:]
+    batch = logits_shape[:axis] + logits_shape[axis + 1 :]
     shape = batch if shape is None else _shape(shape, "categorical")
-    if len(shape) < len(batch) or tuple(shape[len(shape) - len(batch):]) != batch:
-        raise ValueError(f"kn.random.categorical: shape {list(shape)} must end with the logits' batch shape "
-                         f"{list(batch)} (the logits' shape without axis {axis})")
-    prefix = tuple(shape[:len(shape) - len(batch)])
+    if len(shape) < len(batch) or tuple(shape[len(shape) - len(batch) :]) != batch:
+        raise ValueError(
+            f"kn.random.categorical: shape {list(shape)} must end with the logits' batch shape "
+            f"{list(batch)} (the logits' shape without axis {axis})"
+        )
+    prefix = tuple(shape[: len(shape) - len(batch)])
     noise_shape = prefix + logits_shape
     dt = dtype_of(logits)
     if not dtypes.is_float(dt):
@@ -500,5 +585,15 @@ def categorical(key, logits, axis: int = -1, shape=None):
     return argmax(add(logits, gumbel(key, noise_shape, dt)), axis=len(prefix) + axis)
 
 
-__all__ = ["key", "split", "fold_in", "bits", "uniform", "normal", "bernoulli", "randint", "gumbel",
-           "categorical"]
+__all__ = [
+    "key",
+    "split",
+    "fold_in",
+    "bits",
+    "uniform",
+    "normal",
+    "bernoulli",
+    "randint",
+    "gumbel",
+    "categorical",
+]

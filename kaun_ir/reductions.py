@@ -76,8 +76,10 @@ def _float_dtype(dt):
 
 def _reject_empty(name: str, shape: tuple[int, ...], axes: tuple[int, ...]) -> None:
     if builtins.any(shape[a] == 0 for a in axes):
-        raise ValueError(f"{name}: zero-size reduction over axis {[a for a in axes if shape[a] == 0]} of "
-                         f"shape {list(shape)} has no identity")
+        raise ValueError(
+            f"{name}: zero-size reduction over axis {[a for a in axes if shape[a] == 0]} of "
+            f"shape {list(shape)} has no identity"
+        )
 
 
 def _sum_prod(kind: str, x, axis, keepdims):
@@ -186,8 +188,9 @@ def _var(name: str, x, axis, keepdims, ddof):
     out_dt = _float_dtype(dt)
     compute = dtypes.float32 if out_dt in _LOW_PRECISION else out_dt
     xc = astype(x, compute)
-    centred = subtract(xc, reshape(_mean_in(xc, axes, compute), tuple(1 if i in axes else d
-                                                                      for i, d in enumerate(shape))))
+    centred = subtract(
+        xc, reshape(_mean_in(xc, axes, compute), tuple(1 if i in axes else d for i, d in enumerate(shape)))
+    )
     squares = _reduce(multiply(centred, centred), "sum", axes)
     # count - ddof <= 0 gives inf or NaN, as in NumPy
     dof = builtins.max(_count(shape, axes) - ddof, 0)
@@ -314,5 +317,19 @@ def log_softmax(x, axis=-1):
     return subtract(shifted, reshape(total, tuple(1 if i in axes else d for i, d in enumerate(shape))))
 
 
-__all__ = ["sum", "mean", "max", "min", "prod", "var", "std", "argmax", "argmin", "logsumexp",
-           "softmax", "log_softmax", "all", "any"]
+__all__ = [
+    "sum",
+    "mean",
+    "max",
+    "min",
+    "prod",
+    "var",
+    "std",
+    "argmax",
+    "argmin",
+    "logsumexp",
+    "softmax",
+    "log_softmax",
+    "all",
+    "any",
+]

@@ -33,8 +33,9 @@ of ``dot_general`` and ``convolution``, the expensive ops) and layer-path patter
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from . import dtypes
 from .autodiff import SEED_SOURCE, parse_backward_source
@@ -60,11 +61,15 @@ class RematPolicy:
     spec: str = "nothing"
 
     def __post_init__(self):
-        if self.spec not in ("nothing", "dots") and not (self.spec.startswith("paths:") and len(self.spec) > 6):
-            raise ValueError(f"remat policy must be 'nothing', 'dots' or 'paths:<pattern>|...', got {self.spec!r}")
+        if self.spec not in ("nothing", "dots") and not (
+            self.spec.startswith("paths:") and len(self.spec) > 6
+        ):
+            raise ValueError(
+                f"remat policy must be 'nothing', 'dots' or 'paths:<pattern>|...', got {self.spec!r}"
+            )
 
     @staticmethod
-    def save_paths(*patterns: str) -> "RematPolicy":
+    def save_paths(*patterns: str) -> RematPolicy:
         """Save the values made by nodes whose layer path matches one of the ``fnmatch`` patterns."""
         if not patterns or any(not isinstance(p, str) or not p or "|" in p for p in patterns):
             raise ValueError(f"save_paths needs non-empty patterns without '|', got {patterns!r}")
@@ -89,8 +94,9 @@ def as_policy(policy: Any) -> RematPolicy:
         return RematPolicy(policy)
     if isinstance(policy, (list, tuple)):
         return RematPolicy.save_paths(*policy)
-    raise TypeError(f"a remat policy is 'nothing', 'dots', a list of layer-path patterns or a RematPolicy, "
-                    f"got {policy!r}")
+    raise TypeError(
+        f"a remat policy is 'nothing', 'dots', a list of layer-path patterns or a RematPolicy, got {policy!r}"
+    )
 
 
 def remat(f: Callable, policy: Any = "nothing") -> Callable:
@@ -128,8 +134,8 @@ def _marked_segment(path: str) -> tuple[str, RematPolicy] | None:
     tokens = path.split(".")
     for i in range(len(tokens) - 1, -1, -1):
         if tokens[i].startswith(MARK):
-            spec = tokens[i][len(MARK):].rsplit(":", 1)[0]
-            return ".".join(tokens[:i + 1]), RematPolicy(spec.replace("/", "."))
+            spec = tokens[i][len(MARK) :].rsplit(":", 1)[0]
+            return ".".join(tokens[: i + 1]), RematPolicy(spec.replace("/", "."))
     return None
 
 
@@ -210,9 +216,12 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0) -> Graph:
                 continue
             seen.add(id(value))
             producer = value.node
-            inside = (producer is not None and id(producer) not in deep_nodes
-                      and segment_of.get(id(producer), (None,))[0] == key
-                      and (any(value is r for r in values) or not saved(producer, seg_info[key])))
+            inside = (
+                producer is not None
+                and id(producer) not in deep_nodes
+                and segment_of.get(id(producer), (None,))[0] == key
+                and (any(value is r for r in values) or not saved(producer, seg_info[key]))
+            )
             if not inside:
                 boundary.append(value)
                 continue
@@ -225,15 +234,23 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0) -> Graph:
         return graph
 
     with Builder(record_source=False) as builder:
-        env: dict[int, Value] = {id(old): new for old, new in zip(graph.inputs,
-                                                                  [builder.add_input(v.type) for v in graph.inputs])}
+        env: dict[int, Value] = {
+            id(old): new for old, new in zip(graph.inputs, [builder.add_input(v.type) for v in graph.inputs])
+        }
         recomputed: dict[int, Value] = {}
         for node in graph.nodes:
             for key, values, clone, boundary, trigger in plans.get(id(node), []):
                 local = _tie(builder, key, boundary, env, env[id(trigger)])
                 for old in clone:
-                    fresh = Node(old.op, [local.get(id(v), env.get(id(v))) for v in old.inputs], old.attrs,
-                                 old.types, old.regions, path=old.path, source=old.source)
+                    fresh = Node(
+                        old.op,
+                        [local.get(id(v), env.get(id(v))) for v in old.inputs],
+                        old.attrs,
+                        old.types,
+                        old.regions,
+                        path=old.path,
+                        source=old.source,
+                    )
                     builder.nodes.append(fresh)
                     for o, n in zip(old.outputs, fresh.outputs):
                         local[id(o)] = n
@@ -243,7 +260,9 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0) -> Graph:
                 inputs = [recomputed.get(id(v), env[id(v)]) for v in node.inputs]
             else:
                 inputs = [env[id(v)] for v in node.inputs]
-            fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, path=node.path, source=node.source)
+            fresh = Node(
+                node.op, inputs, node.attrs, node.types, node.regions, path=node.path, source=node.source
+            )
             builder.nodes.append(fresh)
             for o, n in zip(node.outputs, fresh.outputs):
                 env[id(o)] = n
@@ -252,14 +271,17 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0) -> Graph:
     return Graph.from_outputs(result.inputs, result.outputs, graph.name, graph.input_names)
 
 
-def _tie(builder: Builder, key: str, boundary: Sequence[Value], env: dict, trigger: Value) -> dict[int, Value]:
+def _tie(
+    builder: Builder, key: str, boundary: Sequence[Value], env: dict, trigger: Value
+) -> dict[int, Value]:
     """Each float value entering the segment, made to depend on one element of ``trigger``."""
     local: dict[int, Value] = {}
     with source_scope(f"(remat: recomputation of {key} waits for the cotangent)"):
         t = Tensor(trigger, builder)
         if t.ndim:
-            t = apply("slice", t, start_indices=(0,) * t.ndim, limit_indices=(1,) * t.ndim,
-                      strides=(1,) * t.ndim)
+            t = apply(
+                "slice", t, start_indices=(0,) * t.ndim, limit_indices=(1,) * t.ndim, strides=(1,) * t.ndim
+            )
             t = apply("reshape", t, shape=())
         same = apply("compare", t, t, direction="EQ")
         for value in boundary:
@@ -274,4 +296,3 @@ def _tie(builder: Builder, key: str, boundary: Sequence[Value], env: dict, trigg
                 pred = same
             local[id(value)] = apply("select", pred, x, apply("add", x, tx)).value
     return local
-

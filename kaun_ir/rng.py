@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
@@ -107,7 +108,8 @@ def next_key():
         raise NoScopeError(
             "no random key available: wrap the call in `with kn.rng.scope(seed):` or "
             "`kn.rng.run(seed, lambda: ...)` (for example around kn.layer.init), or pass a key "
-            "explicitly")
+            "explicitly"
+        )
     entry = _STACK.scopes[-1]
     index = entry.count
     entry.count += 1

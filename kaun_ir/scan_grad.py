@@ -112,19 +112,35 @@ def _plan(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -
         for node in grad.nodes:
             if id(node) not in selected:
                 continue
-            new = Node(node.op, [env[id(v)] for v in node.inputs], node.attrs, node.types, node.regions,
-                       path=node.path, source=node.source)
+            new = Node(
+                node.op,
+                [env[id(v)] for v in node.inputs],
+                node.attrs,
+                node.types,
+                node.regions,
+                path=node.path,
+                source=node.source,
+            )
             builder.nodes.append(new)
             for old, fresh in zip(node.outputs, new.outputs):
                 env[id(old)] = fresh
         grads = [env[id(v)] for v in grad.outputs[n_out:]]
-        g_c, g_h, g_x = grads[:len(diff_c)], grads[len(diff_c):len(diff_c) + len(float_h)], \
-            grads[len(diff_c) + len(float_h):]
+        g_c, g_h, g_x = (
+            grads[: len(diff_c)],
+            grads[len(diff_c) : len(diff_c) + len(float_h)],
+            grads[len(diff_c) + len(float_h) :],
+        )
         new_sums = [apply("add", Tensor(s, builder), Tensor(g, builder)).value for s, g in zip(sums, g_c)]
     backward = builder.finish(g_h + new_sums + g_x, name="body_vjp")
-    return _Plan(forward, backward, [i - num_consts for i in float_h], diff_c,
-                 [i - num_consts - num_carry for i in diff_x], [k - num_carry for k in of_y],
-                 [r.type for r in residuals])
+    return _Plan(
+        forward,
+        backward,
+        [i - num_consts for i in float_h],
+        diff_c,
+        [i - num_consts - num_carry for i in diff_x],
+        [k - num_carry for k in of_y],
+        [r.type for r in residuals],
+    )
 
 
 @dataclass
@@ -141,8 +157,18 @@ def scan_forward(*inputs: Tensor, wrt, regions, num_consts, num_carry, length, r
     """The forward scan of reverse mode: the op's outputs plus the stacked residuals."""
     (body,) = regions
     plan = _plan(body, num_consts, num_carry, tuple(wrt))
-    outs = _as_list(apply("scan", *inputs, regions=(plan.forward,), num_consts=num_consts,
-                          num_carry=num_carry, length=length, reverse=reverse, unroll=unroll))
+    outs = _as_list(
+        apply(
+            "scan",
+            *inputs,
+            regions=(plan.forward,),
+            num_consts=num_consts,
+            num_carry=num_carry,
+            length=length,
+            reverse=reverse,
+            unroll=unroll,
+        )
+    )
     n_primal = len(body.outputs)
     return outs[:n_primal], _Saved(plan, outs[n_primal:])
 
@@ -152,29 +178,59 @@ def _zeros(t: TensorType) -> Tensor:
     return apply("broadcast_in_dim", scalar, shape=t.shape, broadcast_dimensions=()) if t.shape else scalar
 
 
-def scan_vjp(cts, outs, *inputs: Tensor, regions, num_consts, num_carry, length, reverse=False, unroll=1,
-             residuals: _Saved | None = None):
+def scan_vjp(
+    cts,
+    outs,
+    *inputs: Tensor,
+    regions,
+    num_consts,
+    num_carry,
+    length,
+    reverse=False,
+    unroll=1,
+    residuals: _Saved | None = None,
+):
     """Cotangents of a scan's operands: one backward scan over the saved residuals."""
     if residuals is None:  # called outside gradient_graph: recompute the residuals
-        _, residuals = scan_forward(*inputs, wrt=(True,) * len(inputs), regions=regions,
-                                    num_consts=num_consts, num_carry=num_carry, length=length,
-                                    reverse=reverse, unroll=unroll)
+        _, residuals = scan_forward(
+            *inputs,
+            wrt=(True,) * len(inputs),
+            regions=regions,
+            num_consts=num_consts,
+            num_carry=num_carry,
+            length=length,
+            reverse=reverse,
+            unroll=unroll,
+        )
     plan = residuals.plan
     outs, cts = _as_list(outs), _as_list(cts)
     cts = [c if c is not None else _zeros(o.type) for c, o in zip(cts, outs)]
     consts = list(inputs[:num_consts])
-    xs = list(inputs[num_consts + num_carry:])
+    xs = list(inputs[num_consts + num_carry :])
     carry_init = [cts[k] for k in plan.float_carry] + [_zeros(inputs[i].type) for i in plan.diff_consts]
     ct_ys = [cts[num_carry + k] for k in plan.float_ys]
-    result = _as_list(apply("scan", *consts, *carry_init, *xs, *residuals.residuals, *ct_ys,
-                            regions=(plan.backward,), num_consts=num_consts, num_carry=len(carry_init),
-                            length=length, reverse=not reverse, unroll=unroll))
+    result = _as_list(
+        apply(
+            "scan",
+            *consts,
+            *carry_init,
+            *xs,
+            *residuals.residuals,
+            *ct_ys,
+            regions=(plan.backward,),
+            num_consts=num_consts,
+            num_carry=len(carry_init),
+            length=length,
+            reverse=not reverse,
+            unroll=unroll,
+        )
+    )
     n_h = len(plan.float_carry)
     in_cts: list[Any] = [None] * len(inputs)
     for k, ct in zip(plan.float_carry, result[:n_h]):
         in_cts[num_consts + k] = ct
-    for i, ct in zip(plan.diff_consts, result[n_h:n_h + len(plan.diff_consts)]):
+    for i, ct in zip(plan.diff_consts, result[n_h : n_h + len(plan.diff_consts)]):
         in_cts[i] = ct
-    for k, ct in zip(plan.diff_xs, result[n_h + len(plan.diff_consts):]):
+    for k, ct in zip(plan.diff_xs, result[n_h + len(plan.diff_consts) :]):
         in_cts[num_consts + num_carry + k] = ct
     return in_cts

@@ -202,11 +202,13 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
         with open(os.path.join(root, INDEX)) as handle:
             index = json.load(handle)
     except FileNotFoundError:
-        raise ValueError(f"checkpoint.load_sharded: {root} is not a sharded checkpoint "
-                         f"(no {INDEX})") from None
+        raise ValueError(
+            f"checkpoint.load_sharded: {root} is not a sharded checkpoint (no {INDEX})"
+        ) from None
     if index.get("format") != FORMAT:
-        raise ValueError(f"checkpoint.load_sharded: {root}/{INDEX} has format {index.get('format')!r}, "
-                         f"expected {FORMAT!r}")
+        raise ValueError(
+            f"checkpoint.load_sharded: {root}/{INDEX} has format {index.get('format')!r}, expected {FORMAT!r}"
+        )
     arrays, files = index["arrays"], _Pieces(root)
     _, rebuild = ptree.flatten(like)
     out = []
@@ -216,18 +218,27 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
             near = ", ".join(sorted(arrays)[:8])
             raise ValueError(f"checkpoint.load_sharded: {root} has no array {key!r} (it has {near}, ...)")
         if "number" in entry:
-            out.append(type(template)(entry["value"]) if isinstance(template, (bool, int, float))
-                       else np.asarray(entry["value"]))
+            out.append(
+                type(template)(entry["value"])
+                if isinstance(template, (bool, int, float))
+                else np.asarray(entry["value"])
+            )
             continue
         shape = tuple(entry["shape"])
         if tuple(template.shape) != shape:
-            raise ValueError(f"checkpoint.load_sharded: {key!r} has shape {shape} in {root} but "
-                             f"{tuple(template.shape)} in the template")
+            raise ValueError(
+                f"checkpoint.load_sharded: {key!r} has shape {shape} in {root} but "
+                f"{tuple(template.shape)} in the template"
+            )
         dtype = np.dtype(template.dtype)
         if xla.is_device_array(template):
-            out.append(xla.array_from_callback(
-                shape, template.sharding,
-                lambda idx, key=key, entry=entry: _assemble(files, key, entry, idx).astype(dtype)))
+            out.append(
+                xla.array_from_callback(
+                    shape,
+                    template.sharding,
+                    lambda idx, key=key, entry=entry: _assemble(files, key, entry, idx).astype(dtype),
+                )
+            )
         else:
             whole = tuple(slice(0, n) for n in shape)
             out.append(_assemble(files, key, entry, whole).astype(dtype))

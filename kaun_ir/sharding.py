@@ -15,16 +15,32 @@ layout (an IR op, ``sharding_constraint``, that autodiff carries to the backward
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from . import tree
-from .tensor import Tensor, apply
 from .runtime.mesh import REPLICATED, Mesh, Spec, as_spec, use
 from .sharding_policy import Rules, attention_rules, fsdp_spec, mlp_rules, param_specs, rules
+from .tensor import Tensor, apply
 
-__all__ = ["Mesh", "Spec", "REPLICATED", "mesh", "constrain", "use_mesh", "put", "put_local",
-           "named_sharding", "spec_of", "Rules", "rules", "param_specs", "attention_rules", "mlp_rules",
-           "fsdp_spec"]
+__all__ = [
+    "Mesh",
+    "Spec",
+    "REPLICATED",
+    "mesh",
+    "constrain",
+    "use_mesh",
+    "put",
+    "put_local",
+    "named_sharding",
+    "spec_of",
+    "Rules",
+    "rules",
+    "param_specs",
+    "attention_rules",
+    "mlp_rules",
+    "fsdp_spec",
+]
 
 
 def mesh(shape: Sequence[int], axis_names: Sequence[str], devices: Sequence | None = None) -> Mesh:
@@ -52,8 +68,10 @@ def constrain(x: Any, spec: Any, mesh: Mesh | None = None) -> Any:
 
     m = mesh if mesh is not None else runtime_mesh.active()
     if m is None:
-        raise ValueError("kn.sharding.constrain needs a mesh: pass mesh=, trace under "
-                         "kn.jit(..., mesh=) or inside `with kn.sharding.use_mesh(m):`")
+        raise ValueError(
+            "kn.sharding.constrain needs a mesh: pass mesh=, trace under "
+            "kn.jit(..., mesh=) or inside `with kn.sharding.use_mesh(m):`"
+        )
     spec = as_spec(spec)
     leaves, treedef = tree.flatten(x)
     out = [apply("sharding_constraint", leaf, mesh=m.axes, spec=spec.dims) for leaf in leaves]

@@ -56,8 +56,10 @@ def _policy(policy: Any) -> Rules:
         return Rules((), fsdp=True)
     if isinstance(policy, (list, tuple, dict)):
         return rules(policy)
-    raise ValueError(f"param_sharding must be None, 'replicated', 'fsdp', a rule table or "
-                     f"kn.sharding.rules(...), got {policy!r}")
+    raise ValueError(
+        f"param_sharding must be None, 'replicated', 'fsdp', a rule table or "
+        f"kn.sharding.rules(...), got {policy!r}"
+    )
 
 
 def fsdp_spec(shape: tuple, mesh: Mesh, axis: str, base: Spec = REPLICATED) -> Spec:
@@ -121,8 +123,12 @@ def mlp_rules(up: str, down: str, axis: str = "model") -> list:
     """Tensor-parallel rules for two ``linear`` layers applied one after the other (an MLP):
     ``up`` (a path pattern of the first, e.g. ``"*fc1"``) split by output column, ``down`` by
     input row, so the hidden activation stays split and one all-reduce follows ``down``."""
-    return [(f"{up}.weight", Spec(None, axis)), (f"{up}.bias", Spec(axis)),
-            (f"{down}.weight", Spec(axis, None)), (f"{down}.bias", None)]
+    return [
+        (f"{up}.weight", Spec(None, axis)),
+        (f"{up}.bias", Spec(axis)),
+        (f"{down}.weight", Spec(axis, None)),
+        (f"{down}.bias", None),
+    ]
 
 
 def _opt_specs(opt_state: Any, params: Any, pspecs: Any) -> Any:
@@ -169,11 +175,14 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
         for leaf in tree.flatten(x)[0]:
             shape = tuple(getattr(leaf, "shape", ()))
             if len(shape) > axis and shape[axis] % ways:
-                raise ValueError(f"train: a batch of {shape[axis]} rows (x of shape {list(shape)}) does not "
-                                 f"split evenly over the {ways} devices of mesh axis {data_axis!r}; use a "
-                                 f"multiple of {ways}")
-        rows = {tuple(leaf.shape)[axis] for leaf in tree.flatten(x)[0]
-                if len(getattr(leaf, "shape", ())) > axis}
+                raise ValueError(
+                    f"train: a batch of {shape[axis]} rows (x of shape {list(shape)}) does not "
+                    f"split evenly over the {ways} devices of mesh axis {data_axis!r}; use a "
+                    f"multiple of {ways}"
+                )
+        rows = {
+            tuple(leaf.shape)[axis] for leaf in tree.flatten(x)[0] if len(getattr(leaf, "shape", ())) > axis
+        }
         # targets with the batch's rows are split like it; other arrays a loss reads are replicated
         leaves, treedef = tree.flatten(targets)
         split = [len(getattr(t, "shape", ())) > axis and t.shape[axis] in rows for t in leaves]

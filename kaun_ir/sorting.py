@@ -65,5 +65,7 @@ def top_k(x: Any, k: int) -> tuple[Any, Any]:
     start = (0,) * len(shape)
     limit = tuple(shape[:-1]) + (k,)
     strides = (1,) * len(shape)
-    return (apply("slice", values, start_indices=start, limit_indices=limit, strides=strides),
-            apply("slice", indices, start_indices=start, limit_indices=limit, strides=strides))
+    return (
+        apply("slice", values, start_indices=start, limit_indices=limit, strides=strides),
+        apply("slice", indices, start_indices=start, limit_indices=limit, strides=strides),
+    )

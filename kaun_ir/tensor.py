@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from . import dtypes
-from .ir.builder import Builder, _STATE, current_builder, infer_or_raise
+from .ir.builder import _STATE, Builder, current_builder, infer_or_raise
 from .ir.core import Graph, Node, TensorType, Value
 from .ops import TABLE
 from .ops import get as get_op
@@ -69,7 +70,8 @@ class Tensor:
     def _concrete(self, what: str):
         raise TracerError(
             f"{what} of a traced {self.type} needs a concrete value, which does not exist while "
-            "tracing; use kn.where / kn.select-style ops instead of Python control flow")
+            "tracing; use kn.where / kn.select-style ops instead of Python control flow"
+        )
 
     def __bool__(self):
         self._concrete("bool()")
@@ -91,8 +93,10 @@ class Tensor:
             yield self[i]
 
     def __setitem__(self, index, value):
-        raise TypeError("kaun_ir tensors are immutable: x[...] = v cannot assign; build a new array "
-                        "with kn.where(mask, v, x) or kn.dynamic_update_slice(x, v, start)")
+        raise TypeError(
+            "kaun_ir tensors are immutable: x[...] = v cannot assign; build a new array "
+            "with kn.where(mask, v, x) or kn.dynamic_update_slice(x, v, start)"
+        )
 
     # -- the NumPy-style surface (implemented in numeric.py) -----------------------------------
     def _n(self):
@@ -100,41 +104,110 @@ class Tensor:
 
         return kaun_ir
 
-    def __add__(self, other): return self._n().add(self, other)
-    def __radd__(self, other): return self._n().add(other, self)
-    def __sub__(self, other): return self._n().subtract(self, other)
-    def __rsub__(self, other): return self._n().subtract(other, self)
-    def __mul__(self, other): return self._n().multiply(self, other)
-    def __rmul__(self, other): return self._n().multiply(other, self)
-    def __truediv__(self, other): return self._n().divide(self, other)
-    def __rtruediv__(self, other): return self._n().divide(other, self)
-    def __floordiv__(self, other): return self._n().floor_divide(self, other)
-    def __rfloordiv__(self, other): return self._n().floor_divide(other, self)
-    def __mod__(self, other): return self._n().mod(self, other)
-    def __rmod__(self, other): return self._n().mod(other, self)
-    def __pow__(self, other): return self._n().power(self, other)
-    def __rpow__(self, other): return self._n().power(other, self)
-    def __matmul__(self, other): return self._n().matmul(self, other)
-    def __rmatmul__(self, other): return self._n().matmul(other, self)
-    def __neg__(self): return self._n().negative(self)
-    def __pos__(self): return self
-    def __abs__(self): return self._n().abs(self)
-    def __invert__(self): return self._n().invert(self)
-    def __and__(self, other): return self._n().bitwise_and(self, other)
-    def __rand__(self, other): return self._n().bitwise_and(other, self)
-    def __or__(self, other): return self._n().bitwise_or(self, other)
-    def __ror__(self, other): return self._n().bitwise_or(other, self)
-    def __xor__(self, other): return self._n().bitwise_xor(self, other)
-    def __rxor__(self, other): return self._n().bitwise_xor(other, self)
-    def __lshift__(self, other): return self._n().left_shift(self, other)
-    def __rshift__(self, other): return self._n().right_shift(self, other)
-    def __lt__(self, other): return self._n().less(self, other)
-    def __le__(self, other): return self._n().less_equal(self, other)
-    def __gt__(self, other): return self._n().greater(self, other)
-    def __ge__(self, other): return self._n().greater_equal(self, other)
-    def __eq__(self, other): return self._n().equal(self, other)  # type: ignore[override]
-    def __ne__(self, other): return self._n().not_equal(self, other)  # type: ignore[override]
-    def __getitem__(self, index): return self._n().getitem(self, index)
+    def __add__(self, other):
+        return self._n().add(self, other)
+
+    def __radd__(self, other):
+        return self._n().add(other, self)
+
+    def __sub__(self, other):
+        return self._n().subtract(self, other)
+
+    def __rsub__(self, other):
+        return self._n().subtract(other, self)
+
+    def __mul__(self, other):
+        return self._n().multiply(self, other)
+
+    def __rmul__(self, other):
+        return self._n().multiply(other, self)
+
+    def __truediv__(self, other):
+        return self._n().divide(self, other)
+
+    def __rtruediv__(self, other):
+        return self._n().divide(other, self)
+
+    def __floordiv__(self, other):
+        return self._n().floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return self._n().floor_divide(other, self)
+
+    def __mod__(self, other):
+        return self._n().mod(self, other)
+
+    def __rmod__(self, other):
+        return self._n().mod(other, self)
+
+    def __pow__(self, other):
+        return self._n().power(self, other)
+
+    def __rpow__(self, other):
+        return self._n().power(other, self)
+
+    def __matmul__(self, other):
+        return self._n().matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return self._n().matmul(other, self)
+
+    def __neg__(self):
+        return self._n().negative(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self._n().abs(self)
+
+    def __invert__(self):
+        return self._n().invert(self)
+
+    def __and__(self, other):
+        return self._n().bitwise_and(self, other)
+
+    def __rand__(self, other):
+        return self._n().bitwise_and(other, self)
+
+    def __or__(self, other):
+        return self._n().bitwise_or(self, other)
+
+    def __ror__(self, other):
+        return self._n().bitwise_or(other, self)
+
+    def __xor__(self, other):
+        return self._n().bitwise_xor(self, other)
+
+    def __rxor__(self, other):
+        return self._n().bitwise_xor(other, self)
+
+    def __lshift__(self, other):
+        return self._n().left_shift(self, other)
+
+    def __rshift__(self, other):
+        return self._n().right_shift(self, other)
+
+    def __lt__(self, other):
+        return self._n().less(self, other)
+
+    def __le__(self, other):
+        return self._n().less_equal(self, other)
+
+    def __gt__(self, other):
+        return self._n().greater(self, other)
+
+    def __ge__(self, other):
+        return self._n().greater_equal(self, other)
+
+    def __eq__(self, other):
+        return self._n().equal(self, other)  # type: ignore[override]
+
+    def __ne__(self, other):
+        return self._n().not_equal(self, other)  # type: ignore[override]
+
+    def __getitem__(self, index):
+        return self._n().getitem(self, index)
 
     @property
     def T(self):
@@ -194,8 +267,11 @@ def is_tensor(x: Any) -> bool:
 
 def is_foreign_array(x: Any) -> bool:
     """An array of another library (a PyTorch tensor, ...) that kaun_ir takes through DLPack."""
-    return (hasattr(x, "__dlpack__") and not isinstance(x, (np.ndarray, np.generic, Tensor))
-            and type(x).__module__.split(".")[0] not in ("jax", "jaxlib"))
+    return (
+        hasattr(x, "__dlpack__")
+        and not isinstance(x, (np.ndarray, np.generic, Tensor))
+        and type(x).__module__.split(".")[0] not in ("jax", "jaxlib")
+    )
 
 
 def from_foreign(x: Any):
@@ -262,7 +338,8 @@ def to_value(builder: Builder, x: Any) -> Value:
             return builder.capture(x)
         raise TracerError(
             f"a {x.type} tensor from a trace that has already finished was used; tensors must not "
-            "escape the function being traced (return them instead)")
+            "escape the function being traced (return them instead)"
+        )
     if _HOOKS.stack:
         replaced = _HOOKS.stack[-1](x)
         if replaced is not None:
@@ -280,7 +357,8 @@ def apply(op: str, *operands: Any, regions: tuple[Graph, ...] = (), **attrs: Any
             if isinstance(x, Tensor):
                 raise TracerError(
                     f"a {x.type} tensor from a trace that has already finished was used; tensors must "
-                    "not escape the function being traced (return them instead)")
+                    "not escape the function being traced (return them instead)"
+                )
         outs = _eager(opdef, operands, attrs, regions)
         return outs[0] if len(outs) == 1 else tuple(outs)
     values = [to_value(builder, x) for x in operands]

@@ -16,7 +16,8 @@ the sample and the check.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,8 +25,12 @@ from . import dtypes
 from .ir.core import Graph, Node, TensorType
 from .ops import TABLE, OpDef
 
-_TOLERANCE = {np.dtype(np.float64): (1e-9, 1e-12), np.dtype(np.float32): (2e-5, 2e-6),
-              np.dtype(np.float16): (2e-3, 2e-3), dtypes.bfloat16: (2e-2, 2e-2)}
+_TOLERANCE = {
+    np.dtype(np.float64): (1e-9, 1e-12),
+    np.dtype(np.float32): (2e-5, 2e-6),
+    np.dtype(np.float16): (2e-3, 2e-3),
+    dtypes.bfloat16: (2e-2, 2e-2),
+}
 
 
 def single_op_graph(opdef: OpDef, inputs: Sequence[np.ndarray], attrs: dict, regions=()) -> Graph:
@@ -40,21 +45,30 @@ def single_op_graph(opdef: OpDef, inputs: Sequence[np.ndarray], attrs: dict, reg
 def _close(got, want, what: str, rtol=None, atol=None) -> float:
     got, want = np.asarray(got), np.asarray(want)
     if got.shape != want.shape or got.dtype != want.dtype:
-        raise AssertionError(f"{what}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}")
+        raise AssertionError(
+            f"{what}: got {got.dtype}{list(got.shape)}, expected {want.dtype}{list(want.shape)}"
+        )
     if want.dtype.kind in "biu":
         np.testing.assert_array_equal(got, want, err_msg=what)
         return 0.0
     default = _TOLERANCE.get(want.dtype, (0.0, 0.0))
     rtol = default[0] if rtol is None else rtol
     atol = default[1] if atol is None else atol
-    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
-                               err_msg=what, equal_nan=True)
+    np.testing.assert_allclose(
+        got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol, err_msg=what, equal_nan=True
+    )
     finite = np.isfinite(want)
     return float(np.max(np.abs(got - want)[finite], initial=0.0))
 
 
-def check_op(op: str | OpDef, jax_fn: Callable | None = None, batch_size: int = 3, seed: int = 0,
-             fd_step: float = 1e-6, fd_tol: float = 1e-5) -> dict[str, Any]:
+def check_op(
+    op: str | OpDef,
+    jax_fn: Callable | None = None,
+    batch_size: int = 3,
+    seed: int = 0,
+    fd_step: float = 1e-6,
+    fd_tol: float = 1e-5,
+) -> dict[str, Any]:
     """Run the generated op-table tests on op ``op`` (a name in the op table, or its OpDef).
 
     ``jax_fn(*inputs, **attrs)``, when given, is the equivalent JAX function: the derivative
@@ -90,16 +104,20 @@ def check_op(op: str | OpDef, jax_fn: Callable | None = None, batch_size: int = 
         expected = interpret(graph, *inputs)
         for value, out in zip(graph.outputs, expected):
             if np.shape(out) != value.type.shape or np.asarray(out).dtype != value.type.dtype:
-                raise AssertionError(f"{where}: the type rule says {value.type} but the reference returns "
-                                     f"{np.asarray(out).dtype}{list(np.shape(out))}")
+                raise AssertionError(
+                    f"{where}: the type rule says {value.type} but the reference returns "
+                    f"{np.asarray(out).dtype}{list(np.shape(out))}"
+                )
         record("type rule", 0.0)
         if parse(graph.text()).text() != graph.text():
             raise AssertionError(f"{where}: the text form does not parse back to itself")
         record("text round trip", 0.0)
         got = compile_graph(graph)(*inputs)
         for j, (g, w) in enumerate(zip(got, expected)):
-            record("XLA vs reference", _close(g, w, f"{where}: XLA output {j} vs the reference",
-                                              sample.rtol, sample.atol))
+            record(
+                "XLA vs reference",
+                _close(g, w, f"{where}: XLA output {j} vs the reference", sample.rtol, sample.atol),
+            )
         if opdef.vjp is not None:
             _check_derivatives(opdef, sample, inputs, where, jax_fn, fd_step, fd_tol, record)
         if opdef.batch is not None:
@@ -129,7 +147,7 @@ def _check_derivatives(opdef, sample, inputs, where, jax_fn, step, tol, record) 
     backward = compile_graph(gradient_graph(graph, wrt=wrt, of=outs, seed_inputs=True, keep_outputs=False))
     got_ct = [np.asarray(g) for g in backward(*wide, *cts)]
     forward = compile_graph(jvp_graph(graph, wrt))
-    got_t = [np.asarray(t) for t in forward(*wide, *tangents)[len(graph.outputs):]]
+    got_t = [np.asarray(t) for t in forward(*wide, *tangents)[len(graph.outputs) :]]
     got_t = [got_t[k] for k in outs]
 
     def run(point):  # the float outputs at a point, by the reference
@@ -153,7 +171,9 @@ def _check_derivatives(opdef, sample, inputs, where, jax_fn, step, tol, record) 
         with jax.enable_x64(True):
             _, pullback = jax.vjp(jax_outputs, *[wide[i] for i in wrt])
             want_ct = [np.asarray(c) for c in pullback(tuple(cts))]
-            want_t = [np.asarray(t) for t in jax.jvp(jax_outputs, tuple(wide[i] for i in wrt), tuple(tangents))[1]]
+            want_t = [
+                np.asarray(t) for t in jax.jvp(jax_outputs, tuple(wide[i] for i in wrt), tuple(tangents))[1]
+            ]
         label, rtol, atol = "jax", 1e-9, 1e-11
     else:
         # central differences: the directional derivative along each input element (for the VJP)
@@ -175,9 +195,15 @@ def _check_derivatives(opdef, sample, inputs, where, jax_fn, step, tol, record) 
         want_t = [(p - m) / (2 * step) for p, m in zip(run(plus), run(minus))]
         label, rtol, atol = "finite differences", tol, tol
     for i, (g, w) in enumerate(zip(got_ct, want_ct)):
-        record(f"VJP vs {label}", _close(g, w, f"{where}: VJP, cotangent of input {wrt[i]} vs {label}", rtol, atol))
+        record(
+            f"VJP vs {label}",
+            _close(g, w, f"{where}: VJP, cotangent of input {wrt[i]} vs {label}", rtol, atol),
+        )
     for k, (g, w) in enumerate(zip(got_t, want_t)):
-        record(f"JVP vs {label}", _close(g, w, f"{where}: JVP, tangent of output {outs[k]} vs {label}", rtol, atol))
+        record(
+            f"JVP vs {label}",
+            _close(g, w, f"{where}: JVP, tangent of output {outs[k]} vs {label}", rtol, atol),
+        )
 
 
 def _check_batching(opdef, sample, inputs, where, size, record) -> None:
@@ -188,25 +214,37 @@ def _check_batching(opdef, sample, inputs, where, size, record) -> None:
     graph = single_op_graph(opdef, inputs, sample.attrs, sample.regions)
     attrs = opdef.check_attrs(dict(sample.attrs))
     n = len(inputs)
-    flag_sets = [(True,) * n] + ([(True,) + (False,) * (n - 1), (False,) * (n - 1) + (True,)] if n > 1 else [])
+    flag_sets = [(True,) * n] + (
+        [(True,) + (False,) * (n - 1), (False,) * (n - 1) + (True,)] if n > 1 else []
+    )
     for flags in flag_sets:
         arrays = []
         for a, batched in zip(inputs, flags):
             if not batched:
                 arrays.append(a)
                 continue
-            variants = [a] + [rng.permutation(a.reshape(-1)).reshape(a.shape) if a.ndim else a
-                              for _ in range(size - 1)]
+            variants = [a] + [
+                rng.permutation(a.reshape(-1)).reshape(a.shape) if a.ndim else a for _ in range(size - 1)
+            ]
             arrays.append(np.stack(variants))
         batched_graph, _ = batch_graph(graph, flags, size, force=True)
         got = compile_graph(batched_graph.verify())(*arrays)
-        per_example = [opdef.run_reference([x[b] if f else x for x, f in zip(arrays, flags)], attrs,
-                                           sample.regions) for b in range(size)]
+        per_example = [
+            opdef.run_reference([x[b] if f else x for x, f in zip(arrays, flags)], attrs, sample.regions)
+            for b in range(size)
+        ]
         for j, g in enumerate(got):
             want = np.stack([np.asarray(outs[j]) for outs in per_example]).astype(np.asarray(g).dtype)
-            record("batching vs reference per example",
-                   _close(g, want, f"{where}: batching {flags}, output {j} vs the reference per example",
-                          sample.rtol, sample.atol))
+            record(
+                "batching vs reference per example",
+                _close(
+                    g,
+                    want,
+                    f"{where}: batching {flags}, output {j} vs the reference per example",
+                    sample.rtol,
+                    sample.atol,
+                ),
+            )
 
 
 __all__ = ["check_op", "single_op_graph"]

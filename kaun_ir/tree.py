@@ -6,7 +6,8 @@ keys are visited in sorted order; ``None`` is an empty subtree.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 LEAF = "*"
 

@@ -188,8 +188,10 @@ def _pad_identity(node: Node, rw: Rewriter):
 _SIGNIFICAND = {dtypes.float16: 11, dtypes.bfloat16: 8, dtypes.float32: 24, dtypes.float64: 53}
 # float dtypes whose values all lie in a wider one (range and precision both)
 _FLOAT_WIDENING = {
-    (dtypes.float16, dtypes.float32), (dtypes.float16, dtypes.float64),
-    (dtypes.bfloat16, dtypes.float32), (dtypes.bfloat16, dtypes.float64),
+    (dtypes.float16, dtypes.float32),
+    (dtypes.float16, dtypes.float64),
+    (dtypes.bfloat16, dtypes.float32),
+    (dtypes.bfloat16, dtypes.float64),
     (dtypes.float32, dtypes.float64),
 }
 

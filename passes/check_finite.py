@@ -45,8 +45,11 @@ class Site:
     def describe(self) -> str:
         if self.op == "input":
             return f"argument {self.path or '?'} of the compiled function"
-        what = f"{self.op} (in the backward pass, derivative of {self.backward_of})" if self.backward_of \
+        what = (
+            f"{self.op} (in the backward pass, derivative of {self.backward_of})"
+            if self.backward_of
             else f"{self.op} (in the forward pass)"
+        )
         where = f" at layer {self.path}" if self.path else " at the top level (no layer)"
         line = f", {self.source}" if self.source else ""
         return what + where + line
@@ -92,8 +95,15 @@ def instrument(graph: Graph) -> tuple[Graph, list[Site]]:
                 finite[id(old)] = apply("is_finite", probe)
                 note(apply("not", finite[id(old)]), probe, Site("input", name, "", None))
         for node in graph.nodes:
-            fresh = Node(node.op, [env[id(v)] for v in node.inputs], node.attrs, node.types, node.regions,
-                         path=node.path, source=node.source)
+            fresh = Node(
+                node.op,
+                [env[id(v)] for v in node.inputs],
+                node.attrs,
+                node.types,
+                node.regions,
+                path=node.path,
+                source=node.source,
+            )
             builder.nodes.append(fresh)
             for old, out in zip(node.outputs, fresh.outputs):
                 env[id(old)] = out
@@ -128,8 +138,15 @@ def probe_outputs(graph: Graph) -> Graph:
         args = [builder.add_input(v.type) for v in graph.inputs]
         env: dict[int, Value] = {id(old): new for old, new in zip(graph.inputs, args)}
         for node in graph.nodes:
-            fresh = Node(node.op, [env[id(v)] for v in node.inputs], node.attrs, node.types, node.regions,
-                         path=node.path, source=node.source)
+            fresh = Node(
+                node.op,
+                [env[id(v)] for v in node.inputs],
+                node.attrs,
+                node.types,
+                node.regions,
+                path=node.path,
+                source=node.source,
+            )
             builder.nodes.append(fresh)
             for old, out in zip(node.outputs, fresh.outputs):
                 env[id(old)] = out

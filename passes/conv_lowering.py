@@ -75,16 +75,26 @@ def _over_kernel_positions(rw: Rewriter, node: Node, lhs: Value, kernel, out_spa
     ls, rs, os_ = a["lhs_spec"], a["rhs_spec"], a["out_spec"]
     rhs = node.inputs[1]
     nd = len(kernel)
-    taps = [_window_slice(rw, lhs, ls[2:], [k * d for k, d in zip(pos, a["rhs_dilation"])], out_spatial,
-                          a["window_strides"])
-            for pos in itertools.product(*(range(n) for n in kernel))]
+    taps = [
+        _window_slice(
+            rw, lhs, ls[2:], [k * d for k, d in zip(pos, a["rhs_dilation"])], out_spatial, a["window_strides"]
+        )
+        for pos in itertools.product(*(range(n) for n in kernel))
+    ]
     patches = taps[0] if len(taps) == 1 else rw.emit("concatenate", *taps, dimension=ls[1])
     # the kernel as [k..., I, O] -> [K * I, O], k-major like the patches' feature axis
     in_features, out_features = rhs.shape[rs[1]], rhs.shape[rs[0]]
     matrix = rw.emit("transpose", rhs, permutation=tuple(rs[2:]) + (rs[1], rs[0]))
     matrix = rw.emit("reshape", matrix, shape=(math.prod(kernel) * in_features, out_features))
-    product = rw.emit("dot_general", patches, matrix, lhs_batch=(), rhs_batch=(), lhs_contracting=(ls[1],),
-                      rhs_contracting=(0,))
+    product = rw.emit(
+        "dot_general",
+        patches,
+        matrix,
+        lhs_batch=(),
+        rhs_batch=(),
+        lhs_contracting=(ls[1],),
+        rhs_contracting=(0,),
+    )
     # product axes: the lhs axes but its feature axis (in order), then the output features
     kept = [axis for axis in range(nd + 2) if axis != ls[1]]
     role_axis = [kept.index(ls[0]), nd + 1] + [kept.index(ls[2 + d]) for d in range(nd)]
@@ -96,12 +106,22 @@ def _over_output_positions(rw: Rewriter, node: Node, lhs: Value, kernel, out_spa
     ls, rs, os_ = a["lhs_spec"], a["rhs_spec"], a["out_spec"]
     rhs = node.inputs[1]
     nd = len(kernel)
-    taps = [_window_slice(rw, lhs, ls[2:], [s * st for s, st in zip(pos, a["window_strides"])], kernel,
-                          a["rhs_dilation"])
-            for pos in itertools.product(*(range(n) for n in out_spatial))]
+    taps = [
+        _window_slice(
+            rw, lhs, ls[2:], [s * st for s, st in zip(pos, a["window_strides"])], kernel, a["rhs_dilation"]
+        )
+        for pos in itertools.product(*(range(n) for n in out_spatial))
+    ]
     stacked = taps[0] if len(taps) == 1 else rw.emit("concatenate", *taps, dimension=ls[0])
-    product = rw.emit("dot_general", stacked, rhs, lhs_batch=(), rhs_batch=(),
-                      lhs_contracting=(ls[1],) + tuple(ls[2:]), rhs_contracting=(rs[1],) + tuple(rs[2:]))
+    product = rw.emit(
+        "dot_general",
+        stacked,
+        rhs,
+        lhs_batch=(),
+        rhs_batch=(),
+        lhs_contracting=(ls[1],) + tuple(ls[2:]),
+        rhs_contracting=(rs[1],) + tuple(rs[2:]),
+    )
     # product: [S * B, O] with S output positions (row-major) major -> [s..., B, O]
     batch, out_features = lhs.shape[ls[0]], rhs.shape[rs[0]]
     product = rw.emit("reshape", product, shape=tuple(out_spatial) + (batch, out_features))
@@ -123,9 +143,15 @@ def _lower(node: Node, rw: Rewriter, max_slices: int, max_features: int):
     a = node.attr_dict
     lhs, rhs = node.inputs
     ls, rs, os_ = a["lhs_spec"], a["rhs_spec"], a["out_spec"]
-    if (any(d != 1 for d in a["lhs_dilation"]) or a["feature_group_count"] != 1 or a["batch_group_count"] != 1
-            or any(lo < 0 or hi < 0 for lo, hi in a["padding"]) or node.outputs[0].type.size == 0
-            or lhs.type.size == 0 or rhs.type.size == 0):
+    if (
+        any(d != 1 for d in a["lhs_dilation"])
+        or a["feature_group_count"] != 1
+        or a["batch_group_count"] != 1
+        or any(lo < 0 or hi < 0 for lo, hi in a["padding"])
+        or node.outputs[0].type.size == 0
+        or lhs.type.size == 0
+        or rhs.type.size == 0
+    ):
         return None
     if max_features > 0 and rhs.shape[rs[1]] > max_features:
         return None
@@ -145,11 +171,26 @@ def _lower(node: Node, rw: Rewriter, max_slices: int, max_features: int):
     return result
 
 
-@register("lower-conv", options={
-    "mode": (str, "im2col", "im2col: small convolutions as slices + dot_general; native: leave them alone"),
-    "max_slices": (int, 9, "lower only when the slices (kernel or output positions, the fewer) are at most this many"),
-    "max_features": (int, 0, "lower only convolutions contracting at most this many input features (0: any)"),
-})
+@register(
+    "lower-conv",
+    options={
+        "mode": (
+            str,
+            "im2col",
+            "im2col: small convolutions as slices + dot_general; native: leave them alone",
+        ),
+        "max_slices": (
+            int,
+            9,
+            "lower only when the slices (kernel or output positions, the fewer) are at most this many",
+        ),
+        "max_features": (
+            int,
+            0,
+            "lower only convolutions contracting at most this many input features (0: any)",
+        ),
+    },
+)
 def lower_conv(graph: Graph, mode: str, max_slices: int, max_features: int) -> Graph:
     """Small convolutions as strided slices + one dot_general (im2col); exact up to summation order."""
     if mode not in ("im2col", "native"):

@@ -44,7 +44,7 @@ Guards for exactness on particular operands (the fold is skipped otherwise):
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import ml_dtypes
 import numpy as np
@@ -150,16 +150,46 @@ def _convert_ok(arrays, attrs) -> bool:
 
 # Data movement: bits are copied, never computed on (subnormals and NaN payloads pass unchanged).
 _DATA_MOVEMENT: dict[str, Guard] = {
-    op: _always for op in ("broadcast_in_dim", "reshape", "transpose", "slice", "concatenate", "pad",
-                           "reverse", "dynamic_slice", "dynamic_update_slice", "gather", "select",
-                           "bitcast_convert", "stop_gradient")
+    op: _always
+    for op in (
+        "broadcast_in_dim",
+        "reshape",
+        "transpose",
+        "slice",
+        "concatenate",
+        "pad",
+        "reverse",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "gather",
+        "select",
+        "bitcast_convert",
+        "stop_gradient",
+    )
 }
 
 # Arithmetic whose reference is exact (IEEE correctly rounded, or integer wrap-around) given the guard.
 _ARITHMETIC: dict[str, Guard] = {
-    **{op: _always for op in ("negate", "abs", "floor", "ceil", "round_nearest_even", "not",
-                              "add", "subtract", "multiply", "and", "or", "xor", "compare",
-                              "argmax", "argmin")},
+    **{
+        op: _always
+        for op in (
+            "negate",
+            "abs",
+            "floor",
+            "ceil",
+            "round_nearest_even",
+            "not",
+            "add",
+            "subtract",
+            "multiply",
+            "and",
+            "or",
+            "xor",
+            "compare",
+            "argmax",
+            "argmin",
+        )
+    },
     "divide": _integer_division_ok,
     "remainder": _integer_division_ok,
     "power": _integer_power_ok,
@@ -184,9 +214,21 @@ FOLDABLE: dict[str, Guard] = {**_DATA_MOVEMENT, **_ARITHMETIC}
 
 #: ops never folded, with the reason (every op of the table is in FOLDABLE or here).
 NOT_FOLDED: dict[str, str] = {
-    **{op: "transcendental: XLA's approximation differs from NumPy's in the last bits"
-       for op in ("exponential", "exponential_minus_one", "log", "log_plus_one", "tanh", "logistic", "sine",
-                  "cosine", "erf", "atan2")},
+    **{
+        op: "transcendental: XLA's approximation differs from NumPy's in the last bits"
+        for op in (
+            "exponential",
+            "exponential_minus_one",
+            "log",
+            "log_plus_one",
+            "tanh",
+            "logistic",
+            "sine",
+            "cosine",
+            "erf",
+            "atan2",
+        )
+    },
     "sqrt": "correctly rounded on XLA:CPU, but GPU backends may use an approximation",
     "rsqrt": "an approximation on XLA's backends",
     "constant": "already a constant",
@@ -202,11 +244,37 @@ NOT_FOLDED: dict[str, str] = {
 }
 
 #: elementwise ops: on splat operands they fold on one scalar, at any size.
-ELEMENTWISE = frozenset((
-    "negate", "abs", "sign", "floor", "ceil", "round_nearest_even", "not", "add", "subtract", "multiply",
-    "divide", "remainder", "power", "and", "or", "xor", "shift_left", "shift_right_logical",
-    "shift_right_arithmetic", "maximum", "minimum", "compare", "select", "clamp", "convert",
-    "bitcast_convert", "stop_gradient"))
+ELEMENTWISE = frozenset(
+    (
+        "negate",
+        "abs",
+        "sign",
+        "floor",
+        "ceil",
+        "round_nearest_even",
+        "not",
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "remainder",
+        "power",
+        "and",
+        "or",
+        "xor",
+        "shift_left",
+        "shift_right_logical",
+        "shift_right_arithmetic",
+        "maximum",
+        "minimum",
+        "compare",
+        "select",
+        "clamp",
+        "convert",
+        "bitcast_convert",
+        "stop_gradient",
+    )
+)
 
 
 def _guard_ok(op: str, arrays: list[np.ndarray], outputs: list[np.ndarray], attrs: dict) -> bool:
@@ -261,15 +329,19 @@ class _Folder:
         outs = _evaluate(node, scalars, scalar_outputs=True)
         if not FOLDABLE[node.op](scalars, attrs) or not _guard_ok(node.op, scalars, outs, attrs):
             return None
-        return tuple(self.materialise(rw, np.broadcast_to(o, v.shape).copy())
-                     for o, v in zip(outs, node.outputs))
+        return tuple(
+            self.materialise(rw, np.broadcast_to(o, v.shape).copy()) for o, v in zip(outs, node.outputs)
+        )
 
     def fold(self, node: Node, rw: Rewriter):
         """Every operand constant and the results small: evaluate with the reference."""
         if sum(v.type.size for v in node.outputs) > self.max_elements:
             return None
-        if node.op == "broadcast_in_dim" and node.outputs[0].type.size > self.max_splat_elements \
-                and rw.splat(node.inputs[0]) is not None:
+        if (
+            node.op == "broadcast_in_dim"
+            and node.outputs[0].type.size > self.max_splat_elements
+            and rw.splat(node.inputs[0]) is not None
+        ):
             return None  # a large splat stays a broadcast (what materialise would make again)
         arrays = [self.operand(rw, v) for v in node.inputs]
         if any(a is None for a in arrays):
@@ -308,13 +380,26 @@ def _evaluate(node: Node, arrays: list[np.ndarray], scalar_outputs: bool = False
     return results
 
 
-@register("fold", options={
-    "max_elements": (int, DEFAULT_MAX_ELEMENTS, "fold only when the results have at most this many elements"),
-    "max_splat_elements": (int, DEFAULT_MAX_SPLAT_ELEMENTS,
-                           "larger all-equal results stay a broadcast of a scalar constant"),
-})
-def fold(graph: Graph, max_elements: int = DEFAULT_MAX_ELEMENTS,
-         max_splat_elements: int = DEFAULT_MAX_SPLAT_ELEMENTS) -> Graph:
+@register(
+    "fold",
+    options={
+        "max_elements": (
+            int,
+            DEFAULT_MAX_ELEMENTS,
+            "fold only when the results have at most this many elements",
+        ),
+        "max_splat_elements": (
+            int,
+            DEFAULT_MAX_SPLAT_ELEMENTS,
+            "larger all-equal results stay a broadcast of a scalar constant",
+        ),
+    },
+)
+def fold(
+    graph: Graph,
+    max_elements: int = DEFAULT_MAX_ELEMENTS,
+    max_splat_elements: int = DEFAULT_MAX_SPLAT_ELEMENTS,
+) -> Graph:
     """Constant folding with the NumPy references, for ops whose results match XLA's bit for bit."""
     for name, value in (("max_elements", max_elements), ("max_splat_elements", max_splat_elements)):
         if value < 0:

@@ -142,9 +142,9 @@ class _Chain:
         self.nodes = nodes
         self.shape = nodes[0].types[0].shape
         self.size = int(np.prod(self.shape, dtype=np.int64))
-        self.externals: list[Value] = []   # tensor operands of the chain's shape, first use first
+        self.externals: list[Value] = []  # tensor operands of the chain's shape, first use first
         self.scalars: dict[Any, Value | np.ndarray] = {}  # key -> 0-d value or 0-d constant array
-        self.escaping: list[Value] = []    # results used outside the chain, in signature order
+        self.escaping: list[Value] = []  # results used outside the chain, in signature order
         self.signature: tuple = ()
 
 
@@ -174,9 +174,15 @@ def _scalar_key(value: Value) -> tuple[Any, Value | np.ndarray] | None:
 
 def _find_chains(graph: Graph) -> list[_Chain]:
     """The connected components of elementwise optimiser nodes, those that form a valid chain."""
-    members = [n for n in graph.nodes
-               if n.op in ELEMENTWISE and on_optimizer_path(n) and len(n.outputs) == 1
-               and n.types[0].ndim > 0 and n.types[0].size > 0]
+    members = [
+        n
+        for n in graph.nodes
+        if n.op in ELEMENTWISE
+        and on_optimizer_path(n)
+        and len(n.outputs) == 1
+        and n.types[0].ndim > 0
+        and n.types[0].size > 0
+    ]
     index = {id(n): i for i, n in enumerate(members)}
     parent = list(range(len(members)))
 
@@ -289,7 +295,7 @@ def _horizontal(graph: Graph, max_group: int) -> Graph:
     for chains in by_signature.values():
         chains = _independent(chains, graph) if len(chains) > 1 else chains
         step = max_group if max_group > 0 else len(chains)
-        groups += [chains[i:i + step] for i in range(0, len(chains), step) if len(chains[i:i + step]) > 1]
+        groups += [chains[i : i + step] for i in range(0, len(chains), step) if len(chains[i : i + step]) > 1]
     if not groups:
         return graph
 
@@ -330,8 +336,10 @@ def _fuse(chains: list[_Chain], replacement: dict[int, Value]) -> list[Node]:
             return value
         return emit("reshape", [value], {"shape": (value.type.size,)}, template)
 
-    tensors = [emit("concatenate", [flat(c.externals[k]) for c in chains], {"dimension": 0}, template)
-               for k in range(len(first.externals))]
+    tensors = [
+        emit("concatenate", [flat(c.externals[k]) for c in chains], {"dimension": 0}, template)
+        for k in range(len(first.externals))
+    ]
     scalars: dict[Any, Value] = {}
     broadcasts: dict[Any, Value] = {}
 
@@ -346,8 +354,9 @@ def _fuse(chains: list[_Chain], replacement: dict[int, Value]) -> list[Node]:
 
     def broadcast(key) -> Value:
         if key not in broadcasts:
-            broadcasts[key] = emit("broadcast_in_dim", [scalar(key)],
-                                   {"shape": flat_shape, "broadcast_dimensions": ()}, template)
+            broadcasts[key] = emit(
+                "broadcast_in_dim", [scalar(key)], {"shape": flat_shape, "broadcast_dimensions": ()}, template
+            )
         return broadcasts[key]
 
     results: list[Value] = []
@@ -369,8 +378,12 @@ def _fuse(chains: list[_Chain], replacement: dict[int, Value]) -> list[Node]:
         fused = results[escaping_index]
         offset = 0
         for chain in chains:
-            part = emit("slice", [fused], {"start_indices": (offset,), "limit_indices": (offset + chain.size,),
-                                           "strides": (1,)}, template)
+            part = emit(
+                "slice",
+                [fused],
+                {"start_indices": (offset,), "limit_indices": (offset + chain.size,), "strides": (1,)},
+                template,
+            )
             if chain.shape != (chain.size,):
                 part = emit("reshape", [part], {"shape": chain.shape}, template)
             replacement[id(chain.nodes[escaping_index].outputs[0])] = part
@@ -378,8 +391,9 @@ def _fuse(chains: list[_Chain], replacement: dict[int, Value]) -> list[Node]:
     return new_nodes
 
 
-def _rebuild(graph: Graph, removed: set[int], replacement: dict[int, Value],
-             added: list[tuple[int, list[Node]]]) -> Graph:
+def _rebuild(
+    graph: Graph, removed: set[int], replacement: dict[int, Value], added: list[tuple[int, list[Node]]]
+) -> Graph:
     """The graph without the ``removed`` nodes, with the ``added`` ones, in a valid order close to
     the original (each fused block goes where its last original node was, earlier if needed)."""
     env = dict(replacement)
@@ -437,11 +451,17 @@ def _rebuild(graph: Graph, removed: set[int], replacement: dict[int, Value],
 # ----------------------------------------------------------------------------- the pass
 
 
-@register("fuse-optimizer", options={
-    "horizontal": (bool, False, "fuse the isomorphic per-parameter update chains into one chain "
-                                "on concatenated flat vectors"),
-    "max_group": (int, 0, "at most this many chains per fused chain (0: no limit)"),
-})
+@register(
+    "fuse-optimizer",
+    options={
+        "horizontal": (
+            bool,
+            False,
+            "fuse the isomorphic per-parameter update chains into one chain on concatenated flat vectors",
+        ),
+        "max_group": (int, 0, "at most this many chains per fused chain (0: no limit)"),
+    },
+)
 def fuse_optimizer(graph: Graph, horizontal: bool, max_group: int) -> Graph:
     """Check donation of the optimiser update, hoist scalar work, optionally fuse horizontally."""
     if max_group < 0:

@@ -70,11 +70,44 @@ AUTO_LAYOUT = {"cpu": ("nhwc", "nchw"), "gpu": ("nhwc", "nhwc"), "tpu": ("nhwc",
 
 # Shape-preserving ops applied element by element (operands of the result's shape, or scalars).
 ELEMENTWISE = {
-    "negate", "abs", "sign", "exponential", "exponential_minus_one", "log", "log_plus_one", "sqrt",
-    "rsqrt", "tanh", "logistic", "sine", "cosine", "floor", "ceil", "round_nearest_even", "erf", "not",
-    "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "remainder", "atan2", "and",
-    "or", "xor", "shift_left", "shift_right_logical", "shift_right_arithmetic", "compare", "select",
-    "clamp", "convert", "stop_gradient",
+    "negate",
+    "abs",
+    "sign",
+    "exponential",
+    "exponential_minus_one",
+    "log",
+    "log_plus_one",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "logistic",
+    "sine",
+    "cosine",
+    "floor",
+    "ceil",
+    "round_nearest_even",
+    "erf",
+    "not",
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "power",
+    "maximum",
+    "minimum",
+    "remainder",
+    "atan2",
+    "and",
+    "or",
+    "xor",
+    "shift_left",
+    "shift_right_logical",
+    "shift_right_arithmetic",
+    "compare",
+    "select",
+    "clamp",
+    "convert",
+    "stop_gradient",
 }
 
 
@@ -354,7 +387,9 @@ def _reduce_absorb(node: Node, rw: Rewriter):
     kept = [p[a] for a in range(len(p)) if a not in dims]
     if kept != sorted(kept):
         return None
-    return rw.emit("reduce", t.inputs[0], **{**node.attr_dict, "dimensions": tuple(sorted(p[a] for a in dims))})
+    return rw.emit(
+        "reduce", t.inputs[0], **{**node.attr_dict, "dimensions": tuple(sorted(p[a] for a in dims))}
+    )
 
 
 for _rule in SINK.rules():
@@ -406,8 +441,10 @@ def _transposes(graph: Graph) -> int:
 
 def has_gradient_convolutions(graph: Graph) -> bool:
     """Whether ``graph`` holds a backward convolution (batch and feature roles swapped somewhere)."""
-    return any(n.op == "convolution" and any(n.attr(s)[0] > n.attr(s)[1] for s in ("lhs_spec", "rhs_spec"))
-               for n in graph.walk())
+    return any(
+        n.op == "convolution" and any(n.attr(s)[0] > n.attr(s)[1] for s in ("lhs_spec", "rhs_spec"))
+        for n in graph.walk()
+    )
 
 
 def resolve(prefer: str, target: str, training: bool = False) -> str:
@@ -421,11 +458,18 @@ def resolve(prefer: str, target: str, training: bool = False) -> str:
     return AUTO_LAYOUT.get(target, ("none", "none"))[1 if training else 0]
 
 
-@register("layout", options={
-    "prefer": (str, "auto", "layout of convolution chains: auto (fastest measured on target), nchw, nhwc, "
-                            "none (only absorb and cancel transposes)"),
-    "target": (str, "auto", "backend to choose for when prefer=auto: cpu, gpu, or auto (the runtime's)"),
-})
+@register(
+    "layout",
+    options={
+        "prefer": (
+            str,
+            "auto",
+            "layout of convolution chains: auto (fastest measured on target), nchw, nhwc, "
+            "none (only absorb and cancel transposes)",
+        ),
+        "target": (str, "auto", "backend to choose for when prefer=auto: cpu, gpu, or auto (the runtime's)"),
+    },
+)
 def layout(graph: Graph, prefer: str, target: str) -> Graph:
     """Absorb and cancel transposes; put convolution chains in one layout (NCHW/NHWC)."""
     if prefer not in ("auto", "nchw", "nhwc", "none"):

@@ -14,12 +14,12 @@ Shaped after MLIR's and LLVM's pass managers (see docs/passes.md):
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import shlex
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from kaun_ir.errors import IRError, KaunError
 from kaun_ir.fileio import atomic_write, repro_dir
@@ -88,7 +88,7 @@ def _choose(explicit: str | None, env: str, default) -> str:
 
 # --- pipelines --------------------------------------------------------------------------------
 
-_SPECIAL = set(",{}=\"\\") | {" ", "\t", "\n"}
+_SPECIAL = set(',{}="\\') | {" ", "\t", "\n"}
 
 
 @dataclass(frozen=True)
@@ -150,7 +150,7 @@ class Pipeline:
     steps: tuple[PassStep, ...] = ()
 
     @classmethod
-    def parse(cls, text: "str | Pipeline") -> "Pipeline":
+    def parse(cls, text: str | Pipeline) -> Pipeline:
         if isinstance(text, Pipeline):
             return text
         if not isinstance(text, str):
@@ -158,7 +158,7 @@ class Pipeline:
         return cls(tuple(_Parser(text).parse()))
 
     @classmethod
-    def of(cls, *steps: "str | PassStep") -> "Pipeline":
+    def of(cls, *steps: str | PassStep) -> Pipeline:
         """``Pipeline.of("cse", PassStep("unroll", (("factor", 8),)))`` (validated like parse)."""
         return cls.parse(",".join(str(s) for s in steps))
 
@@ -203,7 +203,7 @@ class _Parser:
         if self.pos == start:
             found = repr(self.text[start]) if start < len(self.text) else "the end"
             raise self.error(f"expected {what}, found {found}", start)
-        return self.text[start:self.pos], start
+        return self.text[start : self.pos], start
 
     def value(self) -> str:
         self.skip_space()
@@ -212,8 +212,8 @@ class _Parser:
             while self.pos < len(self.text) and self.text[self.pos] not in _SPECIAL:
                 self.pos += 1
             if self.pos == start:
-                raise self.error("expected an option value (use \"\" for an empty string)")
-            return self.text[start:self.pos]
+                raise self.error('expected an option value (use "" for an empty string)')
+            return self.text[start : self.pos]
         start, self.pos, chars = self.pos, self.pos + 1, []
         while self.pos < len(self.text) and self.text[self.pos] != '"':
             if self.text[self.pos] == "\\" and self.pos + 1 < len(self.text):
@@ -353,8 +353,13 @@ class PrintAfterChange(Instrumentation):
         before, after = graph.text(), result.text()
         if before == after:
             return
-        diff = difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
-                                    f"before {pass_}", f"after {pass_}", n=self.context)
+        diff = difflib.unified_diff(
+            before.splitlines(keepends=True),
+            after.splitlines(keepends=True),
+            f"before {pass_}",
+            f"after {pass_}",
+            n=self.context,
+        )
         out = self.stream or _stderr()
         out.write(_header(f"After {pass_} (changed)") + "".join(diff))
         out.flush()
@@ -371,8 +376,12 @@ class Timing(Instrumentation):
 
     def report(self) -> str:
         total = sum(s for _, s in self.times)
-        lines = [_rule("Execution time report"), f"  Total Execution Time: {total:.4f} seconds", "",
-                 "  ----Wall Time----  ----Name----"]
+        lines = [
+            _rule("Execution time report"),
+            f"  Total Execution Time: {total:.4f} seconds",
+            "",
+            "  ----Wall Time----  ----Name----",
+        ]
         for name, seconds in self.times + [("Total", total)]:
             share = 100.0 * seconds / total if total > 0 else 100.0
             lines.append(f"  {seconds:8.4f} ({share:5.1f}%)  {name}")
@@ -407,17 +416,24 @@ class Statistics(Instrumentation):
     def after(self, pass_, graph, result, seconds):
         before, after = self._before, result.op_counts()
         added = {op: after.get(op, 0) - before.get(op, 0) for op in sorted(set(after) | set(before))}
-        self.records.append(PassStatistics(
-            str(pass_), sum(before.values()), sum(after.values()),
-            {op: n for op, n in added.items() if n > 0}, {op: -n for op, n in added.items() if n < 0},
-            dict(pass_.counters)))
+        self.records.append(
+            PassStatistics(
+                str(pass_),
+                sum(before.values()),
+                sum(after.values()),
+                {op: n for op, n in added.items() if n > 0},
+                {op: -n for op, n in added.items() if n < 0},
+                dict(pass_.counters),
+            )
+        )
 
     def report(self) -> str:
         lines = [_rule("Pass statistics report")]
         for rec in self.records:
             lines.append(f"{rec.name}")
-            lines.append(f"  nodes: {rec.nodes_before} -> {rec.nodes_after} "
-                         f"({rec.nodes_after - rec.nodes_before:+d})")
+            lines.append(
+                f"  nodes: {rec.nodes_before} -> {rec.nodes_after} ({rec.nodes_after - rec.nodes_before:+d})"
+            )
             for op, n in rec.ops_added.items():
                 lines.append(f"  +{n} {op}")
             for op, n in rec.ops_removed.items():
@@ -471,9 +487,14 @@ class PassManager:
     dir); ``False`` disables them.
     """
 
-    def __init__(self, pipeline: "str | Pipeline", instrumentations: Iterable[Instrumentation] = (),
-                 verify_each: bool = False, stop_after: int | None = None,
-                 reproducer_dir: "str | None | bool" = None):
+    def __init__(
+        self,
+        pipeline: str | Pipeline,
+        instrumentations: Iterable[Instrumentation] = (),
+        verify_each: bool = False,
+        stop_after: int | None = None,
+        reproducer_dir: str | None | bool = None,
+    ):
         self.pipeline = Pipeline.parse(pipeline)
         self.instrumentations = list(instrumentations)
         self.verify_each = verify_each
@@ -489,7 +510,7 @@ class PassManager:
                 self._verify(graph, None, 0)
             steps = self.pipeline.steps
             if self.stop_after is not None:
-                steps = steps[:self.stop_after]
+                steps = steps[: self.stop_after]
             for index, step in enumerate(steps, start=1):
                 graph = self._run_one(graph, index, step)
         finally:
@@ -516,8 +537,9 @@ class PassManager:
             self._failed(run, graph, err)
             path = self._write_reproducer(graph, index, err)
             where = f"; reproducer written to {path}" if path else ""
-            raise PassCrash(f"pass {run} crashed: {type(err).__name__}: {err}{where}",
-                            step.name, index, path) from err
+            raise PassCrash(
+                f"pass {run} crashed: {type(err).__name__}: {err}{where}", step.name, index, path
+            ) from err
         finally:
             registry.stop_collecting(token)
         seconds = time.perf_counter() - start
@@ -540,15 +562,16 @@ class PassManager:
             graph.verify()
         except Exception as err:
             what = f"the IR produced by pass {run}" if run else "the input IR (before any pass)"
-            raise PassVerificationError(f"{what} is invalid: {err}", run.name if run else None,
-                                        index) from err
+            raise PassVerificationError(
+                f"{what} is invalid: {err}", run.name if run else None, index
+            ) from err
 
     # -- crash reproducers
 
     def _write_reproducer(self, graph: Graph, index: int, err: BaseException) -> str | None:
         if self.reproducer_dir is False:
             return None
-        remaining = Pipeline(self.pipeline.steps[index - 1:])
+        remaining = Pipeline(self.pipeline.steps[index - 1 :])
         try:
             text = reproducer_text(graph, remaining, err)
             digest = hashlib.sha256(text.encode()).hexdigest()[:12]
@@ -564,10 +587,11 @@ def reproducer_text(graph: Graph, remaining: Pipeline, err: BaseException) -> st
     loads = _modules_to_load(remaining)
     command = ["kaun-ir", "opt", "%s"] + [w for m in loads for w in ("--load", m)] + ["-p", str(remaining)]
     first_line = str(err).splitlines()[0] if str(err) else ""
-    return (f"// RUN: {' '.join(shlex.quote(w) if w != '%s' else w for w in command)}\n"
-            f"// kaun_ir pass crash reproducer: pass {remaining.steps[0].name!r} raised\n"
-            f"// {type(err).__name__}: {first_line}\n"
-            + graph.text())
+    return (
+        f"// RUN: {' '.join(shlex.quote(w) if w != '%s' else w for w in command)}\n"
+        f"// kaun_ir pass crash reproducer: pass {remaining.steps[0].name!r} raised\n"
+        f"// {type(err).__name__}: {first_line}\n" + graph.text()
+    )
 
 
 def _modules_to_load(pipeline: Pipeline) -> list[str]:
@@ -616,8 +640,13 @@ def load_module(spec: str):
     return importlib.import_module(spec)
 
 
-def run(graph: Graph, pipeline: "str | Pipeline", instrumentations: Sequence[Instrumentation] = (),
-        verify_each: bool = False, stop_after: int | None = None) -> Graph:
+def run(
+    graph: Graph,
+    pipeline: str | Pipeline,
+    instrumentations: Sequence[Instrumentation] = (),
+    verify_each: bool = False,
+    stop_after: int | None = None,
+) -> Graph:
     """Run ``pipeline`` over ``graph`` (see :class:`PassManager`); the input is not modified."""
     if not isinstance(graph, Graph):
         raise TypeError(f"kn.passes.run: expected a kn.Graph, got {type(graph).__name__}")

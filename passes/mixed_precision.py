@@ -12,9 +12,12 @@ from .registry import register, statistic
 _PRODUCTS = ("dot_general", "convolution")
 
 
-@register("mixed-precision", options={
-    "compute": (str, "bfloat16", "the dtype of the matrix products: bfloat16 or float16"),
-})
+@register(
+    "mixed-precision",
+    options={
+        "compute": (str, "bfloat16", "the dtype of the matrix products: bfloat16 or float16"),
+    },
+)
 def mixed_precision(graph: Graph, compute: str) -> Graph:
     """Cast the operands of every float32 ``dot_general`` / ``convolution`` to ``compute``;
     ``dot_general`` keeps a float32 result (``preferred_dtype``), a convolution's result is cast
@@ -27,7 +30,9 @@ def mixed_precision(graph: Graph, compute: str) -> Graph:
         rewritten = 0
         for node in graph.nodes:
             inputs = [env[id(v)] for v in node.inputs]
-            if node.op in _PRODUCTS and all(v.type.dtype == dtypes.float32 for v in list(node.inputs) + list(node.outputs)):
+            if node.op in _PRODUCTS and all(
+                v.type.dtype == dtypes.float32 for v in list(node.inputs) + list(node.outputs)
+            ):
                 rewritten += 1
                 with _at(node):
                     lhs, rhs = (apply("convert", Tensor(v, builder), dtype=low) for v in inputs)
@@ -39,7 +44,9 @@ def mixed_precision(graph: Graph, compute: str) -> Graph:
                         out = apply("convert", apply("convolution", lhs, rhs, **attrs), dtype=dtypes.float32)
                 env[id(node.outputs[0])] = out.value
                 continue
-            fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, path=node.path, source=node.source)
+            fresh = Node(
+                node.op, inputs, node.attrs, node.types, node.regions, path=node.path, source=node.source
+            )
             builder.nodes.append(fresh)
             for old, new in zip(node.outputs, fresh.outputs):
                 env[id(old)] = new
@@ -67,4 +74,3 @@ class _at:
 
         self.source.__exit__(*exc)
         _STATE.path = self.saved_path
-

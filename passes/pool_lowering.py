@@ -46,8 +46,9 @@ from .rewrite import Rewriter, RuleTable, apply_rules
 _COMBINE = {"max": "maximum", "min": "minimum", "sum": "add"}
 
 
-def tiling_windows(shape, window, strides, padding, base_dilations=None, window_dilations=None,
-                   max_window: int = 0) -> tuple[int, ...] | None:
+def tiling_windows(
+    shape, window, strides, padding, base_dilations=None, window_dilations=None, max_window: int = 0
+) -> tuple[int, ...] | None:
     """The number of windows per axis when the windows tile ``shape`` (window == stride, no
     padding, no dilation, at least one window per axis, more than one element per window and
     at most ``max_window`` of them when it is positive); None otherwise."""
@@ -67,8 +68,9 @@ def _taps(rw: Rewriter, x: Value, window, counts) -> list[Value]:
     taps = []
     for offset in itertools.product(*(range(w) for w in window)):
         limit = tuple(k + (m - 1) * w + 1 for k, m, w in zip(offset, counts, window))
-        taps.append(rw.emit("slice", x, start_indices=tuple(offset), limit_indices=limit,
-                            strides=tuple(window)))
+        taps.append(
+            rw.emit("slice", x, start_indices=tuple(offset), limit_indices=limit, strides=tuple(window))
+        )
     return taps
 
 
@@ -80,8 +82,15 @@ def _lower_reduce_window(node: Node, rw: Rewriter, max_window: int):
     """reduce_window over tiling windows -> f(...f(init, tap_0)..., tap_K-1)."""
     x, init = node.inputs
     a = node.attr_dict
-    counts = tiling_windows(x.shape, a["window_dimensions"], a["window_strides"], a["padding"],
-                            a["base_dilations"], a["window_dilations"], max_window)
+    counts = tiling_windows(
+        x.shape,
+        a["window_dimensions"],
+        a["window_strides"],
+        a["padding"],
+        a["base_dilations"],
+        a["window_dilations"],
+        max_window,
+    )
     if counts is None:
         return None
     combine = _COMBINE[a["kind"]]
@@ -115,8 +124,9 @@ def _lower_select_and_scatter(node: Node, rw: Rewriter, max_window: int):
     """select_and_scatter_add over tiling windows -> a select scan over the taps + one select."""
     x, source, init = node.inputs
     window = node.attr("window_dimensions")
-    counts = tiling_windows(x.shape, window, node.attr("window_strides"), node.attr("padding"),
-                            max_window=max_window)
+    counts = tiling_windows(
+        x.shape, window, node.attr("window_strides"), node.attr("padding"), max_window=max_window
+    )
     if counts is None:
         return None
     taps = _taps(rw, x, window, counts)
@@ -142,10 +152,15 @@ def _lower_select_and_scatter(node: Node, rw: Rewriter, max_window: int):
             split.append(w)
     split = tuple(split)
     offsets = np.arange(math.prod(window), dtype=np.int32).reshape([w for w in window if w > 1])
-    at_offset = rw.emit("broadcast_in_dim", rw.constant(offsets), shape=split,
-                        broadcast_dimensions=tuple(window_axes))
-    hit = rw.emit("compare", rw.emit("broadcast_in_dim", chosen, shape=split,
-                                     broadcast_dimensions=tuple(count_axes)), at_offset, direction="EQ")
+    at_offset = rw.emit(
+        "broadcast_in_dim", rw.constant(offsets), shape=split, broadcast_dimensions=tuple(window_axes)
+    )
+    hit = rw.emit(
+        "compare",
+        rw.emit("broadcast_in_dim", chosen, shape=split, broadcast_dimensions=tuple(count_axes)),
+        at_offset,
+        direction="EQ",
+    )
     # the op adds each window's source to init at the chosen element (windows never overlap here)
     added = _plus_init(rw, init, source, counts)
     spread = rw.emit("broadcast_in_dim", added, shape=split, broadcast_dimensions=tuple(count_axes))
@@ -154,8 +169,14 @@ def _lower_select_and_scatter(node: Node, rw: Rewriter, max_window: int):
     out = rw.emit("reshape", out, shape=covered)
     if covered != x.shape:  # elements after the last whole window are never chosen
         rank = len(x.shape)
-        out = rw.emit("pad", out, init, low=(0,) * rank,
-                      high=tuple(n - c for n, c in zip(x.shape, covered)), interior=(0,) * rank)
+        out = rw.emit(
+            "pad",
+            out,
+            init,
+            low=(0,) * rank,
+            high=tuple(n - c for n, c in zip(x.shape, covered)),
+            interior=(0,) * rank,
+        )
     statistic("select_and_scatter_add lowered")
     return out
 
@@ -164,18 +185,23 @@ def _rules(forward: bool, gradient: bool, max_window: int) -> RuleTable:
     table = RuleTable()
     if forward:
         table.rule("lower-reduce-window", "reduce_window")(
-            lambda node, rw: _lower_reduce_window(node, rw, max_window))
+            lambda node, rw: _lower_reduce_window(node, rw, max_window)
+        )
     if gradient:
         table.rule("lower-select-and-scatter", "select_and_scatter_add")(
-            lambda node, rw: _lower_select_and_scatter(node, rw, max_window))
+            lambda node, rw: _lower_select_and_scatter(node, rw, max_window)
+        )
     return table
 
 
-@register("lower-pool", options={
-    "forward": (bool, True, "lower reduce_window (pooling) over tiling windows to strided slices"),
-    "gradient": (bool, True, "lower select_and_scatter_add (max-pool gradient) over tiling windows"),
-    "max_window": (int, 16, "largest window (in elements) to unroll; 0: no limit"),
-})
+@register(
+    "lower-pool",
+    options={
+        "forward": (bool, True, "lower reduce_window (pooling) over tiling windows to strided slices"),
+        "gradient": (bool, True, "lower select_and_scatter_add (max-pool gradient) over tiling windows"),
+        "max_window": (int, 16, "largest window (in elements) to unroll; 0: no limit"),
+    },
+)
 def lower_pool(graph: Graph, forward: bool, gradient: bool, max_window: int) -> Graph:
     """Pooling over non-overlapping windows as strided slices and fusable elementwise ops (bit-exact)."""
     if max_window < 0:

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import contextvars
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from kaun_ir.ir.core import Graph
 
@@ -136,7 +137,8 @@ def available() -> dict[str, str]:
 
 # The counters of the pass now running, or None when nobody collects them.
 _COUNTERS: contextvars.ContextVar[dict[str, int | float] | None] = contextvars.ContextVar(
-    "kaun_ir_pass_counters", default=None)
+    "kaun_ir_pass_counters", default=None
+)
 
 
 def statistic(name: str, amount: int | float = 1) -> None:
@@ -168,4 +170,3 @@ def parse_pipeline(pipeline: str) -> list[str]:
     from .manager import Pipeline
 
     return [step.name for step in Pipeline.parse(pipeline).steps]
-

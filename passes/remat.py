@@ -6,10 +6,13 @@ from kaun_ir.rematerialize import rematerialize
 from .registry import register
 
 
-@register("remat", options={
-    "policy": (str, "nothing", "which residuals are saved: nothing, dots, or paths:<pattern>|<pattern>"),
-    "depth": (int, 1, "layers whose layer paths share this many leading components form one segment"),
-})
+@register(
+    "remat",
+    options={
+        "policy": (str, "nothing", "which residuals are saved: nothing, dots, or paths:<pattern>|<pattern>"),
+        "depth": (int, 1, "layers whose layer paths share this many leading components form one segment"),
+    },
+)
 def remat(graph: Graph, policy: str, depth: int) -> Graph:
     """Rematerialise the residuals of every layer at ``depth`` of the layer path (and of the
     segments ``kn.remat`` marked), each recomputation tied to the cotangent that reaches it."""

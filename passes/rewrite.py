@@ -36,8 +36,9 @@ top-level :func:`apply_rules` in this thread, and every run reports the counters
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -71,7 +72,7 @@ class Rule:
 
     name: str
     op: str
-    match: Callable[[Node, "Rewriter"], Any]
+    match: Callable[[Node, Rewriter], Any]
     doc: str = ""
 
 
@@ -245,8 +246,9 @@ def last_statistics() -> dict[str, int]:
     return dict(getattr(_LAST, "counts", {}))
 
 
-def apply_rules(graph: Graph, rules: RuleTable, *, max_sweeps: int = DEFAULT_MAX_SWEEPS,
-                label: str = "rewrite") -> RewriteResult:
+def apply_rules(
+    graph: Graph, rules: RuleTable, *, max_sweeps: int = DEFAULT_MAX_SWEEPS, label: str = "rewrite"
+) -> RewriteResult:
     """Rewrite ``graph`` with ``rules`` to a fixpoint (see the module docstring).
 
     ``label`` names the pass in errors. Raises :class:`RewriteError` if a sweep still rewrites
@@ -265,8 +267,9 @@ def apply_rules(graph: Graph, rules: RuleTable, *, max_sweeps: int = DEFAULT_MAX
     return RewriteResult(result, counts, sweeps)
 
 
-def _fixpoint(graph: Graph, rules: RuleTable, counts: dict[str, int], max_sweeps: int,
-              label: str) -> tuple[Graph, int]:
+def _fixpoint(
+    graph: Graph, rules: RuleTable, counts: dict[str, int], max_sweeps: int, label: str
+) -> tuple[Graph, int]:
     for sweep in range(1, max_sweeps + 1):
         fired: dict[str, int] = {}
         graph = _sweep(graph, rules, fired, max_sweeps, label)
@@ -278,21 +281,25 @@ def _fixpoint(graph: Graph, rules: RuleTable, counts: dict[str, int], max_sweeps
     raise RewriteError(
         f"{label} did not converge after {max_sweeps} sweeps over @{graph.name}; rules still "
         f"rewriting in the last sweep: {firing} (a rule undoes another's rewrite or keeps "
-        "rewriting its own result)")
+        "rewriting its own result)"
+    )
 
 
-def _sweep(graph: Graph, rules: RuleTable, fired: dict[str, int], max_sweeps: int,
-           label: str) -> Graph:
+def _sweep(graph: Graph, rules: RuleTable, fired: dict[str, int], max_sweeps: int, label: str) -> Graph:
     """One pass over the nodes; returns the rewritten graph with dead nodes removed."""
     env: dict[int, Value] = {}  # id(old value) -> value replacing it
     nodes: list[Node] = []
     for node in graph.nodes:
         inputs = tuple(env.get(id(v), v) for v in node.inputs)
         regions = tuple(_region(r, rules, fired, max_sweeps, label) for r in node.regions)
-        unchanged = (all(a is b for a, b in zip(inputs, node.inputs))
-                     and all(a is b for a, b in zip(regions, node.regions)))
-        current = node if unchanged else Node(node.op, inputs, node.attrs, node.types, regions,
-                                              node.path, node.source)
+        unchanged = all(a is b for a, b in zip(inputs, node.inputs)) and all(
+            a is b for a, b in zip(regions, node.regions)
+        )
+        current = (
+            node
+            if unchanged
+            else Node(node.op, inputs, node.attrs, node.types, regions, node.path, node.source)
+        )
         replacement = _try_rules(current, rules, nodes, label)
         if replacement is None:
             nodes.append(current)
@@ -305,12 +312,10 @@ def _sweep(graph: Graph, rules: RuleTable, fired: dict[str, int], max_sweeps: in
                 env[id(old)] = new
     outputs = [env.get(id(v), v) for v in graph.outputs]
     live = {id(n) for n in Graph.from_outputs(graph.inputs, outputs).nodes}
-    return Graph(graph.inputs, outputs, [n for n in nodes if id(n) in live], graph.name,
-                 graph.input_names)
+    return Graph(graph.inputs, outputs, [n for n in nodes if id(n) in live], graph.name, graph.input_names)
 
 
-def _region(region: Graph, rules: RuleTable, fired: dict[str, int], max_sweeps: int,
-            label: str) -> Graph:
+def _region(region: Graph, rules: RuleTable, fired: dict[str, int], max_sweeps: int, label: str) -> Graph:
     counts: dict[str, int] = {}
     result, _ = _fixpoint(region, rules, counts, max_sweeps, label)
     for name, n in counts.items():
@@ -344,8 +349,9 @@ def _check_replacement(node: Node, rule: Rule, values: Sequence[Value], label: s
         if not isinstance(new, Value):
             raise RewriteError(f"{where} returned a {type(new).__name__} for result {i}, not a Value")
         if new.type != old.type:
-            raise RewriteError(f"{where} replaced result {i} of type {old.type} "
-                               f"by a value of type {new.type}")
+            raise RewriteError(
+                f"{where} replaced result {i} of type {old.type} by a value of type {new.type}"
+            )
         if new is old:
             raise RewriteError(f"{where} returned the node's own result {i} (return None for 'no change')")
 
@@ -358,5 +364,15 @@ def rule_docs(rules: RuleTable) -> dict[str, str]:
     return out
 
 
-__all__ = ["DEFAULT_MAX_SWEEPS", "RewriteError", "RewriteResult", "Rewriter", "Rule", "RuleTable",
-           "apply_rules", "last_statistics", "rule_docs", "splat_of"]
+__all__ = [
+    "DEFAULT_MAX_SWEEPS",
+    "RewriteError",
+    "RewriteResult",
+    "Rewriter",
+    "Rule",
+    "RuleTable",
+    "apply_rules",
+    "last_statistics",
+    "rule_docs",
+    "splat_of",
+]

@@ -6,10 +6,21 @@ from kaun_ir.ir.core import Graph
 from .registry import register
 
 
-@register("vmap", options={
-    "size": (int, 2, "the batch size: every mapped input and every output gains a leading axis of this size"),
-    "unmapped": (str, "", "inputs that are not mapped (shared by every example), as indices joined by '+'"),
-})
+@register(
+    "vmap",
+    options={
+        "size": (
+            int,
+            2,
+            "the batch size: every mapped input and every output gains a leading axis of this size",
+        ),
+        "unmapped": (
+            str,
+            "",
+            "inputs that are not mapped (shared by every example), as indices joined by '+'",
+        ),
+    },
+)
 def vmap(graph: Graph, size: int, unmapped: str) -> Graph:
     """Batching: every input (but those listed in ``unmapped``) and every output gains a leading
     batch axis of ``size``; each op is rewritten by its batching rule."""

@@ -5,7 +5,6 @@ Imported as ``kaun_ir.runtime``; jaxlib is only touched through the ``xla`` adap
 
 from __future__ import annotations
 
-
 from kaun_ir.fileio import atomic_write
 
 from . import disk_cache, dispatch, stages
@@ -43,6 +42,23 @@ def export(graph, path: str) -> str:
     return path
 
 
-__all__ = ["Executable", "Jitted", "Mesh", "Route", "RouteCache", "Spec", "backend_name", "compile",
-           "devices", "dispatch", "disk_cache", "export", "jit", "lower", "parse_mlir", "stages", "stats",
-           "to_jax_export"]
+__all__ = [
+    "Executable",
+    "Jitted",
+    "Mesh",
+    "Route",
+    "RouteCache",
+    "Spec",
+    "backend_name",
+    "compile",
+    "devices",
+    "dispatch",
+    "disk_cache",
+    "export",
+    "jit",
+    "lower",
+    "parse_mlir",
+    "stages",
+    "stats",
+    "to_jax_export",
+]

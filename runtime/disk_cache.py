@@ -97,8 +97,11 @@ def compile_cached(pjrt, module: str | bytes, device_list, options, compile_fn):
         atomic_write(path, pjrt.serialize_executable(executable))
     except Exception as err:  # a full disk or a read-only directory must not fail a compilation
         counters.errors += 1
-        _warn_once("store", f"kaun_ir: could not store a compiled executable in {ENV}={root} "
-                   f"({type(err).__name__}: {err}); running without the cache for it")
+        _warn_once(
+            "store",
+            f"kaun_ir: could not store a compiled executable in {ENV}={root} "
+            f"({type(err).__name__}: {err}); running without the cache for it",
+        )
     return executable
 
 
@@ -110,14 +113,19 @@ def _load(pjrt, path: str, device_list, options):
         return None
     except OSError as err:
         counters.errors += 1
-        _warn_once("read", f"kaun_ir: cannot read the compilation cache entry {path} ({err}); compiling instead")
+        _warn_once(
+            "read", f"kaun_ir: cannot read the compilation cache entry {path} ({err}); compiling instead"
+        )
         return None
     try:
         return pjrt.deserialize_executable(data, device_list, options)
     except Exception as err:  # jaxlib's own error types for foreign or truncated entries
         counters.errors += 1
-        _warn_once("corrupt", f"kaun_ir: removed an unreadable compilation cache entry {path} "
-                   f"({type(err).__name__}); compiling instead")
+        _warn_once(
+            "corrupt",
+            f"kaun_ir: removed an unreadable compilation cache entry {path} "
+            f"({type(err).__name__}); compiling instead",
+        )
         try:
             os.unlink(path)
         except OSError:

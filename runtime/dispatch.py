@@ -20,7 +20,8 @@ never meet as long as each caller's keys have their own shape (``kn.jit``'s are 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from kaun_ir import tree
 
@@ -43,8 +44,17 @@ class Route:
     with it (``None`` for ``kn.jit``'s own routes).
     """
 
-    __slots__ = ("executable", "in_dtypes", "out_treedef", "run", "unflatten", "device", "meta",
-                 "_device_type", "_sharding")
+    __slots__ = (
+        "executable",
+        "in_dtypes",
+        "out_treedef",
+        "run",
+        "unflatten",
+        "device",
+        "meta",
+        "_device_type",
+        "_sharding",
+    )
 
     def __init__(self, executable, out_treedef, in_dtypes: list, meta: Any = None):
         self.executable, self.out_treedef, self.in_dtypes = executable, out_treedef, list(in_dtypes)
@@ -60,7 +70,7 @@ class Route:
         else:
             self.unflatten = tree.unflattener(out_treedef)
 
-    def with_meta(self, meta: Any) -> "Route":
+    def with_meta(self, meta: Any) -> Route:
         """A copy of this route carrying ``meta`` (the executable is shared, not copied)."""
         route = Route.__new__(Route)
         for name in Route.__slots__:
@@ -76,10 +86,14 @@ class Route:
         if exe.mesh is not None:
             return [exe.put(start + i, a) for i, a in enumerate(arrays)]
         device_type, device, placed = self._device_type, self.device, self._sharding
-        dtypes = self.in_dtypes[start:start + len(arrays)] if start else self.in_dtypes
+        dtypes = self.in_dtypes[start : start + len(arrays)] if start else self.in_dtypes
         # an array on another device (or sharded over several) is moved, not handed to XLA
-        return [a if type(a) is device_type and a.dtype == dt and a.sharding == placed
-                else xla.to_device(a, dt, device) for a, dt in zip(arrays, dtypes)]
+        return [
+            a
+            if type(a) is device_type and a.dtype == dt and a.sharding == placed
+            else xla.to_device(a, dt, device)
+            for a, dt in zip(arrays, dtypes)
+        ]
 
     def __call__(self, arrays) -> Any:
         """Run on the flat input arrays (host or device) and return the result tree."""

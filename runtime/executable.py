@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Sequence
+from collections.abc import Sequence
 
 from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
@@ -49,12 +49,16 @@ def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence =
         loaded = xla.compile_partitioned(mlir_text, devices) if devices else xla.compile(mlir_text, device)
     except Exception as err:  # jaxlib raises its own XlaRuntimeError / ValueError types
         path = os.path.join(repro_dir(), f"{key[:16]}.mlir")
-        header = f"// kaun_ir compile failure repro\n// pipeline: {pipeline or '(none)'}\n" \
-                 f"// device: {device.platform}\n// error: {str(err).splitlines()[0] if str(err) else err!r}\n"
+        header = (
+            f"// kaun_ir compile failure repro\n// pipeline: {pipeline or '(none)'}\n"
+            f"// device: {device.platform}\n// error: {str(err).splitlines()[0] if str(err) else err!r}\n"
+        )
         atomic_write(path, header + mlir_text)
-        raise CompileError(f"XLA could not compile the module ({type(err).__name__}: "
-                           f"{str(err).splitlines()[0] if str(err) else ''}); "
-                           f"StableHLO written to {path}") from None
+        raise CompileError(
+            f"XLA could not compile the module ({type(err).__name__}: "
+            f"{str(err).splitlines()[0] if str(err) else ''}); "
+            f"StableHLO written to {path}"
+        ) from None
     stages.add("xla-load" if disk_cache.counters.hits > hits else "xla-compile", time.perf_counter() - start)
     stats.compiles += 1
     _CACHE[key] = loaded
@@ -74,8 +78,16 @@ class Executable:
     constraints name, built from the first devices of the backend.
     """
 
-    def __init__(self, graph: Graph, device=None, donate: Sequence[int] = (), pipeline: str = "",
-                 mesh=None, in_specs: Sequence | None = None, out_specs: Sequence | None = None):
+    def __init__(
+        self,
+        graph: Graph,
+        device=None,
+        donate: Sequence[int] = (),
+        pipeline: str = "",
+        mesh=None,
+        in_specs: Sequence | None = None,
+        out_specs: Sequence | None = None,
+    ):
         from .mesh import REPLICATED, check_graph_mesh, constraint_meshes, mesh_of_axes
 
         self.graph = graph
@@ -86,8 +98,10 @@ class Executable:
         if mesh is None:
             meshes = constraint_meshes(graph)
             if len(meshes) > 1:
-                raise ValueError(f"@{graph.name}: sharding constraints name different meshes "
-                                 f"{[dict(m) for m in meshes]}; one function is partitioned over one mesh")
+                raise ValueError(
+                    f"@{graph.name}: sharding constraints name different meshes "
+                    f"{[dict(m) for m in meshes]}; one function is partitioned over one mesh"
+                )
             if meshes:
                 mesh = mesh_of_axes(next(iter(meshes)))
         if device is not None and mesh is not None:
@@ -120,8 +134,10 @@ class Executable:
         chosen = xla.output_specs(self.loaded, mesh, [len(t[0]) for t in out_types])
         for i, (want, got) in enumerate(zip(asked, chosen)):
             if want is None and got is None:
-                raise CompileError(f"@{graph.name}: XLA laid out output {i} in a way no partition spec "
-                                   f"on {mesh} describes; give its out_shardings")
+                raise CompileError(
+                    f"@{graph.name}: XLA laid out output {i} in a way no partition spec "
+                    f"on {mesh} describes; give its out_shardings"
+                )
         self.out_specs = [want if want is not None else got for want, got in zip(asked, chosen)]
         self.in_shardings = [xla.named_sharding(mesh, s) for s in self.in_specs]
         self.out_shardings = [xla.named_sharding(mesh, s) for s in self.out_specs]
@@ -151,8 +167,9 @@ class Executable:
 
     def __call__(self, *arrays) -> tuple:
         if len(arrays) != len(self._types):
-            raise TypeError(f"executable for @{self.graph.name} takes {len(self._types)} "
-                            f"argument(s), got {len(arrays)}")
+            raise TypeError(
+                f"executable for @{self.graph.name} takes {len(self._types)} argument(s), got {len(arrays)}"
+            )
         device_arrays = []
         for i, (array, (shape, dtype)) in enumerate(zip(arrays, self._types)):
             got = getattr(array, "shape", None)
@@ -161,12 +178,15 @@ class Executable:
 
                 got = np.shape(array)
             if tuple(got) != shape:
-                raise TypeError(f"argument {i}: expected shape {shape} ({self.graph.inputs[i].type}), "
-                                f"got {tuple(got)}")
+                raise TypeError(
+                    f"argument {i}: expected shape {shape} ({self.graph.inputs[i].type}), got {tuple(got)}"
+                )
             given = getattr(array, "dtype", None)
             if given is not None and given != dtype:  # never a silent conversion, e.g. i32 -> f32
-                raise TypeError(f"argument {i}: expected {self.graph.inputs[i].type}, got "
-                                f"{TensorType(dtypes.canonical(given), tuple(got))}")
+                raise TypeError(
+                    f"argument {i}: expected {self.graph.inputs[i].type}, got "
+                    f"{TensorType(dtypes.canonical(given), tuple(got))}"
+                )
             device_arrays.append(self.put(i, array))
         return tuple(self.run(device_arrays))
 
@@ -191,15 +211,29 @@ class Executable:
         return xla.cost_analysis(self.loaded)
 
 
-def compile(graph: Graph, device=None, donate: Sequence[int] = (), pipeline: str = "", mesh=None,
-            in_specs: Sequence | None = None, out_specs: Sequence | None = None) -> Executable:
+def compile(
+    graph: Graph,
+    device=None,
+    donate: Sequence[int] = (),
+    pipeline: str = "",
+    mesh=None,
+    in_specs: Sequence | None = None,
+    out_specs: Sequence | None = None,
+) -> Executable:
     """Lower and XLA-compile ``graph`` (cached by StableHLO fingerprint + devices).
 
     ``device``: the device to run on (default: the first). ``mesh`` (a ``kn.sharding.mesh``):
     partition over the mesh instead, with ``in_specs`` / ``out_specs`` one partition spec (or
     None) per graph input / output: inputs default to replicated, outputs to XLA's choice."""
-    return Executable(graph, device=device, donate=donate, pipeline=pipeline, mesh=mesh,
-                      in_specs=in_specs, out_specs=out_specs)
+    return Executable(
+        graph,
+        device=device,
+        donate=donate,
+        pipeline=pipeline,
+        mesh=mesh,
+        in_specs=in_specs,
+        out_specs=out_specs,
+    )
 
 
 def _moving_devices(run, device):
@@ -211,8 +245,12 @@ def _moving_devices(run, device):
         try:
             return run(arrays)
         except Exception:
-            moved = [a if not xla.is_device_array(a) or a.devices() == {device} else
-                     xla.to_device(a, a.dtype, device) for a in arrays]
+            moved = [
+                a
+                if not xla.is_device_array(a) or a.devices() == {device}
+                else xla.to_device(a, a.dtype, device)
+                for a in arrays
+            ]
             if all(a is b for a, b in zip(moved, arrays)):
                 raise
         return run(moved)

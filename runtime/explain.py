@@ -53,7 +53,8 @@ def _difference(old: tuple, new: tuple, names: list[str]) -> list[str]:
             what = "static value"
         elif isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 2:
             what = {(True, False): "shape", (False, True): "dtype"}.get(
-                (a[0] != b[0], a[1] != b[1]), "shape and dtype")
+                (a[0] != b[0], a[1] != b[1]), "shape and dtype"
+            )
         else:
             what = "type"
         changes.append(f"{name}: {what} {_describe(a)} -> {_describe(b)}")
@@ -68,8 +69,9 @@ def explain(fn_name: str, trace_number: int, previous: list[tuple], key: tuple, 
     names = leaf_names(args, kwargs)
     same_tree = [old for old in previous if old[0] == key[0]]
     if not same_tree:
-        return (f"{head}: the argument tree changed (was {_tree_text(previous[-1][0])}, "
-                f"now {_tree_text(key[0])})")
+        return (
+            f"{head}: the argument tree changed (was {_tree_text(previous[-1][0])}, now {_tree_text(key[0])})"
+        )
     # the closest earlier signature; the most recent one among equals
     best = min((_difference(old, key, names) for old in reversed(same_tree)), key=len)
     return f"{head}: " + "; ".join(best)

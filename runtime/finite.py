@@ -15,7 +15,7 @@ import contextlib
 import contextvars
 import math
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -68,14 +68,20 @@ def checked_run(run: Callable, graph, build: Callable) -> Callable:
         full_run, sites = located[0]
         outs = full_run(arrays)
         index = int(np.asarray(outs[-2]))
-        bad = [k for k, v in enumerate(outs[:-2]) if np.asarray(v).dtype.kind == "f"
-               and not np.isfinite(np.asarray(v)).all()]
+        bad = [
+            k
+            for k, v in enumerate(outs[:-2])
+            if np.asarray(v).dtype.kind == "f" and not np.isfinite(np.asarray(v)).all()
+        ]
         if index < 0:
-            raise NonFiniteError(f"output(s) {bad} of @{graph.name} are not finite, but the instrumented "
-                                 "run found no op that made a NaN or Inf (a nondeterministic computation?)")
+            raise NonFiniteError(
+                f"output(s) {bad} of @{graph.name} are not finite, but the instrumented "
+                "run found no op that made a NaN or Inf (a nondeterministic computation?)"
+            )
         probe = float(np.asarray(outs[-1]))
         kind = "NaN" if math.isnan(probe) else "Inf"
-        raise NonFiniteError(f"{kind} first produced by {sites[index].describe()} "
-                             f"(while running @{graph.name})")
+        raise NonFiniteError(
+            f"{kind} first produced by {sites[index].describe()} (while running @{graph.name})"
+        )
 
     return checked

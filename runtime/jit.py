@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from kaun_ir import tree
 from kaun_ir.tensor import Tensor
@@ -22,9 +23,11 @@ def _raise_if_donated(f, arrays) -> None:
         is_deleted = getattr(array, "is_deleted", None)
         if callable(is_deleted) and is_deleted():
             name = getattr(f, "__qualname__", repr(f))
-            raise ValueError(f"kn.jit({name}): array argument {i} was donated to an earlier call "
-                             "(donate_argnums) and its buffer is gone; pass the array that call returned "
-                             "instead of the consumed one") from None
+            raise ValueError(
+                f"kn.jit({name}): array argument {i} was donated to an earlier call "
+                "(donate_argnums) and its buffer is gone; pass the array that call returned "
+                "instead of the consumed one"
+            ) from None
 
 
 class Jitted:
@@ -34,8 +37,16 @@ class Jitted:
     StableHLO and ``graph(*args)`` the optimised IR for a signature.
     """
 
-    def __init__(self, f: Callable, donate_argnums: Sequence[int] = (), pipeline=None, device=None,
-                 mesh=None, in_shardings=None, out_shardings=None):
+    def __init__(
+        self,
+        f: Callable,
+        donate_argnums: Sequence[int] = (),
+        pipeline=None,
+        device=None,
+        mesh=None,
+        in_shardings=None,
+        out_shardings=None,
+    ):
         self.f = f
         self.donate_argnums = tuple(sorted({int(i) for i in donate_argnums}))
         self._pipeline = pipeline  # None, a pipeline string / Pipeline, or a callable giving one
@@ -139,8 +150,14 @@ class Jitted:
 
         pipeline = passes.Pipeline.parse(self.pipeline)  # unknown passes fail before tracing
         if explain.enabled():
-            explain.log(getattr(self.f, "__qualname__", repr(self.f)), self.trace_count + 1,
-                        list(self._cache), key, args, kwargs)
+            explain.log(
+                getattr(self.f, "__qualname__", repr(self.f)),
+                self.trace_count + 1,
+                list(self._cache),
+                key,
+                args,
+                kwargs,
+            )
         from .mesh import use
 
         with use(self.mesh), stages.stage("trace") as nodes:  # constraints refer to the mesh compiled for
@@ -148,15 +165,18 @@ class Jitted:
             nodes[0] = len(traced.graph.nodes)
         with self._lock:
             self.trace_count += 1
-        graph = passes.run(traced.graph, pipeline, stages.pass_instrumentations()) if pipeline else traced.graph
+        graph = (
+            passes.run(traced.graph, pipeline, stages.pass_instrumentations()) if pipeline else traced.graph
+        )
         donate = self._donated_inputs(args, traced.array_positions)
         specs = {}
         if self.mesh is not None:
             from . import sharding_args
 
             specs = sharding_args.resolve(self, args, kwargs, traced, len(graph.inputs), len(graph.outputs))
-        exe = Executable(graph, device=self.device, donate=donate, pipeline=str(pipeline), mesh=self.mesh,
-                         **specs)
+        exe = Executable(
+            graph, device=self.device, donate=donate, pipeline=str(pipeline), mesh=self.mesh, **specs
+        )
         entry = Route(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
         self._cache[key] = entry
         return entry
@@ -192,8 +212,15 @@ class Jitted:
         return (self._cache.get(key) or self._entry(args, kwargs, key)).executable
 
 
-def jit(f: Callable | None = None, donate_argnums: Sequence[int] = (), pipeline=None, device=None,
-        mesh=None, in_shardings=None, out_shardings=None):
+def jit(
+    f: Callable | None = None,
+    donate_argnums: Sequence[int] = (),
+    pipeline=None,
+    device=None,
+    mesh=None,
+    in_shardings=None,
+    out_shardings=None,
+):
     """Compile ``f`` with kaun_ir: trace per input signature, optimise, lower, XLA-compile, cache.
 
     The signature is the tree structure of the arguments, the shape and dtype of every array

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from kaun_ir.ir.core import Graph
 from kaun_ir.ops.base import Emitter, tensor_type
 from kaun_ir.ops.sharding import sdy_mesh, sdy_sharding
 
 
-def lower(graph: Graph, donate: Sequence[int] = (), name: str = "main", mesh=None,
-          in_specs: Sequence | None = None, out_specs: Sequence | None = None) -> str:
+def lower(
+    graph: Graph,
+    donate: Sequence[int] = (),
+    name: str = "main",
+    mesh=None,
+    in_specs: Sequence | None = None,
+    out_specs: Sequence | None = None,
+) -> str:
     """StableHLO text of ``graph`` as ``func.func public @main``.
 
     ``donate``: indices of inputs whose buffers XLA may reuse for an output of the same type
@@ -52,7 +58,7 @@ def lower(graph: Graph, donate: Sequence[int] = (), name: str = "main", mesh=Non
         *([f"  sdy.mesh @mesh = {sdy_mesh(mesh.axes)}"] if mesh is not None else []),
         f"  func.func public @{name}({', '.join(args)}) -> ({results}) {{",
         *em.lines,
-        f"    \"func.return\"({returned}) : ({return_types}) -> ()",
+        f'    "func.return"({returned}) : ({return_types}) -> ()',
         "  }",
         *em.functions,  # private functions the body calls (composite decompositions)
         "}",

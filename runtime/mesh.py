@@ -10,7 +10,8 @@ from __future__ import annotations
 import contextlib
 import math
 import threading
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -35,8 +36,9 @@ class Spec:
             elif isinstance(entry, (tuple, list)) and all(isinstance(a, str) for a in entry):
                 dims.append(tuple(entry))
             else:
-                raise TypeError(f"a partition spec entry is None, an axis name or a tuple of axis "
-                                f"names; got {entry!r}")
+                raise TypeError(
+                    f"a partition spec entry is None, an axis name or a tuple of axis names; got {entry!r}"
+                )
         while dims and dims[-1] == ():
             dims.pop()  # Spec("data") == Spec("data", None): both leave dimension 1 unsplit
         self.dims: tuple[tuple[str, ...], ...] = tuple(dims)
@@ -74,8 +76,10 @@ def as_spec(value: Any) -> Spec:
         return Spec(value)
     if isinstance(value, (tuple, list)) or _is_jax_spec(value):
         return Spec(*list(value))
-    raise TypeError(f"expected a partition spec (kn.sharding.Spec, a tuple of axis names/None, or "
-                    f"None), got {type(value).__name__}: {value!r}")
+    raise TypeError(
+        f"expected a partition spec (kn.sharding.Spec, a tuple of axis names/None, or "
+        f"None), got {type(value).__name__}: {value!r}"
+    )
 
 
 class Mesh:
@@ -105,7 +109,8 @@ class Mesh:
                 raise ValueError(
                     f"mesh {dict(zip(names, shape))} needs {size} devices, but the {xla.backend_name()} "
                     f"backend has {len(available)}; on the CPU, set XLA_FLAGS="
-                    f"--xla_force_host_platform_device_count={size} before the backend starts")
+                    f"--xla_force_host_platform_device_count={size} before the backend starts"
+                )
             devices = available[:size]
         devices = list(devices)
         if len(devices) != size:
@@ -168,8 +173,10 @@ def check_graph_mesh(graph, mesh: Mesh) -> None:
     """Every constraint in ``graph`` must use ``mesh``'s axes (Shardy partitions over one mesh)."""
     for axes in constraint_meshes(graph):
         if tuple(axes) != mesh.axes:
-            raise ShapeError(f"a sharding_constraint uses mesh {dict(axes)}, but the function is "
-                             f"compiled for mesh {dict(mesh.axes)}")
+            raise ShapeError(
+                f"a sharding_constraint uses mesh {dict(axes)}, but the function is "
+                f"compiled for mesh {dict(mesh.axes)}"
+            )
 
 
 # -- the mesh in scope while tracing (``kn.sharding.constrain`` without an explicit mesh) ------

@@ -40,11 +40,15 @@ def spec_at(spec_tree: Any, path: str, where: str) -> Spec | None:
             else:
                 raise TypeError
         except (KeyError, IndexError, ValueError, TypeError):
-            raise ValueError(f"{where}: the sharding tree has no entry for {path!r} (it is "
-                             f"{type(node).__name__}); give a spec, None, or a tree shaped like the value")
+            raise ValueError(
+                f"{where}: the sharding tree has no entry for {path!r} (it is "
+                f"{type(node).__name__}); give a spec, None, or a tree shaped like the value"
+            )
     if not _is_spec(node):
-        raise ValueError(f"{where}: the sharding tree continues below the array at {path or 'the root'!r} "
-                         f"({type(node).__name__}); give a spec or None there")
+        raise ValueError(
+            f"{where}: the sharding tree continues below the array at {path or 'the root'!r} "
+            f"({type(node).__name__}); give a spec or None there"
+        )
     return None if node is None else as_spec(node)
 
 
@@ -57,8 +61,9 @@ def resolve(jitted, args: tuple, kwargs: dict, traced, n_inputs: int, n_outputs:
     if entries is not None and not isinstance(entries, (tuple, list)):
         entries = (entries,) * len(args)  # one spec for every argument
     if entries is not None and len(entries) != len(args):
-        raise ValueError(f"kn.jit: in_shardings has {len(entries)} entries for {len(args)} positional "
-                         f"arguments")
+        raise ValueError(
+            f"kn.jit: in_shardings has {len(entries)} entries for {len(args)} positional arguments"
+        )
     in_specs = []
     for i, arg in enumerate(args):
         for path, leaf in tree.paths(arg):

@@ -17,7 +17,7 @@ whose scopes (all but the last component) become the path, so locations survive 
 from __future__ import annotations
 
 import re
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -35,9 +35,19 @@ class StableHLOImportError(KaunError, ValueError):
 
 
 _MLIR_DTYPES = {
-    "f16": dtypes.float16, "bf16": dtypes.bfloat16, "f32": dtypes.float32, "f64": dtypes.float64,
-    "i1": dtypes.bool_, "i8": dtypes.int8, "i16": dtypes.int16, "i32": dtypes.int32, "i64": dtypes.int64,
-    "ui8": dtypes.uint8, "ui16": dtypes.uint16, "ui32": dtypes.uint32, "ui64": dtypes.uint64,
+    "f16": dtypes.float16,
+    "bf16": dtypes.bfloat16,
+    "f32": dtypes.float32,
+    "f64": dtypes.float64,
+    "i1": dtypes.bool_,
+    "i8": dtypes.int8,
+    "i16": dtypes.int16,
+    "i32": dtypes.int32,
+    "i64": dtypes.int64,
+    "ui8": dtypes.uint8,
+    "ui16": dtypes.uint16,
+    "ui32": dtypes.uint32,
+    "ui64": dtypes.uint64,
 }
 # A quoted location name not followed by ":line" (that form is a file location).
 _LOC_NAME = re.compile(r'"((?:[^"\\]|\\.)*)"(?!:\d)')
@@ -130,8 +140,9 @@ class _Importer:
                 try:
                     args.append(builder.add_input(tensor_type(arg.type)))
                 except ValueError as err:
-                    raise StableHLOImportError(f"argument {i} of @{func.attributes['sym_name'].value}: "
-                                               f"{err}") from None
+                    raise StableHLOImportError(
+                        f"argument {i} of @{func.attributes['sym_name'].value}: {err}"
+                    ) from None
             outputs = self.block(block, args, {})
         graph = builder.finish(outputs, name=func.attributes["sym_name"].value)
         return Graph.from_outputs(graph.inputs, graph.outputs, graph.name)
@@ -139,16 +150,23 @@ class _Importer:
     def _entry(self, name: str | None):
         if name is not None:
             if name not in self.functions:
-                raise StableHLOImportError(f"no function @{name}; the module has "
-                                           f"{', '.join('@' + n for n in self.functions) or 'none'}")
+                raise StableHLOImportError(
+                    f"no function @{name}; the module has "
+                    f"{', '.join('@' + n for n in self.functions) or 'none'}"
+                )
             return self.functions[name]
         if "main" in self.functions:
             return self.functions["main"]
-        public = [n for n, f in self.functions.items()
-                  if "sym_visibility" not in f.attributes or f.attributes["sym_visibility"].value == "public"]
+        public = [
+            n
+            for n, f in self.functions.items()
+            if "sym_visibility" not in f.attributes or f.attributes["sym_visibility"].value == "public"
+        ]
         if len(public) != 1:
-            raise StableHLOImportError("the module has no @main and not exactly one public function "
-                                       f"({', '.join('@' + n for n in public) or 'none'}); pass name=")
+            raise StableHLOImportError(
+                "the module has no @main and not exactly one public function "
+                f"({', '.join('@' + n for n in public) or 'none'}); pass name="
+            )
         return self.functions[public[0]]
 
     # --- blocks, ops and values ---------------------------------------------------------

@@ -21,17 +21,58 @@ from kaun_ir.ops.reduce import init_value
 from .stablehlo_import import StableHLOImportError, tensor_type
 
 _SAME_NAME = [
-    "negate", "abs", "sign", "exponential", "exponential_minus_one", "log", "log_plus_one", "sqrt",
-    "rsqrt", "tanh", "logistic", "sine", "cosine", "floor", "ceil", "round_nearest_even", "not",
-    "is_finite", "add", "subtract", "multiply", "divide", "power", "maximum", "minimum", "remainder",
-    "atan2", "and", "or", "xor", "shift_left", "shift_right_logical", "shift_right_arithmetic", "select",
-    "clamp", "dynamic_update_slice",
+    "negate",
+    "abs",
+    "sign",
+    "exponential",
+    "exponential_minus_one",
+    "log",
+    "log_plus_one",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "logistic",
+    "sine",
+    "cosine",
+    "floor",
+    "ceil",
+    "round_nearest_even",
+    "not",
+    "is_finite",
+    "add",
+    "subtract",
+    "multiply",
+    "divide",
+    "power",
+    "maximum",
+    "minimum",
+    "remainder",
+    "atan2",
+    "and",
+    "or",
+    "xor",
+    "shift_left",
+    "shift_right_logical",
+    "shift_right_arithmetic",
+    "select",
+    "clamp",
+    "dynamic_update_slice",
 ]
 # the op a combiner region applies -> reduce kind
-_REDUCE_KINDS = {"stablehlo.add": "sum", "stablehlo.multiply": "prod", "stablehlo.maximum": "max",
-                 "stablehlo.minimum": "min", "stablehlo.and": "and", "stablehlo.or": "or"}
-_SCATTER_KINDS = {"stablehlo.add": "add", "stablehlo.multiply": "multiply", "stablehlo.maximum": "max",
-                  "stablehlo.minimum": "min"}
+_REDUCE_KINDS = {
+    "stablehlo.add": "sum",
+    "stablehlo.multiply": "prod",
+    "stablehlo.maximum": "max",
+    "stablehlo.minimum": "min",
+    "stablehlo.and": "and",
+    "stablehlo.or": "or",
+}
+_SCATTER_KINDS = {
+    "stablehlo.add": "add",
+    "stablehlo.multiply": "multiply",
+    "stablehlo.maximum": "max",
+    "stablehlo.minimum": "min",
+}
 
 
 # --------------------------------------------------------------------------- attribute reading
@@ -99,7 +140,7 @@ def dense_array(attr, t: TensorType) -> np.ndarray:
         raw = np.frombuffer(bytes.fromhex(hex_match.group(1)), dtype=t.dtype.newbyteorder("<"))
         return np.broadcast_to(raw.astype(t.dtype), t.shape).copy()
     # dense<[1.0, 2.5]> / dense<1.0> / dense<0x7FC0>: the numbers between "dense<" and the last ">"
-    body = text[text.index("dense<") + len("dense<"):text.rindex(">", 0, text.rindex(":"))]
+    body = text[text.index("dense<") + len("dense<") : text.rindex(">", 0, text.rindex(":"))]
     words = [w for w in re.split(r"[\s,\[\]]+", body) if w]
     if any(w.startswith("0x") for w in words):
         array = np.array([int(w, 16) for w in words], dtype=f"u{t.dtype.itemsize}").view(t.dtype)
@@ -107,7 +148,9 @@ def dense_array(attr, t: TensorType) -> np.ndarray:
         array = np.array([float(w) for w in words], dtype=np.float64).astype(t.dtype)
     if array.size not in (1, t.size):
         raise StableHLOImportError(f"cannot read the constant {text[:80]}")
-    return np.broadcast_to(array.reshape(t.shape) if array.size == t.size else array.reshape(()), t.shape).copy()
+    return np.broadcast_to(
+        array.reshape(t.shape) if array.size == t.size else array.reshape(()), t.shape
+    ).copy()
 
 
 # --------------------------------------------------------------------------- region patterns
@@ -130,7 +173,11 @@ def _combiner(op, index: int = 0) -> str | None:
     if len(body) != 2 or body[1].name != "stablehlo.return":
         return None
     inner, ret = body
-    if list(ret.operands) != [inner.results[0]] or set(inner.operands) != set(args) or len(inner.operands) != 2:
+    if (
+        list(ret.operands) != [inner.results[0]]
+        or set(inner.operands) != set(args)
+        or len(inner.operands) != 2
+    ):
         return None
     return inner.name
 
@@ -154,7 +201,9 @@ def _combine_init(imp, reduced, init, kind: str):
     """``reduced`` combined once with a scalar ``init`` that is not the kind's identity."""
     if _is_identity(init, kind):
         return reduced
-    op = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum", "and": "and", "or": "or"}[kind]
+    op = {"sum": "add", "prod": "multiply", "max": "maximum", "min": "minimum", "and": "and", "or": "or"}[
+        kind
+    ]
     if reduced.type.shape:
         init = imp.add1("broadcast_in_dim", init, shape=reduced.type.shape, broadcast_dimensions=())
     return imp.add1(op, reduced, init)
@@ -188,19 +237,33 @@ def _iota(imp, op, xs, env):
 
 
 def _broadcast_in_dim(imp, op, xs, env):
-    return imp.add("broadcast_in_dim", *xs, shape=_result_type(op).shape,
-                   broadcast_dimensions=_ints(op, "broadcast_dimensions"))
+    return imp.add(
+        "broadcast_in_dim",
+        *xs,
+        shape=_result_type(op).shape,
+        broadcast_dimensions=_ints(op, "broadcast_dimensions"),
+    )
 
 
 def _slice(imp, op, xs, env):
     rank = xs[0].type.ndim
-    return imp.add("slice", *xs, start_indices=_ints(op, "start_indices"), limit_indices=_ints(op, "limit_indices"),
-                   strides=_ints(op, "strides", (1,) * rank))
+    return imp.add(
+        "slice",
+        *xs,
+        start_indices=_ints(op, "start_indices"),
+        limit_indices=_ints(op, "limit_indices"),
+        strides=_ints(op, "strides", (1,) * rank),
+    )
 
 
 def _pad(imp, op, xs, env):
-    return imp.add("pad", *xs, low=_ints(op, "edge_padding_low"), high=_ints(op, "edge_padding_high"),
-                   interior=_ints(op, "interior_padding"))
+    return imp.add(
+        "pad",
+        *xs,
+        low=_ints(op, "edge_padding_low"),
+        high=_ints(op, "edge_padding_high"),
+        interior=_ints(op, "interior_padding"),
+    )
 
 
 def _dot_general(imp, op, xs, env):
@@ -208,18 +271,30 @@ def _dot_general(imp, op, xs, env):
 
     dims = stablehlo.DotDimensionNumbers(op.attributes["dot_dimension_numbers"])
     out = _result_type(op).dtype
-    return imp.add("dot_general", *xs, lhs_batch=tuple(dims.lhs_batching_dimensions),
-                   rhs_batch=tuple(dims.rhs_batching_dimensions),
-                   lhs_contracting=tuple(dims.lhs_contracting_dimensions),
-                   rhs_contracting=tuple(dims.rhs_contracting_dimensions),
-                   preferred_dtype=None if out == xs[0].dtype else out)
+    return imp.add(
+        "dot_general",
+        *xs,
+        lhs_batch=tuple(dims.lhs_batching_dimensions),
+        rhs_batch=tuple(dims.rhs_batching_dimensions),
+        lhs_contracting=tuple(dims.lhs_contracting_dimensions),
+        rhs_contracting=tuple(dims.rhs_contracting_dimensions),
+        preferred_dtype=None if out == xs[0].dtype else out,
+    )
 
 
 def _dot(imp, op, xs, env):
     lhs, rhs = xs
     out = _result_type(op).dtype
-    return imp.add("dot_general", lhs, rhs, lhs_batch=(), rhs_batch=(), lhs_contracting=(lhs.type.ndim - 1,),
-                   rhs_contracting=(0,), preferred_dtype=None if out == lhs.dtype else out)
+    return imp.add(
+        "dot_general",
+        lhs,
+        rhs,
+        lhs_batch=(),
+        rhs_batch=(),
+        lhs_contracting=(lhs.type.ndim - 1,),
+        rhs_contracting=(0,),
+        preferred_dtype=None if out == lhs.dtype else out,
+    )
 
 
 def _convolution(imp, op, xs, env):
@@ -231,14 +306,22 @@ def _convolution(imp, op, xs, env):
     spatial = len(d.input_spatial_dimensions)
     ones = (1,) * spatial
     return imp.add(
-        "convolution", *xs,
-        window_strides=_ints(op, "window_strides", ones), padding=_pairs(op, "padding", spatial),
-        lhs_dilation=_ints(op, "lhs_dilation", ones), rhs_dilation=_ints(op, "rhs_dilation", ones),
+        "convolution",
+        *xs,
+        window_strides=_ints(op, "window_strides", ones),
+        padding=_pairs(op, "padding", spatial),
+        lhs_dilation=_ints(op, "lhs_dilation", ones),
+        rhs_dilation=_ints(op, "rhs_dilation", ones),
         lhs_spec=(d.input_batch_dimension, d.input_feature_dimension, *d.input_spatial_dimensions),
-        rhs_spec=(d.kernel_output_feature_dimension, d.kernel_input_feature_dimension,
-                  *d.kernel_spatial_dimensions),
+        rhs_spec=(
+            d.kernel_output_feature_dimension,
+            d.kernel_input_feature_dimension,
+            *d.kernel_spatial_dimensions,
+        ),
         out_spec=(d.output_batch_dimension, d.output_feature_dimension, *d.output_spatial_dimensions),
-        feature_group_count=_int(op, "feature_group_count", 1), batch_group_count=_int(op, "batch_group_count", 1))
+        feature_group_count=_int(op, "feature_group_count", 1),
+        batch_group_count=_int(op, "batch_group_count", 1),
+    )
 
 
 def _explicit_index_vector(imp, indices, index_vector_dim: int, batching: tuple[int, ...]):
@@ -275,9 +358,17 @@ def _gather(imp, op, xs, env):
         collapsed = sorted(collapsed + list(d.operand_batching_dims))
         start_map = start_map + list(d.operand_batching_dims)
         ivd = indices.type.ndim - 1
-    return imp.add("gather", operand, indices, offset_dims=tuple(d.offset_dims), collapsed_slice_dims=tuple(collapsed),
-                   start_index_map=tuple(start_map), index_vector_dim=ivd, slice_sizes=_ints(op, "slice_sizes"),
-                   indices_are_sorted=_bool_attr(op, "indices_are_sorted"))
+    return imp.add(
+        "gather",
+        operand,
+        indices,
+        offset_dims=tuple(d.offset_dims),
+        collapsed_slice_dims=tuple(collapsed),
+        start_index_map=tuple(start_map),
+        index_vector_dim=ivd,
+        slice_sizes=_ints(op, "slice_sizes"),
+        indices_are_sorted=_bool_attr(op, "indices_are_sorted"),
+    )
 
 
 def _scatter(imp, op, xs, env):
@@ -291,17 +382,25 @@ def _scatter(imp, op, xs, env):
     if kind is None:
         raise StableHLOImportError("scatter whose update computation is not set/add/multiply/min/max")
     d = stablehlo.ScatterDimensionNumbers(op.attributes["scatter_dimension_numbers"])
-    inserted, to_operand, ivd = list(d.inserted_window_dims), list(d.scattered_dims_to_operand_dims), d.index_vector_dim
+    inserted, to_operand, ivd = (
+        list(d.inserted_window_dims),
+        list(d.scattered_dims_to_operand_dims),
+        d.index_vector_dim,
+    )
     if d.input_batching_dims:
         indices, moved = _explicit_index_vector(imp, indices, ivd, tuple(d.scatter_indices_batching_dims))
         indices = _add_batch_components(imp, indices, moved)
         inserted = sorted(inserted + list(d.input_batching_dims))
         to_operand = to_operand + list(d.input_batching_dims)
         ivd = indices.type.ndim - 1
-    dims = dict(update_window_dims=tuple(d.update_window_dims), inserted_window_dims=tuple(inserted),
-                scatter_dims_to_operand_dims=tuple(to_operand), index_vector_dim=ivd,
-                indices_are_sorted=_bool_attr(op, "indices_are_sorted"),
-                unique_indices=_bool_attr(op, "unique_indices"))
+    dims = dict(
+        update_window_dims=tuple(d.update_window_dims),
+        inserted_window_dims=tuple(inserted),
+        scatter_dims_to_operand_dims=tuple(to_operand),
+        index_vector_dim=ivd,
+        indices_are_sorted=_bool_attr(op, "indices_are_sorted"),
+        unique_indices=_bool_attr(op, "unique_indices"),
+    )
     if kind == "add":
         return imp.add("scatter_add", operand, indices, updates, **dims)
     return imp.add("scatter", operand, indices, updates, kind=kind, **dims)
@@ -330,9 +429,16 @@ def _argminmax(imp, op, operands, inits, dims):
     largest = "GT" in directions[:1]
     smallest = "LT" in directions[:1]
     iota = index.node
-    if (len(dims) != 1 or not (largest or smallest) or iota is None or iota.op != "iota"
-            or iota.attr("dimension") != dims[0] or not _is_identity(inits[0], "max" if largest else "min")
-            or _constant_node_value(inits[1]) is None or int(_constant_node_value(inits[1])) != 0):
+    if (
+        len(dims) != 1
+        or not (largest or smallest)
+        or iota is None
+        or iota.op != "iota"
+        or iota.attr("dimension") != dims[0]
+        or not _is_identity(inits[0], "max" if largest else "min")
+        or _constant_node_value(inits[1]) is None
+        or int(_constant_node_value(inits[1])) != 0
+    ):
         raise StableHLOImportError("reduce of two operands is supported only as JAX's argmax/argmin pattern")
     kind = "max" if largest else "min"
     best = imp.add1("reduce", values, kind=kind, dimensions=dims)
@@ -348,20 +454,37 @@ def _reduce_window(imp, op, xs, env):
         raise StableHLOImportError("reduce_window whose region is not add/maximum/minimum")
     rank = xs[0].type.ndim
     ones = (1,) * rank
-    return imp.add("reduce_window", *xs, kind=kind, window_dimensions=_ints(op, "window_dimensions"),
-                   window_strides=_ints(op, "window_strides", ones), base_dilations=_ints(op, "base_dilations", ones),
-                   window_dilations=_ints(op, "window_dilations", ones), padding=_pairs(op, "padding", rank))
+    return imp.add(
+        "reduce_window",
+        *xs,
+        kind=kind,
+        window_dimensions=_ints(op, "window_dimensions"),
+        window_strides=_ints(op, "window_strides", ones),
+        base_dilations=_ints(op, "base_dilations", ones),
+        window_dilations=_ints(op, "window_dilations", ones),
+        padding=_pairs(op, "padding", rank),
+    )
 
 
 def _select_and_scatter(imp, op, xs, env):
     select = [o.operation for o in _region_block(op, 0).operations]
-    if (len(select) != 2 or select[0].name != "stablehlo.compare"
-            or _enum(select[0], "comparison_direction") != "GE" or _combiner(op, 1) != "stablehlo.add"):
-        raise StableHLOImportError("select_and_scatter is supported with a GE select and an add scatter "
-                                   "(max pooling's gradient)")
+    if (
+        len(select) != 2
+        or select[0].name != "stablehlo.compare"
+        or _enum(select[0], "comparison_direction") != "GE"
+        or _combiner(op, 1) != "stablehlo.add"
+    ):
+        raise StableHLOImportError(
+            "select_and_scatter is supported with a GE select and an add scatter (max pooling's gradient)"
+        )
     rank = xs[0].type.ndim
-    return imp.add("select_and_scatter_add", *xs, window_dimensions=_ints(op, "window_dimensions"),
-                   window_strides=_ints(op, "window_strides", (1,) * rank), padding=_pairs(op, "padding", rank))
+    return imp.add(
+        "select_and_scatter_add",
+        *xs,
+        window_dimensions=_ints(op, "window_dimensions"),
+        window_strides=_ints(op, "window_strides", (1,) * rank),
+        padding=_pairs(op, "padding", rank),
+    )
 
 
 def _free_values(op) -> list:
@@ -437,34 +560,43 @@ def _custom_call(imp, op, xs, env):
 
 
 HANDLERS = {f"stablehlo.{name}": _same(name) for name in _SAME_NAME}
-HANDLERS.update({
-    "chlo.erf": _same("erf"),
-    "stablehlo.constant": _constant,
-    "stablehlo.compare": _compare,
-    "stablehlo.convert": _convert("convert"),
-    "stablehlo.bitcast_convert": _convert("bitcast_convert"),
-    "stablehlo.iota": _iota,
-    "stablehlo.broadcast_in_dim": _broadcast_in_dim,
-    "stablehlo.reshape": lambda imp, op, xs, env: imp.add("reshape", *xs, shape=_result_type(op).shape),
-    "stablehlo.transpose": lambda imp, op, xs, env: imp.add("transpose", *xs, permutation=_ints(op, "permutation")),
-    "stablehlo.slice": _slice,
-    "stablehlo.concatenate": lambda imp, op, xs, env: imp.add("concatenate", *xs, dimension=_int(op, "dimension")),
-    "stablehlo.pad": _pad,
-    "stablehlo.reverse": lambda imp, op, xs, env: imp.add("reverse", *xs, dimensions=_ints(op, "dimensions")),
-    "stablehlo.dynamic_slice": lambda imp, op, xs, env: imp.add("dynamic_slice", *xs,
-                                                                 slice_sizes=_ints(op, "slice_sizes")),
-    "stablehlo.gather": _gather,
-    "stablehlo.scatter": _scatter,
-    "stablehlo.dot_general": _dot_general,
-    "stablehlo.dot": _dot,
-    "stablehlo.convolution": _convolution,
-    "stablehlo.reduce": _reduce,
-    "stablehlo.reduce_window": _reduce_window,
-    "stablehlo.select_and_scatter": _select_and_scatter,
-    "stablehlo.while": _while,
-    "stablehlo.optimization_barrier": _identity,
-    "stablehlo.custom_call": _custom_call,
-    "stablehlo.composite": _composite,
-    "sdy.sharding_constraint": _identity,
-    "func.call": _call,
-})
+HANDLERS.update(
+    {
+        "chlo.erf": _same("erf"),
+        "stablehlo.constant": _constant,
+        "stablehlo.compare": _compare,
+        "stablehlo.convert": _convert("convert"),
+        "stablehlo.bitcast_convert": _convert("bitcast_convert"),
+        "stablehlo.iota": _iota,
+        "stablehlo.broadcast_in_dim": _broadcast_in_dim,
+        "stablehlo.reshape": lambda imp, op, xs, env: imp.add("reshape", *xs, shape=_result_type(op).shape),
+        "stablehlo.transpose": lambda imp, op, xs, env: imp.add(
+            "transpose", *xs, permutation=_ints(op, "permutation")
+        ),
+        "stablehlo.slice": _slice,
+        "stablehlo.concatenate": lambda imp, op, xs, env: imp.add(
+            "concatenate", *xs, dimension=_int(op, "dimension")
+        ),
+        "stablehlo.pad": _pad,
+        "stablehlo.reverse": lambda imp, op, xs, env: imp.add(
+            "reverse", *xs, dimensions=_ints(op, "dimensions")
+        ),
+        "stablehlo.dynamic_slice": lambda imp, op, xs, env: imp.add(
+            "dynamic_slice", *xs, slice_sizes=_ints(op, "slice_sizes")
+        ),
+        "stablehlo.gather": _gather,
+        "stablehlo.scatter": _scatter,
+        "stablehlo.dot_general": _dot_general,
+        "stablehlo.dot": _dot,
+        "stablehlo.convolution": _convolution,
+        "stablehlo.reduce": _reduce,
+        "stablehlo.reduce_window": _reduce_window,
+        "stablehlo.select_and_scatter": _select_and_scatter,
+        "stablehlo.while": _while,
+        "stablehlo.optimization_barrier": _identity,
+        "stablehlo.custom_call": _custom_call,
+        "stablehlo.composite": _composite,
+        "sdy.sharding_constraint": _identity,
+        "func.call": _call,
+    }
+)

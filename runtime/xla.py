@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -19,7 +19,7 @@ _BACKEND_ENV = "KAUN_IR_BACKEND"
 _PREFERENCE = ("gpu", "tpu", "cpu")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _jax():
     import jax  # imported lazily: `import kaun_ir` stays cheap and jax-free until needed
 
@@ -36,7 +36,7 @@ def backend_name() -> str:
     return _best_available()
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _best_available() -> str:
     from jax.extend import backend as jex_backend
 
@@ -49,7 +49,7 @@ def _best_available() -> str:
     return "cpu"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def client(name: str | None = None):
     """The PJRT client of a platform (default: :func:`backend_name`)."""
     from jax.extend import backend as jex_backend
@@ -58,8 +58,9 @@ def client(name: str | None = None):
     try:
         return jex_backend.get_backend(name)
     except RuntimeError as err:
-        raise RuntimeError(f"XLA backend {name!r} is not available here ({err}); "
-                           f"set {_BACKEND_ENV}=cpu to run on the CPU") from None
+        raise RuntimeError(
+            f"XLA backend {name!r} is not available here ({err}); set {_BACKEND_ENV}=cpu to run on the CPU"
+        ) from None
 
 
 def devices(name: str | None = None) -> list:
@@ -98,8 +99,9 @@ def compile(mlir_text: str, device) -> object:
     options.device_assignment = xc.DeviceAssignment.create(np.array([[device.id]]))
     pjrt = device.client
     device_list = xc.DeviceList((device,))
-    return disk_cache.compile_cached(pjrt, mlir_text, device_list, options,
-                                     lambda: pjrt.compile_and_load(mlir_text, device_list, options))
+    return disk_cache.compile_cached(
+        pjrt, mlir_text, device_list, options, lambda: pjrt.compile_and_load(mlir_text, device_list, options)
+    )
 
 
 def compile_partitioned(mlir_text: str, devices: Sequence, shardy: bool = True) -> object:
@@ -121,8 +123,9 @@ def compile_partitioned(mlir_text: str, devices: Sequence, shardy: bool = True) 
     build.allow_spmd_sharding_propagation_to_output = [True]
     pjrt = devices[0].client
     device_list = xc.DeviceList(tuple(devices))
-    return disk_cache.compile_cached(pjrt, mlir_text, device_list, options,
-                                     lambda: pjrt.compile_and_load(mlir_text, device_list, options))
+    return disk_cache.compile_cached(
+        pjrt, mlir_text, device_list, options, lambda: pjrt.compile_and_load(mlir_text, device_list, options)
+    )
 
 
 # ----------------------------------------------------------------------- shardings (jax.Array)
@@ -177,14 +180,18 @@ def put_sharded(x, dtype: np.dtype, sharding) -> object:
             if x.is_fully_addressable == sharding.is_fully_addressable:
                 return jax.device_put(x, sharding)
             if not x.is_fully_addressable:
-                raise TypeError(f"an array spread over several processes ({x.sharding}) cannot be laid "
-                                f"out as {sharding} here; pass it laid out as the function expects")
+                raise TypeError(
+                    f"an array spread over several processes ({x.sharding}) cannot be laid "
+                    f"out as {sharding} here; pass it laid out as the function expects"
+                )
             # a process-local array (e.g. freshly initialised parameters, the same in every
             # process) becomes a global one through the host: the runtime moves no data
             # between processes
         elif not x.is_fully_addressable:
-            raise TypeError(f"a {x.dtype} array spread over several processes cannot be converted to "
-                            f"{dtype} here; pass it as {dtype}")
+            raise TypeError(
+                f"a {x.dtype} array spread over several processes cannot be converted to "
+                f"{dtype} here; pass it as {dtype}"
+            )
     host = np.asarray(x, dtype=dtype)
     if dtype.itemsize == 8:  # jax would silently narrow 64-bit data without x64 enabled
         with _x64():
@@ -216,8 +223,9 @@ def process_count() -> int:
     return len({d.process_index for d in global_devices()})
 
 
-def initialize_distributed(coordinator_address: str, num_processes: int, process_id: int,
-                           local_device_ids=None, timeout_s: int = 300) -> None:
+def initialize_distributed(
+    coordinator_address: str, num_processes: int, process_id: int, local_device_ids=None, timeout_s: int = 300
+) -> None:
     """Join a multi-process run through PJRT's distributed runtime: process 0 also hosts the
     coordination service at ``coordinator_address``; every process's client then sees all
     devices, and collectives between processes go over the platform's transport (gloo/TCP on
@@ -225,10 +233,17 @@ def initialize_distributed(coordinator_address: str, num_processes: int, process
     import jax
 
     if client.cache_info().currsize:
-        raise RuntimeError("kn.distributed.initialize must be called before any computation: this "
-                           "process already started its XLA backend")
-    jax.distributed.initialize(coordinator_address, num_processes=num_processes, process_id=process_id,
-                               local_device_ids=local_device_ids, initialization_timeout=timeout_s)
+        raise RuntimeError(
+            "kn.distributed.initialize must be called before any computation: this "
+            "process already started its XLA backend"
+        )
+    jax.distributed.initialize(
+        coordinator_address,
+        num_processes=num_processes,
+        process_id=process_id,
+        local_device_ids=local_device_ids,
+        initialization_timeout=timeout_s,
+    )
 
 
 def distributed_initialized() -> bool:
@@ -316,9 +331,10 @@ def partitioned_executor(executable, out_types: Sequence[tuple], shardings: Sequ
         raise RuntimeError("this jaxlib has no array_result_handler; sharded execution needs it")
     from jax.core import ShapedArray
 
-    handlers = [make_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding, committed=True,
-                             _skip_checks=True)
-                for (shape, dtype), sharding in zip(out_types, shardings)]
+    handlers = [
+        make_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding, committed=True, _skip_checks=True)
+        for (shape, dtype), sharding in zip(out_types, shardings)
+    ]
     run_sharded = executable.execute_sharded
 
     def run(arrays: list) -> list:
@@ -347,8 +363,10 @@ def executor(executable, out_types: Sequence[tuple], device):
     from jax.sharding import SingleDeviceSharding
 
     sharding = SingleDeviceSharding(device)
-    handlers = [make_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding, committed=True, _skip_checks=True)
-                for shape, dtype in out_types]
+    handlers = [
+        make_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding, committed=True, _skip_checks=True)
+        for shape, dtype in out_types
+    ]
     run_sharded = executable.execute_sharded
 
     def run(arrays: list) -> list:
@@ -368,7 +386,7 @@ def _result_handler_factory():
     return getattr(xc, "array_result_handler", None)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def array_types() -> tuple[type, ...]:
     """Concrete array classes that may be passed straight through: (np.ndarray, jax's Array)."""
     jax = _jax()
@@ -402,13 +420,17 @@ def from_dlpack(x) -> object:
     if callable(contiguous) and not contiguous():
         x = x.contiguous()
     elif contiguous is None and not _c_contiguous_flag(x):
-        raise TypeError(f"cannot take a {type(x).__module__}.{type(x).__name__} through DLPack: it does not "
-                        "say whether it is contiguous (convert it to a NumPy array or a contiguous tensor)")
+        raise TypeError(
+            f"cannot take a {type(x).__module__}.{type(x).__name__} through DLPack: it does not "
+            "say whether it is contiguous (convert it to a NumPy array or a contiguous tensor)"
+        )
     try:
         with _x64():  # without it jax narrows 64-bit data to 32 bits
             return jax.dlpack.from_dlpack(x)
     except Exception as err:  # noqa: BLE001 - each library raises its own types
-        raise TypeError(f"cannot take a {type(x).__module__}.{type(x).__name__} through DLPack: {err}") from None
+        raise TypeError(
+            f"cannot take a {type(x).__module__}.{type(x).__name__} through DLPack: {err}"
+        ) from None
 
 
 def _c_contiguous_flag(x) -> bool:
@@ -431,8 +453,10 @@ def to_device(x, dtype: np.dtype, device) -> object:
         if len(held) == 1 and device in held and x.dtype == dtype:
             return x
         if not x.is_fully_addressable:
-            raise TypeError(f"an array spread over devices of other processes ({x.sharding}) cannot be "
-                            f"moved to {device}; compile for its mesh instead (kn.jit(..., mesh=))")
+            raise TypeError(
+                f"an array spread over devices of other processes ({x.sharding}) cannot be "
+                f"moved to {device}; compile for its mesh instead (kn.jit(..., mesh=))"
+            )
         if x.dtype == dtype:  # another device, or sharded over several: the runtime moves it
             return jax.device_put(x, device)
     host = np.asarray(x, dtype=dtype)
@@ -445,7 +469,7 @@ def to_device(x, dtype: np.dtype, device) -> object:
     return jax.device_put(host, device)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _host_put(device):
     """``put(host_array) -> jax.Array`` on ``device``, or None where this jaxlib lacks it.
 
@@ -464,8 +488,14 @@ def _host_put(device):
     targets = [device]
 
     def put(host: np.ndarray):
-        return batched_device_put(ShapedArray(host.shape, host.dtype), sharding, [host], targets, True,
-                                  enable_x64=host.dtype.itemsize == 8)
+        return batched_device_put(
+            ShapedArray(host.shape, host.dtype),
+            sharding,
+            [host],
+            targets,
+            True,
+            enable_x64=host.dtype.itemsize == 8,
+        )
 
     try:  # a jaxlib whose signature differs falls back to jax.device_put
         put(np.zeros((1,), np.float32))
@@ -496,7 +526,9 @@ def memory_analysis(executable) -> dict | None:
 
 def memory_stats_dict(stats) -> dict:
     """XLA's ``CompiledMemoryStats`` (ours or jax's) as a dict; see :func:`memory_analysis`."""
-    out = {key: int(getattr(stats, f"{key}_size_in_bytes")) for key in ("argument", "output", "temp", "alias")}
+    out = {
+        key: int(getattr(stats, f"{key}_size_in_bytes")) for key in ("argument", "output", "temp", "alias")
+    }
     out["total_bytes"] = out["argument"] + out["output"] + out["temp"] - out["alias"]
     return out
 
@@ -581,7 +613,7 @@ def legalize_chlo(module) -> None:
     pm.run(module.operation)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _register_stablehlo_passes() -> None:
     from jaxlib.mlir._mlir_libs import _stablehlo
 
@@ -621,14 +653,18 @@ def serialize_portable(text: str) -> bytes:
         errors = []
         targets = dict.fromkeys([stablehlo.get_minimum_version(), stablehlo.get_current_version()])
         # pure StableHLO first; sharding annotations (Shardy ops) only travel with other dialects allowed
-        for other_dialects in ((True,) if "sdy." in text else (False, True)):
+        for other_dialects in (True,) if "sdy." in text else (False, True):
             for target in targets:
                 try:
                     # the module object itself: locations (layer paths) stay, no text round trip
                     return stablehlo.serialize_portable_artifact(module, target, other_dialects)
                 except Exception as err:
-                    errors.append(f"version {target}{' with other dialects' if other_dialects else ''}: {err}")
-        raise ValueError("the module cannot be written as a portable StableHLO artifact: " + "; ".join(errors))
+                    errors.append(
+                        f"version {target}{' with other dialects' if other_dialects else ''}: {err}"
+                    )
+        raise ValueError(
+            "the module cannot be written as a portable StableHLO artifact: " + "; ".join(errors)
+        )
 
 
 def deserialize_portable(data: bytes) -> bytes:

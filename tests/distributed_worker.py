@@ -65,14 +65,20 @@ def main() -> None:
     kn.distributed.initialize(f"127.0.0.1:{port}", count, process_id, timeout_s=60)
     mesh = kn.sharding.mesh((len(kn.runtime.devices()),), ("data",))
     x, y = problem()
-    batches = data.shard(kn.distributed.process_index(), kn.distributed.process_count(),
-                         data.prepare((x, y), LOCAL_BATCH))
+    batches = data.shard(
+        kn.distributed.process_index(), kn.distributed.process_count(), data.prepare((x, y), LOCAL_BATCH)
+    )
     params, st, losses = train_run(data.of_array(data.to_array(batches)[:STEPS]), mesh)
     kn.checkpoint.save_sharded(os.path.join(out, "ckpt"), kn.train.state_to_tree(st))
     leaves = [(path, np_of(leaf).tolist()) for path, leaf in kn.ptree.flatten_with_paths(params)]
-    result = {"process": kn.distributed.process_index(), "count": kn.distributed.process_count(),
-              "devices": len(kn.runtime.devices()), "local": len(kn.distributed.local_devices()),
-              "params": leaves, "losses": losses}
+    result = {
+        "process": kn.distributed.process_index(),
+        "count": kn.distributed.process_count(),
+        "devices": len(kn.runtime.devices()),
+        "local": len(kn.distributed.local_devices()),
+        "params": leaves,
+        "losses": losses,
+    }
     kn.fileio.atomic_write(os.path.join(out, f"result-{process_id}.json"), json.dumps(result))
     kn.distributed.shutdown()
 

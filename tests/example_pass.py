@@ -7,9 +7,12 @@ from kaun_ir import passes
 from kaun_ir.ir import Graph, Node
 
 
-@passes.register("double-negation", options={
-    "limit": (int, -1, "remove at most this many pairs (-1: all); handy for bisecting"),
-})
+@passes.register(
+    "double-negation",
+    options={
+        "limit": (int, -1, "remove at most this many pairs (-1: all); handy for bisecting"),
+    },
+)
 def double_negation(graph: Graph, limit: int) -> Graph:
     """Replace negate(negate(x)) by x."""
     replacement = {}  # id(old value) -> the value that now stands for it

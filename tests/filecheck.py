@@ -36,8 +36,10 @@ _DIRECTIVE = re.compile(rf"^\s*//\s*(?P<kind>{_KINDS}):(?P<pattern>.*)$")
 _LOOKS_LIKE_DIRECTIVE = re.compile(r"^\s*//\s*CHECK[-A-Za-z0-9]*:")
 # a block ends at the last bracket of a '}}}...' / ']]]...' run, so '{{{.*}}}' means '{' '.*' '}'
 # and '[[N:[0-9]]]' binds N to '[0-9]'
-_TOKEN = re.compile(r"\{\{(?P<regex>.*?)\}\}(?!\})"
-                    r"|\[\[(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<defn>.*?))?\]\](?!\])")
+_TOKEN = re.compile(
+    r"\{\{(?P<regex>.*?)\}\}(?!\})"
+    r"|\[\[(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<defn>.*?))?\]\](?!\])"
+)
 
 
 class CheckFailure(AssertionError):
@@ -81,7 +83,7 @@ def compile_pattern(pattern: str, variables: dict[str, str] | None = None, line:
     defined_here: set[str] = set()
     pos = 0
     for match in _TOKEN.finditer(text):
-        pieces.append(_literal(text[pos:match.start()]))
+        pieces.append(_literal(text[pos : match.start()]))
         pos = match.end()
         if match.group("regex") is not None:
             regex = match.group("regex")
@@ -126,7 +128,7 @@ def parse_checks(check_text: str) -> list[Check]:
         kind, pattern = match.group("kind"), match.group("pattern")
         count = 1
         if kind.startswith("CHECK-COUNT-"):
-            count = int(kind[len("CHECK-COUNT-"):])
+            count = int(kind[len("CHECK-COUNT-") :])
             if count < 1:
                 raise ValueError(f"check file line {number}: CHECK-COUNT needs a positive count")
             kind = "CHECK-COUNT"
@@ -169,7 +171,7 @@ class _Output:
         return None
 
     def excerpt(self, line: int, end_line: int, limit: int = 8) -> str:
-        shown = self.lines[line:min(end_line, line + limit)]
+        shown = self.lines[line : min(end_line, line + limit)]
         if not shown:
             return "  (end of output)"
         text = "\n".join(f"  {line + 1 + k:4d} | {s}" for k, s in enumerate(shown))
@@ -191,14 +193,18 @@ def run_checks(output: str, checks: list[Check], implicit_not: list[Check] = ())
         regex = label.regex({})
         hits = [i for i, s in enumerate(out.lines) if regex.search(s)]
         if not hits:
-            raise CheckFailure(f"{label.describe()}: label not found in the output:\n"
-                               f"{out.excerpt(0, len(out.lines))}")
+            raise CheckFailure(
+                f"{label.describe()}: label not found in the output:\n{out.excerpt(0, len(out.lines))}"
+            )
         if len(hits) > 1:
-            raise CheckFailure(f"{label.describe()}: label matches {len(hits)} output lines "
-                               f"({', '.join(str(h + 1) for h in hits)}); a label must be unique")
+            raise CheckFailure(
+                f"{label.describe()}: label matches {len(hits)} output lines "
+                f"({', '.join(str(h + 1) for h in hits)}); a label must be unique"
+            )
         if hits[0] < starts[-1]:
-            raise CheckFailure(f"{label.describe()}: label found on output line {hits[0] + 1}, "
-                               "before the previous label")
+            raise CheckFailure(
+                f"{label.describe()}: label found on output line {hits[0] + 1}, before the previous label"
+            )
         starts.append(hits[0])
     starts.append(len(out.lines))
     variables: dict[str, str] = {}
@@ -212,8 +218,16 @@ def run_checks(output: str, checks: list[Check], implicit_not: list[Check] = ())
             _run_block(out, group, begin, col, end, variables, implicit_not, have_match=True)
 
 
-def _run_block(out: _Output, checks: list[Check], line: int, col: int, end: int,
-               variables: dict[str, str], implicit_not: list[Check], have_match: bool) -> None:
+def _run_block(
+    out: _Output,
+    checks: list[Check],
+    line: int,
+    col: int,
+    end: int,
+    variables: dict[str, str],
+    implicit_not: list[Check],
+    have_match: bool,
+) -> None:
     pending_not: list[Check] = list(implicit_not)
 
     def check_nots(upto_line: int, upto_col: int) -> None:
@@ -222,8 +236,10 @@ def _run_block(out: _Output, checks: list[Check], line: int, col: int, end: int,
             hit = out.search(c.regex(variables), line, col, min(upto_line + 1, end))
             if hit and (hit[0], hit[1].start()) < (upto_line, upto_col):
                 what = c.describe() if c.line else f"implicit CHECK-NOT: {c.pattern}"
-                raise CheckFailure(f"{what}: excluded pattern found on output line "
-                                   f"{hit[0] + 1}:\n  {hit[0] + 1:4d} | {out.lines[hit[0]]}")
+                raise CheckFailure(
+                    f"{what}: excluded pattern found on output line "
+                    f"{hit[0] + 1}:\n  {hit[0] + 1:4d} | {out.lines[hit[0]]}"
+                )
         pending_not.clear()
 
     for c in checks:
@@ -244,13 +260,17 @@ def _run_block(out: _Output, checks: list[Check], line: int, col: int, end: int,
                 start = line
                 hit = out.search(regex, line, col, end)
             if hit is None:
-                what = {"CHECK-NEXT": "not found on the next line",
-                        "CHECK-SAME": "not found on the same line"}.get(c.kind, "not found")
+                what = {
+                    "CHECK-NEXT": "not found on the next line",
+                    "CHECK-SAME": "not found on the same line",
+                }.get(c.kind, "not found")
                 nth = f" (occurrence {repeat + 1} of {c.count})" if c.count > 1 else ""
                 used = _names(c.pattern)
                 bound = "".join(f"\n  with {k} = {v!r}" for k, v in variables.items() if k in used)
-                raise CheckFailure(f"{c.describe()}: {what}{nth}; searched from output line "
-                                   f"{start + 1}:{bound}\n{out.excerpt(min(start, end), end)}")
+                raise CheckFailure(
+                    f"{c.describe()}: {what}{nth}; searched from output line "
+                    f"{start + 1}:{bound}\n{out.excerpt(min(start, end), end)}"
+                )
             found_line, match = hit
             check_nots(found_line, match.start())
             variables.update({k: v for k, v in match.groupdict().items() if v is not None})

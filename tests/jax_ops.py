@@ -6,7 +6,6 @@
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 from jax import lax
 
@@ -58,7 +57,8 @@ JAX_OPS = {
     "reshape": lambda x, shape: lax.reshape(x, tuple(shape)),
     "transpose": lambda x, permutation: lax.transpose(x, tuple(permutation)),
     "slice": lambda x, start_indices, limit_indices, strides: lax.slice(
-        x, tuple(start_indices), tuple(limit_indices), tuple(strides)),
+        x, tuple(start_indices), tuple(limit_indices), tuple(strides)
+    ),
     "concatenate": lambda *xs, dimension: lax.concatenate(xs, dimension),
     "pad": _pad,
     "reverse": lambda x, dimensions: lax.rev(x, tuple(dimensions)),
@@ -66,11 +66,11 @@ JAX_OPS = {
     "sharding_constraint": lambda x, mesh, spec: x,  # the identity on values
 }
 
+from jax_ops_control import JAX_OPS as _CONTROL  # noqa: E402
+from jax_ops_custom import JAX_OPS as _CUSTOM  # noqa: E402
 from jax_ops_indexing import JAX_OPS as _INDEXING  # noqa: E402
 from jax_ops_linalg import JAX_OPS as _LINALG  # noqa: E402
 from jax_ops_reduce import JAX_OPS as _REDUCE  # noqa: E402
-from jax_ops_control import JAX_OPS as _CONTROL  # noqa: E402
-from jax_ops_custom import JAX_OPS as _CUSTOM  # noqa: E402
 
 JAX_OPS.update(_INDEXING)
 JAX_OPS.update(_LINALG)

@@ -35,8 +35,8 @@ def jax_interpret(graph, *args):
 def _scan(*operands, regions, num_consts, num_carry, length, reverse=False, unroll=1):
     (body,) = regions
     consts = operands[:num_consts]
-    carry = tuple(operands[num_consts:num_consts + num_carry])
-    xs = tuple(operands[num_consts + num_carry:])
+    carry = tuple(operands[num_consts : num_consts + num_carry])
+    xs = tuple(operands[num_consts + num_carry :])
 
     def step(h, x):
         outs = jax_interpret(body, *consts, *h, *x)

@@ -5,7 +5,6 @@ same user rules through JAX's own machinery (the oracle for the generated deriva
 from __future__ import annotations
 
 import jax
-
 from jax_ops_control import jax_interpret
 
 

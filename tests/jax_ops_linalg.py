@@ -29,13 +29,32 @@ def _dot_general(lhs, rhs, lhs_batch, rhs_batch, lhs_contracting, rhs_contractin
     return lax.dot_general(lhs, rhs, dims, precision=HIGHEST, preferred_element_type=preferred_dtype)
 
 
-def _convolution(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, lhs_spec, rhs_spec, out_spec,
-                 feature_group_count=1, batch_group_count=1):
+def _convolution(
+    lhs,
+    rhs,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    lhs_spec,
+    rhs_spec,
+    out_spec,
+    feature_group_count=1,
+    batch_group_count=1,
+):
     numbers = lax.ConvDimensionNumbers(tuple(lhs_spec), tuple(rhs_spec), tuple(out_spec))
-    return lax.conv_general_dilated(lhs, rhs, tuple(window_strides), [tuple(p) for p in padding],
-                                    tuple(lhs_dilation), tuple(rhs_dilation), numbers,
-                                    feature_group_count=feature_group_count,
-                                    batch_group_count=batch_group_count, precision=HIGHEST)
+    return lax.conv_general_dilated(
+        lhs,
+        rhs,
+        tuple(window_strides),
+        [tuple(p) for p in padding],
+        tuple(lhs_dilation),
+        tuple(rhs_dilation),
+        numbers,
+        feature_group_count=feature_group_count,
+        batch_group_count=batch_group_count,
+        precision=HIGHEST,
+    )
 
 
 _COMBINE = {"sum": lax.add, "max": lax.max, "min": lax.min}
@@ -53,8 +72,10 @@ def _taps_reduce(x, kind, window_dimensions, window_strides, base_dilations, win
     identity = _identity(kind, x.dtype)
     config = [(lo, hi, b - 1) for (lo, hi), b in zip(padding, base_dilations)]
     padded = lax.pad(x, jnp.asarray(identity, x.dtype), config)
-    out_shape = [(n - ((w - 1) * d + 1)) // s + 1 for n, w, d, s in
-                 zip(padded.shape, window_dimensions, window_dilations, window_strides)]
+    out_shape = [
+        (n - ((w - 1) * d + 1)) // s + 1
+        for n, w, d, s in zip(padded.shape, window_dimensions, window_dilations, window_strides)
+    ]
     taps = []
     for offset in itertools.product(*(range(w) for w in window_dimensions)):
         start = [k * d for k, d in zip(offset, window_dilations)]
@@ -65,9 +86,16 @@ def _taps_reduce(x, kind, window_dimensions, window_strides, base_dilations, win
     return jnp.take_along_axis(stacked, pick[None], axis=0)[0]
 
 
-def _reduce_window(x, init, kind, window_dimensions, window_strides, base_dilations, window_dilations, padding):
-    args = (tuple(window_dimensions), tuple(window_strides), tuple(tuple(p) for p in padding),
-            tuple(base_dilations), tuple(window_dilations))
+def _reduce_window(
+    x, init, kind, window_dimensions, window_strides, base_dilations, window_dilations, padding
+):
+    args = (
+        tuple(window_dimensions),
+        tuple(window_strides),
+        tuple(tuple(p) for p in padding),
+        tuple(base_dilations),
+        tuple(window_dilations),
+    )
     if kind != "sum" and (any(d != 1 for d in window_dilations) or min(min(p) for p in padding) < 0):
         reduced = _taps_reduce(x, kind, *args[:2], args[3], args[4], args[2])
     else:
@@ -80,8 +108,14 @@ def _reduce_window(x, init, kind, window_dimensions, window_strides, base_dilati
 
 def _select_and_scatter_add(x, source, init, window_dimensions, window_strides, padding):
     def max_pool(v):
-        return lax.reduce_window(v, -jnp.inf, lax.max, tuple(window_dimensions), tuple(window_strides),
-                                 tuple(tuple(p) for p in padding))
+        return lax.reduce_window(
+            v,
+            -jnp.inf,
+            lax.max,
+            tuple(window_dimensions),
+            tuple(window_strides),
+            tuple(tuple(p) for p in padding),
+        )
 
     _, pullback = jax.vjp(max_pool, x)
     return pullback(source)[0] + init

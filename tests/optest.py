@@ -17,8 +17,10 @@ DEFAULT_TOL = {
 
 def tolerance(dtype, sample) -> tuple[float, float]:
     rtol, atol = DEFAULT_TOL.get(np.dtype(dtype), (0.0, 0.0))
-    return (sample.rtol if sample.rtol is not None else rtol,
-            sample.atol if sample.atol is not None else atol)
+    return (
+        sample.rtol if sample.rtol is not None else rtol,
+        sample.atol if sample.atol is not None else atol,
+    )
 
 
 def single_op_graph(opdef, sample) -> Graph:
@@ -49,5 +51,11 @@ def assert_close(actual, expected, rtol, atol, what=""):
     if actual.dtype.kind in "biu":
         np.testing.assert_array_equal(actual, expected, err_msg=what)
     else:
-        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64),
-                                   rtol=rtol, atol=atol, err_msg=what, equal_nan=True)
+        np.testing.assert_allclose(
+            actual.astype(np.float64),
+            expected.astype(np.float64),
+            rtol=rtol,
+            atol=atol,
+            err_msg=what,
+            equal_nan=True,
+        )

@@ -47,8 +47,9 @@ def bits(a: np.ndarray) -> np.ndarray:
 def assert_bit_identical(got: np.ndarray, want: np.ndarray, what: str = "") -> None:
     """Equal dtype, shape and bits; every NaN counts as equal to every NaN (payloads may differ)."""
     got, want = np.asarray(got), np.asarray(want)
-    assert got.dtype == want.dtype and got.shape == want.shape, \
+    assert got.dtype == want.dtype and got.shape == want.shape, (
         f"{what}: {got.dtype}{got.shape} vs {want.dtype}{want.shape}"
+    )
     if dtypes.is_float(got.dtype):
         g_nan, w_nan = np.isnan(got.astype(np.float64)), np.isnan(want.astype(np.float64))
         assert np.array_equal(g_nan, w_nan), f"{what}: NaNs at different positions\n{got}\n{want}"
@@ -62,8 +63,14 @@ def assert_close(got, want, what: str = "", rtol: float = 1e-5, atol: float = 1e
     got, want = np.asarray(got), np.asarray(want)
     assert got.dtype == want.dtype and got.shape == want.shape, what
     if dtypes.is_float(got.dtype):
-        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=rtol, atol=atol,
-                                   equal_nan=True, err_msg=what)
+        np.testing.assert_allclose(
+            got.astype(np.float64),
+            want.astype(np.float64),
+            rtol=rtol,
+            atol=atol,
+            equal_nan=True,
+            err_msg=what,
+        )
     else:
         np.testing.assert_array_equal(got, want, err_msg=what)
 
@@ -71,9 +78,13 @@ def assert_close(got, want, what: str = "", rtol: float = 1e-5, atol: float = 1e
 def snapshot(graph: Graph) -> tuple:
     """Everything a pass could change in place: the text and the identity of every object."""
     nodes = tuple(graph.walk())
-    return (graph.text(debug=True), tuple(id(n) for n in nodes), tuple(id(v) for v in graph.inputs),
-            tuple(id(v) for v in graph.outputs),
-            tuple((n.inputs, n.attrs, n.outputs, n.regions, n.path, n.source) for n in nodes))
+    return (
+        graph.text(debug=True),
+        tuple(id(n) for n in nodes),
+        tuple(id(v) for v in graph.inputs),
+        tuple(id(v) for v in graph.outputs),
+        tuple((n.inputs, n.attrs, n.outputs, n.regions, n.path, n.source) for n in nodes),
+    )
 
 
 def same_snapshot(graph: Graph, before: tuple) -> bool:

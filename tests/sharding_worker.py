@@ -67,9 +67,12 @@ def group_jit():
         moved = kn.jit(lambda a: a + 1.0)(on1)  # an array on cpu:1 into a cpu:0 executable
         graph = kn.trace(lambda a: a - 1.0, x)
         on2 = kn.runtime.compile(graph, device=devices[2])(on1)[0]
-        return {"on1": [d.id for d in on1.devices()], "moved": [d.id for d in moved.devices()],
-                "on2": [d.id for d in on2.devices()],
-                "diff": max(max_diff(on1, 2 * x), max_diff(moved, 2 * x + 1), max_diff(on2, 2 * x - 1))}
+        return {
+            "on1": [d.id for d in on1.devices()],
+            "moved": [d.id for d in moved.devices()],
+            "on2": [d.id for d in on2.devices()],
+            "diff": max(max_diff(on1, 2 * x), max_diff(moved, 2 * x + 1), max_diff(on2, 2 * x - 1)),
+        }
 
     mesh = kn.sharding.mesh((2, 4), ("data", "model"))
 
@@ -77,19 +80,23 @@ def group_jit():
         h = kn.sharding.constrain(x @ w, Spec("data", "model"))
         return kn.sum(kn.tanh(h) ** 2)
 
-    step = kn.jit(kn.value_and_grad(loss, argnums=1), mesh=mesh,
-                  in_shardings=(Spec("data"), Spec(None, "model")))
+    step = kn.jit(
+        kn.value_and_grad(loss, argnums=1), mesh=mesh, in_shardings=(Spec("data"), Spec(None, "model"))
+    )
 
     @check
     def mesh_grad():
         value, grad = step(x, w)
         want_v, want_g = jax.value_and_grad(lambda x, w: jnp.sum(jnp.tanh(x @ w) ** 2), argnums=1)(x, w)
         graph = step.graph(x, w)
-        return {"diff": max(max_diff(value, want_v), max_diff(grad, want_g)),
-                "grad_spec": str(grad.sharding.spec), "value_spec": str(value.sharding.spec),
-                "constraints": sum(n.op == "sharding_constraint" for n in graph.nodes),
-                "sdy": "sdy.sharding_constraint" in step.lower(x, w) and "sdy.mesh @mesh" in step.lower(x, w),
-                "roundtrip": kn.ir.parse(graph.text()).text() == graph.text()}
+        return {
+            "diff": max(max_diff(value, want_v), max_diff(grad, want_g)),
+            "grad_spec": str(grad.sharding.spec),
+            "value_spec": str(value.sharding.spec),
+            "constraints": sum(n.op == "sharding_constraint" for n in graph.nodes),
+            "sdy": "sdy.sharding_constraint" in step.lower(x, w) and "sdy.mesh @mesh" in step.lower(x, w),
+            "roundtrip": kn.ir.parse(graph.text()).text() == graph.text(),
+        }
 
     @check
     def sharded_inputs():
@@ -102,34 +109,46 @@ def group_jit():
         total = kn.jit(lambda a: a.sum(axis=1))(xs)
         # no in_shardings: the array's own layout is used
         own = kn.jit(lambda a: a * 3.0, mesh=mesh)(xs)
-        return {"shards": shards, "same_trace": same, "diff": max(max_diff(total, x.sum(axis=1)),
-                                                                    max_diff(own, 3 * x)),
-                "own_spec": str(own.sharding.spec)}
+        return {
+            "shards": shards,
+            "same_trace": same,
+            "diff": max(max_diff(total, x.sum(axis=1)), max_diff(own, 3 * x)),
+            "own_spec": str(own.sharding.spec),
+        }
 
     @check
     def errors():
         return {
-            "unknown_axis": error_of(lambda: kn.jit(lambda a: kn.sharding.constrain(a, Spec("batch")),
-                                                    mesh=mesh)(x)),
-            "indivisible": error_of(lambda: kn.jit(lambda a: a, mesh=mesh,
-                                                   in_shardings=(Spec(None, ("data", "model")),))(w)),
+            "unknown_axis": error_of(
+                lambda: kn.jit(lambda a: kn.sharding.constrain(a, Spec("batch")), mesh=mesh)(x)
+            ),
+            "indivisible": error_of(
+                lambda: kn.jit(lambda a: a, mesh=mesh, in_shardings=(Spec(None, ("data", "model")),))(w)
+            ),
             "too_big": error_of(lambda: kn.sharding.mesh((4, 4), ("data", "model"))),
-            "tree_mismatch": error_of(lambda: kn.jit(lambda t: t["a"], mesh=mesh,
-                                                     in_shardings=({"b": Spec("data")},))({"a": x})),
+            "tree_mismatch": error_of(
+                lambda: kn.jit(lambda t: t["a"], mesh=mesh, in_shardings=({"b": Spec("data")},))({"a": x})
+            ),
         }
 
     @check
     def all_reduce_only():
         # data parallel: batch split over all 8 devices, weights replicated
         flat = kn.sharding.mesh((8,), ("data",))
-        dp = kn.jit(kn.grad(lambda w, x: kn.mean((x @ w) ** 2)), mesh=flat,
-                    in_shardings=(None, Spec("data")), out_shardings=Spec())
+        dp = kn.jit(
+            kn.grad(lambda w, x: kn.mean((x @ w) ** 2)),
+            mesh=flat,
+            in_shardings=(None, Spec("data")),
+            out_shardings=Spec(),
+        )
         grad = dp(w, x)
         hlo = dp.executable(w, x).hlo_text()
         want = jax.grad(lambda w, x: jnp.mean((x @ w) ** 2))(w, x)
-        return {"all_reduce": hlo.count(" all-reduce("), "all_gather": hlo.count(" all-gather("),
-                "diff": max_diff(grad, want)}
-
+        return {
+            "all_reduce": hlo.count(" all-reduce("),
+            "all_gather": hlo.count(" all-gather("),
+            "diff": max_diff(grad, want),
+        }
 
     @check
     def sharded_checkpoint():
@@ -137,8 +156,12 @@ def group_jit():
 
         a = rng.standard_normal((8, 16)).astype(np.float32)
         b = rng.standard_normal((6,)).astype(np.float32)
-        tree = {"a": kn.sharding.put(a, mesh, Spec("data", "model")), "b": kn.sharding.put(b, mesh),
-                "host": np.arange(3), "step": 7}
+        tree = {
+            "a": kn.sharding.put(a, mesh, Spec("data", "model")),
+            "b": kn.sharding.put(b, mesh),
+            "host": np.arange(3),
+            "step": 7,
+        }
         with tempfile.TemporaryDirectory() as root:
             path = os.path.join(root, "ckpt")
             kn.checkpoint.save_sharded(path, tree)
@@ -146,17 +169,26 @@ def group_jit():
             files = sorted(os.listdir(path))
             leftovers = sorted(os.listdir(root))
             other = kn.sharding.mesh((8,), ("data",))  # another mesh shape
-            like = {"a": kn.sharding.put(np.zeros_like(a), other, Spec(None, "data")),
-                    "b": kn.sharding.put(np.zeros_like(b), other), "host": np.zeros(3, np.int64), "step": 0}
+            like = {
+                "a": kn.sharding.put(np.zeros_like(a), other, Spec(None, "data")),
+                "b": kn.sharding.put(np.zeros_like(b), other),
+                "host": np.zeros(3, np.int64),
+                "step": 0,
+            }
             back = kn.checkpoint.load_sharded(path, like)
             single = kn.checkpoint.load_sharded(path, {"a": kn.ShapeDtype((8, 16), kn.float32)})
             wrong = {"a": kn.ShapeDtype((8, 13), kn.float32)}
             bad = error_of(lambda: kn.checkpoint.load_sharded(path, wrong))
-        return {"files": files, "leftovers": leftovers,
-                "diff": max(max_diff(back["a"], a), max_diff(back["b"], b), max_diff(single["a"], a)),
-                "a_spec": str(back["a"].sharding.spec),
-                "a_shards": sorted({tuple(s.data.shape) for s in back["a"].addressable_shards}),
-                "host": np.asarray(back["host"]).tolist(), "step": back["step"], "bad": bad}
+        return {
+            "files": files,
+            "leftovers": leftovers,
+            "diff": max(max_diff(back["a"], a), max_diff(back["b"], b), max_diff(single["a"], a)),
+            "a_spec": str(back["a"].sharding.spec),
+            "a_shards": sorted({tuple(s.data.shape) for s in back["a"].addressable_shards}),
+            "host": np.asarray(back["host"]).tolist(),
+            "step": back["step"],
+            "bad": bad,
+        }
 
 
 def group_train():
@@ -183,8 +215,10 @@ def group_train():
     def compare(st, losses):
         got = kn.ptree.flatten_with_paths(train.vars(st).params)
         want = dict(kn.ptree.flatten_with_paths(single_params))
-        return {"params": max(max_diff(leaf, want[path]) for path, leaf in got),
-                "loss": max(abs(a - b) for a, b in zip(losses, single_losses))}
+        return {
+            "params": max(max_diff(leaf, want[path]) for path, leaf in got),
+            "loss": max(abs(a - b) for a, b in zip(losses, single_losses)),
+        }
 
     flat = kn.sharding.mesh((8,), ("data",))
 
@@ -193,19 +227,25 @@ def group_train():
         trainer, st, losses = run(flat)
         exe = train.step_executable(trainer, st, x[0], y[0])
         hlo = exe.hlo_text()
-        return {**compare(st, losses), "all_reduce": hlo.count(" all-reduce("),
-                "all_gather": hlo.count(" all-gather("),
-                "param_spec": str(train.vars(st).params[0]["weight"].sharding.spec)}
+        return {
+            **compare(st, losses),
+            "all_reduce": hlo.count(" all-reduce("),
+            "all_gather": hlo.count(" all-gather("),
+            "param_spec": str(train.vars(st).params[0]["weight"].sharding.spec),
+        }
 
     @check
     def fsdp():
         trainer, st, losses = run(flat, param_sharding="fsdp")
         weight = train.vars(st).params[0]["weight"]  # [12, 32]: split over its 32 columns
         moment = st.opt_state[1][0][0]["weight"]
-        return {**compare(st, losses), "spec": str(weight.sharding.spec),
-                "shards": sorted({tuple(s.data.shape) for s in weight.addressable_shards}),
-                "moment_shards": sorted({tuple(s.data.shape) for s in moment.addressable_shards}),
-                "devices": len(weight.addressable_shards)}
+        return {
+            **compare(st, losses),
+            "spec": str(weight.sharding.spec),
+            "shards": sorted({tuple(s.data.shape) for s in weight.addressable_shards}),
+            "moment_shards": sorted({tuple(s.data.shape) for s in moment.addressable_shards}),
+            "devices": len(weight.addressable_shards),
+        }
 
     @check
     def fused_steps():
@@ -230,8 +270,9 @@ def group_tools():
 
 
 def group_tensor_parallel():
-    from kaun_ir import layer, loss, optim, rng, train
     from kaun_ir.tools.bench_workloads import _decoder_block
+
+    from kaun_ir import layer, loss, optim, rng, train
 
     data_rng = np.random.default_rng(2)
     x = data_rng.standard_normal((3, 8, 8, 32)).astype(np.float32)  # 3 batches [B=8, T=8, E=32]
@@ -260,29 +301,38 @@ def group_tensor_parallel():
         params = train.vars(st).params[0]
         got = kn.ptree.flatten_with_paths(train.vars(st).params)
         hlo = train.step_executable(trainer, st, x[0], y[0]).hlo_text()
-        return {"params": max(max_diff(leaf, want[path]) for path, leaf in got),
-                "loss": max(abs(a - b) for a, b in zip(losses, single_losses)),
-                "query": str(params["attn"]["query"]["weight"].sharding.spec),
-                "out": str(params["attn"]["out"]["weight"].sharding.spec),
-                "fc1": sorted({tuple(s.data.shape) for s in params["fc1"]["weight"].addressable_shards}),
-                "all_reduce": hlo.count(" all-reduce(")}
+        return {
+            "params": max(max_diff(leaf, want[path]) for path, leaf in got),
+            "loss": max(abs(a - b) for a, b in zip(losses, single_losses)),
+            "query": str(params["attn"]["query"]["weight"].sharding.spec),
+            "out": str(params["attn"]["out"]["weight"].sharding.spec),
+            "fc1": sorted({tuple(s.data.shape) for s in params["fc1"]["weight"].addressable_shards}),
+            "all_reduce": hlo.count(" all-reduce("),
+        }
 
     @check
     def fsdp_tensor_parallel_layout():
         params = rng.run(0, lambda: layer.init(block)).params
         specs = kn.sharding.param_specs(params, grid, kn.sharding.rules(table, fsdp=True))[0]
-        return {"fc1": repr(specs["fc1"]["weight"]), "fc2": repr(specs["fc2"]["weight"]),
-                "ln1": repr(specs["ln1"][sorted(specs["ln1"])[0]]),
-                "out_bias": repr(specs["attn"]["out"]["bias"])}
+        return {
+            "fc1": repr(specs["fc1"]["weight"]),
+            "fc2": repr(specs["fc2"]["weight"]),
+            "ln1": repr(specs["ln1"][sorted(specs["ln1"])[0]]),
+            "out_bias": repr(specs["attn"]["out"]["bias"]),
+        }
 
     @check
     def bad_rules():
-        return {"axis": error_of(lambda: run(grid, param_sharding=[("*fc1.weight", Spec(None, "tensor"))])),
-                "policy": error_of(lambda: train.make(block, optim.adam(0.01), loss=loss.mse, mesh=grid,
-                                                      param_sharding="zero")),
-                "data_axis": error_of(lambda: train.make(block, optim.adam(0.01), loss=loss.mse, mesh=grid,
-                                                         data_axis="batch")),
-                "batch": error_of(lambda: train.step(*_one_state(train, block, grid), x[0][:3], y[0][:3]))}
+        return {
+            "axis": error_of(lambda: run(grid, param_sharding=[("*fc1.weight", Spec(None, "tensor"))])),
+            "policy": error_of(
+                lambda: train.make(block, optim.adam(0.01), loss=loss.mse, mesh=grid, param_sharding="zero")
+            ),
+            "data_axis": error_of(
+                lambda: train.make(block, optim.adam(0.01), loss=loss.mse, mesh=grid, data_axis="batch")
+            ),
+            "batch": error_of(lambda: train.step(*_one_state(train, block, grid), x[0][:3], y[0][:3])),
+        }
 
 
 def _one_state(train, block, grid):
@@ -311,8 +361,13 @@ def group_docs():
         return {"blocks": len(blocks), "output": out.getvalue()}
 
 
-GROUPS = {"jit": group_jit, "train": group_train, "tools": group_tools, "tp": group_tensor_parallel,
-          "docs": group_docs}
+GROUPS = {
+    "jit": group_jit,
+    "train": group_train,
+    "tools": group_tools,
+    "tp": group_tensor_parallel,
+    "docs": group_docs,
+}
 
 if __name__ == "__main__":
     for name in sys.argv[1:]:

@@ -18,13 +18,25 @@ import kaun_ir as kn
 from kaun_ir import activations as act
 
 JAX = {
-    "relu": jax.nn.relu, "relu6": jax.nn.relu6, "leaky_relu": jax.nn.leaky_relu, "elu": jax.nn.elu,
-    "selu": jax.nn.selu, "celu": jax.nn.celu, "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "gelu_approx": functools.partial(jax.nn.gelu, approximate=True), "silu": jax.nn.silu,
+    "relu": jax.nn.relu,
+    "relu6": jax.nn.relu6,
+    "leaky_relu": jax.nn.leaky_relu,
+    "elu": jax.nn.elu,
+    "selu": jax.nn.selu,
+    "celu": jax.nn.celu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_approx": functools.partial(jax.nn.gelu, approximate=True),
+    "silu": jax.nn.silu,
     "swish": jax.nn.swish,
-    "softplus": jax.nn.softplus, "softsign": jax.nn.soft_sign, "mish": jax.nn.mish,
-    "log_sigmoid": jax.nn.log_sigmoid, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh,
-    "hard_sigmoid": jax.nn.hard_sigmoid, "hard_tanh": jax.nn.hard_tanh, "hard_swish": jax.nn.hard_swish,
+    "softplus": jax.nn.softplus,
+    "softsign": jax.nn.soft_sign,
+    "mish": jax.nn.mish,
+    "log_sigmoid": jax.nn.log_sigmoid,
+    "sigmoid": jax.nn.sigmoid,
+    "tanh": jnp.tanh,
+    "hard_sigmoid": jax.nn.hard_sigmoid,
+    "hard_tanh": jax.nn.hard_tanh,
+    "hard_swish": jax.nn.hard_swish,
     "hard_silu": jax.nn.hard_silu,
 }
 NAMES = sorted(JAX)
@@ -58,11 +70,14 @@ def _results():
 
     @jax.jit
     def oracle(x):
-        return ({n: JAX[n](x) for n in NAMES},
-                jax.grad(lambda xs: sum(jnp.sum(JAX[n](xs[n])) for n in NAMES))({n: x for n in NAMES}))
+        return (
+            {n: JAX[n](x) for n in NAMES},
+            jax.grad(lambda xs: sum(jnp.sum(JAX[n](xs[n])) for n in NAMES))({n: x for n in NAMES}),
+        )
 
     with jax.enable_x64(True):
         want, want_grads = oracle(x)
+
     def host(tree):
         return {k: np.asarray(v) for k, v in tree.items()}
 
@@ -110,8 +125,9 @@ def test_derivatives_at_kinks_follow_jax():
 
 def test_hyper_parameters():
     x = np.linspace(-3, 3, 13).astype(np.float32)
-    np.testing.assert_allclose(np.asarray(act.leaky_relu(x, 0.2)), np.asarray(jax.nn.leaky_relu(x, 0.2)),
-                               rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(act.leaky_relu(x, 0.2)), np.asarray(jax.nn.leaky_relu(x, 0.2)), rtol=1e-6
+    )
     np.testing.assert_allclose(np.asarray(act.elu(x, 0.5)), np.asarray(jax.nn.elu(x, 0.5)), rtol=1e-6)
     np.testing.assert_allclose(np.asarray(act.celu(x, 2.0)), np.asarray(jax.nn.celu(x, 2.0)), rtol=1e-6)
     with pytest.raises(ValueError, match="alpha"):
@@ -129,8 +145,9 @@ def test_second_derivatives_match_jax():
     with jax.enable_x64(True):
         want = jax.jit(lambda x: {n: jax.vmap(jax.grad(jax.grad(JAX[n])))(x) for n in names})(x)
     for n in names:
-        np.testing.assert_allclose(np.asarray(second[n]), np.asarray(want[n]), rtol=1e-10, atol=1e-12,
-                                   err_msg=n)
+        np.testing.assert_allclose(
+            np.asarray(second[n]), np.asarray(want[n]), rtol=1e-10, atol=1e-12, err_msg=n
+        )
 
 
 def test_integer_inputs_become_float32_except_relu():

@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-
 from kaun_ir.tools import bench
 from kaun_ir.tools.bench_workloads import WORKLOADS
 from kaun_ir.tools.cli import main
@@ -41,8 +40,24 @@ def test_torch_is_left_out_with_a_reason_when_not_importable(monkeypatch, capsys
     assert "torch" not in result["implementations"] and result["torch"] == line
     with pytest.raises(RuntimeError, match="import torch failed"):
         bench.bench_workload("mlp_small", steps=2, rounds=0, small=True, torch=True)
-    assert main(["bench", "-w", "mlp_small", "--steps", "2", "--rounds", "0", "--steps-per-call", "2",
-                 "--no-memory", "--small"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "-w",
+                "mlp_small",
+                "--steps",
+                "2",
+                "--rounds",
+                "0",
+                "--steps-per-call",
+                "2",
+                "--no-memory",
+                "--small",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "| torch |" not in out and f"PyTorch: {line}" in out
 
@@ -71,8 +86,9 @@ def test_torch_forward_matches_the_jax_reference(name):
 
 def test_the_reference_differs_when_the_weights_differ():
     """The agreement check is not vacuous: a JAX step from other weights gives another loss."""
-    from kaun_ir import layer, rng
     from kaun_ir.tools.bench_workloads import initial_params
+
+    from kaun_ir import layer, rng
 
     workload = WORKLOADS["mlp_small"]
     cfg = workload.small
@@ -118,8 +134,22 @@ def test_option_checks():
 
 def test_cli_json_output_parses(capsys):
     # --small (hidden): the CLI at the tiny test sizes, seconds instead of minutes
-    rc = main(["bench", "--workload", "mlp_small", "--steps", "2", "--rounds", "1", "--steps-per-call", "2",
-               "--no-memory", "--json", "--small"])
+    rc = main(
+        [
+            "bench",
+            "--workload",
+            "mlp_small",
+            "--steps",
+            "2",
+            "--rounds",
+            "1",
+            "--steps-per-call",
+            "2",
+            "--no-memory",
+            "--json",
+            "--small",
+        ]
+    )
     data = json.loads(capsys.readouterr().out)
     assert rc == 0 and data["ok"] is True
     (result,) = data["results"]
@@ -134,8 +164,24 @@ def test_cli_json_output_parses(capsys):
 
 
 def test_cli_table_and_bad_options(capsys):
-    assert main(["bench", "-w", "mlp_small", "--steps", "2", "--rounds", "1", "--steps-per-call", "0",
-                 "--no-memory", "--small"]) == 0
+    assert (
+        main(
+            [
+                "bench",
+                "-w",
+                "mlp_small",
+                "--steps",
+                "2",
+                "--rounds",
+                "1",
+                "--steps-per-call",
+                "0",
+                "--no-memory",
+                "--small",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "| mlp_small | kaun_ir |" in out and "| mlp_small | jax |" in out and "(agree)" in out
     assert "kaun_ir[K=" not in out  # --steps-per-call 0: no fused row

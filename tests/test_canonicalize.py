@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kaun_ir.passes import rewrite
+from kaun_ir.passes.canonicalize import RULES, canonicalize, exactly_representable
+from kaun_ir.passes.rewrite import RewriteError, Rule, RuleTable, apply_rules, last_statistics
+from passutil import assert_bit_identical, const, random_inputs, same_snapshot, snapshot, splat
 
 import kaun_ir as kn
 from kaun_ir.ir import Builder, TensorType, interpret, scope
 from kaun_ir.ir.core import Graph
-from kaun_ir.passes import rewrite
-from kaun_ir.passes.canonicalize import RULES, canonicalize, exactly_representable
-from kaun_ir.passes.rewrite import RewriteError, Rule, RuleTable, apply_rules, last_statistics
 from kaun_ir.tensor import Tensor, apply
-from passutil import assert_bit_identical, const, random_inputs, same_snapshot, snapshot, splat
 
 F32, F64, I32, U8, BOOL = np.float32, np.float64, np.int32, np.uint8, np.bool_
 S = kn.ShapeDtype
@@ -50,7 +50,12 @@ FIRES = [
     # (rule, function, input specs, op that must disappear)
     ("multiply-by-one", lambda x: x * const(1.0), [S((), F32)], "multiply"),
     ("multiply-by-one", lambda x: apply("multiply", splat(1.0, (2, 3)), x), [S((2, 3), F32)], "multiply"),
-    ("multiply-by-one", lambda x: apply("multiply", x, const(np.ones((2, 2)), F32)), [S((2, 2), F32)], "multiply"),
+    (
+        "multiply-by-one",
+        lambda x: apply("multiply", x, const(np.ones((2, 2)), F32)),
+        [S((2, 2), F32)],
+        "multiply",
+    ),
     ("multiply-by-one", lambda x: apply("multiply", x, splat(1, (4,), I32)), [S((4,), I32)], "multiply"),
     ("multiply-by-one", lambda x: apply("multiply", x, splat(True, (4,), BOOL)), [S((4,), BOOL)], "multiply"),
     ("add-zero", lambda x: apply("add", x, splat(-0.0, (3,))), [S((3,), F32)], "add"),
@@ -64,30 +69,67 @@ FIRES = [
     ("negate-negate", lambda x: -(-x), [S((3,), F32)], "negate"),
     ("negate-negate", lambda x: apply("negate", apply("negate", x)), [S((3,), I32)], "negate"),
     ("reshape-identity", lambda x: apply("reshape", x, shape=(2, 3)), [S((2, 3), F32)], "reshape"),
-    ("reshape-reshape", lambda x: apply("reshape", apply("reshape", x, shape=(6,)), shape=(2, 3)),
-     [S((2, 3), F32)], "reshape"),
-    ("transpose-identity", lambda x: apply("transpose", x, permutation=(0, 1)), [S((2, 3), F32)], "transpose"),
-    ("transpose-transpose", lambda x: apply("transpose", apply("transpose", x, permutation=(1, 0)),
-                                            permutation=(1, 0)), [S((2, 3), F32)], "transpose"),
-    ("broadcast-identity", lambda x: apply("broadcast_in_dim", x, shape=(2, 3), broadcast_dimensions=(0, 1)),
-     [S((2, 3), F32)], "broadcast_in_dim"),
-    ("slice-identity", lambda x: apply("slice", x, start_indices=(0, 0), limit_indices=(2, 3), strides=(1, 1)),
-     [S((2, 3), F32)], "slice"),
-    ("slice-identity", lambda x: apply("slice", x, start_indices=(0, 0), limit_indices=(1, 3), strides=(5, 1)),
-     [S((1, 3), F32)], "slice"),
+    (
+        "reshape-reshape",
+        lambda x: apply("reshape", apply("reshape", x, shape=(6,)), shape=(2, 3)),
+        [S((2, 3), F32)],
+        "reshape",
+    ),
+    (
+        "transpose-identity",
+        lambda x: apply("transpose", x, permutation=(0, 1)),
+        [S((2, 3), F32)],
+        "transpose",
+    ),
+    (
+        "transpose-transpose",
+        lambda x: apply("transpose", apply("transpose", x, permutation=(1, 0)), permutation=(1, 0)),
+        [S((2, 3), F32)],
+        "transpose",
+    ),
+    (
+        "broadcast-identity",
+        lambda x: apply("broadcast_in_dim", x, shape=(2, 3), broadcast_dimensions=(0, 1)),
+        [S((2, 3), F32)],
+        "broadcast_in_dim",
+    ),
+    (
+        "slice-identity",
+        lambda x: apply("slice", x, start_indices=(0, 0), limit_indices=(2, 3), strides=(1, 1)),
+        [S((2, 3), F32)],
+        "slice",
+    ),
+    (
+        "slice-identity",
+        lambda x: apply("slice", x, start_indices=(0, 0), limit_indices=(1, 3), strides=(5, 1)),
+        [S((1, 3), F32)],
+        "slice",
+    ),
     ("concatenate-single", lambda x: apply("concatenate", x, dimension=0), [S((4,), F32)], "concatenate"),
     ("reverse-identity", lambda x: apply("reverse", x, dimensions=(0,)), [S((1, 3), F32)], "reverse"),
-    ("pad-identity", lambda x: apply("pad", x, const(0.0), low=(0,), high=(0,), interior=(0,)),
-     [S((3,), F32)], "pad"),
+    (
+        "pad-identity",
+        lambda x: apply("pad", x, const(0.0), low=(0,), high=(0,), interior=(0,)),
+        [S((3,), F32)],
+        "pad",
+    ),
     ("convert-identity", lambda x: apply("convert", x, dtype=np.dtype(F32)), [S((3,), F32)], "convert"),
     ("convert-convert", lambda x: x.astype(F64).astype(F32), [S((3,), F32)], "convert"),
     ("convert-convert", lambda x: x.astype(I32).astype(np.int8), [S((3,), np.int8)], "convert"),
     ("convert-convert", lambda x: x.astype(F32).astype(BOOL), [S((3,), BOOL)], "convert"),
     ("convert-convert", lambda x: x.astype(F64).astype(I32), [S((3,), I32)], "convert"),
-    ("select-constant-predicate", lambda x, y: apply("select", const(True, BOOL), x, y),
-     [S((3,), F32), S((3,), F32)], "select"),
-    ("select-constant-predicate", lambda x, y: apply("select", splat(False, (3,), BOOL), x, y),
-     [S((3,), F32), S((3,), F32)], "select"),
+    (
+        "select-constant-predicate",
+        lambda x, y: apply("select", const(True, BOOL), x, y),
+        [S((3,), F32), S((3,), F32)],
+        "select",
+    ),
+    (
+        "select-constant-predicate",
+        lambda x, y: apply("select", splat(False, (3,), BOOL), x, y),
+        [S((3,), F32), S((3,), F32)],
+        "select",
+    ),
     ("select-same-branches", lambda p, x: apply("select", p, x, x), [S((3,), BOOL), S((3,), F32)], "select"),
 ]
 
@@ -114,7 +156,9 @@ def test_odd_negations_keep_one():
 
 
 def test_reshape_chain_becomes_one_reshape():
-    fn = lambda x: apply("reshape", apply("reshape", apply("reshape", x, shape=(6,)), shape=(3, 2)), shape=(1, 6))
+    fn = lambda x: apply(
+        "reshape", apply("reshape", apply("reshape", x, shape=(6,)), shape=(3, 2)), shape=(1, 6)
+    )
     _, out = run_and_check(fn, S((2, 3), F32))
     assert out.op_counts() == {"reshape": 1}
     assert out.nodes[0].attr("shape") == (1, 6) and out.nodes[0].inputs[0] is out.inputs[0]
@@ -134,8 +178,12 @@ def test_transposes_compose():
 
 
 def test_broadcasts_compose():
-    fn = lambda x: apply("broadcast_in_dim", apply("broadcast_in_dim", x, shape=(3, 1, 4), broadcast_dimensions=(0, 1)),
-                         shape=(2, 3, 5, 4), broadcast_dimensions=(1, 2, 3))
+    fn = lambda x: apply(
+        "broadcast_in_dim",
+        apply("broadcast_in_dim", x, shape=(3, 1, 4), broadcast_dimensions=(0, 1)),
+        shape=(2, 3, 5, 4),
+        broadcast_dimensions=(1, 2, 3),
+    )
     _, out = run_and_check(fn, S((3, 1), F32))
     assert out.op_counts() == {"broadcast_in_dim": 1}
     node = out.nodes[0]
@@ -174,13 +222,31 @@ KEPT = [
     ("i32 -> f32 -> i32", lambda x: x.astype(F32).astype(I32), [S((3,), I32)]),
     ("i32 -> u32 -> i32", lambda x: x.astype(np.uint32).astype(I32), [S((3,), I32)]),
     ("f32 -> f64 -> i32", lambda x: x.astype(F64).astype(I32), [S((3,), F32)]),
-    ("reshape of transpose", lambda x: apply("reshape", apply("transpose", x, permutation=(1, 0)), shape=(6,)),
-     [S((2, 3), F32)]),
-    ("real slice", lambda x: apply("slice", x, start_indices=(1,), limit_indices=(3,), strides=(1,)), [S((3,), F32)]),
-    ("strided slice", lambda x: apply("slice", x, start_indices=(0,), limit_indices=(3,), strides=(2,)), [S((3,), F32)]),
-    ("select on a traced predicate", lambda p, x, y: apply("select", p, x, y), [S((3,), BOOL), S((3,), F32), S((3,), F32)]),
-    ("select with a mixed constant predicate",
-     lambda x, y: apply("select", const([True, False, True], BOOL), x, y), [S((3,), F32), S((3,), F32)]),
+    (
+        "reshape of transpose",
+        lambda x: apply("reshape", apply("transpose", x, permutation=(1, 0)), shape=(6,)),
+        [S((2, 3), F32)],
+    ),
+    (
+        "real slice",
+        lambda x: apply("slice", x, start_indices=(1,), limit_indices=(3,), strides=(1,)),
+        [S((3,), F32)],
+    ),
+    (
+        "strided slice",
+        lambda x: apply("slice", x, start_indices=(0,), limit_indices=(3,), strides=(2,)),
+        [S((3,), F32)],
+    ),
+    (
+        "select on a traced predicate",
+        lambda p, x, y: apply("select", p, x, y),
+        [S((3,), BOOL), S((3,), F32), S((3,), F32)],
+    ),
+    (
+        "select with a mixed constant predicate",
+        lambda x, y: apply("select", const([True, False, True], BOOL), x, y),
+        [S((3,), F32), S((3,), F32)],
+    ),
     ("stop_gradient once", lambda x: apply("stop_gradient", x), [S((3,), F32)]),
     ("negate of abs", lambda x: -abs(x), [S((3,), F32)]),
 ]
@@ -203,14 +269,33 @@ def test_why_x_plus_zero_is_kept():
         assert_bit_identical(interpret(graph, np.float32(x))[0], np.float32(x))
 
 
-@pytest.mark.parametrize("src, dst, exact", [
-    (F32, F64, True), (F64, F32, False), (np.float16, F32, True), (kn.dtypes.bfloat16, F32, True),
-    (np.float16, kn.dtypes.bfloat16, False), (kn.dtypes.bfloat16, np.float16, False),
-    (np.int8, np.int16, True), (np.int16, np.int8, False), (np.uint8, np.int8, False), (np.uint8, np.int16, True),
-    (np.int8, np.uint16, False), (np.uint16, np.uint32, True), (I32, F64, True), (I32, F32, False),
-    (np.int16, F32, True), (np.int16, np.float16, False), (np.uint8, kn.dtypes.bfloat16, True),
-    (np.int64, F64, False), (BOOL, F32, True), (F32, BOOL, False), (I32, BOOL, False), (BOOL, BOOL, True),
-])
+@pytest.mark.parametrize(
+    "src, dst, exact",
+    [
+        (F32, F64, True),
+        (F64, F32, False),
+        (np.float16, F32, True),
+        (kn.dtypes.bfloat16, F32, True),
+        (np.float16, kn.dtypes.bfloat16, False),
+        (kn.dtypes.bfloat16, np.float16, False),
+        (np.int8, np.int16, True),
+        (np.int16, np.int8, False),
+        (np.uint8, np.int8, False),
+        (np.uint8, np.int16, True),
+        (np.int8, np.uint16, False),
+        (np.uint16, np.uint32, True),
+        (I32, F64, True),
+        (I32, F32, False),
+        (np.int16, F32, True),
+        (np.int16, np.float16, False),
+        (np.uint8, kn.dtypes.bfloat16, True),
+        (np.int64, F64, False),
+        (BOOL, F32, True),
+        (F32, BOOL, False),
+        (I32, BOOL, False),
+        (BOOL, BOOL, True),
+    ],
+)
 def test_exactly_representable(src, dst, exact):
     assert exactly_representable(src, dst) == exact
     if exact and np.dtype(src) != np.dtype(dst):  # and it holds for the extremes of the source type
@@ -243,7 +328,9 @@ def test_traced_ones_and_zeros_are_recognised():
 
 def test_rewrites_inside_while_bodies():
     def fn(x):
-        return kn.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, -(-s[1]) * kn.ones_like(s[1])), (np.int32(0), x))
+        return kn.while_loop(
+            lambda s: s[0] < 3, lambda s: (s[0] + 1, -(-s[1]) * kn.ones_like(s[1])), (np.int32(0), x)
+        )
 
     _, out = run_and_check(fn, S((3,), F32))
     (loop,) = [n for n in out.nodes if n.op == "while"]
@@ -260,7 +347,11 @@ def test_new_nodes_keep_layer_path_and_source():
         graph = b.finish([y.value])
     out = canonicalize(graph)
     (node,) = out.nodes
-    assert node.path == "enc.0" and node.source == graph.nodes[1].source and node.source.startswith("test_canonicalize.py:")
+    assert (
+        node.path == "enc.0"
+        and node.source == graph.nodes[1].source
+        and node.source.startswith("test_canonicalize.py:")
+    )
 
 
 def test_autodiff_graphs_get_smaller_and_compute_the_same():
@@ -285,8 +376,11 @@ def test_through_the_pass_manager_with_statistics():
     out = PassManager("canonicalize", [stats], verify_each=True).run(graph)
     assert out.nodes == ()
     (record,) = stats.records
-    assert record.counters == {"rewrites applied": 2, "rewrites applied by negate-negate": 1,
-                               "rewrites applied by multiply-by-one": 1}
+    assert record.counters == {
+        "rewrites applied": 2,
+        "rewrites applied by negate-negate": 1,
+        "rewrites applied by multiply-by-one": 1,
+    }
     assert "2 rewrites applied" in stats.report()
 
 
@@ -305,8 +399,13 @@ def _graph(fn, *specs) -> Graph:
 def test_driver_non_convergence_names_the_rules():
     table = RuleTable()
     # a rule that keeps rewriting its own result: neg(x) -> neg(neg(neg(x)))
-    table.add(Rule("grow", "negate",
-                   lambda node, rw: rw.emit("negate", rw.emit("negate", rw.emit("negate", node.inputs[0])))))
+    table.add(
+        Rule(
+            "grow",
+            "negate",
+            lambda node, rw: rw.emit("negate", rw.emit("negate", rw.emit("negate", node.inputs[0]))),
+        )
+    )
     graph = _graph(lambda x: -x, S((3,), F32))
     with pytest.raises(RewriteError, match=r"test did not converge after 5 sweeps .*grow \(81\)"):
         apply_rules(graph, table, max_sweeps=5, label="test")
@@ -314,8 +413,14 @@ def test_driver_non_convergence_names_the_rules():
 
 def test_driver_rules_that_undo_each_other_do_not_converge():
     table = RuleTable()
-    table.add(Rule("to-reshape", "transpose", lambda n, rw: rw.emit("reshape", n.inputs[0], shape=n.outputs[0].shape)))
-    table.add(Rule("to-transpose", "reshape", lambda n, rw: rw.emit("transpose", n.inputs[0], permutation=(0,))))
+    table.add(
+        Rule(
+            "to-reshape", "transpose", lambda n, rw: rw.emit("reshape", n.inputs[0], shape=n.outputs[0].shape)
+        )
+    )
+    table.add(
+        Rule("to-transpose", "reshape", lambda n, rw: rw.emit("transpose", n.inputs[0], permutation=(0,)))
+    )
     graph = _graph(lambda x: apply("transpose", x, permutation=(0,)), S((3,), F32))
     with pytest.raises(RewriteError, match=r"to-reshape|to-transpose"):
         apply_rules(graph, table, max_sweeps=10)
@@ -324,7 +429,10 @@ def test_driver_rules_that_undo_each_other_do_not_converge():
 def test_driver_rejects_a_replacement_of_another_type():
     table = RuleTable()
     table.add(Rule("bad", "negate", lambda n, rw: rw.emit("convert", n.inputs[0], dtype=np.dtype(F64))))
-    with pytest.raises(RewriteError, match=r"rule 'bad' on negate replaced result 0 of type f32\[3\] by a value of type f64\[3\]"):
+    with pytest.raises(
+        RewriteError,
+        match=r"rule 'bad' on negate replaced result 0 of type f32\[3\] by a value of type f64\[3\]",
+    ):
         apply_rules(_graph(lambda x: -x, S((3,), F32)), table)
 
 
@@ -361,8 +469,11 @@ def test_driver_first_matching_rule_wins_and_type_errors_name_the_path():
         with scope("head"):
             y = apply("negate", x)
         graph = b.finish([y.value])
-    with pytest.raises(RewriteError, match=r"rule 'shape' on negate at head failed: head: reshape of f32\[3\]: "
-                                           r"cannot reshape 3 elements"):
+    with pytest.raises(
+        RewriteError,
+        match=r"rule 'shape' on negate at head failed: head: reshape of f32\[3\]: "
+        r"cannot reshape 3 elements",
+    ):
         apply_rules(graph, bad)
 
 

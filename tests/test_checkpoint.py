@@ -23,11 +23,15 @@ def params(seed=0, dtype=np.float32):
     rng = np.random.default_rng(seed)
     return {
         "layers": [
-            {"weight": rng.standard_normal((4, 3)).astype(dtype),
-             "bias": rng.standard_normal(3).astype(dtype)},
+            {
+                "weight": rng.standard_normal((4, 3)).astype(dtype),
+                "bias": rng.standard_normal(3).astype(dtype),
+            },
             {},  # a layer without parameters (an activation)
-            {"weight": rng.standard_normal((3, 2)).astype(dtype),
-             "bias": rng.standard_normal(2).astype(dtype)},
+            {
+                "weight": rng.standard_normal((3, 2)).astype(dtype),
+                "bias": rng.standard_normal(2).astype(dtype),
+            },
         ],
         "norm": {"scale": np.ones(2, dtype)},
     }
@@ -38,10 +42,14 @@ def train_state(seed=0):
     rng = np.random.default_rng(seed + 100)
     return {
         "params": p,
-        "opt": ({"mu": ptree.map(lambda a: rng.standard_normal(a.shape).astype(a.dtype), p),
-                 "nu": ptree.map(lambda a: rng.random(a.shape).astype(a.dtype), p),
-                 "count": np.array(12, np.int32)},
-                None),
+        "opt": (
+            {
+                "mu": ptree.map(lambda a: rng.standard_normal(a.shape).astype(a.dtype), p),
+                "nu": ptree.map(lambda a: rng.random(a.shape).astype(a.dtype), p),
+                "count": np.array(12, np.int32),
+            },
+            None,
+        ),
         "step": 12,
         "lr": 0.001,
         "done": False,
@@ -51,7 +59,8 @@ def train_state(seed=0):
 def assert_same_tree(actual, expected):
     """Same containers (list/tuple/dict kinds and keys), same leaf types, dtypes and values."""
     assert type(actual) is type(expected) or (
-        isinstance(actual, np.ndarray) and isinstance(expected, np.ndarray)), (actual, expected)
+        isinstance(actual, np.ndarray) and isinstance(expected, np.ndarray)
+    ), (actual, expected)
     if isinstance(expected, dict):
         assert list(sorted(actual)) == list(sorted(expected))
         for k in expected:
@@ -62,10 +71,10 @@ def assert_same_tree(actual, expected):
             assert_same_tree(a, e)
     elif isinstance(expected, np.ndarray):
         assert actual.dtype == expected.dtype and actual.shape == expected.shape
-        np.testing.assert_array_equal(actual.astype(np.float64) if actual.dtype ==
-                                      ml_dtypes.bfloat16 else actual,
-                                      expected.astype(np.float64) if expected.dtype ==
-                                      ml_dtypes.bfloat16 else expected)
+        np.testing.assert_array_equal(
+            actual.astype(np.float64) if actual.dtype == ml_dtypes.bfloat16 else actual,
+            expected.astype(np.float64) if expected.dtype == ml_dtypes.bfloat16 else expected,
+        )
     else:
         assert actual == expected
 
@@ -90,8 +99,7 @@ def test_file_is_plain_safetensors_with_dotted_keys(tmp_path):
         keys = sorted(f.keys())
         meta = f.metadata()
         weight = f.get_tensor("layers.2.weight")
-    assert keys == ["layers.0.bias", "layers.0.weight", "layers.2.bias", "layers.2.weight",
-                    "norm.scale"]
+    assert keys == ["layers.0.bias", "layers.0.weight", "layers.2.bias", "layers.2.weight", "norm.scale"]
     np.testing.assert_array_equal(weight, p["layers"][2]["weight"])
     structure = json.loads(meta[checkpoint.STRUCTURE_KEY])
     assert structure[0] == "dict" and structure[1]["layers"][0] == "list"
@@ -100,8 +108,21 @@ def test_file_is_plain_safetensors_with_dotted_keys(tmp_path):
     np.testing.assert_array_equal(raw["norm.scale"], p["norm"]["scale"])
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16, ml_dtypes.bfloat16,
-                                   np.int8, np.uint8, np.int32, np.int64, np.uint32, np.bool_])
+@pytest.mark.parametrize(
+    "dtype",
+    [
+        np.float32,
+        np.float64,
+        np.float16,
+        ml_dtypes.bfloat16,
+        np.int8,
+        np.uint8,
+        np.int32,
+        np.int64,
+        np.uint32,
+        np.bool_,
+    ],
+)
 def test_dtypes_round_trip(tmp_path, dtype):
     rng = np.random.default_rng(5)
     arr = (rng.standard_normal((3, 5)) * 50).astype(dtype)
@@ -158,8 +179,7 @@ def test_load_like_casts_and_follows_template_types(tmp_path):
     like["layers"][0]["weight"] = kn.ShapeDtype((4, 3), np.float64)
     out = checkpoint.load(path, like=like)
     assert out["layers"][2]["bias"].dtype == ml_dtypes.bfloat16
-    np.testing.assert_array_equal(out["layers"][2]["bias"],
-                                  p["layers"][2]["bias"].astype(ml_dtypes.bfloat16))
+    np.testing.assert_array_equal(out["layers"][2]["bias"], p["layers"][2]["bias"].astype(ml_dtypes.bfloat16))
     assert isinstance(out["norm"]["scale"], jax.Array)
     assert out["norm"]["scale"].dtype == jnp.float16
     assert out["layers"][0]["weight"].dtype == np.float64
@@ -189,8 +209,11 @@ def test_load_like_shape_mismatch_names_it(tmp_path):
     checkpoint.save(path, params())
     like = params()
     like["layers"][2]["weight"] = np.zeros((2, 3), np.float32)
-    with pytest.raises(ValueError, match=r"'layers\.2\.weight' has shape \(3, 2\).*\(2, 3\) in the "
-                                         "template"):
+    with pytest.raises(
+        ValueError,
+        match=r"'layers\.2\.weight' has shape \(3, 2\).*\(2, 3\) in the "
+        "template",
+    ):
         checkpoint.load(path, like=like)
     checkpoint.save(path, {"step": np.zeros(3)})
     with pytest.raises(ValueError, match="'step' holds shape"):
@@ -210,8 +233,7 @@ def test_files_from_safetensors_numpy_load(tmp_path):
     assert set(raw_tree) == {"layers", "norm", "unrelated"}
     assert isinstance(raw_tree["layers"], dict) and sorted(raw_tree["layers"]) == ["0", "2"]
     np.testing.assert_array_equal(raw_tree["layers"]["2"]["bias"], p["layers"][2]["bias"])
-    save_file({"blocks.0.w": np.ones(1, np.float32), "blocks.1.w": np.zeros(1, np.float32)},
-              str(path))
+    save_file({"blocks.0.w": np.ones(1, np.float32), "blocks.1.w": np.zeros(1, np.float32)}, str(path))
     tree = checkpoint.load(path)
     assert isinstance(tree["blocks"], list) and len(tree["blocks"]) == 2
 

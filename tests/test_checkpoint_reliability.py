@@ -40,8 +40,10 @@ def _bad_files(tmp_path, good):
         "too short": (_write(tmp_path / "short.safetensors", b"abc"), r"too short"),
         "text": (_write(tmp_path / "notes.txt", b"hello, this is not a checkpoint\n"), r"not a SafeTensors"),
         "numpy file": (str(tmp_path / "array.npy"), r"not a SafeTensors"),
-        "bad json": (_write(tmp_path / "json.safetensors", (12).to_bytes(8, "little") + b"{not json!!}"),
-                     r"not a SafeTensors|damaged"),
+        "bad json": (
+            _write(tmp_path / "json.safetensors", (12).to_bytes(8, "little") + b"{not json!!}"),
+            r"not a SafeTensors|damaged",
+        ),
         "directory": (str(tmp_path / "dir.safetensors"), r"is a directory"),
     }
 
@@ -49,8 +51,11 @@ def _bad_files(tmp_path, good):
 @pytest.mark.parametrize("reader", ["load", "load_like", "load_raw"])
 def test_every_bad_file_gets_an_error_naming_the_file(tmp_path, good, reader):
     for what, (path, pattern) in _bad_files(tmp_path, good).items():
-        call = {"load": lambda: checkpoint.load(path), "load_raw": lambda: checkpoint.load_raw(path),
-                "load_like": lambda: checkpoint.load(path, like=TREE)}[reader]
+        call = {
+            "load": lambda: checkpoint.load(path),
+            "load_raw": lambda: checkpoint.load_raw(path),
+            "load_like": lambda: checkpoint.load(path, like=TREE),
+        }[reader]
         with pytest.raises(checkpoint.CheckpointError) as info:
             call()
         message = str(info.value)

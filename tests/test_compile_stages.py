@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
-
-import kaun_ir as kn
 from kaun_ir.runtime import stages
 from kaun_ir.tools.cli import main
+
+import kaun_ir as kn
 
 
 def test_record_sees_every_stage_of_a_compilation_and_only_inside_the_block():
@@ -22,8 +22,14 @@ def test_record_sees_every_stage_of_a_compilation_and_only_inside_the_block():
         with stages.record() as inner:
             kn.jit(lambda v: v * 2.0, pipeline="dce")(x)
     names = [name for name, _, _ in outer.stages]
-    assert names[:6] == ["trace", "pass:canonicalize (#1)", "pass:cse (#2)", "pass:dce (#3)", "lower",
-                         "xla-compile"]
+    assert names[:6] == [
+        "trace",
+        "pass:canonicalize (#1)",
+        "pass:cse (#2)",
+        "pass:dce (#3)",
+        "lower",
+        "xla-compile",
+    ]
     assert [n for n, _, _ in inner.stages] == ["trace", "pass:dce (#1)", "lower", "xla-compile"]
     assert outer.stages[6:] == inner.stages  # the inner block's stages are the outer's too
     traced = outer.stages[0][2]

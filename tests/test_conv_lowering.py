@@ -32,8 +32,10 @@ def assert_bit_equal(got, want):
     got, want = np.asarray(got), np.asarray(want)
     assert got.shape == want.shape and got.dtype == want.dtype
     differ = np.nonzero(bits(got) != bits(want))
-    assert differ[0].size == 0, f"{differ[0].size} elements differ, first at {[int(d[0]) for d in differ]}: " \
-                                f"{got[differ][:4]} vs {want[differ][:4]}"
+    assert differ[0].size == 0, (
+        f"{differ[0].size} elements differ, first at {[int(d[0]) for d in differ]}: "
+        f"{got[differ][:4]} vs {want[differ][:4]}"
+    )
 
 
 def ties(rng, shape, dtype=F32, nan: bool = True):
@@ -60,8 +62,16 @@ def lowered(f, pipeline, *args):
 
 def sas(window, init):
     def f(x, source):
-        return apply("select_and_scatter_add", x, source, init, window_dimensions=window,
-                     window_strides=window, padding=((0, 0),) * len(window))
+        return apply(
+            "select_and_scatter_add",
+            x,
+            source,
+            init,
+            window_dimensions=window,
+            window_strides=window,
+            padding=((0, 0),) * len(window),
+        )
+
     return f
 
 
@@ -97,7 +107,9 @@ def test_select_and_scatter_add_matches_jax_max_pool_gradient_on_ties():
     x = ties(rng, (4, 3, 8, 10), nan=False)
     source = rng.standard_normal((4, 3, 4, 5)).astype(F32)
     _, got, _ = lowered(sas((1, 1, 2, 2), F32(0)), POOL, x, source)
-    _, vjp = jax.vjp(lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"), x)
+    _, vjp = jax.vjp(
+        lambda v: lax.reduce_window(v, -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"), x
+    )
     assert_bit_equal(got, vjp(source)[0])
     # every window routed exactly one source value: the ties went to one element each
     assert np.count_nonzero(got) == np.count_nonzero(source)
@@ -138,15 +150,28 @@ def test_select_and_scatter_add_init_as_an_input_and_integers():
 def rw(kind, window, init):
     def f(x):
         n = len(window)
-        return apply("reduce_window", x, init, kind=kind, window_dimensions=window, window_strides=window,
-                     base_dilations=(1,) * n, window_dilations=(1,) * n, padding=((0, 0),) * n)
+        return apply(
+            "reduce_window",
+            x,
+            init,
+            kind=kind,
+            window_dimensions=window,
+            window_strides=window,
+            base_dilations=(1,) * n,
+            window_dilations=(1,) * n,
+            padding=((0, 0),) * n,
+        )
+
     return f
 
 
-@pytest.mark.parametrize("kind,init,jax_op", [("max", -np.inf, lax.max), ("min", np.inf, lax.min),
-                                              ("sum", 0.0, lax.add), ("max", 0.25, lax.max)])
-@pytest.mark.parametrize("shape,window", [((2, 3, 7, 6), (1, 1, 2, 2)), ((2, 6, 6, 3), (1, 2, 3, 1)),
-                                          ((10,), (3,))])
+@pytest.mark.parametrize(
+    "kind,init,jax_op",
+    [("max", -np.inf, lax.max), ("min", np.inf, lax.min), ("sum", 0.0, lax.add), ("max", 0.25, lax.max)],
+)
+@pytest.mark.parametrize(
+    "shape,window", [((2, 3, 7, 6), (1, 1, 2, 2)), ((2, 6, 6, 3), (1, 2, 3, 1)), ((10,), (3,))]
+)
 def test_reduce_window_bit_exact(kind, init, jax_op, shape, window):
     rng = np.random.default_rng(3)
     x = ties(rng, shape)
@@ -185,14 +210,48 @@ def graph_of(f, *types):
 def test_pool_windows_that_do_not_tile_are_left_alone():
     def pools(x, source):
         ninf = F32(-np.inf)
-        overlap = apply("reduce_window", x, ninf, kind="max", window_dimensions=(1, 3), window_strides=(1, 2),
-                        base_dilations=(1, 1), window_dilations=(1, 1), padding=((0, 0), (0, 0)))
-        padded = apply("reduce_window", x, ninf, kind="max", window_dimensions=(1, 2), window_strides=(1, 2),
-                       base_dilations=(1, 1), window_dilations=(1, 1), padding=((0, 0), (1, 1)))
-        dilated = apply("reduce_window", x, ninf, kind="max", window_dimensions=(1, 2), window_strides=(1, 2),
-                        base_dilations=(1, 1), window_dilations=(1, 2), padding=((0, 0), (0, 0)))
-        grad = apply("select_and_scatter_add", x, source, F32(0), window_dimensions=(1, 2),
-                     window_strides=(1, 1), padding=((0, 0), (0, 0)))
+        overlap = apply(
+            "reduce_window",
+            x,
+            ninf,
+            kind="max",
+            window_dimensions=(1, 3),
+            window_strides=(1, 2),
+            base_dilations=(1, 1),
+            window_dilations=(1, 1),
+            padding=((0, 0), (0, 0)),
+        )
+        padded = apply(
+            "reduce_window",
+            x,
+            ninf,
+            kind="max",
+            window_dimensions=(1, 2),
+            window_strides=(1, 2),
+            base_dilations=(1, 1),
+            window_dilations=(1, 1),
+            padding=((0, 0), (1, 1)),
+        )
+        dilated = apply(
+            "reduce_window",
+            x,
+            ninf,
+            kind="max",
+            window_dimensions=(1, 2),
+            window_strides=(1, 2),
+            base_dilations=(1, 1),
+            window_dilations=(1, 2),
+            padding=((0, 0), (0, 0)),
+        )
+        grad = apply(
+            "select_and_scatter_add",
+            x,
+            source,
+            F32(0),
+            window_dimensions=(1, 2),
+            window_strides=(1, 1),
+            padding=((0, 0), (0, 0)),
+        )
         return overlap, padded, dilated, grad
 
     graph = graph_of(pools, ((2, 8), F32), ((2, 7), F32))
@@ -242,9 +301,13 @@ def test_max_pool_network_gradient_with_the_cpu_defaults_matches_jax():
         return (kn.fn.max_pool2d(kn.maximum(h, 0.0), 2) ** 2).sum()
 
     def jax_loss(w, x):
-        h = lax.conv_general_dilated(x, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW"))
-        pooled = lax.reduce_window(jnp.maximum(h, 0.0), -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
-        return (pooled ** 2).sum()
+        h = lax.conv_general_dilated(
+            x, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=("NCHW", "OIHW", "NCHW")
+        )
+        pooled = lax.reduce_window(
+            jnp.maximum(h, 0.0), -jnp.inf, lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID"
+        )
+        return (pooled**2).sum()
 
     pipeline = passes.default_train_pipeline("cpu")
     jitted = kn.jit(kn.grad(loss), pipeline=pipeline)
@@ -252,7 +315,9 @@ def test_max_pool_network_gradient_with_the_cpu_defaults_matches_jax():
     counts = jitted.graph(w, x).op_counts()
     assert "select_and_scatter_add" not in counts and "reduce_window" not in counts
     np.testing.assert_allclose(got, jax.grad(jax_loss)(w, x), rtol=2e-5, atol=1e-4)
-    np.testing.assert_allclose(got, np.asarray(kn.jit(kn.grad(loss), pipeline="")(w, x)), rtol=2e-5, atol=1e-4)
+    np.testing.assert_allclose(
+        got, np.asarray(kn.jit(kn.grad(loss), pipeline="")(w, x)), rtol=2e-5, atol=1e-4
+    )
 
 
 # --------------------------------------------------------------------------- lower-conv
@@ -262,20 +327,51 @@ def conv_kaun(strides, padding, rhs_dilation, specs):
     lhs_spec, rhs_spec, out_spec = specs
 
     def f(x, w):
-        return apply("convolution", x, w, window_strides=strides, padding=padding,
-                     lhs_dilation=(1,) * len(strides), rhs_dilation=rhs_dilation, lhs_spec=lhs_spec,
-                     rhs_spec=rhs_spec, out_spec=out_spec)
+        return apply(
+            "convolution",
+            x,
+            w,
+            window_strides=strides,
+            padding=padding,
+            lhs_dilation=(1,) * len(strides),
+            rhs_dilation=rhs_dilation,
+            lhs_spec=lhs_spec,
+            rhs_spec=rhs_spec,
+            out_spec=out_spec,
+        )
+
     return f
 
 
 CONV_CASES = {
     # name: x shape, w shape, strides, padding, rhs dilation, (kaun specs), jax dimension numbers
-    "nchw-3x3-same": ((2, 3, 8, 7), (4, 3, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1),
-                      ((0, 1, 2, 3),) * 3, ("NCHW", "OIHW", "NCHW")),
-    "strided-dilated-asymmetric": ((2, 3, 9, 8), (4, 3, 3, 2), (2, 1), ((1, 0), (2, 1)), (1, 2),
-                                   ((0, 1, 2, 3),) * 3, ("NCHW", "OIHW", "NCHW")),
-    "nhwc-hwio": ((2, 7, 6, 3), (3, 3, 3, 5), (1, 1), ((1, 1), (1, 1)), (1, 1),
-                  ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)), ("NHWC", "HWIO", "NHWC")),
+    "nchw-3x3-same": (
+        (2, 3, 8, 7),
+        (4, 3, 3, 3),
+        (1, 1),
+        ((1, 1), (1, 1)),
+        (1, 1),
+        ((0, 1, 2, 3),) * 3,
+        ("NCHW", "OIHW", "NCHW"),
+    ),
+    "strided-dilated-asymmetric": (
+        (2, 3, 9, 8),
+        (4, 3, 3, 2),
+        (2, 1),
+        ((1, 0), (2, 1)),
+        (1, 2),
+        ((0, 1, 2, 3),) * 3,
+        ("NCHW", "OIHW", "NCHW"),
+    ),
+    "nhwc-hwio": (
+        (2, 7, 6, 3),
+        (3, 3, 3, 5),
+        (1, 1),
+        ((1, 1), (1, 1)),
+        (1, 1),
+        ((0, 3, 1, 2), (3, 2, 0, 1), (0, 3, 1, 2)),
+        ("NHWC", "HWIO", "NHWC"),
+    ),
     "1d": ((2, 3, 10), (4, 3, 3), (2,), ((2, 1),), (1,), ((0, 1, 2),) * 3, ("NCH", "OIH", "NCH")),
 }
 
@@ -311,8 +407,9 @@ def test_lower_conv_picks_the_fewer_slices_and_reports_them():
     rng = np.random.default_rng(7)
     x, w = rng.standard_normal((2, 3, 6, 6)).astype(F32), rng.standard_normal((4, 3, 3, 3)).astype(F32)
     f = conv_kaun((1, 1), ((1, 1), (1, 1)), (1, 1), ((0, 1, 2, 3),) * 3)
-    graph = kn.jit(kn.grad(lambda x, w: (f(x, w) ** 2).sum(), argnums=(0, 1)), pipeline="canonicalize,cse,dce") \
-        .graph(x, w)
+    graph = kn.jit(
+        kn.grad(lambda x, w: (f(x, w) ** 2).sum(), argnums=(0, 1)), pipeline="canonicalize,cse,dce"
+    ).graph(x, w)
     assert graph.op_counts()["convolution"] == 3  # forward, input gradient, kernel gradient
     stats = passes.Statistics()
     out = passes.run(graph, "lower-conv", instrumentations=[stats], verify_each=True)
@@ -327,8 +424,15 @@ def test_lower_conv_picks_the_fewer_slices_and_reports_them():
 
 def test_lower_conv_leaves_other_convolutions_alone():
     def convs(x, w, wg):
-        base = dict(window_strides=(1, 1), padding=((1, 1), (1, 1)), lhs_dilation=(1, 1), rhs_dilation=(1, 1),
-                    lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3))
+        base = dict(
+            window_strides=(1, 1),
+            padding=((1, 1), (1, 1)),
+            lhs_dilation=(1, 1),
+            rhs_dilation=(1, 1),
+            lhs_spec=(0, 1, 2, 3),
+            rhs_spec=(0, 1, 2, 3),
+            out_spec=(0, 1, 2, 3),
+        )
         transposed = apply("convolution", x, w, **{**base, "lhs_dilation": (2, 2)})
         grouped = apply("convolution", x, wg, **base, feature_group_count=2)
         cropped = apply("convolution", x, w, **{**base, "padding": ((-1, 1), (1, 1))})
@@ -351,7 +455,9 @@ def test_default_pipelines_per_backend():
     cpu = passes.default_train_pipeline("cpu")
     assert cpu == f"{passes.DEFAULT_TRAIN_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
     assert "lower-pool" in cpu and "layout{prefer=nhwc}" in cpu and "lower-conv" not in cpu
-    assert passes.default_jit_pipeline("cpu") == f"{passes.DEFAULT_JIT_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
+    assert (
+        passes.default_jit_pipeline("cpu") == f"{passes.DEFAULT_JIT_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
+    )
     for backend in ("gpu", "tpu"):
         assert passes.default_train_pipeline(backend) == passes.DEFAULT_TRAIN_PIPELINE
         assert passes.default_jit_pipeline(backend) == passes.DEFAULT_JIT_PIPELINE
@@ -389,10 +495,20 @@ def test_cnn_training_with_the_cpu_default_matches_the_plain_pipeline():
     rng = np.random.default_rng(8)
     x = rng.standard_normal((4, 1, 8, 8)).astype(F32)
     labels = rng.integers(0, 10, size=4).astype(np.int32)
-    model = layer.sequential([layer.conv2d(1, 4, 3, padding="same"), layer.relu(), layer.max_pool2d(2),
-                              layer.flatten(), layer.linear(4 * 4 * 4, 10)])
+    model = layer.sequential(
+        [
+            layer.conv2d(1, 4, 3, padding="same"),
+            layer.relu(),
+            layer.max_pool2d(2),
+            layer.flatten(),
+            layer.linear(4 * 4 * 4, 10),
+        ]
+    )
     losses = {}
-    for name, pipeline in (("cpu", passes.default_train_pipeline("cpu")), ("plain", passes.DEFAULT_TRAIN_PIPELINE)):
+    for name, pipeline in (
+        ("cpu", passes.default_train_pipeline("cpu")),
+        ("plain", passes.DEFAULT_TRAIN_PIPELINE),
+    ):
         trainer = train.make(model, optim.adam(1e-2), pipeline=pipeline)
         with kn.rng.scope(0):
             st = train.init(trainer)

@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-
-import kaun_ir as kn
 from kaun_ir.tools.cli import main as cli_main
 from kaun_ir.tools.viz_svg import render_svg
+
+import kaun_ir as kn
 
 RNG = np.random.default_rng(7)
 
@@ -45,8 +45,9 @@ def _softplus_jvp(primals, tangents):
 def test_rules_are_used_by_grad_jvp_and_vmap():
     x = np.array([-2.0, 0.3, 4.0])
     np.testing.assert_array_equal(np.asarray(kn.grad(lambda v: kn.sum(clip_gradient(v) * 5.0))(x)), [1, 1, 1])
-    np.testing.assert_array_equal(np.asarray(kn.grad(lambda v: kn.sum(straight_through_round(v) * v))(x)),
-                                  np.round(x) + x)
+    np.testing.assert_array_equal(
+        np.asarray(kn.grad(lambda v: kn.sum(straight_through_round(v) * v))(x)), np.round(x) + x
+    )
     big = np.array([1000.0, 0.0, -30.0])  # exp overflows: the naive derivative is inf / inf = nan
     sigmoid = 1.0 / (1.0 + np.exp(-big))
     np.testing.assert_allclose(np.asarray(kn.grad(lambda v: kn.sum(softplus(v)))(big)), sigmoid, rtol=1e-15)
@@ -60,6 +61,7 @@ def _quantized_loss(np_, ste):
     def loss(w, x, y):
         hidden = np_.tanh(x @ ste(w * 4.0) / 4.0)
         return np_.mean((hidden - y) ** 2)
+
     return loss
 
 
@@ -78,8 +80,11 @@ def test_custom_vjp_inside_a_training_step_matches_jax():
         return w - 0.1 * g, loss
 
     ours, theirs = w, w
-    jax_step = jax.jit(lambda w, x, y: (lambda lg: (w - 0.1 * lg[1], lg[0]))(
-        jax.value_and_grad(_quantized_loss(jnp, jax_ste))(w, x, y)))
+    jax_step = jax.jit(
+        lambda w, x, y: (lambda lg: (w - 0.1 * lg[1], lg[0]))(
+            jax.value_and_grad(_quantized_loss(jnp, jax_ste))(w, x, y)
+        )
+    )
     with jax.enable_x64(True):
         for _ in range(5):
             ours, loss = step(ours, x, y)
@@ -97,12 +102,14 @@ def test_custom_nodes_live_in_the_ir(tmp_path):
     optimised = kn.passes.run(graph, "canonicalize,fold,cse,dce")
     assert {"custom_vjp", "custom_jvp"} <= set(optimised.op_counts())
     x = RNG.standard_normal(3)
-    np.testing.assert_allclose(np.asarray(kn.runtime.compile(optimised)(x)[0]),
-                               np.sum(np.log1p(np.exp(x))) * 2.0, rtol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(kn.runtime.compile(optimised)(x)[0]), np.sum(np.log1p(np.exp(x))) * 2.0, rtol=1e-14
+    )
     # the reverse-mode graph differentiates through the rules: the gradient is the custom one
     gradient = kn.passes.run(graph, "autodiff,cse,dce")
-    np.testing.assert_allclose(np.asarray(kn.runtime.compile(gradient)(x)[1]),
-                               np.clip(2.0 / (1.0 + np.exp(-x)), -1, 1), rtol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(kn.runtime.compile(gradient)(x)[1]), np.clip(2.0 / (1.0 + np.exp(-x)), -1, 1), rtol=1e-14
+    )
     source = tmp_path / "custom.kir"
     source.write_text(text)
     out = tmp_path / "out.kir"
@@ -124,8 +131,11 @@ def test_bad_rules_give_clear_errors():
         return x * 2.0
 
     wrong_bwd.defvjp(lambda x: (x * 2.0, ()), lambda r, g: (g[0],))
-    with pytest.raises(kn.CustomDerivativeError, match=r"bwd of wrong_bwd returned f64\[\] for argument 0 "
-                                                       r"of type f64\[2\]"):
+    with pytest.raises(
+        kn.CustomDerivativeError,
+        match=r"bwd of wrong_bwd returned f64\[\] for argument 0 "
+        r"of type f64\[2\]",
+    ):
         wrong_bwd(np.ones(2))
 
     @kn.custom_vjp

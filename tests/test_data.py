@@ -22,6 +22,7 @@ def xy(n=10):
 
 # -- constructors and single-pass semantics -------------------------------------------------------
 
+
 def test_of_array_is_single_pass_until_reset():
     d = data.of_array(["a", "b", "c"])
     assert len(d) == 3
@@ -125,6 +126,7 @@ def test_constructors_reject_bad_input():
 
 # -- transformers -------------------------------------------------------------------------------
 
+
 def test_map_is_lazy_and_shares_position_with_source():
     src = data.of_array([1, 2, 3, 4])
     d = data.map(lambda v: v * 10, src)
@@ -195,6 +197,7 @@ def test_map_batch_gets_the_list_of_elements():
 
 # -- shuffling ----------------------------------------------------------------------------------
 
+
 def epochs(d, count):
     out = []
     for _ in range(count):
@@ -249,6 +252,7 @@ def test_shuffle_then_batch_keeps_pairs_aligned():
 
 # -- prepare ------------------------------------------------------------------------------------
 
+
 def test_prepare_in_order():
     x, y = xy(10)
     d = data.prepare((x, y), batch_size=4)
@@ -276,7 +280,7 @@ def test_prepare_shuffle_visits_every_example_once_per_epoch():
         orders.append(by.tolist())
     assert orders[0] != orders[1] != orders[2]
     d2 = data.prepare((x, y), 5, shuffle=True, drop_last=False, seed=11)
-    assert [b[1].tolist() for b in d2] == [orders[0][i:i + 5] for i in range(0, 23, 5)]
+    assert [b[1].tolist() for b in d2] == [orders[0][i : i + 5] for i in range(0, 23, 5)]
 
 
 def test_prepare_accepts_single_arrays_dicts_and_jax_arrays():
@@ -307,6 +311,7 @@ def test_prepare_then_map_attaches_a_function():
 
 # -- consumers ----------------------------------------------------------------------------------
 
+
 def test_iter_fold_to_array():
     seen = []
     d = data.of_array([1, 2, 3])
@@ -321,6 +326,7 @@ def test_iter_fold_to_array():
 
 # -- prefetch -----------------------------------------------------------------------------------
 
+
 def test_prefetch_keeps_order_and_moves_arrays_to_device():
     x, y = xy(17)
     loss_marker = object()
@@ -332,8 +338,8 @@ def test_prefetch_keeps_order_and_moves_arrays_to_device():
     for i, ((bx, by), marker) in enumerate(got):
         assert marker is loss_marker
         assert isinstance(bx, jax.Array) and isinstance(by, jax.Array)
-        np.testing.assert_array_equal(np.asarray(bx), x[4 * i:4 * i + 4])
-        np.testing.assert_array_equal(np.asarray(by), y[4 * i:4 * i + 4])
+        np.testing.assert_array_equal(np.asarray(bx), x[4 * i : 4 * i + 4])
+        np.testing.assert_array_equal(np.asarray(by), y[4 * i : 4 * i + 4])
     assert list(p) == []
     p.reset()
     assert len(list(p)) == 5

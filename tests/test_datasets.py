@@ -50,8 +50,14 @@ def test_digits_is_a_stratified_partition_of_the_archive():
     # every raw example appears exactly once, with its own label
     got = np.concatenate([xt, xs]).reshape(-1, 64) * 16
     got_rows = sorted(map(tuple, np.concatenate([got, np.concatenate([yt, ys])[:, None]], 1)))
-    want_rows = sorted(map(tuple, np.concatenate(
-        [images.reshape(-1, 64).astype(np.float32), labels[:, None].astype(np.float32)], 1)))
+    want_rows = sorted(
+        map(
+            tuple,
+            np.concatenate(
+                [images.reshape(-1, 64).astype(np.float32), labels[:, None].astype(np.float32)], 1
+            ),
+        )
+    )
     assert got_rows == want_rows
 
 
@@ -77,6 +83,7 @@ def test_digits_flatten_and_fraction():
 
 
 # -- MNIST ----------------------------------------------------------------------------------------
+
 
 def idx_bytes(arr: np.ndarray, code: int = 0x08) -> bytes:
     header = bytes([0, 0, code, arr.ndim]) + b"".join(struct.pack(">I", d) for d in arr.shape)

@@ -5,12 +5,17 @@ from __future__ import annotations
 import os
 
 import pytest
-
-import kaun_ir as kn
 from kaun_ir.tools.cli import main
 
-STAGES = ["forward.kir", "train_step.kir", "train_step.optimized.kir", "train_step.stablehlo.mlir",
-          "train_step.hlo.txt"]
+import kaun_ir as kn
+
+STAGES = [
+    "forward.kir",
+    "train_step.kir",
+    "train_step.optimized.kir",
+    "train_step.stablehlo.mlir",
+    "train_step.hlo.txt",
+]
 
 
 def test_demo_runs_and_writes_the_ir_of_every_stage(tmp_path, capsys):
@@ -48,11 +53,29 @@ def test_no_command_prints_help_and_returns_2(capsys):
     assert "demo" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(not os.environ.get("KAUN_IR_LONG_TESTS"),
-                    reason="long (three compilations): set KAUN_IR_LONG_TESTS=1 (make test-interop runs it)")
+@pytest.mark.skipif(
+    not os.environ.get("KAUN_IR_LONG_TESTS"),
+    reason="long (three compilations): set KAUN_IR_LONG_TESTS=1 (make test-interop runs it)",
+)
 def test_demo_lm_trains_and_prints_a_sample(capsys):
-    rc = main(["demo", "lm", "--seconds", "1", "--dim", "16", "--layers", "1", "--seq-len", "16",
-               "--sample-chars", "24", "--prompt", "KING."])
+    rc = main(
+        [
+            "demo",
+            "lm",
+            "--seconds",
+            "1",
+            "--dim",
+            "16",
+            "--layers",
+            "1",
+            "--seq-len",
+            "16",
+            "--sample-chars",
+            "24",
+            "--prompt",
+            "KING.",
+        ]
+    )
     assert rc == 0
     printed = capsys.readouterr().out
     assert "corpus: 1,036,489 characters of Shakespeare" in printed

@@ -12,7 +12,6 @@ import textwrap
 
 import numpy as np
 import pytest
-
 from kaun_ir.runtime import disk_cache
 
 PROGRAM = textwrap.dedent("""
@@ -37,8 +36,13 @@ PROGRAM = textwrap.dedent("""
 def run_program(cache_dir, **env_extra):
     env = dict(os.environ, KAUN_IR_CACHE_DIR=str(cache_dir), JAX_PLATFORMS="cpu", **env_extra)
     env.pop("KAUN_IR_BACKEND", None)
-    result = subprocess.run([sys.executable, "-W", "always::RuntimeWarning", "-c", PROGRAM], env=env,
-                            capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        [sys.executable, "-W", "always::RuntimeWarning", "-c", PROGRAM],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1]), result.stderr
 
@@ -87,7 +91,6 @@ def test_second_process_loads_instead_of_compiling_and_corrupt_entries_are_recom
 
 def test_key_covers_module_devices_options_and_flags(monkeypatch):
     from jaxlib import xla_client as xc
-
     from kaun_ir.runtime import xla
 
     devices = xla.devices()[:1]

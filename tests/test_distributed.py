@@ -31,9 +31,16 @@ def test_two_processes_train_like_one(tmp_path):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     script = os.path.join(HERE, "distributed_worker.py")
-    procs = [subprocess.Popen([sys.executable, script, str(i), "2", str(port), str(tmp_path)],
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, script, str(i), "2", str(port), str(tmp_path)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        for i in range(2)
+    ]
     logs = []
     try:
         for proc in procs:
@@ -50,7 +57,7 @@ def test_two_processes_train_like_one(tmp_path):
 
     # the one-process reference: the global batches are the two processes' batches, in order
     x, y = worker.problem()
-    batches = kn.data.to_array(kn.data.prepare((x, y), 2 * worker.LOCAL_BATCH))[:worker.STEPS]
+    batches = kn.data.to_array(kn.data.prepare((x, y), 2 * worker.LOCAL_BATCH))[: worker.STEPS]
     params, st, losses = worker.train_run(kn.data.of_array(batches))
     want = dict(kn.ptree.flatten_with_paths(params))
     for r in results:
@@ -64,6 +71,10 @@ def test_two_processes_train_like_one(tmp_path):
     assert files == ["index.json", "shards-00000-of-00002.safetensors", "shards-00001-of-00002.safetensors"]
     back = kn.checkpoint.load_sharded(tmp_path / "ckpt", kn.train.state_to_tree(st))
     for path, leaf in kn.ptree.flatten_with_paths(back):
-        np.testing.assert_allclose(np.asarray(leaf), np.asarray(dict(kn.ptree.flatten_with_paths(
-            kn.train.state_to_tree(st)))[path]), rtol=1e-5, atol=1e-6, err_msg=path)
-
+        np.testing.assert_allclose(
+            np.asarray(leaf),
+            np.asarray(dict(kn.ptree.flatten_with_paths(kn.train.state_to_tree(st)))[path]),
+            rtol=1e-5,
+            atol=1e-6,
+            err_msg=path,
+        )

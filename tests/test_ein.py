@@ -93,26 +93,56 @@ def test_result_axes_absent_from_the_operands_broadcast():
 
 
 def _lax_conv(x, w, strides, dilation, spec):
-    return jax.lax.conv_general_dilated(x, w, strides, "VALID", rhs_dilation=dilation, dimension_numbers=spec,
-                                        precision="highest")
+    return jax.lax.conv_general_dilated(
+        x, w, strides, "VALID", rhs_dilation=dilation, dimension_numbers=spec, precision="highest"
+    )
 
 
 # (spec, x shape, kernel shape, constants, strides, dilation, lax dimension numbers)
 CONV_FORMS = [
-    ("... | stride*oh+kh, stride*ow+kw, ic; kh, kw, ic -> oc => ... | oh, ow, oc",
-     (2, 9, 8, 3), (5, 3, 3, 3), {"stride": 2}, (2, 2), (1, 1), ("NHWC", "OHWI", "NHWC")),
-    ("... | oh+kh, ow+kw, ic; kh, kw, ic -> oc => ... | oh, ow, oc",
-     (2, 7, 6, 2), (4, 2, 3, 2), {}, (1, 1), (1, 1), ("NHWC", "OHWI", "NHWC")),
-    ("b | oh + 2*kh, 3*ow + kw, ic; kh, kw, ic -> oc => b | oh, ow, oc",
-     (2, 9, 10, 3), (4, 3, 2, 3), {}, (1, 3), (2, 1), ("NHWC", "OHWI", "NHWC")),
-    ("n | ic, s*oh+d*kh, s*ow+d*kw; ic, kh, kw -> oc => n | oc, oh, ow",  # PyTorch's NCHW / OIHW
-     (2, 3, 11, 9), (4, 3, 3, 2), {"s": 2, "d": 2}, (2, 2), (2, 2), ("NCHW", "OIHW", "NCHW")),
+    (
+        "... | stride*oh+kh, stride*ow+kw, ic; kh, kw, ic -> oc => ... | oh, ow, oc",
+        (2, 9, 8, 3),
+        (5, 3, 3, 3),
+        {"stride": 2},
+        (2, 2),
+        (1, 1),
+        ("NHWC", "OHWI", "NHWC"),
+    ),
+    (
+        "... | oh+kh, ow+kw, ic; kh, kw, ic -> oc => ... | oh, ow, oc",
+        (2, 7, 6, 2),
+        (4, 2, 3, 2),
+        {},
+        (1, 1),
+        (1, 1),
+        ("NHWC", "OHWI", "NHWC"),
+    ),
+    (
+        "b | oh + 2*kh, 3*ow + kw, ic; kh, kw, ic -> oc => b | oh, ow, oc",
+        (2, 9, 10, 3),
+        (4, 3, 2, 3),
+        {},
+        (1, 3),
+        (2, 1),
+        ("NHWC", "OHWI", "NHWC"),
+    ),
+    (
+        "n | ic, s*oh+d*kh, s*ow+d*kw; ic, kh, kw -> oc => n | oc, oh, ow",  # PyTorch's NCHW / OIHW
+        (2, 3, 11, 9),
+        (4, 3, 3, 2),
+        {"s": 2, "d": 2},
+        (2, 2),
+        (2, 2),
+        ("NCHW", "OIHW", "NCHW"),
+    ),
     ("n | c, ot+kt; c, kt -> o => n | o, ot", (3, 2, 10), (4, 2, 3), {}, (1,), (1,), ("NCH", "OIH", "NCH")),
 ]
 
 
-@pytest.mark.parametrize("spec,xs,ws,constants,strides,dilation,dims", CONV_FORMS,
-                         ids=[f"conv{i}" for i in range(len(CONV_FORMS))])
+@pytest.mark.parametrize(
+    "spec,xs,ws,constants,strides,dilation,dims", CONV_FORMS, ids=[f"conv{i}" for i in range(len(CONV_FORMS))]
+)
 def test_convolution_against_lax(spec, xs, ws, constants, strides, dilation, dims):
     x, w = _rand(*xs), _rand(*ws)
     _close(kn.ein(spec, x, w, **constants), _lax_conv(x, w, strides, dilation, dims))
@@ -129,34 +159,55 @@ def test_convolution_with_several_batch_axes_and_the_kernel_first():
 def test_pooling_against_reduce_window(reduce, init, op):
     x = _rand(2, 9, 8, 3)
     got = kn.ein("... | 2*oh+wh, 2*ow+2*ww, c => ... | oh, ow, c", x, reduce=reduce, sizes={"wh": 3, "ww": 2})
-    want = jax.lax.reduce_window(x, init, op, (1, 3, 2, 1), (1, 2, 2, 1), "VALID",
-                                 window_dilation=(1, 1, 2, 1))
+    want = jax.lax.reduce_window(
+        x, init, op, (1, 3, 2, 1), (1, 2, 2, 1), "VALID", window_dilation=(1, 1, 2, 1)
+    )
     _close(got, want)
 
 
 def test_lowers_to_ordinary_ops_only():
-    allowed = {"input", "dot_general", "reduce", "convolution", "reduce_window", "transpose", "reshape",
-               "broadcast_in_dim", "convert", "constant"}
-    cases = [("b, q | h, d; b, k | h, d => b | q, k -> h", (2, 5, 3, 4), (2, 6, 3, 4)),
-             ("... | 2*oh+kh, ow+kw, ic; kh, kw, ic -> oc => ... | oh, ow, oc", (2, 7, 6, 3), (4, 3, 2, 3))]
+    allowed = {
+        "input",
+        "dot_general",
+        "reduce",
+        "convolution",
+        "reduce_window",
+        "transpose",
+        "reshape",
+        "broadcast_in_dim",
+        "convert",
+        "constant",
+    }
+    cases = [
+        ("b, q | h, d; b, k | h, d => b | q, k -> h", (2, 5, 3, 4), (2, 6, 3, 4)),
+        ("... | 2*oh+kh, ow+kw, ic; kh, kw, ic -> oc => ... | oh, ow, oc", (2, 7, 6, 3), (4, 3, 2, 3)),
+    ]
     for spec, xs, ws in cases:
         graph = kn.trace(lambda a, b, s=spec: kn.ein(s, a, b), kn.ShapeDtype(xs), kn.ShapeDtype(ws))
         ops = {node.op for node in graph.nodes}
         assert ops <= allowed, ops - allowed
-    pool = kn.trace(lambda a: kn.ein("... | 2*oh+wh, c => ... | oh, c", a, reduce="max", sizes={"wh": 2}),
-                    kn.ShapeDtype((2, 8, 3)))
+    pool = kn.trace(
+        lambda a: kn.ein("... | 2*oh+wh, c => ... | oh, c", a, reduce="max", sizes={"wh": 2}),
+        kn.ShapeDtype((2, 8, 3)),
+    )
     assert "reduce_window" in {node.op for node in pool.nodes}
 
 
 # ---------------------------------------------------------------------------------- gradients
 
 GRAD_CASES = [
-    ("b, q | h, d; b, k | h, d => b | q, k -> h", [(2, 5, 3, 4), (2, 6, 3, 4)],
-     lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b)),
+    (
+        "b, q | h, d; b, k | h, d => b | q, k -> h",
+        [(2, 5, 3, 4), (2, 6, 3, 4)],
+        lambda a, b: jnp.einsum("bqhd,bkhd->bhqk", a, b),
+    ),
     ("..s.. | c; c -> d => ..s.. | d", [(2, 3, 4), (5, 4)], lambda a, b: jnp.einsum("abc,dc->abd", a, b)),
     ("i, j; j, k => k", [(3, 4), (4, 5)], lambda a, b: jnp.einsum("ij,jk->k", a, b)),
-    ("... | s*oh+kh, s*ow+kw, ic; kh, kw, ic -> oc => ... | oc, oh, ow", [(2, 9, 8, 3), (4, 3, 2, 3)],
-     lambda a, b: jnp.moveaxis(_lax_conv(a, b, (2, 2), (1, 1), ("NHWC", "OHWI", "NHWC")), -1, 1)),
+    (
+        "... | s*oh+kh, s*ow+kw, ic; kh, kw, ic -> oc => ... | oc, oh, ow",
+        [(2, 9, 8, 3), (4, 3, 2, 3)],
+        lambda a, b: jnp.moveaxis(_lax_conv(a, b, (2, 2), (1, 1), ("NHWC", "OHWI", "NHWC")), -1, 1),
+    ),
 ]
 
 
@@ -186,8 +237,9 @@ def test_unary_and_pooling_gradients_against_jax(reduce):
 
     def ours(v):
         kept = kn.ein("... | h, w, c => ... | 0, 0, c", v, reduce=reduce)
-        pooled = kn.ein("... | 2*oh+wh, 2*ow+ww, c => ... | oh, ow, c", v, reduce=reduce,
-                        sizes={"wh": 2, "ww": 2})
+        pooled = kn.ein(
+            "... | 2*oh+wh, 2*ow+ww, c => ... | oh, ow, c", v, reduce=reduce, sizes={"wh": 2, "ww": 2}
+        )
         return kn.sum(kept * cot_keep) + kn.sum(pooled * cot_pool)
 
     def theirs(v):
@@ -245,7 +297,7 @@ def test_bad_specs_point_at_the_offending_position(spec, shapes, constants, erro
     message = str(info.value)
     assert words in message, message
     assert spec in message, message
-    assert spec[_caret(info.value):].startswith(at), (spec[_caret(info.value):], message)
+    assert spec[_caret(info.value) :].startswith(at), (spec[_caret(info.value) :], message)
 
 
 def test_bad_arguments():
@@ -269,6 +321,7 @@ def test_errors_inside_a_model_name_the_layer_path():
         def forward(*xs):
             with scope("1.block"):
                 return kn.ein(spec, *xs)
+
         return forward
 
     with pytest.raises(SpecError, match=r"^1\.block: ein: the size of result axis 'q'"):

@@ -13,7 +13,6 @@ import sys
 import traceback
 
 import pytest
-
 from catalogue_cases import CASES
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -51,7 +50,11 @@ GRAPH = "graph @g(%0: f32[2]) -> (f32[2]) {\n  %1 = negate %0 : f32[2]\n  return
 # (arguments, exit status, pattern of the one stderr line); {d} is a scratch directory holding
 # g.kir (a graph), binary.kir (not text), plain (a file) and mymodels.py (a module in the cwd)
 CLI_CASES = [
-    (["dump"], 2, r"^kaun-ir dump: error: the following arguments are required: SPEC \(see kaun-ir dump --help\)$"),
+    (
+        ["dump"],
+        2,
+        r"^kaun-ir dump: error: the following arguments are required: SPEC \(see kaun-ir dump --help\)$",
+    ),
     (["dump", "--bogus", "x"], 2, r"unrecognized arguments: --bogus"),
     (["dump", "g.kir", "--stage", "nope"], 2, r"invalid choice: 'nope'"),
     (["opt", "g.kir", "--emit", "pdf"], 2, r"invalid choice"),
@@ -76,7 +79,11 @@ CLI_CASES = [
     (["dump", "no_such_module_xyz:f"], 1, r"cannot import 'no_such_module_xyz'"),
     (["dump", "mymodels:nothere"], 1, r"module 'mymodels' has no attribute 'nothere'"),
     (["dump", "mymodels:net"], 1, r"a layer needs an example input: add --input"),
-    (["dump", "mymodels:net", "--input", "f32[3,7]"], 1, r"0\.linear: .*expects an input \[\.\.\., 4\], got f32\[3,7\]"),
+    (
+        ["dump", "mymodels:net", "--input", "f32[3,7]"],
+        1,
+        r"0\.linear: .*expects an input \[\.\.\., 4\], got f32\[3,7\]",
+    ),
     (["dump", "mymodels:net", "--input", "q9[3]"], 1, r"--input 'q9\[3\]': expected a tensor type"),
     (["dump", "mymodels:not_a_model"], 1, r"returned int; expected"),
     (["dump", "nocolon"], 1, r"expected module:function"),
@@ -102,7 +109,8 @@ def cli_dir(tmp_path, monkeypatch):
     (tmp_path / "mymodels.py").write_text(
         "from kaun_ir import layer\n"
         "def net():\n    return layer.sequential([layer.linear(4, 2)])\n"
-        "def not_a_model():\n    return 3\n")
+        "def not_a_model():\n    return 3\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     yield tmp_path
@@ -162,8 +170,10 @@ def test_cli_help_explains_spec_and_lists_the_examples(capsys, command):
 def test_every_cli_help_is_free_of_rest_markup(capsys):
     from kaun_ir.tools import cli
 
-    for command in (["--help"], *([c, "--help"] for c in ("demo", "opt", "dump", "export", "import", "viz",
-                                                           "bench"))):
+    for command in (
+        ["--help"],
+        *([c, "--help"] for c in ("demo", "opt", "dump", "export", "import", "viz", "bench")),
+    ):
         with pytest.raises(SystemExit):
             cli.main(list(command))
         out = capsys.readouterr().out

@@ -106,8 +106,15 @@ def test_bool_of_a_tensor_inside_a_trace_is_a_tracer_error():
     assert isinstance(info.value, TypeError)
 
 
-@pytest.mark.parametrize("convert,what", [(int, "int()"), (float, "float()"), (np.asarray, "np.asarray()"),
-                                          (lambda t: [0, 1, 2][t], "using as an index")])
+@pytest.mark.parametrize(
+    "convert,what",
+    [
+        (int, "int()"),
+        (float, "float()"),
+        (np.asarray, "np.asarray()"),
+        (lambda t: [0, 1, 2][t], "using as an index"),
+    ],
+)
 def test_other_concrete_conversions_are_tracer_errors(convert, what):
     with pytest.raises(kn.TracerError, match=rf"^{re.escape(what)} of a traced f32\[\]"):
         kn.trace(lambda x: convert(x[0]), np.ones(3, F32))

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kaun_ir.runtime import xla
+from optest import assert_close, samples_of, tolerance
 
 import kaun_ir as kn
 from kaun_ir import ops
 from kaun_ir.ir.core import Graph, Node, TensorType
 from kaun_ir.ir.interp import interpret
-from kaun_ir.runtime import xla
-
-from optest import assert_close, samples_of, tolerance
 
 
 def _all_samples_graph(opdef, samples) -> Graph:
@@ -22,11 +21,17 @@ def _all_samples_graph(opdef, samples) -> Graph:
     args = Graph.arguments(types)
     nodes, outputs, k = [], [], 0
     for sample in samples:
-        ins = args[k:k + len(sample.inputs)]
+        ins = args[k : k + len(sample.inputs)]
         k += len(sample.inputs)
         attrs = opdef.check_attrs(dict(sample.attrs))
-        node = Node(opdef.name, ins, attrs, opdef.infer_types([v.type for v in ins], attrs, sample.regions),
-                    sample.regions, path=f"sample{len(nodes)}")
+        node = Node(
+            opdef.name,
+            ins,
+            attrs,
+            opdef.infer_types([v.type for v in ins], attrs, sample.regions),
+            sample.regions,
+            path=f"sample{len(nodes)}",
+        )
         nodes.append(node)
         outputs.extend(node.outputs)
     return Graph(args, outputs, nodes, name=opdef.name)
@@ -59,8 +64,11 @@ def test_op_samples_through_a_portable_artifact(name, tmp_path):
 def test_jax_calls_a_kaun_ir_graph():
     import jax
 
-    graph = kn.trace(lambda x, w: (kn.erf(x @ w), (x * x).sum()), kn.ShapeDtype((2, 3), kn.float32),
-                     kn.ShapeDtype((3, 4), kn.float32))
+    graph = kn.trace(
+        lambda x, w: (kn.erf(x @ w), (x * x).sum()),
+        kn.ShapeDtype((2, 3), kn.float32),
+        kn.ShapeDtype((3, 4), kn.float32),
+    )
     exported = kn.runtime.to_jax_export(graph)
     r = np.random.default_rng(0)
     x, w = r.standard_normal((2, 3), np.float32), r.standard_normal((3, 4), np.float32)

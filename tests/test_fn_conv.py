@@ -44,8 +44,16 @@ def _lax_conv(x, w, b, stride, padding, dilation, groups, nd):
         pad = [(p, p) for p in ((padding,) * nd if isinstance(padding, int) else padding)]
     stride = (stride,) * nd if isinstance(stride, int) else stride
     dilation = (dilation,) * nd if isinstance(dilation, int) else dilation
-    out = jax.lax.conv_general_dilated(x, w, stride, pad, rhs_dilation=dilation, dimension_numbers=spec,
-                                       feature_group_count=groups, precision="highest")
+    out = jax.lax.conv_general_dilated(
+        x,
+        w,
+        stride,
+        pad,
+        rhs_dilation=dilation,
+        dimension_numbers=spec,
+        feature_group_count=groups,
+        precision="highest",
+    )
     if b is not None:
         out = out + b.reshape((-1,) + (1,) * nd)
     return out
@@ -135,8 +143,10 @@ def _np_pool(x, kind, kernel, stride, padding, dilation=None, count_include_pad=
     nd = len(kernel)
     dilation = dilation or (1,) * nd
     spatial = x.shape[-nd:]
-    out_spatial = [(n + 2 * p - d * (k - 1) - 1) // s + 1
-                   for n, k, s, p, d in zip(spatial, kernel, stride, padding, dilation)]
+    out_spatial = [
+        (n + 2 * p - d * (k - 1) - 1) // s + 1
+        for n, k, s, p, d in zip(spatial, kernel, stride, padding, dilation)
+    ]
     out = np.zeros(x.shape[:-nd] + tuple(out_spatial), np.float64)
     for pos in itertools.product(*(range(m) for m in out_spatial)):
         values = []
@@ -294,10 +304,22 @@ def _random_conv_config(seed):
             out[spec[2 + i]] = n
         return tuple(out)
 
-    attrs = dict(window_strides=strides, padding=padding, lhs_dilation=lhs_dil, rhs_dilation=rhs_dil,
-                 lhs_spec=specs[0], rhs_spec=specs[1], out_spec=specs[2], feature_group_count=groups,
-                 batch_group_count=bgroups)
-    return shape(specs[0], batch, features, spatial), shape(specs[1], out_features, features // groups, kernel), attrs
+    attrs = dict(
+        window_strides=strides,
+        padding=padding,
+        lhs_dilation=lhs_dil,
+        rhs_dilation=rhs_dil,
+        lhs_spec=specs[0],
+        rhs_spec=specs[1],
+        out_spec=specs[2],
+        feature_group_count=groups,
+        batch_group_count=bgroups,
+    )
+    return (
+        shape(specs[0], batch, features, spatial),
+        shape(specs[1], out_features, features // groups, kernel),
+        attrs,
+    )
 
 
 @pytest.mark.parametrize("seed", range(10))
@@ -309,9 +331,17 @@ def test_convolution_vjp_random_configs_match_jax(seed):
 
     def jax_fn(x, w):
         return jax.lax.conv_general_dilated(
-            x, w, attrs["window_strides"], attrs["padding"], attrs["lhs_dilation"], attrs["rhs_dilation"],
-            numbers, feature_group_count=attrs["feature_group_count"],
-            batch_group_count=attrs["batch_group_count"], precision="highest")
+            x,
+            w,
+            attrs["window_strides"],
+            attrs["padding"],
+            attrs["lhs_dilation"],
+            attrs["rhs_dilation"],
+            numbers,
+            feature_group_count=attrs["feature_group_count"],
+            batch_group_count=attrs["batch_group_count"],
+            precision="highest",
+        )
 
     got, want = _grads(lambda x, w: apply("convolution", x, w, **attrs), jax_fn, [lhs, rhs], seed)
     for g, w in zip(got, want):
@@ -332,8 +362,9 @@ def _np_max_pool_grad(x, ct, kernel, stride, padding, dilation):
             best = None
             for off in itertools.product(*(range(k) for k in kernel)):
                 index = tuple(o * s - p + k * d for o, s, p, k, d in zip(pos, stride, padding, off, dilation))
-                if all(0 <= i < n for i, n in zip(index, spatial)) and (best is None or x[lead + index] >
-                                                                         x[lead + best]):
+                if all(0 <= i < n for i, n in zip(index, spatial)) and (
+                    best is None or x[lead + index] > x[lead + best]
+                ):
                     best = index
             grad[lead + best] += ct[lead + pos]
     return grad.astype(x.dtype)
@@ -413,7 +444,9 @@ def test_max_pool1d_and_unbatched_grad():
 
 
 def test_max_pool2d_backward_is_one_select_and_scatter_add():
-    graph = gradient_graph(kn.trace(lambda x: kn.sum(kn.fn.max_pool2d(x, 3, 2, 1)), kn.ShapeDtype((2, 3, 8, 8))))
+    graph = gradient_graph(
+        kn.trace(lambda x: kn.sum(kn.fn.max_pool2d(x, 3, 2, 1)), kn.ShapeDtype((2, 3, 8, 8)))
+    )
     counts = graph.op_counts()
     assert counts["select_and_scatter_add"] == 1 and "slice" not in counts
 
@@ -424,8 +457,11 @@ def test_avg_pool2d_grad_matches_jax(kernel, stride, padding, dilation, count_in
     rng = np.random.default_rng(24)
     x = _rand(rng, (2, 3, 7, 8))
     k, s, p = _pool_args(kernel, stride, padding)
-    got, want = _grads(lambda x: kn.fn.avg_pool2d(x, kernel, stride, padding, count_include_pad),
-                       lambda x: _lax_pool(x, "avg", k, s, p, count_include_pad), [x])
+    got, want = _grads(
+        lambda x: kn.fn.avg_pool2d(x, kernel, stride, padding, count_include_pad),
+        lambda x: _lax_pool(x, "avg", k, s, p, count_include_pad),
+        [x],
+    )
     _check(got[0], want[0], rtol=1e-5, atol=1e-6)
 
 

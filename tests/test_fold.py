@@ -11,17 +11,17 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
+from kaun_ir.passes.fold import ELEMENTWISE, FOLDABLE, NOT_FOLDED, fold
+from kaun_ir.passes.rewrite import last_statistics
+from passutil import assert_bit_identical, const, random_inputs, same_snapshot, snapshot, splat
 
 import kaun_ir as kn
 from kaun_ir import dtypes
 from kaun_ir.ir import Builder, TensorType, interpret, scope
 from kaun_ir.ir.core import Graph
 from kaun_ir.ops import TABLE
-from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
-from kaun_ir.passes.fold import ELEMENTWISE, FOLDABLE, NOT_FOLDED, fold
-from kaun_ir.passes.rewrite import last_statistics
 from kaun_ir.tensor import Tensor, apply
-from passutil import assert_bit_identical, const, random_inputs, same_snapshot, snapshot, splat
 
 F32, F64, I32, BOOL = np.float32, np.float64, np.int32, np.bool_
 S = kn.ShapeDtype
@@ -76,8 +76,26 @@ def test_folding_matches_xla_bit_for_bit(op):
         assert folded, f"no sample of {op} was folded"
 
 
-FLOAT_EDGES = [0.0, -0.0, np.nan, np.inf, -np.inf, 1.0, -1.0, 2.5, -2.5, 0.5, -0.5, 3e38, -3e38, 1.5e-38,
-               7.0, 1e-45, 4.0e9, -2.2e9]
+FLOAT_EDGES = [
+    0.0,
+    -0.0,
+    np.nan,
+    np.inf,
+    -np.inf,
+    1.0,
+    -1.0,
+    2.5,
+    -2.5,
+    0.5,
+    -0.5,
+    3e38,
+    -3e38,
+    1.5e-38,
+    7.0,
+    1e-45,
+    4.0e9,
+    -2.2e9,
+]
 INT_EDGES = [0, 1, -1, 2, -7, 31, 32, 33, 64, np.iinfo(np.int32).min, np.iinfo(np.int32).max]
 
 
@@ -103,7 +121,11 @@ def edge_cases(op):
         elif op == "select":
             yield (np.arange(len(vals) ** 2) % 3 == 0,) + pairs, {}
         elif op == "clamp":
-            for lo, hi in ((vals[0], vals[1]), (vals[1], vals[0]), (vals[2 % len(vals)], vals[3 % len(vals)])):
+            for lo, hi in (
+                (vals[0], vals[1]),
+                (vals[1], vals[0]),
+                (vals[2 % len(vals)], vals[3 % len(vals)]),
+            ):
                 yield (np.asarray(lo), vals, np.asarray(hi)), {}
         else:
             operands = (vals,) if opdef.arity == 1 else pairs
@@ -140,12 +162,18 @@ def test_elementwise_edge_values_fold_as_xla_computes(op):
 def test_reductions_of_edge_values_fold_as_xla_computes(dt):
     # float edges without subnormals and -0.0 (the guards refuse those; checked elsewhere)
     floats = [v for v in FLOAT_EDGES if not (0 < abs(v) < 1e-37 or (v == 0 and np.signbit(v)))]
-    base = np.array(floats + [4.0, 5.0, 6.0] if dt is F32 else INT_EDGES[:9] + [INT_EDGES[-1], 5, -5, 6, 8, 9, 10, 11, 12])
+    base = np.array(
+        floats + [4.0, 5.0, 6.0] if dt is F32 else INT_EDGES[:9] + [INT_EDGES[-1], 5, -5, 6, 8, 9, 10, 11, 12]
+    )
     with np.errstate(all="ignore"):
         x = base.astype(dt).reshape(3, 6)
     x = np.concatenate([x, x[:, ::-1], np.where(np.isnan(x), 1, x).astype(dt)])  # with and without NaN
-    cases = [("argmax", {"axis": 1}), ("argmin", {"axis": 0}), ("reduce", {"kind": "max", "dimensions": (1,)}),
-             ("reduce", {"kind": "min", "dimensions": (0, 1)})]
+    cases = [
+        ("argmax", {"axis": 1}),
+        ("argmin", {"axis": 0}),
+        ("reduce", {"kind": "max", "dimensions": (1,)}),
+        ("reduce", {"kind": "min", "dimensions": (0, 1)}),
+    ]
     if dt is I32:
         cases += [("reduce", {"kind": k, "dimensions": (1,)}) for k in ("sum", "prod", "and", "or")]
     folded = 0
@@ -164,17 +192,39 @@ def test_integer_ops_with_float_samples_fold_exactly():
     x = rng.integers(-4, 5, size=(2, 3, 5, 5)).astype(I32)
     w = rng.integers(-2, 3, size=(4, 3, 3, 3)).astype(I32)
     cases = [
-        ("convolution", (x, w), dict(window_strides=(1, 1), padding=((1, 1), (0, 0)), lhs_dilation=(1, 1),
-                                     rhs_dilation=(1, 1), lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3),
-                                     out_spec=(0, 1, 2, 3))),
+        (
+            "convolution",
+            (x, w),
+            dict(
+                window_strides=(1, 1),
+                padding=((1, 1), (0, 0)),
+                lhs_dilation=(1, 1),
+                rhs_dilation=(1, 1),
+                lhs_spec=(0, 1, 2, 3),
+                rhs_spec=(0, 1, 2, 3),
+                out_spec=(0, 1, 2, 3),
+            ),
+        ),
         ("reduce", (x,), dict(kind="sum", dimensions=(1, 3))),
         ("reduce", (x,), dict(kind="prod", dimensions=(0,))),
-        ("dot_general", (x[0, 0], w[0, 0, :, :].repeat(2, axis=1)[:3, :5].T.copy()),
-         dict(lhs_batch=(), rhs_batch=(), lhs_contracting=(1,), rhs_contracting=(0,))),
+        (
+            "dot_general",
+            (x[0, 0], w[0, 0, :, :].repeat(2, axis=1)[:3, :5].T.copy()),
+            dict(lhs_batch=(), rhs_batch=(), lhs_contracting=(1,), rhs_contracting=(0,)),
+        ),
         ("power", (np.array([2, -3, 5, 0], I32), np.array([3, 3, 0, 2], I32)), {}),
-        ("reduce_window", (x[0, 0], np.array(0, I32)), dict(kind="sum", window_dimensions=(2, 2),
-                                                           window_strides=(1, 2), base_dilations=(1, 1),
-                                                           window_dilations=(1, 1), padding=((0, 0), (1, 0)))),
+        (
+            "reduce_window",
+            (x[0, 0], np.array(0, I32)),
+            dict(
+                kind="sum",
+                window_dimensions=(2, 2),
+                window_strides=(1, 2),
+                base_dilations=(1, 1),
+                window_dilations=(1, 1),
+                padding=((0, 0), (1, 0)),
+            ),
+        ),
     ]
     for op, inputs, attrs in cases:
         try:
@@ -190,8 +240,22 @@ def test_integer_ops_with_float_samples_fold_exactly():
 # ------------------------------------------------------------------------------ never folded
 
 
-@pytest.mark.parametrize("op", ["exponential", "log", "tanh", "logistic", "erf", "sine", "sqrt", "rsqrt",
-                                "exponential_minus_one", "log_plus_one", "cosine"])
+@pytest.mark.parametrize(
+    "op",
+    [
+        "exponential",
+        "log",
+        "tanh",
+        "logistic",
+        "erf",
+        "sine",
+        "sqrt",
+        "rsqrt",
+        "exponential_minus_one",
+        "log_plus_one",
+        "cosine",
+    ],
+)
 def test_transcendental_ops_are_not_folded(op):
     graph = constant_graph(op, [np.array([0.5, 1.5], F32)], {})
     assert fold(graph).op_counts() == {"constant": 1, op: 1}
@@ -199,11 +263,13 @@ def test_transcendental_ops_are_not_folded(op):
 
 def test_float_power_atan2_and_float_sums_are_not_folded():
     a, b = np.array([1.5, 2.0], F32), np.array([0.5, 3.0], F32)
-    for op, inputs, attrs in [("power", (a, b), {}), ("atan2", (a, b), {}),
-                              ("reduce", (a,), {"kind": "sum", "dimensions": (0,)}),
-                              ("reduce", (a,), {"kind": "prod", "dimensions": (0,)}),
-                              ("dot_general", (a, b), dict(lhs_batch=(), rhs_batch=(), lhs_contracting=(0,),
-                                                           rhs_contracting=(0,)))]:
+    for op, inputs, attrs in [
+        ("power", (a, b), {}),
+        ("atan2", (a, b), {}),
+        ("reduce", (a,), {"kind": "sum", "dimensions": (0,)}),
+        ("reduce", (a,), {"kind": "prod", "dimensions": (0,)}),
+        ("dot_general", (a, b), dict(lhs_batch=(), rhs_batch=(), lhs_contracting=(0,), rhs_contracting=(0,))),
+    ]:
         graph = constant_graph(op, inputs, attrs)
         assert op in fold(graph).op_counts(), op
 
@@ -211,7 +277,13 @@ def test_float_power_atan2_and_float_sums_are_not_folded():
 def test_iota_and_while_stay():
     def fn(x):
         i = apply("iota", dtype=np.dtype(I32), shape=(4,), dimension=0)
-        return kn.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] * 2.0), (np.int32(0), np.float32(1.0))), i + 1, x
+        return (
+            kn.while_loop(
+                lambda s: s[0] < 3, lambda s: (s[0] + 1, s[1] * 2.0), (np.int32(0), np.float32(1.0))
+            ),
+            i + 1,
+            x,
+        )
 
     graph = kn.trace(fn, S((), F32))
     out = fold(graph).verify()
@@ -236,25 +308,28 @@ def test_folds_inside_while_bodies():
 # ------------------------------------------------------------------------------ guards
 
 
-@pytest.mark.parametrize("op, inputs, attrs", [
-    ("multiply", (np.array([1e-39, 2.0], F32), np.array([1.0, 1.0], F32)), {}),  # subnormal operand
-    ("multiply", (np.array([1e-20], F32), np.array([1e-20], F32)), {}),  # subnormal result
-    ("compare", (np.array([1e-40], F32), np.array([0.0], F32)), {"direction": "EQ"}),
-    ("convert", (np.array([1e-40], F32),), {"dtype": np.dtype(BOOL)}),
-    ("maximum", (np.array([-0.0, 1.0], F32), np.array([0.0, 2.0], F32)), {}),
-    ("minimum", (np.array([0.0], F32), np.array([-0.0], F32)), {}),
-    ("reduce", (np.array([0.0, -0.0], F32),), {"kind": "max", "dimensions": (0,)}),
-    ("clamp", (np.array(-0.0, F32), np.array([0.0, 3.0], F32), np.array(1.0, F32)), {}),
-    ("divide", (np.array([4, 5], I32), np.array([2, 0], I32)), {}),
-    ("remainder", (np.array([4, 5], I32), np.array([0, 2], I32)), {}),
-    ("divide", (np.array([np.iinfo(I32).min], I32), np.array([-1], I32)), {}),
-    ("power", (np.array([2, 2], I32), np.array([-1, 2], I32)), {}),
-    ("shift_left", (np.array([1, 2], I32), np.array([-1, 2], I32)), {}),
-    ("convert", (np.array([1.5, np.nan], F32),), {"dtype": np.dtype(I32)}),
-    ("convert", (np.array([3e9], F32),), {"dtype": np.dtype(I32)}),
-    ("convert", (np.array([1.0], F64),), {"dtype": dtypes.bfloat16}),
-    ("convert", (np.array([1000001], I32),), {"dtype": np.dtype(np.float16)}),
-])
+@pytest.mark.parametrize(
+    "op, inputs, attrs",
+    [
+        ("multiply", (np.array([1e-39, 2.0], F32), np.array([1.0, 1.0], F32)), {}),  # subnormal operand
+        ("multiply", (np.array([1e-20], F32), np.array([1e-20], F32)), {}),  # subnormal result
+        ("compare", (np.array([1e-40], F32), np.array([0.0], F32)), {"direction": "EQ"}),
+        ("convert", (np.array([1e-40], F32),), {"dtype": np.dtype(BOOL)}),
+        ("maximum", (np.array([-0.0, 1.0], F32), np.array([0.0, 2.0], F32)), {}),
+        ("minimum", (np.array([0.0], F32), np.array([-0.0], F32)), {}),
+        ("reduce", (np.array([0.0, -0.0], F32),), {"kind": "max", "dimensions": (0,)}),
+        ("clamp", (np.array(-0.0, F32), np.array([0.0, 3.0], F32), np.array(1.0, F32)), {}),
+        ("divide", (np.array([4, 5], I32), np.array([2, 0], I32)), {}),
+        ("remainder", (np.array([4, 5], I32), np.array([0, 2], I32)), {}),
+        ("divide", (np.array([np.iinfo(I32).min], I32), np.array([-1], I32)), {}),
+        ("power", (np.array([2, 2], I32), np.array([-1, 2], I32)), {}),
+        ("shift_left", (np.array([1, 2], I32), np.array([-1, 2], I32)), {}),
+        ("convert", (np.array([1.5, np.nan], F32),), {"dtype": np.dtype(I32)}),
+        ("convert", (np.array([3e9], F32),), {"dtype": np.dtype(I32)}),
+        ("convert", (np.array([1.0], F64),), {"dtype": dtypes.bfloat16}),
+        ("convert", (np.array([1000001], I32),), {"dtype": np.dtype(np.float16)}),
+    ],
+)
 def test_guards_refuse_inexact_cases(op, inputs, attrs):
     graph = constant_graph(op, inputs, attrs)
     assert op in fold(graph).op_counts()
@@ -323,11 +398,16 @@ def test_splat_folding_keeps_the_operand_order():
     def fn():
         three, two = splat(3.0, (50, 50)), splat(2.0, (50, 50))
         return apply("divide", apply("subtract", two, three), splat(4.0, (50, 50))), apply(
-            "compare", three, two, direction="LT")
+            "compare", three, two, direction="LT"
+        )
 
     graph = kn.trace(fn)
     out = fold(graph).verify()
-    assert "subtract" not in out.op_counts() and "divide" not in out.op_counts() and "compare" not in out.op_counts()
+    assert (
+        "subtract" not in out.op_counts()
+        and "divide" not in out.op_counts()
+        and "compare" not in out.op_counts()
+    )
     quotient, less = interpret(out)
     assert np.all(quotient == -0.25) and not np.any(less)
     assert_bit_identical(quotient, interpret(graph)[0])
@@ -342,7 +422,9 @@ def test_non_splat_large_result_is_not_folded():
 
 def test_broadcast_operands_are_materialised_for_evaluation():
     def fn():
-        return apply("reduce", splat(2, (3, 4), I32), kind="sum", dimensions=(0, 1)) + const([5, 6, 7], I32)[0:1].reshape(())
+        return apply("reduce", splat(2, (3, 4), I32), kind="sum", dimensions=(0, 1)) + const([5, 6, 7], I32)[
+            0:1
+        ].reshape(())
 
     graph = kn.trace(fn)
     out = fold(graph)

@@ -18,6 +18,7 @@ def _mlp_loss(np_):
         h = np_.tanh(x @ params["w1"] + params["b1"])
         out = h @ params["w2"]
         return np_.mean((out - y) ** 2)
+
     return loss
 
 
@@ -25,6 +26,7 @@ def _attention(np_, softmax):
     def attend(q, k, v):
         scores = q @ k.T / np.sqrt(q.shape[-1])
         return softmax(scores) @ v
+
     return attend
 
 
@@ -33,6 +35,7 @@ def _layer_norm(np_):
         mean = np_.mean(x, axis=-1, keepdims=True)
         var = np_.mean((x - mean) ** 2, axis=-1, keepdims=True)
         return (x - mean) / np_.sqrt(var + 1e-5) * gamma
+
     return norm
 
 

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import pathlib
 
+import kaun_ir.passes.fuse_optimizer as fo  # registers the pass
 import numpy as np
 import pytest
+from passutil import assert_bit_identical, random_inputs, same_snapshot, snapshot
 
 import kaun_ir as kn
-import kaun_ir.passes.fuse_optimizer as fo  # registers the pass
 from kaun_ir import layer, loss, optim, passes, rng, train, tree
 from kaun_ir.ir import parse
 from kaun_ir.ir.interp import interpret
-from passutil import assert_bit_identical, random_inputs, same_snapshot, snapshot
 
 # the NumPy references warn about the NaN and inf in the random inputs; they are meant to be there
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -42,8 +42,9 @@ OPTIMIZERS = {
 
 def _model():
     # parameters of five different shapes: [3,5], [5], [5,4], [4], [4,2], [2]
-    return layer.sequential([layer.linear(3, 5), layer.relu(), layer.linear(5, 4), layer.relu(),
-                             layer.linear(4, 2)])
+    return layer.sequential(
+        [layer.linear(3, 5), layer.relu(), layer.linear(5, 4), layer.relu(), layer.linear(4, 2)]
+    )
 
 
 def _batch(seed: int):
@@ -56,8 +57,9 @@ def _run(alg, pipeline: str, steps: int = 4):
     with rng.scope(0):
         st = train.init(trainer)
     x0, y0 = _batch(0)
-    graph = train.step_graph(trainer, st, x0, lambda logits: loss.cross_entropy_sparse(logits, y0),
-                             optimized=True)
+    graph = train.step_graph(
+        trainer, st, x0, lambda logits: loss.cross_entropy_sparse(logits, y0), optimized=True
+    )
     losses = []
     for i in range(steps):
         x, y = _batch(i)
@@ -161,8 +163,9 @@ graph @sgd3(%0: f32[2,2] "p1", %1: f32[3] "p2", %2: f32[5] "p3", %3: f32[2,2] "g
 def test_max_group(max_group, fused, groups):
     graph = parse(SGD3)
     stats = passes.Statistics()
-    out = passes.run(graph, f"fuse-optimizer{{horizontal=true max_group={max_group}}}", [stats],
-                     verify_each=True)
+    out = passes.run(
+        graph, f"fuse-optimizer{{horizontal=true max_group={max_group}}}", [stats], verify_each=True
+    )
     counters = stats.records[0].counters
     assert counters.get("chains fused", 0) == fused and counters.get("fused groups", 0) == groups
     assert counters["donatable buffers"] == 3

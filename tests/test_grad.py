@@ -132,8 +132,9 @@ def jax_mlp_loss(params, x, labels):
 
 
 def jax_conv(x, w, b, stride=1, padding=0):
-    y = jax.lax.conv_general_dilated(x, w, (stride, stride), [(padding, padding)] * 2,
-                                     dimension_numbers=("NCHW", "OIHW", "NCHW"))
+    y = jax.lax.conv_general_dilated(
+        x, w, (stride, stride), [(padding, padding)] * 2, dimension_numbers=("NCHW", "OIHW", "NCHW")
+    )
     return y + b[None, :, None, None]
 
 
@@ -171,8 +172,12 @@ def jax_attention_loss(params, x, c):
 
 def mlp_data(dtype, seed=0, sizes=(6, 16, 5), n=8):
     rng = np.random.default_rng(seed)
-    params = {"layers": [{"w": rand(rng, (a, b), dtype, 1 / math.sqrt(a)), "b": rand(rng, (b,), dtype, 0.1)}
-                         for a, b in zip(sizes[:-1], sizes[1:])]}
+    params = {
+        "layers": [
+            {"w": rand(rng, (a, b), dtype, 1 / math.sqrt(a)), "b": rand(rng, (b,), dtype, 0.1)}
+            for a, b in zip(sizes[:-1], sizes[1:])
+        ]
+    }
     x = rand(rng, (n, sizes[0]), dtype)
     labels = rng.integers(0, sizes[-1], n).astype(np.int32)
     return params, x, labels
@@ -180,9 +185,11 @@ def mlp_data(dtype, seed=0, sizes=(6, 16, 5), n=8):
 
 def convnet_data(dtype, seed=1):
     rng = np.random.default_rng(seed)
-    params = ({"w": rand(rng, (4, 3, 3, 3), dtype, 0.3), "b": rand(rng, (4,), dtype, 0.1)},
-              {"w": rand(rng, (6, 4, 3, 3), dtype, 0.2), "b": rand(rng, (6,), dtype, 0.1)},
-              {"w": rand(rng, (24, 5), dtype, 0.2), "b": rand(rng, (5,), dtype, 0.1)})
+    params = (
+        {"w": rand(rng, (4, 3, 3, 3), dtype, 0.3), "b": rand(rng, (4,), dtype, 0.1)},
+        {"w": rand(rng, (6, 4, 3, 3), dtype, 0.2), "b": rand(rng, (6,), dtype, 0.1)},
+        {"w": rand(rng, (24, 5), dtype, 0.2), "b": rand(rng, (5,), dtype, 0.1)},
+    )
     x = rand(rng, (2, 3, 8, 8), dtype)
     labels = np.array([1, 3], np.int32)
     return params, x, labels
@@ -312,8 +319,9 @@ def test_grad_inside_jit(dtype):
 
     loss, new = step(params, x, labels)
     e_loss, e_grads = oracle(jax.value_and_grad(jax_mlp_loss), params, x, labels)
-    expected_new = jax.tree_util.tree_map(lambda p, g: (p - np.asarray(0.1, dtype) * g).astype(dtype),
-                                          params, e_grads)
+    expected_new = jax.tree_util.tree_map(
+        lambda p, g: (p - np.asarray(0.1, dtype) * g).astype(dtype), params, e_grads
+    )
     assert_trees_close((loss, new), (e_loss, expected_new), dtype)
 
 
@@ -509,8 +517,7 @@ def test_stop_gradient(dtype):
         return kn.sum(kn.sin(x) * kn.stop_gradient(x * x)) + kn.sum(kn.stop_gradient(kn.exp(x)))
 
     def jax_f(x):
-        return (jnp.sum(jnp.sin(x) * jax.lax.stop_gradient(x * x))
-                + jnp.sum(jax.lax.stop_gradient(jnp.exp(x))))
+        return jnp.sum(jnp.sin(x) * jax.lax.stop_gradient(x * x)) + jnp.sum(jax.lax.stop_gradient(jnp.exp(x)))
 
     value, grads = kn.value_and_grad(kn_f)(x)
     assert_trees_close((value, grads), oracle(jax.value_and_grad(jax_f), x), dtype)
@@ -572,9 +579,18 @@ def mse_mlp_loss(x, w1, b1, w2, b2, y):
 #   broadcast b1         sum over the batch axis                            +1 reduce
 #   dot x@w1             x_bar and w1_bar                                   +2 dot_general
 EXPECTED_MLP_COUNTS = {
-    "dot_general": 2 + 4, "broadcast_in_dim": 3 + 2, "add": 2 + 2, "constant": 2 + 2,
-    "maximum": 1, "subtract": 1, "multiply": 1 + 2, "reduce": 1 + 2, "divide": 1 + 1,
-    "negate": 1, "compare": 2, "select": 2,
+    "dot_general": 2 + 4,
+    "broadcast_in_dim": 3 + 2,
+    "add": 2 + 2,
+    "constant": 2 + 2,
+    "maximum": 1,
+    "subtract": 1,
+    "multiply": 1 + 2,
+    "reduce": 1 + 2,
+    "divide": 1 + 1,
+    "negate": 1,
+    "compare": 2,
+    "select": 2,
 }
 assert sum(EXPECTED_MLP_COUNTS.values()) == 14 + 20
 

@@ -36,11 +36,13 @@ def test_grad_wrt_integer_argument_picked_by_argnums():
 
 
 def test_gradient_graph_wrt_integer_input_names_it():
-    graph = kn.ir.parse('graph @g(%0: f32[2] "x", %1: i32[2] "count") -> (f32[]) {\n'
-                        '  %2 = convert %1 {dtype = f32} : f32[2]\n'
-                        '  %3 = multiply %0, %2 : f32[2]\n'
-                        '  %4 = reduce %3 {dimensions = [0], kind = "sum"} : f32[]\n'
-                        '  return %4\n}\n')
+    graph = kn.ir.parse(
+        'graph @g(%0: f32[2] "x", %1: i32[2] "count") -> (f32[]) {\n'
+        "  %2 = convert %1 {dtype = f32} : f32[2]\n"
+        "  %3 = multiply %0, %2 : f32[2]\n"
+        '  %4 = reduce %3 {dimensions = [0], kind = "sum"} : f32[]\n'
+        "  return %4\n}\n"
+    )
     with pytest.raises(kn.GradientError, match=r"count of type i32\[2\]"):
         gradient_graph(graph, wrt=[1])
     with pytest.raises(IndexError, match="wrt index 2 out of range for 2 inputs"):
@@ -70,15 +72,18 @@ def test_grad_through_nondifferentiable_op_names_op_and_layer_path():
             bits = apply("bitcast_convert", x, dtype=kn.float32)
         return kn.sum(bits * x)
 
-    with pytest.raises(kn.GradientError,
-                       match=r"through bitcast_convert at encoder\.0\.quantize: bit reinterpretation"):
+    with pytest.raises(
+        kn.GradientError, match=r"through bitcast_convert at encoder\.0\.quantize: bit reinterpretation"
+    ):
         kn.grad(f)(np.ones(3, np.float32))
 
 
 def test_grad_through_while_loop_names_op_and_layer_path():
     def f(x):
         with kn.ir.scope("rnn"):  # a trip count known only at run time
-            y = kn.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, kn.tanh(s[1] * x)), (np.int32(0), x))[1]
+            y = kn.while_loop(lambda s: s[0] < 3, lambda s: (s[0] + 1, kn.tanh(s[1] * x)), (np.int32(0), x))[
+                1
+            ]
         return kn.sum(y)
 
     with pytest.raises(kn.GradientError, match=r"through while at rnn: reverse mode through a while loop"):
@@ -103,11 +108,14 @@ def test_argmax_based_code_differentiates_through_the_selected_values():
     np.testing.assert_array_equal(np.asarray(g), [0.0, 2.0, 0.0])
 
 
-@pytest.mark.parametrize("returns", [
-    lambda x: kn.sum(x),                           # not a tuple
-    lambda x: (kn.sum(x), x, x),                   # three elements
-    lambda x: [kn.sum(x), x],                      # a list, not a tuple
-])
+@pytest.mark.parametrize(
+    "returns",
+    [
+        lambda x: kn.sum(x),  # not a tuple
+        lambda x: (kn.sum(x), x, x),  # three elements
+        lambda x: [kn.sum(x), x],  # a list, not a tuple
+    ],
+)
 def test_has_aux_with_wrong_structure(returns):
     message = re.escape("with has_aux=True the function must return (output, aux)")
     with pytest.raises(TypeError, match=message):
@@ -133,9 +141,11 @@ def test_vjp_cotangent_with_wrong_structure():
         back((np.ones(3, np.float32), np.float32(1.0)))
 
 
-@pytest.mark.parametrize("cotangent", [np.ones(4, np.float32), np.ones((3, 1), np.float32),
-                                       np.ones(3, np.float64)],
-                         ids=["length", "rank", "dtype"])
+@pytest.mark.parametrize(
+    "cotangent",
+    [np.ones(4, np.float32), np.ones((3, 1), np.float32), np.ones(3, np.float64)],
+    ids=["length", "rank", "dtype"],
+)
 def test_vjp_cotangent_with_wrong_type_is_a_clear_error(cotangent):
     # must be reported before compiling, naming the expected type (not an XLA failure)
     _, back = kn.vjp(lambda x: x * 2.0, np.ones(3, np.float32))

@@ -32,8 +32,19 @@ def test_take_matches_numpy(axis):
     check(kn.take(X, IDX, axis=axis), np.take(X, IDX, axis=axis))  # eager
 
 
-@pytest.mark.parametrize("indices", [3, -2, [1, 0, 1], [], [[5], [-6]], np.array([0, 5], np.int64),
-                                     np.array([2, 1], np.uint8), np.array(4, np.int16)])
+@pytest.mark.parametrize(
+    "indices",
+    [
+        3,
+        -2,
+        [1, 0, 1],
+        [],
+        [[5], [-6]],
+        np.array([0, 5], np.int64),
+        np.array([2, 1], np.uint8),
+        np.array(4, np.int16),
+    ],
+)
 def test_take_index_kinds(indices):
     want = np.take(X, np.asarray(indices, dtype=np.int64), axis=1)
     check(kn.take(X, indices, axis=1), want)
@@ -118,13 +129,16 @@ def test_take_along_axis_errors():
 # ---------------------------------------------------------------------------------- one_hot
 
 
-@pytest.mark.parametrize("labels,dtype,axis", [
-    (np.array([0, 3, 1, 4], np.int32), kn.float32, -1),
-    (np.array([[2, -1], [5, 0]], np.int32), kn.float32, -1),  # out of range -> zero rows
-    (np.array([1, 0, 2], np.uint8), kn.int32, -1),
-    (np.array([[1, 4, 0]], np.int64), kn.bfloat16, 0),
-    (np.array(2, np.int32), kn.float32, -1),
-])
+@pytest.mark.parametrize(
+    "labels,dtype,axis",
+    [
+        (np.array([0, 3, 1, 4], np.int32), kn.float32, -1),
+        (np.array([[2, -1], [5, 0]], np.int32), kn.float32, -1),  # out of range -> zero rows
+        (np.array([1, 0, 2], np.uint8), kn.int32, -1),
+        (np.array([[1, 4, 0]], np.int64), kn.bfloat16, 0),
+        (np.array(2, np.int32), kn.float32, -1),
+    ],
+)
 def test_one_hot_matches_jax(labels, dtype, axis):
     want = np.asarray(jax.nn.one_hot(labels, 5, dtype=dtype, axis=axis))
     check(kn.jit(lambda l: kn.one_hot(l, 5, dtype=dtype, axis=axis))(labels), want)
@@ -145,12 +159,15 @@ def test_one_hot_list_and_errors():
 # --------------------------------------------------------------------------- dynamic slices
 
 
-@pytest.mark.parametrize("starts,sizes", [
-    ((1, 2, 3), (2, 3, 4)),
-    ((4, 5, 6), (2, 2, 2)),      # clamped at the end
-    ((-1, -6, 0), (1, 3, 7)),    # negative starts count from the end, then clamp
-    ((-20, 30, 2), (5, 0, 1)),
-])
+@pytest.mark.parametrize(
+    "starts,sizes",
+    [
+        ((1, 2, 3), (2, 3, 4)),
+        ((4, 5, 6), (2, 2, 2)),  # clamped at the end
+        ((-1, -6, 0), (1, 3, 7)),  # negative starts count from the end, then clamp
+        ((-20, 30, 2), (5, 0, 1)),
+    ],
+)
 def test_dynamic_slice_matches_lax(starts, sizes):
     want = jax.lax.dynamic_slice(X, starts, sizes)
     check(kn.dynamic_slice(X, starts, sizes), want)
@@ -168,12 +185,15 @@ def test_dynamic_slice_errors():
         kn.dynamic_slice(X, (0, 0.5, 0), (1, 1, 1))
 
 
-@pytest.mark.parametrize("starts,update_shape", [
-    ((1, 2, 3), (2, 3, 4)),
-    ((4, 5, 6), (3, 2, 2)),      # clamped at the end
-    ((-2, -1, 0), (1, 6, 7)),
-    ((0, 0, 0), (0, 2, 2)),
-])
+@pytest.mark.parametrize(
+    "starts,update_shape",
+    [
+        ((1, 2, 3), (2, 3, 4)),
+        ((4, 5, 6), (3, 2, 2)),  # clamped at the end
+        ((-2, -1, 0), (1, 6, 7)),
+        ((0, 0, 0), (0, 2, 2)),
+    ],
+)
 def test_dynamic_update_slice_matches_lax(starts, update_shape):
     update = RNG.standard_normal(update_shape).astype(np.float32)
     want = jax.lax.dynamic_update_slice(X, update, starts)
@@ -205,11 +225,11 @@ PATTERNS = {
     "x[::-2, j]": lambda x, i, j: x[::-2, j],
     "x[i, j]": lambda x, i, j: x[i, j],
     "x[:, j, j]": lambda x, i, j: x[:, j, j],
-    "x[i, :, j]": lambda x, i, j: x[i, :, j],          # separated: broadcast axes go first
-    "x[0, :, j]": lambda x, i, j: x[0, :, j],          # an int counts as advanced
+    "x[i, :, j]": lambda x, i, j: x[i, :, j],  # separated: broadcast axes go first
+    "x[0, :, j]": lambda x, i, j: x[0, :, j],  # an int counts as advanced
     "x[i, 2]": lambda x, i, j: x[i, 2],
     "x[None, i, j]": lambda x, i, j: x[None, i, j],
-    "x[i, None, j]": lambda x, i, j: x[i, None, j],    # None separates too
+    "x[i, None, j]": lambda x, i, j: x[i, None, j],  # None separates too
     "x[1:, j, ..., j]": lambda x, i, j: x[1:, j, ..., j],  # so does an (empty) ellipsis
     "x[i, j, -1]": lambda x, i, j: x[i, j, -1],
     "x[[1, -1], 2:]": lambda x, i, j: x[[1, -1], 2:],
@@ -225,10 +245,18 @@ def test_advanced_indexing_traced(name):
     check(kn.jit(pattern)(X, ROWS, COLS), want)
 
 
-@pytest.mark.parametrize("index", [
-    (ROWS,), (slice(None), ROWS), (ROWS, slice(1, 3)), (ROWS, COLS), (0, Ellipsis, COLS),
-    ([2, 0], None, slice(None, None, 2)), (np.int64(3), COLS),
-])
+@pytest.mark.parametrize(
+    "index",
+    [
+        (ROWS,),
+        (slice(None), ROWS),
+        (ROWS, slice(1, 3)),
+        (ROWS, COLS),
+        (0, Ellipsis, COLS),
+        ([2, 0], None, slice(None, None, 2)),
+        (np.int64(3), COLS),
+    ],
+)
 def test_advanced_indexing_eager(index):
     check(kn.getitem(X, index), X[index])
 
@@ -302,8 +330,14 @@ def test_vjp_through_take_with_clamped_indices():
 def test_vjp_through_take_along_axis_and_dynamic_slices():
     order = np.argsort(X, axis=2).astype(np.int32)[..., :3]
     _vjp_pair(lambda x: kn.take_along_axis(x, order, 2), lambda x: jnp.take_along_axis(x, order, 2), X)
-    _vjp_pair(lambda x: kn.dynamic_slice(x, (4, 1, -2), (2, 3, 2)),
-              lambda x: jax.lax.dynamic_slice(x, (4, 1, -2), (2, 3, 2)), X)
+    _vjp_pair(
+        lambda x: kn.dynamic_slice(x, (4, 1, -2), (2, 3, 2)),
+        lambda x: jax.lax.dynamic_slice(x, (4, 1, -2), (2, 3, 2)),
+        X,
+    )
     upd = np.ones((2, 2, 2), np.float32)
-    _vjp_pair(lambda x: kn.dynamic_update_slice(x, upd, (1, 5, 0)),
-              lambda x: jax.lax.dynamic_update_slice(x, upd, (1, 5, 0)), X)
+    _vjp_pair(
+        lambda x: kn.dynamic_update_slice(x, upd, (1, 5, 0)),
+        lambda x: jax.lax.dynamic_update_slice(x, upd, (1, 5, 0)),
+        X,
+    )

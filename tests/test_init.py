@@ -21,8 +21,9 @@ def _np(x):
     return np.asarray(x)
 
 
-@pytest.mark.parametrize("name", ["glorot_uniform", "glorot_normal", "he_uniform", "he_normal",
-                                  "lecun_uniform", "lecun_normal"])
+@pytest.mark.parametrize(
+    "name", ["glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "lecun_uniform", "lecun_normal"]
+)
 def test_named_schemes_match_jax_on_dense_shapes(name):
     got = _np(getattr(init, name)()(KEY, (30, 20)))
     want = np.asarray(getattr(jax.nn.initializers, name)()(JAX_KEY, (30, 20), np.float32))
@@ -48,8 +49,9 @@ def test_simple_initialisers_match_jax():
 
     np.testing.assert_allclose(*pair(init.normal(0.5), jax.nn.initializers.normal(0.5)), rtol=1e-5, atol=1e-6)
     np.testing.assert_array_equal(*pair(init.uniform(0.5), jax.nn.initializers.uniform(0.5)))
-    np.testing.assert_allclose(*pair(init.truncated_normal(0.5), jax.nn.initializers.truncated_normal(0.5)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        *pair(init.truncated_normal(0.5), jax.nn.initializers.truncated_normal(0.5)), rtol=1e-5, atol=1e-6
+    )
 
 
 def test_constants():
@@ -61,13 +63,16 @@ def test_constants():
     assert c.dtype == kn.bfloat16 and (c.astype(np.float32) == -2.5).all()
 
 
-@pytest.mark.parametrize("shape, fans", [
-    ((30, 20), (30, 20)),            # dense [in, out]
-    ((8, 4, 3, 3), (36, 72)),        # conv2d [out, in, kh, kw]
-    ((6, 2, 5), (10, 30)),           # conv1d [out, in, k]
-    ((7,), (7, 7)),
-    ((), (1, 1)),
-])
+@pytest.mark.parametrize(
+    "shape, fans",
+    [
+        ((30, 20), (30, 20)),  # dense [in, out]
+        ((8, 4, 3, 3), (36, 72)),  # conv2d [out, in, kh, kw]
+        ((6, 2, 5), (10, 30)),  # conv1d [out, in, k]
+        ((7,), (7, 7)),
+        ((), (1, 1)),
+    ],
+)
 def test_compute_fans_convention(shape, fans):
     assert init.compute_fans(shape) == tuple(float(f) for f in fans)
 
@@ -105,7 +110,7 @@ def test_distribution_moments_and_bounds(name):
         assert np.abs(x).max() > 0.95 * bound  # the range is used up to the limit
     if name.endswith("_uniform"):
         # a uniform's fourth standardised moment is 1.8 (a normal's is 3)
-        assert abs((x ** 4).mean() / x.var() ** 2 - 1.8) < 0.05
+        assert abs((x**4).mean() / x.var() ** 2 - 1.8) < 0.05
 
 
 def test_uniform_ranges():
@@ -119,7 +124,7 @@ def test_truncated_normal_stays_within_two_stddev():
     x = _np(init.truncated_normal(1.0)(KEY, BIG))
     assert np.abs(x).max() <= 2.0
     # the variance of a standard normal truncated to [-2, 2]
-    assert abs(x.var() / 0.8796256610342398 ** 2 - 1) < 0.03
+    assert abs(x.var() / 0.8796256610342398**2 - 1) < 0.03
 
 
 @pytest.mark.parametrize("dtype", [kn.float64, kn.bfloat16, kn.float16])

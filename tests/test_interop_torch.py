@@ -34,8 +34,14 @@ def test_torch_tensors_are_accepted_and_results_convert_back():
     np.testing.assert_allclose(np.asarray(grads), [2.0, -4.0])
     transposed = torch.arange(12.0).reshape(3, 4).T  # not contiguous
     np.testing.assert_allclose(np.asarray(kn.jit(lambda x: x + 0.0)(transposed)), transposed.numpy())
-    np.testing.assert_allclose(np.asarray(kn.exp(transposed[1:, ::2])), np.exp(transposed[1:, ::2].numpy()), rtol=1e-6)
-    for dtype, expected in ((torch.float64, np.float64), (torch.bfloat16, kn.bfloat16), (torch.int64, np.int64)):
+    np.testing.assert_allclose(
+        np.asarray(kn.exp(transposed[1:, ::2])), np.exp(transposed[1:, ::2].numpy()), rtol=1e-6
+    )
+    for dtype, expected in (
+        (torch.float64, np.float64),
+        (torch.bfloat16, kn.bfloat16),
+        (torch.int64, np.int64),
+    ):
         out = kn.jit(lambda x: x + x)(torch.ones(4, dtype=dtype))
         assert np.asarray(out).dtype == expected
 
@@ -52,14 +58,19 @@ def test_dlpack_shares_cpu_memory():
 
 def test_state_dict_of_a_torch_model_loads_without_a_converter(tmp_path):
     torch.manual_seed(0)
-    net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3), torch.nn.LayerNorm(3))
-    model = kn.layer.sequential([kn.layer.linear(4, 8), kn.layer.relu(), kn.layer.linear(8, 3), kn.layer.layer_norm(3)])
+    net = torch.nn.Sequential(
+        torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 3), torch.nn.LayerNorm(3)
+    )
+    model = kn.layer.sequential(
+        [kn.layer.linear(4, 8), kn.layer.relu(), kn.layer.linear(8, 3), kn.layer.layer_norm(3)]
+    )
     with kn.rng.scope(0):
         template = kn.layer.init(model)
     rename = [(r"3\.weight", "3.scale")]
     transpose = [r"[02]\.weight"]
-    params = kn.checkpoint.from_state_dict(net.state_dict(), like=kn.layer.params(template), rename=rename,
-                                           transpose=transpose)
+    params = kn.checkpoint.from_state_dict(
+        net.state_dict(), like=kn.layer.params(template), rename=rename, transpose=transpose
+    )
     x = np.random.default_rng(0).standard_normal((5, 4)).astype(np.float32)
     got, _ = kn.layer.apply(model, kn.layer.with_params(template, params), x)
     with torch.no_grad():
@@ -69,8 +80,9 @@ def test_state_dict_of_a_torch_model_loads_without_a_converter(tmp_path):
     from safetensors.torch import save_file
 
     save_file(net.state_dict(), str(tmp_path / "net.safetensors"))
-    loaded = kn.checkpoint.load(tmp_path / "net.safetensors", like=kn.layer.params(template), rename=rename,
-                                transpose=transpose)
+    loaded = kn.checkpoint.load(
+        tmp_path / "net.safetensors", like=kn.layer.params(template), rename=rename, transpose=transpose
+    )
     np.testing.assert_array_equal(np.asarray(loaded[2]["weight"]), net[2].weight.detach().numpy().T)
     with pytest.raises(ValueError, match="no tensor for .0.bias"):
         kn.checkpoint.from_state_dict({"0.weight": net[0].weight}, like=kn.layer.params(template))
@@ -78,7 +90,9 @@ def test_state_dict_of_a_torch_model_loads_without_a_converter(tmp_path):
 
 # ------------------------------------------------------------------------------ Hugging Face models
 
-transformers = pytest.importorskip("transformers", reason="transformers is not installed (pip install -e '.[interop]')")
+transformers = pytest.importorskip(
+    "transformers", reason="transformers is not installed (pip install -e '.[interop]')"
+)
 
 VOCAB = 61
 
@@ -86,12 +100,22 @@ VOCAB = 61
 def _hf_model(family: str):
     torch.manual_seed(0)
     if family == "gpt2":
-        cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64,
-                                      bos_token_id=0, eos_token_id=0)
+        cfg = transformers.GPT2Config(
+            vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4, n_positions=64, bos_token_id=0, eos_token_id=0
+        )
         return transformers.GPT2LMHeadModel(cfg).eval()
-    cfg = transformers.LlamaConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=48, max_position_embeddings=64,
-                                   rope_theta=500.0, bos_token_id=0, eos_token_id=0)
+    cfg = transformers.LlamaConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=48,
+        max_position_embeddings=64,
+        rope_theta=500.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
     return transformers.LlamaForCausalLM(cfg).eval()
 
 
@@ -134,7 +158,9 @@ def test_gradients_match_transformers(pair):
     value, grads = kn.value_and_grad(loss)(loaded.params)
     hf.zero_grad()
     logits = hf(torch.from_numpy(ids.astype(np.int64))).logits
-    torch_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, VOCAB), torch.from_numpy(labels.astype(np.int64)).reshape(-1))
+    torch_loss = torch.nn.functional.cross_entropy(
+        logits.reshape(-1, VOCAB), torch.from_numpy(labels.astype(np.int64)).reshape(-1)
+    )
     torch_loss.backward()
     np.testing.assert_allclose(float(value), float(torch_loss.detach()), rtol=1e-5)
     hf_grads = {name: p.grad.numpy() for name, p in hf.named_parameters() if p.grad is not None}
@@ -145,8 +171,9 @@ def test_gradients_match_transformers(pair):
             path, key = ours.format(i=i), theirs.format(i=i)
             if path not in flat or key not in hf_grads:
                 continue
-            np.testing.assert_allclose(np.asarray(flat[path]), _convert(hf_grads[key], transform), rtol=2e-3,
-                                       atol=2e-6, err_msg=path)
+            np.testing.assert_allclose(
+                np.asarray(flat[path]), _convert(hf_grads[key], transform), rtol=2e-3, atol=2e-6, err_msg=path
+            )
             checked += 1
     assert checked >= len(flat) - 1  # every parameter (GPT-2's tied head is the embedding)
 
@@ -156,8 +183,9 @@ def test_greedy_generation_matches_transformers_with_bounded_executables(pair):
     before = kn.models.executables(loaded)
     for length in (5, 9):
         prompt = _ids((1, length), length)
-        want = hf.generate(torch.from_numpy(prompt.astype(np.int64)), max_new_tokens=6, do_sample=False,
-                           pad_token_id=0).numpy()
+        want = hf.generate(
+            torch.from_numpy(prompt.astype(np.int64)), max_new_tokens=6, do_sample=False, pad_token_id=0
+        ).numpy()
         np.testing.assert_array_equal(kn.models.generate(loaded, prompt, 6), want)
     assert kn.models.executables(loaded) - before <= 2  # one prefill + one decode for both prompts
 
@@ -175,7 +203,9 @@ def test_sampling_respects_top_k_and_seed(pair):
             top3 = np.argsort(logits[row, t - 1])[-3:]
             assert out[row, t] in top3
     greedy = kn.models.generate(loaded, prompt, 5)
-    np.testing.assert_array_equal(kn.models.generate(loaded, prompt, 5, temperature=1.0, top_k=1, seed=1), greedy)
+    np.testing.assert_array_equal(
+        kn.models.generate(loaded, prompt, 5, temperature=1.0, top_k=1, seed=1), greedy
+    )
 
 
 def test_docs_torch_examples_run(tmp_path, monkeypatch):

@@ -6,9 +6,9 @@ from __future__ import annotations
 import os
 
 import pytest
+from fuzz_ir import check, corpus, run
 
 import kaun_ir as kn
-from fuzz_ir import check, corpus, run
 
 GOOD = "graph @main(%0: f32[2]) -> (f32[2]) {\n  %1 = negate %0 : f32[2]{loc}\n  return %1\n}\n"
 
@@ -38,8 +38,11 @@ def test_deeply_nested_attributes_are_a_parse_error(depth):
 def test_deeply_nested_regions_are_a_parse_error():
     inner = "graph @r(%0: f32[]) -> (f32[]) {\n  return %0\n}"
     for _ in range(40):
-        inner = ("graph @r(%0: f32[]) -> (f32[]) {\n  %1 = negate %0 : f32[] regions {\n" + inner
-                 + "\n}\n  return %1\n}")
+        inner = (
+            "graph @r(%0: f32[]) -> (f32[]) {\n  %1 = negate %0 : f32[] regions {\n"
+            + inner
+            + "\n}\n  return %1\n}"
+        )
     with pytest.raises(kn.ParseError, match="regions nested deeper"):
         kn.ir.parse(inner)
 

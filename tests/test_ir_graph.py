@@ -34,8 +34,9 @@ def test_verify_catches_a_wrong_result_type_and_names_the_node():
     bad = Node("add", [a, b], {}, [TensorType(F32, (3, 2))], path="enc.0")
     with pytest.raises(kn.IRError) as info:
         Graph([a, b], bad.outputs, [bad], name="net").verify()
-    assert str(info.value) == ("@net: node 0 (add at enc.0): result type(s) f32[3,2] differ from the "
-                               "type rule's f32[2,3]")
+    assert str(info.value) == (
+        "@net: node 0 (add at enc.0): result type(s) f32[3,2] differ from the type rule's f32[2,3]"
+    )
 
 
 def test_verify_catches_a_wrong_result_dtype():
@@ -121,8 +122,11 @@ def test_verify_checks_regions_and_names_them():
     broken = Node("constant", [], const.attrs, [TensorType(np.float64, ())])
     broken_body = Graph(body.inputs, body.outputs, (broken,) + body.nodes[1:], "body")
     node = Node("while", loop.inputs, loop.attrs, loop.types, (cond, broken_body))
-    with pytest.raises(kn.IRError, match=r"^@f: node 0 \(while\) region @body: node 0 \(constant\): "
-                                         r"result type\(s\) f64\[\] differ"):
+    with pytest.raises(
+        kn.IRError,
+        match=r"^@f: node 0 \(while\) region @body: node 0 \(constant\): "
+        r"result type\(s\) f64\[\] differ",
+    ):
         Graph(graph.inputs, node.outputs, [node], "f").verify()
 
 
@@ -168,8 +172,13 @@ def test_to_networkx_structure_and_attributes():
     assert dg.number_of_edges() == 6
     assert nx.is_directed_acyclic_graph(dg)
     assert dg.graph["name"] == "layered"
-    assert dg.nodes["arg0"] == {"op": "input", "types": ["f32[2,3]"], "attrs": {"index": 0, "name": "0"},
-                                "path": "", "source": ""}
+    assert dg.nodes["arg0"] == {
+        "op": "input",
+        "types": ["f32[2,3]"],
+        "attrs": {"index": 0, "name": "0"},
+        "path": "",
+        "source": "",
+    }
     add, reshape, exp = dg.nodes["n0"], dg.nodes["n1"], dg.nodes["n2"]
     assert (add["op"], add["path"], add["types"]) == ("add", "enc.0.attn", ["f32[2,3]"])
     assert (reshape["op"], reshape["path"], reshape["attrs"]) == ("reshape", "enc", {"shape": (3, 2)})
@@ -343,6 +352,7 @@ def test_cse_merges_identical_loops():
     def f(x):
         def loop(v):
             return kn.while_loop(lambda s: s[0] < 10.0, lambda s: s + 1.0, v)
+
         return loop(x) + loop(x)
 
     graph = kn.trace(f, np.zeros(2, F32))

@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from optest import samples_of
 
 from kaun_ir import ops
 from kaun_ir.ir import parse
 from kaun_ir.ir.core import ArrayAttr, Graph, Node, TensorType
-from optest import samples_of
 
 CASES = samples_of(ops.TABLE)
 SPECIAL = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.5, -1e-45, 3.4e38]
@@ -58,16 +58,27 @@ def graphs(draw):
         opdef = ops.TABLE[name]
         attrs = opdef.check_attrs(dict(sample.attrs))
         out_types = opdef.infer_types([v.type for v in values], attrs, sample.regions)
-        node = Node(name, values, attrs, out_types, sample.regions, path=draw(TEXT),
-                    source=draw(st.sampled_from(["", "model.py:12", "d\u00e9j\u00e0.py:3"])))
+        node = Node(
+            name,
+            values,
+            attrs,
+            out_types,
+            sample.regions,
+            path=draw(TEXT),
+            source=draw(st.sampled_from(["", "model.py:12", "d\u00e9j\u00e0.py:3"])),
+        )
         nodes.append(node)
         outputs += list(node.outputs[: draw(st.integers(1, len(node.outputs)))])
     name = draw(st.sampled_from(["main", "g", "step_1"]))
     return Graph(list(args), outputs, nodes, name, labels if any(labels) else None)
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=60,
+    deadline=None,
+    derandomize=True,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(graphs())
 def test_print_then_parse_is_the_identity(graph):
     graph.verify()

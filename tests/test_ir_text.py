@@ -74,8 +74,22 @@ def test_roundtrip_of_a_traced_model_and_same_values():
     graph = kn.trace(small_model, x, params)
     parsed = roundtrip(graph)
     ops = graph.op_counts()
-    for op in ("multiply", "add", "compare", "tanh", "select", "slice", "reverse", "concatenate",
-               "exponential", "transpose", "reshape", "iota", "constant", "broadcast_in_dim"):
+    for op in (
+        "multiply",
+        "add",
+        "compare",
+        "tanh",
+        "select",
+        "slice",
+        "reverse",
+        "concatenate",
+        "exponential",
+        "transpose",
+        "reshape",
+        "iota",
+        "constant",
+        "broadcast_in_dim",
+    ):
         assert ops.get(op, 0) >= 1, f"expected the model to use {op}: {ops}"
     want = small_model_numpy(x, params)
     # inputs in flatten order (x, then the params dict by sorted key); outputs sorted by key
@@ -137,8 +151,8 @@ def test_debug_text_carries_source_lines():
 
     def f(x):
         with kn.ir.scope("blk"):
-            y = kn.exp(x); line_exp = inspect.currentframe().f_lineno  # noqa: E702
-        z = y * 2.0; line_mul = inspect.currentframe().f_lineno  # noqa: E702
+            y, line_exp = kn.exp(x), inspect.currentframe().f_lineno
+        z, line_mul = y * 2.0, inspect.currentframe().f_lineno
         lines.extend([line_exp, line_mul])
         return z
 
@@ -225,11 +239,14 @@ def test_hex_constants_are_little_endian_raw_bytes():
 
 
 def test_extreme_values_of_64_bit_and_small_types():
-    cases = [np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max], np.int64),
-             np.array([0, np.iinfo(np.uint64).max], np.uint64),
-             np.array([np.finfo(np.float64).tiny / 4, np.finfo(np.float64).max, 1e-300], np.float64),
-             np.array([np.finfo(np.float16).max, 6e-8], np.float16),
-             np.array([-128, 127], np.int8), np.array([True, False])]
+    cases = [
+        np.array([np.iinfo(np.int64).min, np.iinfo(np.int64).max], np.int64),
+        np.array([0, np.iinfo(np.uint64).max], np.uint64),
+        np.array([np.finfo(np.float64).tiny / 4, np.finfo(np.float64).max, 1e-300], np.float64),
+        np.array([np.finfo(np.float16).max, 6e-8], np.float16),
+        np.array([-128, 127], np.int8),
+        np.array([True, False]),
+    ]
     for value in cases:
         got = roundtrip(kn.trace(lambda: value)).nodes[0].attr("value").array
         assert got.tobytes() == value.tobytes(), value
@@ -238,19 +255,51 @@ def test_extreme_values_of_64_bit_and_small_types():
 # ----------------------------------------------------------------------------- attributes
 
 PAYLOADS = [
-    0, -7, 2**62, 2**64 - 1, 1.0, -0.0, 1e-300, 2.5e16, float("inf"), float("-inf"),
-    True, False, None, "", "text", 'quote " and \\ backslash', "line\nbreak", "unicode é ∑ 😀",
-    "true", "[1, 2]", np.dtype(np.float32), ml_dtypes.bfloat16, np.dtype(np.bool_),
-    (), (1, 2, 3), ((1, 2), (3,), ()), (np.dtype(np.int8), "a", 1.5, None, True),
-    np.arange(3, dtype=np.int16), np.zeros((2, 0), np.float32), (np.ones(2, np.uint8), (np.array(1.5, F32),)),
+    0,
+    -7,
+    2**62,
+    2**64 - 1,
+    1.0,
+    -0.0,
+    1e-300,
+    2.5e16,
+    float("inf"),
+    float("-inf"),
+    True,
+    False,
+    None,
+    "",
+    "text",
+    'quote " and \\ backslash',
+    "line\nbreak",
+    "unicode é ∑ 😀",
+    "true",
+    "[1, 2]",
+    np.dtype(np.float32),
+    ml_dtypes.bfloat16,
+    np.dtype(np.bool_),
+    (),
+    (1, 2, 3),
+    ((1, 2), (3,), ()),
+    (np.dtype(np.int8), "a", 1.5, None, True),
+    np.arange(3, dtype=np.int16),
+    np.zeros((2, 0), np.float32),
+    (np.ones(2, np.uint8), (np.array(1.5, F32),)),
 ]
 
 
 @pytest.fixture
 def payload_op(monkeypatch):
     """A throwaway op (identity type rule) that carries an arbitrary attribute ``payload``."""
-    opdef = OpDef(name="test_payload", arity=1, attrs=("payload",), infer=lambda x, payload: x,
-                  reference=lambda x, payload: x, emit=None, samples=lambda rng: [])
+    opdef = OpDef(
+        name="test_payload",
+        arity=1,
+        attrs=("payload",),
+        infer=lambda x, payload: x,
+        reference=lambda x, payload: x,
+        emit=None,
+        samples=lambda rng: [],
+    )
     monkeypatch.setitem(TABLE, "test_payload", opdef)
     return opdef
 
@@ -275,8 +324,14 @@ def test_attribute_values_roundtrip(payload_op, payload):
 def test_attribute_printing_forms(payload_op):
     (x,) = Graph.arguments([TensorType(F32, (2,))])
     forms = [
-        ((1, 2), "[1, 2]"), (1.0, "1.0"), (3, "3"), (True, "true"), (None, "none"), ("s", '"s"'),
-        (np.dtype(np.uint32), "u32"), (ml_dtypes.bfloat16, "bf16"),
+        ((1, 2), "[1, 2]"),
+        (1.0, "1.0"),
+        (3, "3"),
+        (True, "true"),
+        (None, "none"),
+        ("s", '"s"'),
+        (np.dtype(np.uint32), "u32"),
+        (ml_dtypes.bfloat16, "bf16"),
         (np.array([1.0, 2.0], F32), "dense<f32[2]>[1.0, 2.0]"),
         (np.array([[1, 2]], np.int8), "dense<i8[1,2]>[1, 2]"),
     ]
@@ -288,10 +343,16 @@ def test_attribute_printing_forms(payload_op):
 
 def test_random_graphs_roundtrip_and_evaluate_the_same():
     """A seeded property test: random chains of ops over random dtypes and constants."""
-    unary = {"f": [kn.exp, kn.tanh, kn.negative, kn.abs, kn.floor], "i": [kn.negative, kn.abs],
-             "b": [kn.invert]}
-    binary = {"f": [kn.add, kn.multiply, kn.maximum, kn.subtract], "i": [kn.add, kn.minimum, kn.multiply],
-              "b": [kn.bitwise_and, kn.bitwise_or]}
+    unary = {
+        "f": [kn.exp, kn.tanh, kn.negative, kn.abs, kn.floor],
+        "i": [kn.negative, kn.abs],
+        "b": [kn.invert],
+    }
+    binary = {
+        "f": [kn.add, kn.multiply, kn.maximum, kn.subtract],
+        "i": [kn.add, kn.minimum, kn.multiply],
+        "b": [kn.bitwise_and, kn.bitwise_or],
+    }
     rng = np.random.default_rng(1234)
     for case in range(25):
         dtype = ALL_DTYPES[rng.integers(len(ALL_DTYPES))]
@@ -319,8 +380,11 @@ def test_random_graphs_roundtrip_and_evaluate_the_same():
         graph = kn.trace(f, x)
         parsed = roundtrip(graph)
         with np.errstate(all="ignore"):
-            np.testing.assert_array_equal(kn.ir.interpret(parsed, x)[0], kn.ir.interpret(graph, x)[0],
-                                          err_msg=f"case {case}: {graph.text()}")
+            np.testing.assert_array_equal(
+                kn.ir.interpret(parsed, x)[0],
+                kn.ir.interpret(graph, x)[0],
+                err_msg=f"case {case}: {graph.text()}",
+            )
 
 
 # ------------------------------------------------------------------- hand-written text
@@ -359,32 +423,91 @@ BAD_TEXT = [
     ("bad token", "%3 = add %0", "%3 = add ? %0", 3, 12, "unexpected character '?'"),
     ("unknown op", "= add", "= addd", 3, 8, "unknown op 'addd'"),
     ("undefined value", "add %0, %2", "add %0, %9", 3, 16, "use of undefined value %9"),
-    ("duplicate definition", "%3 = add %0, %2 : f32[2,3] loc(\"1.linear\")\n  return %3",
-     "%2 = add %0, %2 : f32[2,3] loc(\"1.linear\")\n  return %2", 3, 3, "value %2 defined twice"),
+    (
+        "duplicate definition",
+        '%3 = add %0, %2 : f32[2,3] loc("1.linear")\n  return %3',
+        '%2 = add %0, %2 : f32[2,3] loc("1.linear")\n  return %2',
+        3,
+        3,
+        "value %2 defined twice",
+    ),
     ("duplicate argument", "%1: f32[3]", "%0: f32[3]", 1, 31, "argument %0 defined twice"),
     ("too many result names", "%3 = add", "%3, %4 = add", 3, 3, "2 result name(s) but 1 result type(s)"),
-    ("too many result types", "f32[2,3] loc", "f32[2,3], f32[2,3] loc", 3, 3,
-     "1 result name(s) but 2 result type(s)"),
+    (
+        "too many result types",
+        "f32[2,3] loc",
+        "f32[2,3], f32[2,3] loc",
+        3,
+        3,
+        "1 result name(s) but 2 result type(s)",
+    ),
     ("unknown dtype", "%1: f32[3]", "%1: f31[3]", 1, 35, "expected a tensor type such as f32[2,3]"),
     ("missing colon", "%2 : f32[2,3] loc", "%2 f32[2,3] loc", 3, 19, "expected ':'"),
-    ("bad attribute value", "broadcast_dimensions = [1]", "broadcast_dimensions = [@x]", 2, 53,
-     "expected an attribute value"),
-    ("unknown attribute word", "broadcast_dimensions = [1]", "broadcast_dimensions = [foo]", 2, 53,
-     "expected an attribute value"),
-    ("return count", "-> (f32[2,3])", "-> (f32[2,3], f32[2,3])", 6, 1,
-     "graph returns 1 value(s) but the signature lists 2"),
-    ("return type", "-> (f32[2,3])", "-> (f32[3,2])", 6, 1,
-     "output 0 has type f32[2,3] but the signature says f32[3,2]"),
-    ("trailing input", "return %3\n}\n", "return %3\n}\ngarbage", 6, 1,
-     "expected end of input after the graph"),
+    (
+        "bad attribute value",
+        "broadcast_dimensions = [1]",
+        "broadcast_dimensions = [@x]",
+        2,
+        53,
+        "expected an attribute value",
+    ),
+    (
+        "unknown attribute word",
+        "broadcast_dimensions = [1]",
+        "broadcast_dimensions = [foo]",
+        2,
+        53,
+        "expected an attribute value",
+    ),
+    (
+        "return count",
+        "-> (f32[2,3])",
+        "-> (f32[2,3], f32[2,3])",
+        6,
+        1,
+        "graph returns 1 value(s) but the signature lists 2",
+    ),
+    (
+        "return type",
+        "-> (f32[2,3])",
+        "-> (f32[3,2])",
+        6,
+        1,
+        "output 0 has type f32[2,3] but the signature says f32[3,2]",
+    ),
+    (
+        "trailing input",
+        "return %3\n}\n",
+        "return %3\n}\ngarbage",
+        6,
+        1,
+        "expected end of input after the graph",
+    ),
     ("end of input", "return %3\n}\n", "return %3\n", 5, 1, "expected '}', found end of input"),
-    ("dense element count", "%2 = broadcast_in_dim %1 {broadcast_dimensions = [1], shape = [2, 3]}",
-     "%2 = constant {value = dense<f32[2,3]>[1.0, 2.0]}", 2, 41,
-     "expected a flat list of 6 elements for f32[2,3]"),
-    ("dense hex length", "%2 = broadcast_in_dim %1 {broadcast_dimensions = [1], shape = [2, 3]}",
-     '%2 = constant {value = dense<f32[2,3]>"0x0000"}', 2, 41, "expected 24 bytes for f32[2,3], got 2"),
-    ("dense hex prefix", "%2 = broadcast_in_dim %1 {broadcast_dimensions = [1], shape = [2, 3]}",
-     '%2 = constant {value = dense<f32[2,3]>"00"}', 2, 41, 'expected hex bytes "0x..."'),
+    (
+        "dense element count",
+        "%2 = broadcast_in_dim %1 {broadcast_dimensions = [1], shape = [2, 3]}",
+        "%2 = constant {value = dense<f32[2,3]>[1.0, 2.0]}",
+        2,
+        41,
+        "expected a flat list of 6 elements for f32[2,3]",
+    ),
+    (
+        "dense hex length",
+        "%2 = broadcast_in_dim %1 {broadcast_dimensions = [1], shape = [2, 3]}",
+        '%2 = constant {value = dense<f32[2,3]>"0x0000"}',
+        2,
+        41,
+        "expected 24 bytes for f32[2,3], got 2",
+    ),
+    (
+        "dense hex prefix",
+        "%2 = broadcast_in_dim %1 {broadcast_dimensions = [1], shape = [2, 3]}",
+        '%2 = constant {value = dense<f32[2,3]>"00"}',
+        2,
+        41,
+        'expected hex bytes "0x..."',
+    ),
 ]
 
 
@@ -412,11 +535,19 @@ def test_parse_error_is_a_value_error_and_a_kaun_error():
 
 
 VERIFY_FAILURES = [
-    ("result type", "%3 = add %0, %2 : f32[2,3]", "%3 = add %0, %2 : f32[3,2]",
-     "node 1 (add at 1.linear): result type(s) f32[3,2] differ from the type rule's f32[2,3]"),
-    ("missing attribute", "{broadcast_dimensions = [1], shape = [2, 3]}", "{shape = [2, 3]}",
-     "node 0 (broadcast_in_dim): type rule rejects the operands: broadcast_in_dim: missing attribute(s) "
-     "broadcast_dimensions"),
+    (
+        "result type",
+        "%3 = add %0, %2 : f32[2,3]",
+        "%3 = add %0, %2 : f32[3,2]",
+        "node 1 (add at 1.linear): result type(s) f32[3,2] differ from the type rule's f32[2,3]",
+    ),
+    (
+        "missing attribute",
+        "{broadcast_dimensions = [1], shape = [2, 3]}",
+        "{shape = [2, 3]}",
+        "node 0 (broadcast_in_dim): type rule rejects the operands: broadcast_in_dim: missing attribute(s) "
+        "broadcast_dimensions",
+    ),
     ("unknown attribute", "shape = [2, 3]}", "shape = [2, 3], colour = 1}", "unknown attribute(s) colour"),
     ("operand count", "add %0, %2", "add %0", "add takes 2 operand(s), got 1"),
     ("operand types", "add %0, %2", "add %0, %1", "node 1 (add at 1.linear): type rule rejects the operands"),
@@ -453,8 +584,9 @@ MALFORMED_LITERALS = [
 
 @pytest.mark.parametrize("name,literal,rtype", MALFORMED_LITERALS, ids=[c[0] for c in MALFORMED_LITERALS])
 def test_malformed_literals_raise_parse_error_with_position(name, literal, rtype):
-    text = (f"graph @main() -> ({rtype}) {{\n"
-            f"  %0 = constant {{value = {literal}}} : {rtype}\n  return %0\n}}\n")
+    text = (
+        f"graph @main() -> ({rtype}) {{\n  %0 = constant {{value = {literal}}} : {rtype}\n  return %0\n}}\n"
+    )
     with pytest.raises(kn.ParseError) as info:
         kn.ir.parse(text)
     assert info.value.line == 2

@@ -103,7 +103,9 @@ def test_no_log_without_the_switch(monkeypatch, caplog):
 def test_train_step_from_several_threads_on_separate_states():
     from kaun_ir import layer, loss, optim, rng, train
 
-    trainer = train.make(layer.sequential([layer.linear(3, 4), layer.relu(), layer.linear(4, 1)]), optim.sgd(0.1))
+    trainer = train.make(
+        layer.sequential([layer.linear(3, 4), layer.relu(), layer.linear(4, 1)]), optim.sgd(0.1)
+    )
     x = np.linspace(-1, 1, 24, dtype=np.float32).reshape(8, 3)
     y = np.ones((8, 1), np.float32)
 

@@ -9,10 +9,10 @@ import re
 import jax
 import numpy as np
 import pytest
+from kaun_ir.runtime import executable, xla
 
 import kaun_ir as kn
 from kaun_ir import runtime
-from kaun_ir.runtime import executable, xla
 
 F32 = np.float32
 
@@ -27,8 +27,11 @@ def rand(*shape, dtype=F32, seed=0):
 def test_jit_nested_dict_list_tuple_inputs_and_outputs():
     def f(params, batch):
         hidden = batch[0] * params["dense"]["w"] + params["dense"]["b"]
-        return {"out": [hidden, (kn.tanh(hidden), batch[1] + 1.0)], "nothing": None,
-                "w": params["dense"]["w"]}
+        return {
+            "out": [hidden, (kn.tanh(hidden), batch[1] + 1.0)],
+            "nothing": None,
+            "w": params["dense"]["w"],
+        }
 
     params = {"dense": {"w": rand(3, seed=1), "b": rand(3, seed=2)}}
     batch = (rand(2, 3, seed=3), rand(4, seed=4))
@@ -264,8 +267,17 @@ def test_eager_functions_on_numpy_inputs():
     np.testing.assert_allclose(kn.tanh(kn.exp(x)), np.tanh(np.exp(x)), rtol=1e-6)  # jax.Array input
 
 
-@pytest.mark.parametrize("args,kwargs", [((5,), {}), ((2, 9), {}), ((10, 0, -3), {}), ((1.0, 2.0, 0.25), {}),
-                                         ((0, 5), {"dtype": np.float32}), ((3, 3), {})])
+@pytest.mark.parametrize(
+    "args,kwargs",
+    [
+        ((5,), {}),
+        ((2, 9), {}),
+        ((10, 0, -3), {}),
+        ((1.0, 2.0, 0.25), {}),
+        ((0, 5), {"dtype": np.float32}),
+        ((3, 3), {}),
+    ],
+)
 def test_eager_arange(args, kwargs):
     got = np.asarray(kn.arange(*args, **kwargs))
     want = np.arange(*args, **kwargs)
@@ -276,10 +288,19 @@ def test_eager_arange(args, kwargs):
 
 
 INDICES = [
-    (slice(None, None, -1),), (Ellipsis, slice(None, None, -2)), (None, 1, Ellipsis, None),
-    (slice(1, None), None, slice(3, 0, -1)), (-1, -2, -3), (Ellipsis,), (slice(5, 7),),
-    (0, slice(None, None, -1), 2), (Ellipsis, None), (slice(-1, -5, -1), slice(None), slice(-1, None, -3)),
-    (1,), (slice(None), -1), (slice(None, None, 2), Ellipsis, slice(1, 2)),
+    (slice(None, None, -1),),
+    (Ellipsis, slice(None, None, -2)),
+    (None, 1, Ellipsis, None),
+    (slice(1, None), None, slice(3, 0, -1)),
+    (-1, -2, -3),
+    (Ellipsis,),
+    (slice(5, 7),),
+    (0, slice(None, None, -1), 2),
+    (Ellipsis, None),
+    (slice(-1, -5, -1), slice(None), slice(-1, None, -3)),
+    (1,),
+    (slice(None), -1),
+    (slice(None, None, 2), Ellipsis, slice(1, 2)),
 ]
 
 
@@ -352,8 +373,13 @@ def test_transfer_and_execute_paths_agree(monkeypatch, fast):
     if not fast:  # a jaxlib without those entry points: the fallbacks must take over
         monkeypatch.setattr(xla, "_result_handler_factory", lambda: None)
         monkeypatch.setattr(xla, "_host_put", lambda device: None)
-    inputs = [np.arange(6, dtype=np.float64).reshape(2, 3).T, np.array([True, False]),
-              np.float32(2.5), np.zeros((0, 3), np.int64), np.arange(4, dtype=np.uint32)]
+    inputs = [
+        np.arange(6, dtype=np.float64).reshape(2, 3).T,
+        np.array([True, False]),
+        np.float32(2.5),
+        np.zeros((0, 3), np.int64),
+        np.arange(4, dtype=np.uint32),
+    ]
     f = kn.jit(lambda a, b, c, d, e: (a * 2.0, ~b, c + 1, d + 1, e ^ np.uint32(5)))
     out = f(*inputs)
     want = (inputs[0] * 2.0, ~inputs[1], np.float32(3.5), inputs[3] + 1, inputs[4] ^ np.uint32(5))

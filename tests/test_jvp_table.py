@@ -6,14 +6,13 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
+from jax_ops import JAX_OPS
+from optest import samples_of, single_op_graph
 
 import kaun_ir as kn
 from kaun_ir import dtypes, ops
 from kaun_ir.autodiff import differentiable
 from kaun_ir.forward import jvp_graph
-
-from jax_ops import JAX_OPS
-from optest import samples_of, single_op_graph
 
 PER_OP = 1  # the derivation is generic; the VJP rules themselves are checked on every sample
 
@@ -33,8 +32,13 @@ def _cases():
     cases = []
     for name, samples in sorted(by_op.items()):
         nonempty = [(i, s) for i, s in samples if all(np.size(a) for a in s.inputs)] or samples
-        ranked = sorted(nonempty, key=lambda item: (-sum(np.ndim(a) for a in item[1].inputs),
-                                                    sum(np.size(a) for a in item[1].inputs)))
+        ranked = sorted(
+            nonempty,
+            key=lambda item: (
+                -sum(np.ndim(a) for a in item[1].inputs),
+                sum(np.size(a) for a in item[1].inputs),
+            ),
+        )
         picked = {nonempty[0][0]: nonempty[0][1]}
         for i, s in ranked:
             if len(picked) >= PER_OP:
@@ -84,8 +88,10 @@ def test_jvp_matches_jax(name, index, sample):
     opdef = ops.TABLE[name]
     # region-carrying ops keep their dtypes: the regions are typed for them
     inputs = [np.asarray(a) if sample.regions else _widen(a) for a in sample.inputs]
-    attrs = {k: (np.dtype(np.float64) if isinstance(v, np.dtype) and v == np.float32 else v)
-             for k, v in opdef.check_attrs(dict(sample.attrs)).items()}
+    attrs = {
+        k: (np.dtype(np.float64) if isinstance(v, np.dtype) and v == np.float32 else v)
+        for k, v in opdef.check_attrs(dict(sample.attrs)).items()
+    }
     graph = single_op_graph(opdef, type(sample)(tuple(inputs), attrs, regions=sample.regions))
     wrt = [k for k, v in enumerate(graph.inputs) if differentiable(v.type)]
     rng = np.random.default_rng(index)
@@ -111,10 +117,20 @@ def test_jvp_matches_jax(name, index, sample):
     single = any(np.asarray(a).dtype == np.float32 for a in inputs)
     rtol, atol = (1e-5, 1e-6) if single else (1e-9, 1e-11)
     for k, (g, w) in enumerate(zip(got[:n_out], primal)):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol,
-                                   err_msg=f"{name} sample {index}: primal output {k}")
+        np.testing.assert_allclose(
+            np.asarray(g),
+            np.asarray(w),
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"{name} sample {index}: primal output {k}",
+        )
     for k, (g, w) in enumerate(zip(got[n_out:], tangent)):
         if not differentiable(graph.outputs[k].type):
             continue
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=rtol, atol=atol,
-                                   err_msg=f"{name} sample {index}: tangent of output {k}")
+        np.testing.assert_allclose(
+            np.asarray(g),
+            np.asarray(w),
+            rtol=rtol,
+            atol=atol,
+            err_msg=f"{name} sample {index}: tangent of output {k}",
+        )

@@ -25,7 +25,6 @@ import subprocess
 import sys
 
 import pytest
-
 from filecheck import CheckFailure, check, compile_pattern, parse_checks
 
 KIR_DIR = pathlib.Path(__file__).parent / "kir"
@@ -42,7 +41,7 @@ def run_line(path: pathlib.Path) -> tuple[bool, list[str], list[str]]:
         stripped = line.strip()
         for prefix, fails in (("// RUN:", False), ("// RUN-FAIL:", True)):
             if stripped.startswith(prefix):
-                runs.append((fails, stripped[len(prefix):]))
+                runs.append((fails, stripped[len(prefix) :]))
     if len(runs) != 1:
         raise ValueError(f"{path.name}: expected exactly one RUN or RUN-FAIL line, found {len(runs)}")
     fails, command = runs[0]
@@ -78,8 +77,7 @@ def run_cli(argv: list[str]) -> tuple[int, str, str]:
 
 def test_there_are_kir_tests():
     names = {p.stem for p in KIR_FILES}
-    assert {"dce", "cse", "autodiff_elementwise", "autodiff_matmul", "autodiff_mlp",
-            "parse_error"} <= names
+    assert {"dce", "cse", "autodiff_elementwise", "autodiff_matmul", "autodiff_mlp", "parse_error"} <= names
 
 
 @pytest.mark.parametrize("path", KIR_FILES, ids=[p.stem for p in KIR_FILES])
@@ -103,8 +101,9 @@ def test_kir_file(path):
 def test_cli_as_subprocess_matches_in_process():
     path = KIR_DIR / "autodiff_matmul.kir"
     _, argv, implicit = run_line(path)
-    result = subprocess.run([sys.executable, "-m", "kaun_ir.tools.cli", *argv],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "kaun_ir.tools.cli", *argv], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout == run_cli(argv)[1]
     check(result.stdout, path.read_text(), implicit)
@@ -160,39 +159,45 @@ def lines(*directives: str) -> str:
     return "\n".join(f"// {d}" for d in directives)
 
 
-@pytest.mark.parametrize("directives", [
-    ["CHECK: exponential", "CHECK: add", "CHECK: return"],
-    ["CHECK: %1 = exponential %0", "CHECK-NEXT: %2 = add", "CHECK-SAME: %1, %1"],
-    ["CHECK: exponential", "CHECK-NOT: negate", "CHECK: return %2"],
-    ["CHECK-COUNT-2: negate", "CHECK-NOT: negate"],
-    ["CHECK-COUNT-4: f32[2]"],  # counts occurrences, several on one line
-    ["CHECK-LABEL: graph @f(", "CHECK: add", "CHECK-LABEL: graph @g(", "CHECK: negate"],
-    ["CHECK: %[[E:[0-9]+]] = exponential", "CHECK-NEXT: add %[[E]], %[[E]]"],
-    ["CHECK: {{%[0-9]+}} = add {{(%1, ){1}}}%1"],
-    ["CHECK: add  %1,\t%1"],  # whitespace runs match any whitespace
-    ["CHECK: {{^}}}", "CHECK-NEXT: {{^}}graph @g"],
-    ["CHECK: %1 = {{[a-z]+}} %0 : f32[{{2?}}]"],
-])
+@pytest.mark.parametrize(
+    "directives",
+    [
+        ["CHECK: exponential", "CHECK: add", "CHECK: return"],
+        ["CHECK: %1 = exponential %0", "CHECK-NEXT: %2 = add", "CHECK-SAME: %1, %1"],
+        ["CHECK: exponential", "CHECK-NOT: negate", "CHECK: return %2"],
+        ["CHECK-COUNT-2: negate", "CHECK-NOT: negate"],
+        ["CHECK-COUNT-4: f32[2]"],  # counts occurrences, several on one line
+        ["CHECK-LABEL: graph @f(", "CHECK: add", "CHECK-LABEL: graph @g(", "CHECK: negate"],
+        ["CHECK: %[[E:[0-9]+]] = exponential", "CHECK-NEXT: add %[[E]], %[[E]]"],
+        ["CHECK: {{%[0-9]+}} = add {{(%1, ){1}}}%1"],
+        ["CHECK: add  %1,\t%1"],  # whitespace runs match any whitespace
+        ["CHECK: {{^}}}", "CHECK-NEXT: {{^}}graph @g"],
+        ["CHECK: %1 = {{[a-z]+}} %0 : f32[{{2?}}]"],
+    ],
+)
 def test_checker_accepts(directives):
     check(OUTPUT, lines(*directives))
 
 
-@pytest.mark.parametrize("directives, message", [
-    (["CHECK: multiply"], r"CHECK: multiply \(check file line 1\): not found"),
-    (["CHECK: add", "CHECK: exponential"], r"line 2\): not found; searched from output line 3"),
-    (["CHECK: exponential", "CHECK-NEXT: return"], r"CHECK-NEXT: return .*not found on the next line"),
-    (["CHECK: add", "CHECK-SAME: %0"], r"not found on the same line"),
-    (["CHECK: graph @f", "CHECK-NOT: add", "CHECK: return"], r"CHECK-NOT: add .*found on output line 3"),
-    (["CHECK-LABEL: graph @g", "CHECK-NOT: return"], r"excluded pattern found on output line 9"),
-    (["CHECK-COUNT-3: negate"], r"CHECK-COUNT-3: negate \(check file line 1\).*occurrence 3 of 3"),
-    (["CHECK-LABEL: graph @h"], r"label not found"),
-    (["CHECK-LABEL: graph"], r"label matches 2 output lines \(1, 6\)"),
-    # a label block ends at the next label: exponential is not in @g's block
-    (["CHECK-LABEL: graph @g", "CHECK: exponential"], r"not found"),
-    (["CHECK-LABEL: graph @f", "CHECK: negate", "CHECK-LABEL: graph @g"], r"CHECK: negate .*not found"),
-    (["CHECK: %[[E:[0-9]+]] = exponential", "CHECK-NEXT: %2 = add %[[E]], %0"], r"with E = '1'"),
-    (["CHECK-COUNT-2: exponential"], r"occurrence 2 of 2"),
-])
+@pytest.mark.parametrize(
+    "directives, message",
+    [
+        (["CHECK: multiply"], r"CHECK: multiply \(check file line 1\): not found"),
+        (["CHECK: add", "CHECK: exponential"], r"line 2\): not found; searched from output line 3"),
+        (["CHECK: exponential", "CHECK-NEXT: return"], r"CHECK-NEXT: return .*not found on the next line"),
+        (["CHECK: add", "CHECK-SAME: %0"], r"not found on the same line"),
+        (["CHECK: graph @f", "CHECK-NOT: add", "CHECK: return"], r"CHECK-NOT: add .*found on output line 3"),
+        (["CHECK-LABEL: graph @g", "CHECK-NOT: return"], r"excluded pattern found on output line 9"),
+        (["CHECK-COUNT-3: negate"], r"CHECK-COUNT-3: negate \(check file line 1\).*occurrence 3 of 3"),
+        (["CHECK-LABEL: graph @h"], r"label not found"),
+        (["CHECK-LABEL: graph"], r"label matches 2 output lines \(1, 6\)"),
+        # a label block ends at the next label: exponential is not in @g's block
+        (["CHECK-LABEL: graph @g", "CHECK: exponential"], r"not found"),
+        (["CHECK-LABEL: graph @f", "CHECK: negate", "CHECK-LABEL: graph @g"], r"CHECK: negate .*not found"),
+        (["CHECK: %[[E:[0-9]+]] = exponential", "CHECK-NEXT: %2 = add %[[E]], %0"], r"with E = '1'"),
+        (["CHECK-COUNT-2: exponential"], r"occurrence 2 of 2"),
+    ],
+)
 def test_checker_rejects(directives, message):
     with pytest.raises(CheckFailure, match=message):
         check(OUTPUT, lines(*directives))
@@ -212,21 +217,24 @@ def test_implicit_check_not():
 def test_failure_message_shows_the_output_where_matching_stopped():
     with pytest.raises(CheckFailure) as info:
         check(OUTPUT, lines("CHECK: graph @g", "CHECK: exponential"))
-    assert "   6 | graph @g(%0: f32[] \"y\") -> (f32[]) {" in str(info.value)
+    assert '   6 | graph @g(%0: f32[] "y") -> (f32[]) {' in str(info.value)
 
 
-@pytest.mark.parametrize("text, message", [
-    ("// CHECK-NEXT: x", "cannot be the first directive"),
-    ("// CHEK: x", "no CHECK directives"),  # not a directive at all: nothing to check
-    ("// CHECK-NXT: x", "unknown directive"),
-    ("// CHECK:", "empty check pattern"),
-    ("// CHECK: {{[}}", "bad regex"),
-    ("// CHECK: {{abc", "unterminated"),
-    ("// CHECK: [[X]]", "used before it is defined"),
-    ("// CHECK-COUNT-0: x", "positive count"),
-    ("// CHECK-LABEL: [[X:.]]", "cannot use variables"),
-    ("plain text", "no CHECK directives"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("// CHECK-NEXT: x", "cannot be the first directive"),
+        ("// CHEK: x", "no CHECK directives"),  # not a directive at all: nothing to check
+        ("// CHECK-NXT: x", "unknown directive"),
+        ("// CHECK:", "empty check pattern"),
+        ("// CHECK: {{[}}", "bad regex"),
+        ("// CHECK: {{abc", "unterminated"),
+        ("// CHECK: [[X]]", "used before it is defined"),
+        ("// CHECK-COUNT-0: x", "positive count"),
+        ("// CHECK-LABEL: [[X:.]]", "cannot use variables"),
+        ("plain text", "no CHECK directives"),
+    ],
+)
 def test_bad_check_files(text, message):
     with pytest.raises(ValueError, match=message):
         check(OUTPUT, text)
@@ -243,4 +251,6 @@ def test_compile_pattern_escapes_literal_text():
 def test_parse_checks_reads_comment_lines_only():
     checks = parse_checks("graph @f() {\n  // CHECK: a\n}\n// CHECK-COUNT-3: b\n")
     assert [(c.kind, c.pattern.strip(), c.line, c.count) for c in checks] == [
-        ("CHECK", "a", 2, 1), ("CHECK-COUNT", "b", 4, 3)]
+        ("CHECK", "a", 2, 1),
+        ("CHECK-COUNT", "b", 4, 3),
+    ]

@@ -45,17 +45,18 @@ def _check_model(model, x, jax_forward, *, training=False, ctx=None, wrt_x=True,
 
     def loss(params, x):
         y, v2 = layer.apply(model, layer.with_params(v, params), x, training=training, ctx=ctx)
-        return kn.sum(y ** 3), (y, v2.state)
+        return kn.sum(y**3), (y, v2.state)
 
     def jax_loss(params, x):
         y, state = jax_forward(params, v.state, x)
-        return jnp.sum(y ** 3), (y, state)
+        return jnp.sum(y**3), (y, state)
 
     (_, (y, state)), grads = kn.value_and_grad(loss, argnums=argnums, has_aux=True)(v.params, x)
     with jax.enable_x64(True):
         params64 = _host(v.params)
         (_, (want_y, want_state)), want_grads = jax.jit(
-            jax.value_and_grad(jax_loss, argnums=argnums, has_aux=True))(params64, x)
+            jax.value_and_grad(jax_loss, argnums=argnums, has_aux=True)
+        )(params64, x)
     _close(y, want_y)
     _close_trees(state, want_state)
     _close_trees(grads, want_grads, 1e-8)
@@ -77,8 +78,16 @@ def _jax_conv(p, x, stride, padding, dilation=1, groups=1):
         return (v,) * nd if isinstance(v, int) else tuple(v)
 
     pad = padding.upper() if isinstance(padding, str) else [(q, q) for q in tup(padding)]
-    y = jax.lax.conv_general_dilated(x, p["weight"], tup(stride), pad, rhs_dilation=tup(dilation),
-                                     dimension_numbers=spec, feature_group_count=groups, precision="highest")
+    y = jax.lax.conv_general_dilated(
+        x,
+        p["weight"],
+        tup(stride),
+        pad,
+        rhs_dilation=tup(dilation),
+        dimension_numbers=spec,
+        feature_group_count=groups,
+        precision="highest",
+    )
     return y + p["bias"].reshape((-1,) + (1,) * nd)
 
 
@@ -133,19 +142,21 @@ def _jax_mha(p, x, heads, kv_heads, is_causal=False, rope=False, mask=None):
 
 def test_cnn_layers_match_jax():
     """conv2d (same / strided+grouped), relu, pools, flatten, linear, gelu, tanh, sigmoid."""
-    model = layer.sequential([
-        layer.conv2d(2, 4),                                           # 3x3, 'same'
-        layer.relu(),
-        layer.max_pool2d(2),                                          # 8x8 -> 4x4
-        layer.conv2d(4, 6, kernel_size=(3, 2), stride=(2, 1), padding=1, groups=2),  # -> 2x5
-        layer.tanh(),
-        layer.avg_pool2d(2, stride=1),                                # -> 1x4
-        layer.flatten(),
-        layer.linear(24, 5),
-        layer.gelu(),
-        layer.linear(5, 3),
-        layer.sigmoid(),
-    ])
+    model = layer.sequential(
+        [
+            layer.conv2d(2, 4),  # 3x3, 'same'
+            layer.relu(),
+            layer.max_pool2d(2),  # 8x8 -> 4x4
+            layer.conv2d(4, 6, kernel_size=(3, 2), stride=(2, 1), padding=1, groups=2),  # -> 2x5
+            layer.tanh(),
+            layer.avg_pool2d(2, stride=1),  # -> 1x4
+            layer.flatten(),
+            layer.linear(24, 5),
+            layer.gelu(),
+            layer.linear(5, 3),
+            layer.sigmoid(),
+        ]
+    )
 
     def forward(p, state, x):
         x = jax.nn.relu(_jax_conv(p[0], x, 1, "same"))
@@ -158,16 +169,30 @@ def test_cnn_layers_match_jax():
     x = np.random.default_rng(0).standard_normal((2, 2, 8, 8))
     v, _ = _check_model(model, x, forward)
     shapes = {path: leaf.shape for path, leaf in ptree.flatten_with_paths(v.params)}
-    assert shapes == {"0.weight": (4, 2, 3, 3), "0.bias": (4,), "3.weight": (6, 2, 3, 2), "3.bias": (6,),
-                      "7.weight": (24, 5), "7.bias": (5,), "9.weight": (5, 3), "9.bias": (3,)}
+    assert shapes == {
+        "0.weight": (4, 2, 3, 3),
+        "0.bias": (4,),
+        "3.weight": (6, 2, 3, 2),
+        "3.bias": (6,),
+        "7.weight": (24, 5),
+        "7.bias": (5,),
+        "9.weight": (5, 3),
+        "9.bias": (3,),
+    }
     assert v.params[1] == [] and v.params[2] == [] and v.state == [[]] * 11
 
 
 def test_conv1d_and_batch_norm_training_match_jax():
     """conv1d (valid, dilated) and batch norm in training: batch statistics normalise, the
     running statistics update as momentum * running + (1 - momentum) * batch, silu."""
-    model = layer.sequential([layer.conv1d(3, 4, kernel_size=3, padding="valid", dilation=2),
-                              layer.batch_norm(4, momentum=0.9), layer.silu(), layer.flatten()])
+    model = layer.sequential(
+        [
+            layer.conv1d(3, 4, kernel_size=3, padding="valid", dilation=2),
+            layer.batch_norm(4, momentum=0.9),
+            layer.silu(),
+            layer.flatten(),
+        ]
+    )
 
     def forward(p, state, x):
         x = _jax_conv(p[0], x, 1, "valid", dilation=2)
@@ -175,8 +200,10 @@ def test_conv1d_and_batch_norm_training_match_jax():
         y = (x - mean[:, None]) / jnp.sqrt(var[:, None] + BN_EPS)
         y = y * p[1]["scale"][:, None] + p[1]["bias"][:, None]
         bn = state[1]
-        new = {"running_mean": 0.9 * bn["running_mean"] + 0.1 * mean,
-               "running_var": 0.9 * bn["running_var"] + 0.1 * var}
+        new = {
+            "running_mean": 0.9 * bn["running_mean"] + 0.1 * mean,
+            "running_var": 0.9 * bn["running_var"] + 0.1 * var,
+        }
         return jax.nn.silu(y).reshape(x.shape[0], -1), [[], new, [], []]
 
     x = np.random.default_rng(1).standard_normal((3, 3, 9)) * 2 + 1
@@ -190,10 +217,15 @@ def test_sequence_layers_match_jax():
     heads, kv_heads = 4, 2
     model = layer.compose(
         layer.embedding(11, 8),
-        layer.sequential([layer.layer_norm(8),
-                          layer.multi_head_attention(8, heads, num_kv_heads=kv_heads, is_causal=True,
-                                                     rope=True),
-                          layer.rms_norm(8), layer.linear(8, 6)]))
+        layer.sequential(
+            [
+                layer.layer_norm(8),
+                layer.multi_head_attention(8, heads, num_kv_heads=kv_heads, is_causal=True, rope=True),
+                layer.rms_norm(8),
+                layer.linear(8, 6),
+            ]
+        ),
+    )
     ids = np.array([[1, 5, 2, 10, 0], [3, 3, 7, 1, 9]], np.int32)
     mask = np.array([[True] * 5, [True, True, True, False, False]])
 
@@ -322,8 +354,11 @@ def test_sequential_and_compose_paths_and_ir_scopes():
     assert v.params[0] == [] and v.params[2]["right"] == []
     assert ptree.count_parameters(v.params) == 3 * 4 + 4 + 4 * 2 + 2
 
-    graph = kn.trace(lambda p, x: layer.apply(model, layer.with_params(v, p), x)[0], v.params,
-                     kn.ShapeDtype((2, 3), kn.float32))
+    graph = kn.trace(
+        lambda p, x: layer.apply(model, layer.with_params(v, p), x)[0],
+        v.params,
+        kn.ShapeDtype((2, 3), kn.float32),
+    )
     node_paths = {node.path for node in graph.nodes}
     assert "1.sequential.0.linear" in node_paths and "2.compose.left.linear" in node_paths
     assert any(node.op == "dot_general" and node.path == "1.sequential.0.linear" for node in graph.nodes)
@@ -334,8 +369,11 @@ def test_shape_errors_name_the_layer_path():
     model = layer.sequential([layer.linear(4, 8), layer.relu(), layer.linear(7, 2)])
     with rng.scope(0):
         v = layer.init(model)
-    with pytest.raises(kn.ShapeError, match=r"^2\.linear: linear\(in_features=7, out_features=2\) expects an "
-                                            r"input \[\.\.\., 7\], got f32\[3,8\]"):
+    with pytest.raises(
+        kn.ShapeError,
+        match=r"^2\.linear: linear\(in_features=7, out_features=2\) expects an "
+        r"input \[\.\.\., 7\], got f32\[3,8\]",
+    ):
         layer.apply(model, v, np.ones((3, 4), np.float32))
 
     # a primitive's own shape error inside a custom layer carries the path too
@@ -344,8 +382,11 @@ def test_shape_errors_name_the_layer_path():
 
     custom = layer.Layer(lambda dt: layer.Vars([], [], dt), bad_apply, "custom")
     with pytest.raises(kn.ShapeError, match=r"1\.custom: matmul of f32\[3,8\] and f32\[5,2\]"):
-        layer.apply(layer.sequential([layer.linear(4, 8), custom]),
-                    layer.Vars([v.params[0], []], [[], []], kn.float32), np.ones((3, 4), np.float32))
+        layer.apply(
+            layer.sequential([layer.linear(4, 8), custom]),
+            layer.Vars([v.params[0], []], [[], []], kn.float32),
+            np.ones((3, 4), np.float32),
+        )
     with pytest.raises(kn.ShapeError, match=r"conv2d: input .* has 3 channels"):
         conv = layer.conv2d(2, 4)
         with rng.scope(0):
@@ -359,29 +400,32 @@ def test_shape_errors_name_the_layer_path():
             layer.apply(emb, layer.init(emb), np.ones((2,), np.float32))
 
 
-@pytest.mark.parametrize("build, arg", [
-    (lambda: layer.linear(0, 3), "in_features"),
-    (lambda: layer.linear(3, 2.5), "out_features"),
-    (lambda: layer.conv2d(3, 4, groups=2), "groups"),
-    (lambda: layer.conv2d(4, 4, kernel_size=0), "kernel_size"),
-    (lambda: layer.conv2d(4, 4, stride=2), "padding='same' needs stride 1"),
-    (lambda: layer.conv1d(4, 4, padding="full"), "padding"),
-    (lambda: layer.conv2d(4, 4, padding=-1), "padding"),
-    (lambda: layer.max_pool2d(0), "kernel_size"),
-    (lambda: layer.avg_pool2d(2, padding=2), "padding"),
-    (lambda: layer.dropout(1.0), "rate"),
-    (lambda: layer.dropout(-0.1), "rate"),
-    (lambda: layer.batch_norm(4, momentum=1.5), "momentum"),
-    (lambda: layer.batch_norm(4, eps=0), "eps"),
-    (lambda: layer.layer_norm(0), "dim"),
-    (lambda: layer.rms_norm(4, eps=-1), "eps"),
-    (lambda: layer.embedding(0, 4), "vocab_size"),
-    (lambda: layer.multi_head_attention(10, 3), "divisible by num_heads"),
-    (lambda: layer.multi_head_attention(8, 4, num_kv_heads=3), "multiple of num_kv_heads"),
-    (lambda: layer.multi_head_attention(6, 2, rope=True), "even head dimension"),
-    (lambda: layer.multi_head_attention(8, 2, dropout=2.0), "dropout"),
-    (lambda: layer.linear(2, 2, weight_init="glorot"), "weight_init"),
-])
+@pytest.mark.parametrize(
+    "build, arg",
+    [
+        (lambda: layer.linear(0, 3), "in_features"),
+        (lambda: layer.linear(3, 2.5), "out_features"),
+        (lambda: layer.conv2d(3, 4, groups=2), "groups"),
+        (lambda: layer.conv2d(4, 4, kernel_size=0), "kernel_size"),
+        (lambda: layer.conv2d(4, 4, stride=2), "padding='same' needs stride 1"),
+        (lambda: layer.conv1d(4, 4, padding="full"), "padding"),
+        (lambda: layer.conv2d(4, 4, padding=-1), "padding"),
+        (lambda: layer.max_pool2d(0), "kernel_size"),
+        (lambda: layer.avg_pool2d(2, padding=2), "padding"),
+        (lambda: layer.dropout(1.0), "rate"),
+        (lambda: layer.dropout(-0.1), "rate"),
+        (lambda: layer.batch_norm(4, momentum=1.5), "momentum"),
+        (lambda: layer.batch_norm(4, eps=0), "eps"),
+        (lambda: layer.layer_norm(0), "dim"),
+        (lambda: layer.rms_norm(4, eps=-1), "eps"),
+        (lambda: layer.embedding(0, 4), "vocab_size"),
+        (lambda: layer.multi_head_attention(10, 3), "divisible by num_heads"),
+        (lambda: layer.multi_head_attention(8, 4, num_kv_heads=3), "multiple of num_kv_heads"),
+        (lambda: layer.multi_head_attention(6, 2, rope=True), "even head dimension"),
+        (lambda: layer.multi_head_attention(8, 2, dropout=2.0), "dropout"),
+        (lambda: layer.linear(2, 2, weight_init="glorot"), "weight_init"),
+    ],
+)
 def test_invalid_hyper_parameters_raise_value_error(build, arg):
     with pytest.raises(ValueError, match=arg):
         build()

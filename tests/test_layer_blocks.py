@@ -39,14 +39,16 @@ def test_residual_with_identity_and_projection_shortcuts():
     want = x @ p["weight"] + p["bias"] + x
     np.testing.assert_allclose(np.asarray(layer.apply(identity, v, x)[0]), want, rtol=1e-5, atol=1e-6)
 
-    projected = layer.residual(layer.sequential([layer.linear(4, 6), layer.relu()]),
-                               shortcut=layer.linear(4, 6))
+    projected = layer.residual(
+        layer.sequential([layer.linear(4, 6), layer.relu()]), shortcut=layer.linear(4, 6)
+    )
     v = _init(projected)
     p = _np(v.params)
     block = np.maximum(x @ p["block"][0]["weight"] + p["block"][0]["bias"], 0)
     skip = x @ p["shortcut"]["weight"] + p["shortcut"]["bias"]
-    np.testing.assert_allclose(np.asarray(layer.apply(projected, v, x)[0]), block + skip, rtol=1e-5,
-                               atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(layer.apply(projected, v, x)[0]), block + skip, rtol=1e-5, atol=1e-6
+    )
 
     with pytest.raises(kn.ShapeError, match="differ in shape"):
         layer.apply(layer.residual(layer.linear(4, 6)), _init(layer.residual(layer.linear(4, 6))), x)
@@ -62,7 +64,7 @@ def test_residual_gradient_matches_jax():
 
     def ref(p):
         y = x @ p["block"]["weight"] + p["block"]["bias"] + x
-        return jnp.sum(y ** 2)
+        return jnp.sum(y**2)
 
     want = jax.grad(ref)(_np(v.params))
     for a, b in zip(kn.ptree.leaves(grads), jax.tree_util.tree_leaves(want)):
@@ -100,8 +102,9 @@ def test_adaptive_avg_pool1d_and_global_avg_pool():
     np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
     images = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
     gap = layer.global_avg_pool()
-    np.testing.assert_allclose(np.asarray(layer.apply(gap, _init(gap), images)[0]), images.mean(axis=(2, 3)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(layer.apply(gap, _init(gap), images)[0]), images.mean(axis=(2, 3)), rtol=1e-5, atol=1e-6
+    )
     kept = layer.global_avg_pool(keepdims=True)
     assert layer.apply(kept, _init(kept), images)[0].shape == (2, 3, 1, 1)
     with pytest.raises(kn.ShapeError, match=r"\[N, C, \*spatial\]"):
@@ -131,13 +134,18 @@ def test_tied_embedding_shares_one_matrix_between_input_and_head():
         return h @ w.T + p["head_bias"]
 
     params = _np(v.params)
-    np.testing.assert_allclose(np.asarray(layer.apply(model, v, ids)[0]), np.asarray(ref(params)), rtol=1e-4,
-                               atol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(layer.apply(model, v, ids)[0]), np.asarray(ref(params)), rtol=1e-4, atol=1e-5
+    )
     grads = kn.grad(lambda p: kn.sum(layer.apply(model, layer.with_params(v, p), ids)[0] ** 2))(v.params)
     want = jax.grad(lambda p: jnp.sum(ref(p) ** 2))(params)
     # the one matrix collects the gradient of the lookup and of the head
-    np.testing.assert_allclose(np.asarray(grads["embedding"]["weight"]),
-                               np.asarray(want["embedding"]["weight"]), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(
+        np.asarray(grads["embedding"]["weight"]),
+        np.asarray(want["embedding"]["weight"]),
+        rtol=1e-4,
+        atol=1e-4,
+    )
     with pytest.raises(kn.ShapeError, match="must return"):
         bad = layer.tied_embedding(11, 8, layer.linear(8, 4))
         layer.apply(bad, _init(bad), ids)
@@ -156,8 +164,9 @@ def test_batch_norm_running_variance_biased_or_unbiased(unbiased):
     if unbiased:  # what PyTorch's BatchNorm2d(momentum=0.1) stores
         var = var * n / (n - 1)
     np.testing.assert_allclose(np.asarray(new.state["running_var"]), 0.9 * 1.0 + 0.1 * var, rtol=1e-5)
-    np.testing.assert_allclose(np.asarray(new.state["running_mean"]), 0.1 * x.mean(axis=(0, 2, 3)), rtol=1e-5,
-                               atol=1e-7)
+    np.testing.assert_allclose(
+        np.asarray(new.state["running_mean"]), 0.1 * x.mean(axis=(0, 2, 3)), rtol=1e-5, atol=1e-7
+    )
 
 
 # ------------------------------------------------------------------------------ sorting
@@ -168,10 +177,12 @@ def test_sort_argsort_match_numpy_with_ties_and_nan():
     np.testing.assert_array_equal(np.asarray(kn.sort(x)), np.sort(x, axis=-1))
     np.testing.assert_array_equal(np.asarray(kn.argsort(x)), np.argsort(x, axis=-1, kind="stable"))
     np.testing.assert_array_equal(np.asarray(kn.sort(x, axis=0)), np.sort(x, axis=0))
-    np.testing.assert_array_equal(np.asarray(kn.sort(x, descending=True)),
-                                  np.asarray(jnp.sort(x, descending=True)))
-    np.testing.assert_array_equal(np.asarray(kn.argsort(x, descending=True)),
-                                  np.asarray(jnp.argsort(x, descending=True, stable=True)))
+    np.testing.assert_array_equal(
+        np.asarray(kn.sort(x, descending=True)), np.asarray(jnp.sort(x, descending=True))
+    )
+    np.testing.assert_array_equal(
+        np.asarray(kn.argsort(x, descending=True)), np.asarray(jnp.argsort(x, descending=True, stable=True))
+    )
     ints = RNG.integers(-5, 5, size=(4, 9)).astype(np.int32)
     np.testing.assert_array_equal(np.asarray(kn.sort(ints, axis=0)), np.sort(ints, axis=0))
     with pytest.raises(ValueError, match="axis 2"):

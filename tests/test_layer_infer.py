@@ -14,36 +14,76 @@ from kaun_ir import checkpoint, layer, optim, ptree, rng, train
 
 def _block(dim, heads):
     attention = layer.sequential([layer.layer_norm(dim), layer.multi_head_attention(dim, heads)])
-    mlp = layer.sequential([layer.rms_norm(dim), layer.linear(dim, 4 * dim if dim else None), layer.gelu(),
-                            layer.linear(4 * dim if dim else None, dim)])
+    mlp = layer.sequential(
+        [
+            layer.rms_norm(dim),
+            layer.linear(dim, 4 * dim if dim else None),
+            layer.gelu(),
+            layer.linear(4 * dim if dim else None, dim),
+        ]
+    )
     return layer.sequential([layer.residual(attention), layer.residual(mlp)])
 
 
 def _inferred_block(dim_out, heads):
     attention = layer.sequential([layer.layer_norm(), layer.multi_head_attention(num_heads=heads)])
-    mlp = layer.sequential([layer.rms_norm(), layer.linear(out_features=4 * dim_out), layer.gelu(),
-                            layer.linear(out_features=dim_out)])
+    mlp = layer.sequential(
+        [
+            layer.rms_norm(),
+            layer.linear(out_features=4 * dim_out),
+            layer.gelu(),
+            layer.linear(out_features=dim_out),
+        ]
+    )
     return layer.sequential([layer.residual(attention), layer.residual(mlp)])
 
 
 # (name, explicit model, the same model without input sizes, example input)
 MODELS = [
-    ("mlp", lambda: layer.sequential([layer.linear(64, 128), layer.relu(), layer.linear(128, 10)]),
-     lambda: layer.sequential([layer.linear(out_features=128), layer.relu(), layer.linear(out_features=10)]),
-     (5, 64)),
-    ("cnn", lambda: layer.sequential([
-        layer.conv2d(1, 8, 3), layer.batch_norm(8), layer.relu(), layer.max_pool2d(2),
-        layer.conv2d(8, 12, 3, stride=2, padding=1, groups=4), layer.relu(),
-        layer.flatten(), layer.linear(12 * 2 * 2, 10)]),
-     lambda: layer.sequential([
-         layer.conv2d(out_channels=8, kernel_size=3), layer.batch_norm(), layer.relu(), layer.max_pool2d(2),
-         layer.conv2d(out_channels=12, kernel_size=3, stride=2, padding=1, groups=4), layer.relu(),
-         layer.flatten(), layer.linear(out_features=10)]),
-     (3, 1, 8, 8)),
-    ("conv1d", lambda: layer.compose(layer.conv1d(3, 5, 2, padding="valid"), layer.layer_norm(6, use_bias=False)),
-     lambda: layer.compose(layer.conv1d(out_channels=5, kernel_size=2, padding="valid"),
-                           layer.layer_norm(use_bias=False)),
-     (2, 3, 7)),
+    (
+        "mlp",
+        lambda: layer.sequential([layer.linear(64, 128), layer.relu(), layer.linear(128, 10)]),
+        lambda: layer.sequential(
+            [layer.linear(out_features=128), layer.relu(), layer.linear(out_features=10)]
+        ),
+        (5, 64),
+    ),
+    (
+        "cnn",
+        lambda: layer.sequential(
+            [
+                layer.conv2d(1, 8, 3),
+                layer.batch_norm(8),
+                layer.relu(),
+                layer.max_pool2d(2),
+                layer.conv2d(8, 12, 3, stride=2, padding=1, groups=4),
+                layer.relu(),
+                layer.flatten(),
+                layer.linear(12 * 2 * 2, 10),
+            ]
+        ),
+        lambda: layer.sequential(
+            [
+                layer.conv2d(out_channels=8, kernel_size=3),
+                layer.batch_norm(),
+                layer.relu(),
+                layer.max_pool2d(2),
+                layer.conv2d(out_channels=12, kernel_size=3, stride=2, padding=1, groups=4),
+                layer.relu(),
+                layer.flatten(),
+                layer.linear(out_features=10),
+            ]
+        ),
+        (3, 1, 8, 8),
+    ),
+    (
+        "conv1d",
+        lambda: layer.compose(layer.conv1d(3, 5, 2, padding="valid"), layer.layer_norm(6, use_bias=False)),
+        lambda: layer.compose(
+            layer.conv1d(out_channels=5, kernel_size=2, padding="valid"), layer.layer_norm(use_bias=False)
+        ),
+        (2, 3, 7),
+    ),
     ("transformer_block", lambda: _block(16, 4), lambda: _inferred_block(16, 4), (2, 5, 16)),
 ]
 
@@ -69,7 +109,7 @@ def test_inferred_parameters_equal_the_explicit_ones(name, explicit, inferred, s
         want = layer.init(explicit())
     model = inferred()
     with rng.scope(3):
-        got = layer.init(model, kn.ShapeDtype(shape))   # no data: only the shape is read
+        got = layer.init(model, kn.ShapeDtype(shape))  # no data: only the shape is read
     _assert_same_vars(got, want)
     # given sizes keep working alongside an example, and give the same again
     with rng.scope(3):
@@ -115,18 +155,42 @@ def test_train_init_with_an_example_and_checkpoints_interchange(tmp_path):
 
 # (model, example shape, error type, words the message must hold)
 BAD = [
-    (lambda: layer.sequential([layer.linear(out_features=4), layer.relu(), layer.linear(5, 2)]), (2, 3),
-     kn.ShapeError, ["2.linear", "in_features=5", "has 4"]),
-    (lambda: layer.sequential([layer.conv2d(out_channels=4), layer.batch_norm(3)]), (1, 2, 5, 5),
-     kn.ShapeError, ["1.batch_norm", "num_features=3", "has 4"]),
-    (lambda: layer.compose(layer.linear(out_features=6), layer.multi_head_attention(num_heads=4)), (2, 3, 5),
-     kn.ShapeError, ["right.multi_head_attention", "divisible by num_heads"]),
-    (lambda: layer.sequential([layer.flatten(), layer.conv2d(out_channels=3)]), (2, 3, 4),
-     kn.ShapeError, ["1.conv2d", "[N, C, H, W]"]),
-    (lambda: layer.sequential([layer.linear(out_features=4), layer.layer_norm()]), None,
-     ValueError, ["0.linear", "in_features was not given", "layer.init(model, example)"]),
-    (lambda: layer.sequential([layer.linear(3, 4), layer.residual(layer.sequential([layer.rms_norm()]))]), None,
-     ValueError, ["1.residual.block.sequential.0.rms_norm", "dim was not given"]),
+    (
+        lambda: layer.sequential([layer.linear(out_features=4), layer.relu(), layer.linear(5, 2)]),
+        (2, 3),
+        kn.ShapeError,
+        ["2.linear", "in_features=5", "has 4"],
+    ),
+    (
+        lambda: layer.sequential([layer.conv2d(out_channels=4), layer.batch_norm(3)]),
+        (1, 2, 5, 5),
+        kn.ShapeError,
+        ["1.batch_norm", "num_features=3", "has 4"],
+    ),
+    (
+        lambda: layer.compose(layer.linear(out_features=6), layer.multi_head_attention(num_heads=4)),
+        (2, 3, 5),
+        kn.ShapeError,
+        ["right.multi_head_attention", "divisible by num_heads"],
+    ),
+    (
+        lambda: layer.sequential([layer.flatten(), layer.conv2d(out_channels=3)]),
+        (2, 3, 4),
+        kn.ShapeError,
+        ["1.conv2d", "[N, C, H, W]"],
+    ),
+    (
+        lambda: layer.sequential([layer.linear(out_features=4), layer.layer_norm()]),
+        None,
+        ValueError,
+        ["0.linear", "in_features was not given", "layer.init(model, example)"],
+    ),
+    (
+        lambda: layer.sequential([layer.linear(3, 4), layer.residual(layer.sequential([layer.rms_norm()]))]),
+        None,
+        ValueError,
+        ["1.residual.block.sequential.0.rms_norm", "dim was not given"],
+    ),
 ]
 
 
@@ -150,7 +214,7 @@ def test_constructor_errors():
 
 
 def test_layers_with_a_dtype_only_init_pass_the_type_through():
-    def init_(dt):                     # an older user layer: its init knows nothing of the input
+    def init_(dt):  # an older user layer: its init knows nothing of the input
         return layer.Vars({"s": kn.ones((), dt)}, [], dt)
 
     def apply_(params, state, x, *, training, ctx):

@@ -16,8 +16,14 @@ def _mlp():
 
 
 def test_layer_repr_shows_structure_and_settings_not_functions():
-    model = layer.sequential([layer.linear(6, 16), layer.relu(),
-                              layer.residual(layer.linear(16, 16)), layer.linear(out_features=4)])
+    model = layer.sequential(
+        [
+            layer.linear(6, 16),
+            layer.relu(),
+            layer.residual(layer.linear(16, 16)),
+            layer.linear(out_features=4),
+        ]
+    )
     text = repr(model)
     assert "0x" not in text and "function" not in text and "lambda" not in text
     assert text.startswith("sequential(") and "linear(in_features=6, out_features=16" in text
@@ -63,8 +69,14 @@ def test_summary_rows_match_the_forward_pass_and_the_cost_model():
 
 
 def test_summary_infers_sizes_and_handles_conv_and_pooling():
-    model = layer.sequential([layer.conv2d(out_channels=4, kernel_size=3), layer.relu(),
-                              layer.global_avg_pool(), layer.linear(out_features=2)])
+    model = layer.sequential(
+        [
+            layer.conv2d(out_channels=4, kernel_size=3),
+            layer.relu(),
+            layer.global_avg_pool(),
+            layer.linear(out_features=2),
+        ]
+    )
     rows = layer.summary(model, kn.ShapeDtype((2, 3, 5, 5)), print_fn=None)
     by_path = {r["path"]: r for r in rows}
     assert by_path["0.conv2d"]["output"] == (2, 4, 5, 5)

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from kaun_ir.passes import layout as layout_pass
+from passutil import same_snapshot, snapshot
 
 import kaun_ir as kn
 from kaun_ir.ir import Builder, TensorType, interpret
-from kaun_ir.passes import layout as layout_pass
 from kaun_ir.tensor import Tensor, apply
-from passutil import same_snapshot, snapshot
 
 
 def transposes(graph) -> int:
@@ -67,12 +67,20 @@ def loss(params, x):
 @pytest.fixture(scope="module")
 def net():
     rng = np.random.default_rng(7)
-    params = {"c1": {"w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32),
-                     "b": rng.standard_normal(4).astype(np.float32)},
-              "c2": {"w": rng.standard_normal((6, 4, 3, 3)).astype(np.float32) / 3,
-                     "b": rng.standard_normal(6).astype(np.float32)},
-              "fc": {"w": rng.standard_normal((6 * 2 * 2, 3)).astype(np.float32) / 5,
-                     "b": rng.standard_normal(3).astype(np.float32)}}
+    params = {
+        "c1": {
+            "w": rng.standard_normal((4, 1, 3, 3)).astype(np.float32),
+            "b": rng.standard_normal(4).astype(np.float32),
+        },
+        "c2": {
+            "w": rng.standard_normal((6, 4, 3, 3)).astype(np.float32) / 3,
+            "b": rng.standard_normal(6).astype(np.float32),
+        },
+        "fc": {
+            "w": rng.standard_normal((6 * 2 * 2, 3)).astype(np.float32) / 5,
+            "b": rng.standard_normal(3).astype(np.float32),
+        },
+    }
     x = rng.standard_normal((2, 1, 8, 8)).astype(np.float32)
     return params, x, kn.tree.flatten((params, x))[0]
 
@@ -88,8 +96,11 @@ def test_cnn_same_outputs_and_gradients(net, prefer, which):
     if prefer != "nhwc":
         assert transposes(out) == 0  # the user's layout: nothing to do
     else:
-        assert all(n.attr("lhs_spec")[1] == 3 or n.attr("lhs_spec")[0] == 3
-                   for n in out.nodes if n.op == "convolution")  # channels last everywhere
+        assert all(
+            n.attr("lhs_spec")[1] == 3 or n.attr("lhs_spec")[0] == 3
+            for n in out.nodes
+            if n.op == "convolution"
+        )  # channels last everywhere
     if which == "forward" and prefer == "nhwc":
         # input, two kernels, and back to NCHW before the flatten: only the chain's boundaries
         assert transposes(out) == 4
@@ -132,8 +143,12 @@ def test_dot_absorbs_transposes():
     def body(a, b):
         at = apply("transpose", a, permutation=(1, 0))  # [5,3] -> [3,5]
         bt = apply("transpose", b, permutation=(1, 0))  # [4,5] -> [5,4]
-        return [apply("dot_general", at, bt, lhs_batch=(), rhs_batch=(), lhs_contracting=(1,),
-                      rhs_contracting=(0,))]
+        return [
+            apply(
+                "dot_general", at, bt, lhs_batch=(), rhs_batch=(), lhs_contracting=(1,), rhs_contracting=(0,)
+            )
+        ]
+
     graph = build([t((5, 3)), t((4, 5))], body)
     out = run(graph, "layout{prefer=none},dce")
     assert transposes(out) == 0
@@ -144,8 +159,12 @@ def test_dot_absorbs_transposes():
 def test_dot_keeps_transpose_that_would_reorder_result():
     def body(a, b):
         at = apply("transpose", a, permutation=(2, 1, 0))  # [4,3,2] -> [2,3,4]: free axes 0,1 swap
-        return [apply("dot_general", at, b, lhs_batch=(), rhs_batch=(), lhs_contracting=(2,),
-                      rhs_contracting=(0,))]
+        return [
+            apply(
+                "dot_general", at, b, lhs_batch=(), rhs_batch=(), lhs_contracting=(2,), rhs_contracting=(0,)
+            )
+        ]
+
     graph = build([t((4, 3, 2)), t((4, 5))], body)
     out = run(graph, "layout{prefer=none}")
     assert transposes(out) == 1
@@ -154,9 +173,20 @@ def test_dot_keeps_transpose_that_would_reorder_result():
 def test_convolution_absorbs_transposes():
     def body(x, w):
         xt = apply("transpose", x, permutation=(0, 3, 1, 2))  # NHWC data read as NCHW
-        y = apply("convolution", xt, w, window_strides=(1, 1), padding=((0, 0), (0, 0)), lhs_dilation=(1, 1),
-                  rhs_dilation=(1, 1), lhs_spec=(0, 1, 2, 3), rhs_spec=(0, 1, 2, 3), out_spec=(0, 1, 2, 3))
+        y = apply(
+            "convolution",
+            xt,
+            w,
+            window_strides=(1, 1),
+            padding=((0, 0), (0, 0)),
+            lhs_dilation=(1, 1),
+            rhs_dilation=(1, 1),
+            lhs_spec=(0, 1, 2, 3),
+            rhs_spec=(0, 1, 2, 3),
+            out_spec=(0, 1, 2, 3),
+        )
         return [apply("transpose", y, permutation=(0, 2, 3, 1))]
+
     graph = build([t((2, 5, 5, 3)), t((4, 3, 2, 2))], body)
     out = run(graph, "layout{prefer=none},dce")
     assert transposes(out) == 0
@@ -170,6 +200,7 @@ def test_transposes_meet_through_elementwise():
         x = apply("exponential", apply("transpose", a, permutation=p))
         y = apply("add", x, apply("transpose", b, permutation=p))
         return [apply("transpose", apply("negate", y), permutation=(1, 2, 0))]
+
     graph = build([t((2, 3, 4)), t((2, 3, 4))], body)
     out = run(graph, "layout{prefer=none},dce")
     assert transposes(out) == 0
@@ -181,6 +212,7 @@ def test_shared_transpose_is_not_duplicated():
     def body(a):
         x = apply("transpose", a, permutation=(1, 0))
         return [apply("exponential", x), apply("reshape", x, shape=(6,))]
+
     graph = build([t((2, 3))], body)
     out = run(graph, "layout{prefer=none},dce")
     assert transposes(out) == 1
@@ -217,19 +249,35 @@ def random_graph(seed: int):
             if r < 0.55:
                 pool.append(apply(str(rng.choice(["exponential", "negate", "tanh", "abs"])), x))
             elif r < 0.8:
-                pool.append(apply(str(rng.choice(["add", "multiply", "maximum"])), x,
-                                  same[rng.integers(len(same))]))
+                pool.append(
+                    apply(str(rng.choice(["add", "multiply", "maximum"])), x, same[rng.integers(len(same))])
+                )
             elif r < 0.9:
                 axis = int(rng.integers(3))
-                vb = apply("broadcast_in_dim", apply("slice", v, start_indices=(0,), limit_indices=(x.shape[axis],),
-                                                     strides=(1,)), shape=x.shape, broadcast_dimensions=(axis,))
+                vb = apply(
+                    "broadcast_in_dim",
+                    apply("slice", v, start_indices=(0,), limit_indices=(x.shape[axis],), strides=(1,)),
+                    shape=x.shape,
+                    broadcast_dimensions=(axis,),
+                )
                 pool.append(apply("subtract", x, vb))
             else:
                 other = pool[rng.integers(len(pool))]
-                pool.append(apply("dot_general", x, other, lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,),
-                                  rhs_contracting=(2,)) if x.shape[0] == other.shape[0] and x.shape[2] == other.shape[2]
-                            else apply("negate", x))
+                pool.append(
+                    apply(
+                        "dot_general",
+                        x,
+                        other,
+                        lhs_batch=(0,),
+                        rhs_batch=(0,),
+                        lhs_contracting=(2,),
+                        rhs_contracting=(2,),
+                    )
+                    if x.shape[0] == other.shape[0] and x.shape[2] == other.shape[2]
+                    else apply("negate", x)
+                )
         return pool[-3:]
+
     return build([t(shape), t(shape), t((4,))], body), rng
 
 

@@ -80,8 +80,11 @@ def test_matmul_lowers_to_one_dot_general_with_batch_axes():
 
 
 def test_matmul_error_names_shapes():
-    with pytest.raises(kn.ShapeError, match=r"matmul of f32\[32,784\] and f32\[128,10\]: contracting "
-                                            r"dimensions differ \(784 vs 128\)"):
+    with pytest.raises(
+        kn.ShapeError,
+        match=r"matmul of f32\[32,784\] and f32\[128,10\]: contracting "
+        r"dimensions differ \(784 vs 128\)",
+    ):
         kn.jit(kn.matmul)(np.zeros((32, 784), np.float32), np.zeros((128, 10), np.float32))
     with pytest.raises(kn.ShapeError, match="do not broadcast"):
         kn.matmul(np.zeros((2, 3, 4), np.float32), np.zeros((3, 4, 5), np.float32))
@@ -98,8 +101,14 @@ def test_matmul_operator():
     _check(kn.jit(lambda y: a @ y)(b), a @ b)  # __rmatmul__ with a NumPy lhs
 
 
-DOT_SHAPES = [((), (3,)), ((4,), (4,)), ((3, 4), (4,)), ((3, 4), (4, 5)), ((2, 3, 4), (5, 4, 6)),
-              ((2, 3, 4), (4,))]
+DOT_SHAPES = [
+    ((), (3,)),
+    ((4,), (4,)),
+    ((3, 4), (4,)),
+    ((3, 4), (4, 5)),
+    ((2, 3, 4), (5, 4, 6)),
+    ((2, 3, 4), (4,)),
+]
 
 
 @pytest.mark.parametrize("sa,sb", DOT_SHAPES, ids=[f"{a}.{b}" for a, b in DOT_SHAPES])
@@ -222,8 +231,9 @@ def test_matmul_grad_matches_jax(sa, sb):
 def test_einsum_grad_matches_jax(spec, shapes):
     rng = np.random.default_rng(11)
     operands = [_rand(rng, s) for s in shapes]
-    got, want = _weighted_sum_grads(lambda *xs: kn.einsum(spec, *xs),
-                                    lambda *xs: jnp.einsum(spec, *xs, precision="highest"), operands)
+    got, want = _weighted_sum_grads(
+        lambda *xs: kn.einsum(spec, *xs), lambda *xs: jnp.einsum(spec, *xs, precision="highest"), operands
+    )
     for g, w in zip(got, want):
         _check(g, np.asarray(w), rtol=1e-4, atol=1e-4)
 
@@ -232,8 +242,11 @@ def test_einsum_grad_matches_jax(spec, shapes):
 def test_tensordot_grad_matches_jax(sa, sb, axes):
     rng = np.random.default_rng(12)
     a, b = _rand(rng, sa), _rand(rng, sb)
-    got, want = _weighted_sum_grads(lambda x, y: kn.tensordot(x, y, axes),
-                                    lambda x, y: jnp.tensordot(x, y, axes, precision="highest"), (a, b))
+    got, want = _weighted_sum_grads(
+        lambda x, y: kn.tensordot(x, y, axes),
+        lambda x, y: jnp.tensordot(x, y, axes, precision="highest"),
+        (a, b),
+    )
     for g, w in zip(got, want):
         _check(g, np.asarray(w), rtol=1e-4, atol=1e-4)
 
@@ -267,8 +280,17 @@ def test_dot_general_backward_transposes_only_when_unavoidable():
 
     # a batch axis in the middle of lhs: its cotangent comes out batch-first, one transpose
     def middle_batch(a, b):
-        return kn.sum(apply("dot_general", a, b, lhs_batch=(1,), rhs_batch=(0,), lhs_contracting=(2,),
-                            rhs_contracting=(1,)))
+        return kn.sum(
+            apply(
+                "dot_general",
+                a,
+                b,
+                lhs_batch=(1,),
+                rhs_batch=(0,),
+                lhs_contracting=(2,),
+                rhs_contracting=(1,),
+            )
+        )
 
     assert _transposes(middle_batch, kn.ShapeDtype((3, 2, 4)), kn.ShapeDtype((2, 4, 5))) == (0, 1)
 
@@ -279,7 +301,9 @@ def test_dot_general_grad_with_middle_batch_axis_matches_jax():
     dims = dict(lhs_batch=(1,), rhs_batch=(2,), lhs_contracting=(2,), rhs_contracting=(0,))
     got, want = _weighted_sum_grads(
         lambda x, y: apply("dot_general", x, y, **dims),
-        lambda x, y: jax.lax.dot_general(x, y, (((2,), (0,)), ((1,), (2,))), precision="highest"), (a, b))
+        lambda x, y: jax.lax.dot_general(x, y, (((2,), (0,)), ((1,), (2,))), precision="highest"),
+        (a, b),
+    )
     for g, w in zip(got, want):
         _check(g, np.asarray(w), rtol=1e-4, atol=1e-4)
 
@@ -292,7 +316,8 @@ def test_dot_general_grad_with_wider_result_dtype():
     got, want = _weighted_sum_grads(
         lambda x, y: apply("dot_general", x, y, preferred_dtype=kn.float32, **dims),
         lambda x, y: jax.lax.dot_general(x, y, (((1,), (0,)), ((), ())), preferred_element_type=jnp.float32),
-        (a, b))
+        (a, b),
+    )
     for g, w in zip(got, want):
         _check(g, np.asarray(w), rtol=3e-2, atol=6e-2)  # bf16 cotangents, like the operands
 

@@ -36,21 +36,40 @@ def _sparse_oracle(logits, labels):
 
 # name -> (our loss, the oracle, differentiable first argument, second argument)
 CASES = {
-    "cross_entropy": (loss.cross_entropy, lambda x, t: optax.losses.softmax_cross_entropy(x, t).mean(),
-                      LOGITS, ONE_HOT),
-    "cross_entropy_soft": (loss.cross_entropy, lambda x, t: optax.losses.softmax_cross_entropy(x, t).mean(),
-                           LOGITS, np.asarray(SOFT)),
+    "cross_entropy": (
+        loss.cross_entropy,
+        lambda x, t: optax.losses.softmax_cross_entropy(x, t).mean(),
+        LOGITS,
+        ONE_HOT,
+    ),
+    "cross_entropy_soft": (
+        loss.cross_entropy,
+        lambda x, t: optax.losses.softmax_cross_entropy(x, t).mean(),
+        LOGITS,
+        np.asarray(SOFT),
+    ),
     "cross_entropy_sparse": (loss.cross_entropy_sparse, lambda x, t: _sparse_oracle(x, t), LOGITS, LABELS),
-    "cross_entropy_sparse_3d": (loss.cross_entropy_sparse, lambda x, t: _sparse_oracle(x, t),
-                                LOGITS.reshape(2, 3, 5), LABELS.reshape(2, 3)),
-    "binary_cross_entropy": (loss.binary_cross_entropy,
-                             lambda x, t: optax.losses.sigmoid_binary_cross_entropy(x, t).mean(),
-                             BIN_LOGITS, BIN_LABELS),
+    "cross_entropy_sparse_3d": (
+        loss.cross_entropy_sparse,
+        lambda x, t: _sparse_oracle(x, t),
+        LOGITS.reshape(2, 3, 5),
+        LABELS.reshape(2, 3),
+    ),
+    "binary_cross_entropy": (
+        loss.binary_cross_entropy,
+        lambda x, t: optax.losses.sigmoid_binary_cross_entropy(x, t).mean(),
+        BIN_LOGITS,
+        BIN_LABELS,
+    ),
     "mse": (loss.mse, lambda p, t: optax.losses.squared_error(p, t).mean(), PRED, TARGET),
     "mae": (loss.mae, lambda p, t: jnp.mean(jnp.abs(p - t)), PRED, TARGET),
     "huber": (loss.huber, lambda p, t: optax.losses.huber_loss(p, t).mean(), PRED, TARGET),
-    "huber_delta": (lambda p, t: loss.huber(p, t, delta=0.3),
-                    lambda p, t: optax.losses.huber_loss(p, t, delta=0.3).mean(), PRED, TARGET),
+    "huber_delta": (
+        lambda p, t: loss.huber(p, t, delta=0.3),
+        lambda p, t: optax.losses.huber_loss(p, t, delta=0.3).mean(),
+        PRED,
+        TARGET,
+    ),
 }
 
 
@@ -70,8 +89,12 @@ def test_value_and_gradient_match_optax(name):
 
 def test_gradient_with_respect_to_targets():
     """Soft targets and regression targets are differentiable too."""
-    for ours, oracle, x, t in (CASES["cross_entropy_soft"], CASES["mse"], CASES["huber"],
-                               CASES["binary_cross_entropy"]):
+    for ours, oracle, x, t in (
+        CASES["cross_entropy_soft"],
+        CASES["mse"],
+        CASES["huber"],
+        CASES["binary_cross_entropy"],
+    ):
         got = kn.grad(ours, argnums=1)(x, t)
         want = jax.jit(jax.grad(oracle, argnums=1))(x, t)
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-7)
@@ -104,15 +127,19 @@ def test_stable_for_extreme_logits():
 
 def test_integer_inputs_and_dtypes():
     bool_labels = BIN_LABELS.astype(bool)
-    np.testing.assert_allclose(np.asarray(loss.binary_cross_entropy(BIN_LOGITS, bool_labels)),
-                               np.asarray(loss.binary_cross_entropy(BIN_LOGITS, BIN_LABELS)), rtol=1e-6)
+    np.testing.assert_allclose(
+        np.asarray(loss.binary_cross_entropy(BIN_LOGITS, bool_labels)),
+        np.asarray(loss.binary_cross_entropy(BIN_LOGITS, BIN_LABELS)),
+        rtol=1e-6,
+    )
     int_pred = np.asarray([1, 2, 3], np.int32)
     assert loss.mse(int_pred, np.asarray([1, 1, 1], np.int32)).dtype == np.float32
     np.testing.assert_allclose(np.asarray(loss.mse(int_pred, np.asarray([1, 1, 1], np.int32))), 5.0 / 3)
     half = loss.cross_entropy(LOGITS.astype(np.float16), ONE_HOT)
     assert half.dtype == np.float16
-    np.testing.assert_allclose(np.asarray(half, np.float32), np.asarray(loss.cross_entropy(LOGITS, ONE_HOT)),
-                               rtol=2e-3)
+    np.testing.assert_allclose(
+        np.asarray(half, np.float32), np.asarray(loss.cross_entropy(LOGITS, ONE_HOT)), rtol=2e-3
+    )
 
 
 def test_inside_a_trace_with_captured_labels():

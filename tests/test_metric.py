@@ -28,10 +28,16 @@ def ref_labels(preds, targets):
                 best = j
         return best
 
-    p = [argmax(r) for r in preds.reshape(-1, preds.shape[-1])] if preds.dtype.kind == "f" else list(
-        preds.reshape(-1))
-    t = [argmax(r) for r in targets.reshape(-1, targets.shape[-1])] if targets.dtype.kind == "f" else list(
-        targets.reshape(-1))
+    p = (
+        [argmax(r) for r in preds.reshape(-1, preds.shape[-1])]
+        if preds.dtype.kind == "f"
+        else list(preds.reshape(-1))
+    )
+    t = (
+        [argmax(r) for r in targets.reshape(-1, targets.shape[-1])]
+        if targets.dtype.kind == "f"
+        else list(targets.reshape(-1))
+    )
     return [int(v) for v in p], [int(v) for v in t]
 
 
@@ -78,8 +84,13 @@ def test_accuracy_forms():
     assert 0 < expected < 1
     one_hot = np.eye(4, dtype=np.float32)[TRUE]
     labels = np.argmax(SCORES, axis=1).astype(np.int64)
-    forms = [(SCORES, TRUE), (SCORES, one_hot), (labels, TRUE), (jnp.asarray(SCORES), jnp.asarray(TRUE)),
-             (kn.softmax(SCORES), TRUE)]
+    forms = [
+        (SCORES, TRUE),
+        (SCORES, one_hot),
+        (labels, TRUE),
+        (jnp.asarray(SCORES), jnp.asarray(TRUE)),
+        (kn.softmax(SCORES), TRUE),
+    ]
     for preds, targets in forms:
         value = metric.accuracy(preds, targets)
         assert isinstance(value, float)

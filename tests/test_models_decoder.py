@@ -10,18 +10,33 @@ import kaun_ir as kn
 from kaun_ir.models import DecoderConfig
 from kaun_ir.models.generate import top_k_threshold
 
-LLAMA = DecoderConfig(vocab_size=23, dim=16, num_layers=2, num_heads=4, num_kv_heads=2, hidden_dim=24,
-                      max_positions=32, norm="rms", mlp="swiglu", positions="rope", attn_bias=False,
-                      mlp_bias=False, tie_embeddings=False)
-GPT2 = DecoderConfig(vocab_size=23, dim=16, num_layers=1, num_heads=2, num_kv_heads=2, hidden_dim=32,
-                     max_positions=32)
+LLAMA = DecoderConfig(
+    vocab_size=23,
+    dim=16,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=2,
+    hidden_dim=24,
+    max_positions=32,
+    norm="rms",
+    mlp="swiglu",
+    positions="rope",
+    attn_bias=False,
+    mlp_bias=False,
+    tie_embeddings=False,
+)
+GPT2 = DecoderConfig(
+    vocab_size=23, dim=16, num_layers=1, num_heads=2, num_kv_heads=2, hidden_dim=32, max_positions=32
+)
 
 
 def _random_params(cfg):
     """Random parameters drawn with NumPy on the model's parameter tree (cheaper than kn.init here)."""
     r = np.random.default_rng(0)
-    return kn.ptree.map(lambda spec: (0.3 * r.standard_normal(spec.shape)).astype(np.float32),
-                        kn.models.init_params(cfg, abstract=True))
+    return kn.ptree.map(
+        lambda spec: (0.3 * r.standard_normal(spec.shape)).astype(np.float32),
+        kn.models.init_params(cfg, abstract=True),
+    )
 
 
 @pytest.mark.parametrize("cfg", [LLAMA, GPT2], ids=["llama", "gpt2"])
@@ -58,10 +73,17 @@ def test_checkpoint_rename_and_transpose(tmp_path):
     from safetensors.numpy import save_file
 
     r = np.random.default_rng(0)
-    torch_style = {"fc1.weight": r.standard_normal((8, 4), np.float32), "fc1.bias": r.standard_normal(8, np.float32),
-                   "norm.weight": r.standard_normal(8, np.float32), "norm.num_batches_tracked": np.zeros((), np.int64)}
+    torch_style = {
+        "fc1.weight": r.standard_normal((8, 4), np.float32),
+        "fc1.bias": r.standard_normal(8, np.float32),
+        "norm.weight": r.standard_normal(8, np.float32),
+        "norm.num_batches_tracked": np.zeros((), np.int64),
+    }
     save_file(torch_style, str(tmp_path / "m.safetensors"))
-    like = [{"weight": np.zeros((4, 8), np.float32), "bias": np.zeros(8, np.float32)}, {"scale": np.zeros(8, np.float32)}]
+    like = [
+        {"weight": np.zeros((4, 8), np.float32), "bias": np.zeros(8, np.float32)},
+        {"scale": np.zeros(8, np.float32)},
+    ]
     rename = [(r"fc1\.(.*)", r"0.\1"), (r"norm\.weight", "1.scale"), (r".*num_batches_tracked", None)]
     got = kn.checkpoint.load(tmp_path / "m.safetensors", like=like, rename=rename, transpose=[r"0\.weight"])
     np.testing.assert_array_equal(got[0]["weight"], torch_style["fc1.weight"].T)

@@ -11,9 +11,13 @@ import kaun_ir as kn
 
 
 def _mlp_params(rng, sizes):
-    return [{"weight": (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32),
-             "bias": rng.standard_normal(b).astype(np.float32) * 0.1}
-            for a, b in zip(sizes[:-1], sizes[1:])]
+    return [
+        {
+            "weight": (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32),
+            "bias": rng.standard_normal(b).astype(np.float32) * 0.1,
+        }
+        for a, b in zip(sizes[:-1], sizes[1:])
+    ]
 
 
 def mlp(params, x):
@@ -85,12 +89,18 @@ def test_mlp_forward_matches_jax(rng):
 
 def test_cnn_forward_matches_jax(rng):
     params = {
-        "c1": {"w": rng.standard_normal((8, 1, 3, 3)).astype(np.float32) / 3,
-               "b": rng.standard_normal(8).astype(np.float32) * 0.1},
-        "c2": {"w": rng.standard_normal((16, 8, 3, 3)).astype(np.float32) / 8,
-               "b": rng.standard_normal(16).astype(np.float32) * 0.1},
-        "fc": {"w": rng.standard_normal((16 * 2 * 2, 10)).astype(np.float32) / 8,
-               "b": np.zeros(10, np.float32)},
+        "c1": {
+            "w": rng.standard_normal((8, 1, 3, 3)).astype(np.float32) / 3,
+            "b": rng.standard_normal(8).astype(np.float32) * 0.1,
+        },
+        "c2": {
+            "w": rng.standard_normal((16, 8, 3, 3)).astype(np.float32) / 8,
+            "b": rng.standard_normal(16).astype(np.float32) * 0.1,
+        },
+        "fc": {
+            "w": rng.standard_normal((16 * 2 * 2, 10)).astype(np.float32) / 8,
+            "b": np.zeros(10, np.float32),
+        },
     }
     x = rng.standard_normal((4, 1, 12, 12)).astype(np.float32)
     compiled = kn.jit(cnn)

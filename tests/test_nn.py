@@ -38,7 +38,7 @@ def _check(f, jax_f, args, tol=1e-10, grad_tol=1e-8):
 
     def jax_loss(*a):
         ys = jax_f(*a)
-        return sum(jnp.sum(y ** 3) for y in ys), ys
+        return sum(jnp.sum(y**3) for y in ys), ys
 
     (_, ys), grads = kn.value_and_grad(loss, argnums=argnums, has_aux=True)(*args)
     jax_value_and_grad = jax.jit(jax.value_and_grad(jax_loss, argnums=argnums, has_aux=True))
@@ -51,10 +51,12 @@ def _check(f, jax_f, args, tol=1e-10, grad_tol=1e-8):
 
 def _x64(f):
     """Run a jax oracle in float64."""
+
     def wrapped(*args, **kwargs):
         with jax.enable_x64(True):
             out = f(*args, **kwargs)
             return jax.tree_util.tree_map(np.asarray, out)
+
     return wrapped
 
 
@@ -82,13 +84,21 @@ def test_batch_norm_inference_and_training_forms():
             outs = []
             for x in (x2, x4):
                 batch_mean, batch_var = batch_stats(x)
-                outs += [batch_norm(x, scale, bias, mean, var, EPS), batch_mean, batch_var,
-                         batch_norm(x, scale, bias, batch_mean, batch_var, EPS)]
+                outs += [
+                    batch_norm(x, scale, bias, mean, var, EPS),
+                    batch_mean,
+                    batch_var,
+                    batch_norm(x, scale, bias, batch_mean, batch_var, EPS),
+                ]
             return tuple(outs)
+
         return f
 
-    _check(forms(nn.batch_norm, nn.batch_stats), forms(_jax_batch_norm, _jax_batch_stats),
-           (x2, x4, scale, bias, mean, var))
+    _check(
+        forms(nn.batch_norm, nn.batch_stats),
+        forms(_jax_batch_norm, _jax_batch_stats),
+        (x2, x4, scale, bias, mean, var),
+    )
 
 
 def test_batch_norm_shape_errors():
@@ -113,15 +123,19 @@ def _jax_rms_norm(x, scale, eps):
 
 def test_layer_norm_and_rms_norm_values_and_gradients():
     x, scale, bias = _rand(2, 3, 5), _rand(5), _rand(5)
-    _check(lambda x, s, b: (nn.layer_norm(x, s, b, EPS), nn.rms_norm(x, s, EPS)),
-           lambda x, s, b: (_jax_layer_norm(x, s, b, EPS, -1), _jax_rms_norm(x, s, EPS)), (x, scale, bias))
+    _check(
+        lambda x, s, b: (nn.layer_norm(x, s, b, EPS), nn.rms_norm(x, s, EPS)),
+        lambda x, s, b: (_jax_layer_norm(x, s, b, EPS, -1), _jax_rms_norm(x, s, EPS)),
+        (x, scale, bias),
+    )
 
 
 def test_layer_norm_over_several_axes_and_without_parameters():
     x = _rand(2, 3, 4)
     scale, bias = _rand(3, 4), _rand(3, 4)
-    _close(nn.layer_norm(x, scale, bias, EPS, axis=(1, 2)),
-           _x64(_jax_layer_norm)(x, scale, bias, EPS, (1, 2)))
+    _close(
+        nn.layer_norm(x, scale, bias, EPS, axis=(1, 2)), _x64(_jax_layer_norm)(x, scale, bias, EPS, (1, 2))
+    )
     plain = np.asarray(nn.layer_norm(x, eps=EPS))
     _close(plain.mean(-1), np.zeros((2, 3)), 1e-12)
     with pytest.raises(kn.ShapeError, match=r"scale must have shape \[3, 4\]"):
@@ -249,7 +263,7 @@ def _attention_results():
     def run(attention, total):
         def loss(inputs):
             outs = {case: attention(*args, **cases[case][1]) for case, args in inputs.items()}
-            return sum(total(y ** 3) for y in outs.values()), outs
+            return sum(total(y**3) for y in outs.values()), outs
 
         return loss
 
@@ -267,8 +281,11 @@ def test_dot_product_attention_values_and_gradients(case):
 
 
 def test_attention_float32_matches_jax_nn_and_handles_fully_masked_rows():
-    q, k, v = _rand(2, 3, 2, 4, dtype=np.float32), _rand(2, 3, 2, 4, dtype=np.float32), _rand(2, 3, 2, 4,
-                                                                                                dtype=np.float32)
+    q, k, v = (
+        _rand(2, 3, 2, 4, dtype=np.float32),
+        _rand(2, 3, 2, 4, dtype=np.float32),
+        _rand(2, 3, 2, 4, dtype=np.float32),
+    )
     mask = np.ones((2, 1, 3, 3), bool)
     mask[0, 0, 1] = False  # query 1 of batch 0 sees nothing: a uniform average, not NaN
     got = np.asarray(nn.dot_product_attention(q, k, v, mask=mask))
@@ -330,8 +347,10 @@ def test_rope_values_positions_and_gradient():
     _close(g, 2 * x)
     # relative positions: <rope(q, m), rope(k, n)> depends only on m - n
     q, k = _rand(1, 1, 1, 4), _rand(1, 1, 1, 4)
-    dots = [float(np.sum(np.asarray(nn.rope(q, np.array([m]))) * np.asarray(nn.rope(k, np.array([m - 2])))))
-            for m in (2, 5)]
+    dots = [
+        float(np.sum(np.asarray(nn.rope(q, np.array([m]))) * np.asarray(nn.rope(k, np.array([m - 2])))))
+        for m in (2, 5)
+    ]
     assert abs(dots[0] - dots[1]) < 1e-10
 
 

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from optest import assert_close, samples_of, single_op_graph, tolerance
 
 import kaun_ir as kn
 from kaun_ir import ops
 from kaun_ir.ir import interpret, parse
-
-from optest import assert_close, samples_of, single_op_graph, tolerance
 
 CASES = samples_of(ops.TABLE)
 IDS = [f"{name}-{i}" for name, i, _ in CASES]
@@ -31,8 +30,9 @@ def test_every_op_is_sampled():
 def test_type_rule_matches_reference(name, index, sample):
     opdef = ops.TABLE[name]
     graph = single_op_graph(opdef, sample)
-    outs = opdef.run_reference([np.asarray(a) for a in sample.inputs], opdef.check_attrs(dict(sample.attrs)),
-                              sample.regions)
+    outs = opdef.run_reference(
+        [np.asarray(a) for a in sample.inputs], opdef.check_attrs(dict(sample.attrs)), sample.regions
+    )
     assert len(outs) == len(graph.outputs)
     for out, value in zip(outs, graph.outputs):
         assert np.shape(out) == value.type.shape, f"{name}: reference shape vs type rule"

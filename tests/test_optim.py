@@ -97,17 +97,25 @@ def _shifted(ours):
 CASES = {
     "sgd": (lambda: optim.sgd(0.1), lambda: optax.sgd(0.1)),
     "sgd_momentum": (lambda: optim.sgd(0.05, momentum=0.9), lambda: optax.sgd(0.05, momentum=0.9)),
-    "sgd_nesterov": (lambda: optim.sgd(0.05, momentum=0.9, nesterov=True),
-                     lambda: optax.sgd(0.05, momentum=0.9, nesterov=True)),
+    "sgd_nesterov": (
+        lambda: optim.sgd(0.05, momentum=0.9, nesterov=True),
+        lambda: optax.sgd(0.05, momentum=0.9, nesterov=True),
+    ),
     "adam": (lambda: optim.adam(0.02), lambda: optax.adam(0.02)),
-    "adam_betas": (lambda: optim.adam(0.01, b1=0.8, b2=0.99, eps=1e-6),
-                   lambda: optax.adam(0.01, b1=0.8, b2=0.99, eps=1e-6)),
+    "adam_betas": (
+        lambda: optim.adam(0.01, b1=0.8, b2=0.99, eps=1e-6),
+        lambda: optax.adam(0.01, b1=0.8, b2=0.99, eps=1e-6),
+    ),
     "adamw": (lambda: optim.adamw(0.02, weight_decay=0.1), lambda: optax.adamw(0.02, weight_decay=0.1)),
     "rmsprop": (lambda: optim.rmsprop(0.005), lambda: optax.rmsprop(0.005)),
-    "rmsprop_momentum": (lambda: optim.rmsprop(0.002, decay=0.95, momentum=0.9),
-                         lambda: optax.rmsprop(0.002, decay=0.95, momentum=0.9)),
-    "adagrad": (lambda: optim.adagrad(0.1),
-                lambda: optax.adagrad(0.1, initial_accumulator_value=0.1, eps=1e-8)),
+    "rmsprop_momentum": (
+        lambda: optim.rmsprop(0.002, decay=0.95, momentum=0.9),
+        lambda: optax.rmsprop(0.002, decay=0.95, momentum=0.9),
+    ),
+    "adagrad": (
+        lambda: optim.adagrad(0.1),
+        lambda: optax.adagrad(0.1, initial_accumulator_value=0.1, eps=1e-8),
+    ),
 }
 
 
@@ -123,20 +131,29 @@ def test_trajectory_matches_optax(name):
 
 SCHEDULED = {  # (our optimiser, optax's, our schedule, optax's same schedule)
     "adam_warmup_cosine": (
-        optim.adam, optax.adam,
+        optim.adam,
+        optax.adam,
         schedule.warmup_cosine(0.0, 0.05, warmup_steps=5, decay_steps=STEPS, end_value=0.005),
-        optax.warmup_cosine_decay_schedule(0.0, 0.05, warmup_steps=5, decay_steps=STEPS, end_value=0.005)),
+        optax.warmup_cosine_decay_schedule(0.0, 0.05, warmup_steps=5, decay_steps=STEPS, end_value=0.005),
+    ),
     "sgd_momentum_exponential": (
-        lambda s: optim.sgd(s, momentum=0.9), lambda s: optax.sgd(s, momentum=0.9),
+        lambda s: optim.sgd(s, momentum=0.9),
+        lambda s: optax.sgd(s, momentum=0.9),
         schedule.exponential_decay(0.05, 0.5, decay_steps=4),
-        optax.exponential_decay(0.05, transition_steps=4, decay_rate=0.5)),
+        optax.exponential_decay(0.05, transition_steps=4, decay_rate=0.5),
+    ),
     "rmsprop_momentum_linear": (
-        lambda s: optim.rmsprop(s, momentum=0.5), lambda s: optax.rmsprop(s, momentum=0.5),
-        schedule.linear(0.01, 0.001, steps=15), optax.linear_schedule(0.01, 0.001, 15)),
+        lambda s: optim.rmsprop(s, momentum=0.5),
+        lambda s: optax.rmsprop(s, momentum=0.5),
+        schedule.linear(0.01, 0.001, steps=15),
+        optax.linear_schedule(0.01, 0.001, 15),
+    ),
     "adamw_piecewise": (
-        optim.adamw, lambda s: optax.adamw(s, weight_decay=0.01),
+        optim.adamw,
+        lambda s: optax.adamw(s, weight_decay=0.01),
         schedule.piecewise_constant([4, 12], [0.02, 0.01, 0.005]),
-        optax.piecewise_constant_schedule(0.02, {4: 0.5, 12: 0.5})),
+        optax.piecewise_constant_schedule(0.02, {4: 0.5, 12: 0.5}),
+    ),
 }
 
 
@@ -207,8 +224,11 @@ def test_per_step_scalars_are_hoisted():
 def test_low_precision_params_keep_their_dtype():
     alg = optim.adam(schedule.constant(1e-2))
     params = {"h": np.ones((3,), np.float16), "b": np.ones((2,), kn.bfloat16), "f": np.ones((2,), np.float32)}
-    grads = {"h": np.full((3,), 0.5, np.float16), "b": np.full((2,), 0.5, kn.bfloat16),
-             "f": np.full((2,), 0.5, np.float32)}
+    grads = {
+        "h": np.full((3,), 0.5, np.float16),
+        "b": np.full((2,), 0.5, kn.bfloat16),
+        "f": np.full((2,), 0.5, np.float32),
+    }
     state = optim.init(alg, params)
     new_params, state = optim.update(alg, state, params, grads)
     for key in params:
@@ -219,10 +239,13 @@ def test_low_precision_params_keep_their_dtype():
 
 
 def test_global_norm_and_clipping_match_optax():
-    grads = {"a": RNG.standard_normal((3, 4)).astype(np.float32),
-             "b": [RNG.standard_normal(5).astype(np.float32)]}
-    np.testing.assert_allclose(np.asarray(optim.global_norm(grads)), np.asarray(optax.tree.norm(grads)),
-                               rtol=1e-6)
+    grads = {
+        "a": RNG.standard_normal((3, 4)).astype(np.float32),
+        "b": [RNG.standard_normal(5).astype(np.float32)],
+    }
+    np.testing.assert_allclose(
+        np.asarray(optim.global_norm(grads)), np.asarray(optax.tree.norm(grads)), rtol=1e-6
+    )
     norm = float(optax.tree.norm(grads))
     for max_norm in (0.5 * norm, 2.0 * norm):
         ours = optim.clip_by_global_norm(max_norm, grads)

@@ -17,15 +17,23 @@ RNG = np.random.default_rng(7)
 
 
 def _params():
-    return {"embed": RNG.standard_normal((6, 4)).astype(np.float32),
-            "blocks": [{"weight": RNG.standard_normal((4, 4)).astype(np.float32),
-                        "bias": RNG.standard_normal((4,)).astype(np.float32)}],
-            "scale": RNG.standard_normal((4,)).astype(np.float32)}
+    return {
+        "embed": RNG.standard_normal((6, 4)).astype(np.float32),
+        "blocks": [
+            {
+                "weight": RNG.standard_normal((4, 4)).astype(np.float32),
+                "bias": RNG.standard_normal((4,)).astype(np.float32),
+            }
+        ],
+        "scale": RNG.standard_normal((4,)).astype(np.float32),
+    }
 
 
 def _grads_sequence(params, n=4, size=3.0):
-    return [jax.tree_util.tree_map(lambda p: (size * RNG.standard_normal(p.shape)).astype(np.float32), params)
-            for _ in range(n)]
+    return [
+        jax.tree_util.tree_map(lambda p: (size * RNG.standard_normal(p.shape)).astype(np.float32), params)
+        for _ in range(n)
+    ]
 
 
 def _run_ours(alg, params, grads_seq):
@@ -60,18 +68,28 @@ def test_chain_of_clipping_and_masked_adamw_matches_optax():
     grads = _grads_sequence(params)
     # the clipping is active: every gradient's global norm is above 1
     assert all(np.sqrt(sum(float(np.sum(g * g)) for g in kn.ptree.leaves(t))) > 1.0 for t in grads)
-    ours = _run_ours(optim.chain(optim.clip_by_global_norm(1.0),
-                                 optim.adamw(0.05, weight_decay=0.1, mask=_is_matrix)), params, grads)
+    ours = _run_ours(
+        optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(0.05, weight_decay=0.1, mask=_is_matrix)),
+        params,
+        grads,
+    )
     tree_mask = jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
-    theirs = _run_optax(optax.chain(optax.clip_by_global_norm(1.0),
-                                    optax.adamw(0.05, weight_decay=0.1, mask=tree_mask)), params, grads)
+    theirs = _run_optax(
+        optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(0.05, weight_decay=0.1, mask=tree_mask)),
+        params,
+        grads,
+    )
     _close(ours, theirs)
 
 
-@pytest.mark.parametrize("mask", [
-    lambda path: not path.endswith("bias") and path != "scale",   # a predicate on paths
-    {"embed": True, "blocks": [{"weight": True, "bias": False}], "scale": False},  # a tree of bools
-], ids=["path", "tree"])
+@pytest.mark.parametrize(
+    "mask",
+    [
+        lambda path: not path.endswith("bias") and path != "scale",  # a predicate on paths
+        {"embed": True, "blocks": [{"weight": True, "bias": False}], "scale": False},  # a tree of bools
+    ],
+    ids=["path", "tree"],
+)
 def test_mask_forms_decay_exactly_the_chosen_parameters(mask):
     params = _params()
     grads = _grads_sequence(params, 3)
@@ -109,8 +127,9 @@ def test_chain_state_names_and_train_make_accept_a_chain():
             _, st = train.step(trainer, st, x, y)
         states.append(st)
     # clipping at a norm never reached changes nothing
-    _close(states[0].vars.params, jax.tree_util.tree_map(np.asarray, states[1].vars.params), rtol=1e-6,
-           atol=1e-7)
+    _close(
+        states[0].vars.params, jax.tree_util.tree_map(np.asarray, states[1].vars.params), rtol=1e-6, atol=1e-7
+    )
 
 
 def _adam_reference_f16(params16, grads_seq, lr, eps=1e-8, b1=0.9, b2=0.999):
@@ -122,7 +141,7 @@ def _adam_reference_f16(params16, grads_seq, lr, eps=1e-8, b1=0.9, b2=0.999):
         g32 = g.astype(np.float32)
         mu = (1 - b1) * g32 + b1 * mu
         nu = (1 - b2) * g32 * g32 + b2 * nu
-        u = -lr / (1 - b1 ** t) * (mu / (np.sqrt(nu / (1 - b2 ** t)) + eps))
+        u = -lr / (1 - b1**t) * (mu / (np.sqrt(nu / (1 - b2**t)) + eps))
         p = (p + u.astype(np.float16)).astype(np.float16)
     return p
 
@@ -134,8 +153,9 @@ def test_float16_adam_keeps_float32_state_and_stays_finite():
     new = _run_ours(optim.adam(1e-2), params, grads)
     assert new["w"].dtype == np.float16 and np.all(np.isfinite(np.asarray(new["w"], np.float32)))
     want = _adam_reference_f16(params["w"], [g["w"] for g in grads], 1e-2)
-    np.testing.assert_allclose(np.asarray(new["w"], np.float32), want.astype(np.float32), rtol=2e-3,
-                               atol=1e-3)
+    np.testing.assert_allclose(
+        np.asarray(new["w"], np.float32), want.astype(np.float32), rtol=2e-3, atol=1e-3
+    )
     # asking for float16 state brings the failure back: the option is real
     broken = _run_ours(optim.adam(1e-2, state_dtype=np.float16), params, grads)
     assert not np.all(np.isfinite(np.asarray(broken["w"], np.float32)))

@@ -23,9 +23,9 @@ import sys
 
 import numpy as np
 import pytest
+from filecheck import check
 
 import kaun_ir as kn
-from filecheck import check
 from kaun_ir import passes
 from kaun_ir.errors import IRError
 from kaun_ir.ir import parse
@@ -57,15 +57,25 @@ def scratch():
 def _register_option_passes():
     seen = {}
 
-    @passes.register("t-layout", options={"prefer": (str, "nchw", "preferred layout"),
-                                          "strict": (bool, False, "fail on mixed layouts")})
+    @passes.register(
+        "t-layout",
+        options={
+            "prefer": (str, "nchw", "preferred layout"),
+            "strict": (bool, False, "fail on mixed layouts"),
+        },
+    )
     def t_layout(graph, prefer, strict):
         seen["t-layout"] = {"prefer": prefer, "strict": strict}
         return graph
 
-    @passes.register("t-fuse", options={"horizontal": (bool, False, "fuse siblings"),
-                                        "max_group": (int, 8, "largest group"),
-                                        "ratio": (float, 0.5, "cost ratio")})
+    @passes.register(
+        "t-fuse",
+        options={
+            "horizontal": (bool, False, "fuse siblings"),
+            "max_group": (int, 8, "largest group"),
+            "ratio": (float, 0.5, "cost ratio"),
+        },
+    )
     def t_fuse(graph, horizontal, max_group, ratio):
         seen["t-fuse"] = {"horizontal": horizontal, "max_group": max_group, "ratio": ratio}
         return graph
@@ -102,13 +112,16 @@ def test_passes_without_options_are_called_with_the_graph_alone(scratch):
     assert passes.available()["t-plain"] == "plain"
 
 
-@pytest.mark.parametrize("options, message", [
-    ({"Bad-Name": (int, 1, "")}, "snake_case"),
-    ({"n": (list, [], "")}, "type must be one of bool, int, float, str"),
-    ({"n": (int, "3", "")}, "default '3' is not a int"),
-    ({"n": (bool, 0, "")}, "default 0 is not a bool"),
-    ({"n": (int, 1)}, r"expected \(type, default, help\)"),
-])
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"Bad-Name": (int, 1, "")}, "snake_case"),
+        ({"n": (list, [], "")}, "type must be one of bool, int, float, str"),
+        ({"n": (int, "3", "")}, "default '3' is not a int"),
+        ({"n": (bool, 0, "")}, "default 0 is not a bool"),
+        ({"n": (int, 1)}, r"expected \(type, default, help\)"),
+    ],
+)
 def test_register_rejects_bad_option_declarations(options, message):
     with pytest.raises(ValueError, match=message):
         passes.register("t-bad", options=options)
@@ -151,9 +164,21 @@ def _random_value(rng: random.Random, kind):
     if kind is int:
         return rng.choice([0, 1, -1, 7, 2**40, -(2**63)]) if rng.random() < 0.5 else rng.randint(-999, 999)
     if kind is float:
-        return rng.choice([0.0, -0.0, 0.5, -2.0, 1e-300, 3.5e20, math.inf, -math.inf,
-                           rng.uniform(-1e6, 1e6), rng.random() * 10 ** rng.randint(-30, 30)])
-    alphabet = "ab-_.xyz09, {}=\"\\\t"
+        return rng.choice(
+            [
+                0.0,
+                -0.0,
+                0.5,
+                -2.0,
+                1e-300,
+                3.5e20,
+                math.inf,
+                -math.inf,
+                rng.uniform(-1e6, 1e6),
+                rng.random() * 10 ** rng.randint(-30, 30),
+            ]
+        )
+    alphabet = 'ab-_.xyz09, {}="\\\t'
     return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 6)))
 
 
@@ -163,7 +188,8 @@ def test_pipeline_round_trip_over_random_pipelines(scratch):
     for kind in (bool, int, float, str):
         name = kind.__name__
         passes.register(f"t-{name}", options={"a": (kind, kind(), ""), "b_2": (kind, kind(), "")})(
-            lambda graph, a, b_2: graph)
+            lambda graph, a, b_2: graph
+        )
     names = ["cse", "dce", "t-bool", "t-int", "t-float", "t-str"]
     rng = random.Random(1234)
     for _ in range(400):
@@ -172,8 +198,11 @@ def test_pipeline_round_trip_over_random_pipelines(scratch):
             name = rng.choice(names)
             info = passes.REGISTRY[name]
             chosen = rng.sample(sorted(info.options), rng.randint(0, len(info.options)))
-            steps.append(passes.PassStep(name, tuple(
-                (opt, _random_value(rng, info.options[opt].type)) for opt in chosen)))
+            steps.append(
+                passes.PassStep(
+                    name, tuple((opt, _random_value(rng, info.options[opt].type)) for opt in chosen)
+                )
+            )
         pipeline = passes.Pipeline(tuple(steps))
         text = str(pipeline)
         parsed = passes.Pipeline.parse(text)
@@ -196,28 +225,36 @@ def test_pipeline_errors_name_what_exists(scratch):
     assert _parse_error("cse,nope") == f"unknown pass 'nope'; available: {', '.join(sorted(passes.REGISTRY))}"
     assert {"autodiff", "cse", "dce", "t-fuse"} <= set(passes.REGISTRY)
     message = _parse_error("t-fuse{maxgroup=2}")
-    assert message == ("unknown option 'maxgroup' of pass 't-fuse'; its options: horizontal (bool, "
-                       "default false), max_group (int, default 8), ratio (float, default 0.5)")
+    assert message == (
+        "unknown option 'maxgroup' of pass 't-fuse'; its options: horizontal (bool, "
+        "default false), max_group (int, default 8), ratio (float, default 0.5)"
+    )
     assert _parse_error("cse{x=1}") == "unknown option 'x' of pass 'cse'; it takes no options"
-    assert _parse_error("t-fuse{max_group=2.5}") == \
-        "option 'max_group' of pass 't-fuse' expects int, got '2.5'"
+    assert (
+        _parse_error("t-fuse{max_group=2.5}") == "option 'max_group' of pass 't-fuse' expects int, got '2.5'"
+    )
     assert _parse_error("t-fuse{ratio=fast}") == "option 'ratio' of pass 't-fuse' expects float, got 'fast'"
-    assert _parse_error("t-fuse{horizontal=yes}") == \
-        "option 'horizontal' of pass 't-fuse' expects bool, got 'yes' (use true or false)"
+    assert (
+        _parse_error("t-fuse{horizontal=yes}")
+        == "option 'horizontal' of pass 't-fuse' expects bool, got 'yes' (use true or false)"
+    )
 
 
-@pytest.mark.parametrize("text, message, column", [
-    ("cse dce", "expected ',' between passes, found 'd'", 4),
-    ("t-fuse{max_group=2", "missing '}' after the options of 't-fuse'", 18),
-    ("t-fuse{max_group}", "expected '=' after option 'max_group' of pass 't-fuse'", 16),
-    ("t-fuse{max_group=}", 'expected an option value (use "" for an empty string)', 17),
-    ("t-fuse{max_group=1,ratio=2.0}", "options are separated by spaces, passes by ','", 18),
-    ("t-fuse{max_group=1 max_group=2}", "option 'max_group' of pass 't-fuse' given twice", 19),
-    ('t-layout{prefer="nhwc}', "unterminated quoted value", 16),
-    (",cse", "expected a pass name, found ','", 0),
-    ("cse,,dce", "expected a pass name, found ','", 4),
-    ("cse{", "missing '}' after the options of 'cse'", 4),
-])
+@pytest.mark.parametrize(
+    "text, message, column",
+    [
+        ("cse dce", "expected ',' between passes, found 'd'", 4),
+        ("t-fuse{max_group=2", "missing '}' after the options of 't-fuse'", 18),
+        ("t-fuse{max_group}", "expected '=' after option 'max_group' of pass 't-fuse'", 16),
+        ("t-fuse{max_group=}", 'expected an option value (use "" for an empty string)', 17),
+        ("t-fuse{max_group=1,ratio=2.0}", "options are separated by spaces, passes by ','", 18),
+        ("t-fuse{max_group=1 max_group=2}", "option 'max_group' of pass 't-fuse' given twice", 19),
+        ('t-layout{prefer="nhwc}', "unterminated quoted value", 16),
+        (",cse", "expected a pass name, found ','", 0),
+        ("cse,,dce", "expected a pass name, found ','", 4),
+        ("cse{", "missing '}' after the options of 'cse'", 4),
+    ],
+)
 def test_pipeline_syntax_errors_point_at_the_column(scratch, text, message, column):
     _register_option_passes()
     lines = _parse_error(text).split("\n")
@@ -243,8 +280,10 @@ def test_quoted_string_values(scratch):
 
 def test_int_option_spellings(scratch):
     _register_option_passes()
-    values = {text: passes.Pipeline.parse(f"t-fuse{{max_group={text}}}").steps[0].options[0][1]
-              for text in ("12", "-3", "007", "0x1f", "0b101")}
+    values = {
+        text: passes.Pipeline.parse(f"t-fuse{{max_group={text}}}").steps[0].options[0][1]
+        for text in ("12", "-3", "007", "0x1f", "0b101")
+    }
     assert values == {"12": 12, "-3": -3, "007": 7, "0x1f": 31, "0b101": 5}
 
 
@@ -272,11 +311,18 @@ class Recorder(passes.Instrumentation):
 def test_hooks_run_around_every_pass_in_order():
     log = []
     passes.run(parse(DUPS), "cse,dce", instrumentations=[Recorder(log, "a"), Recorder(log, "b")])
-    assert log == [("a", "before", "cse (#1)", 4), ("b", "before", "cse (#1)", 4),
-                   ("a", "after", "cse (#1)", 3), ("b", "after", "cse (#1)", 3),
-                   ("a", "before", "dce (#2)", 3), ("b", "before", "dce (#2)", 3),
-                   ("a", "after", "dce (#2)", 2), ("b", "after", "dce (#2)", 2),
-                   ("a", "finish"), ("b", "finish")]
+    assert log == [
+        ("a", "before", "cse (#1)", 4),
+        ("b", "before", "cse (#1)", 4),
+        ("a", "after", "cse (#1)", 3),
+        ("b", "after", "cse (#1)", 3),
+        ("a", "before", "dce (#2)", 3),
+        ("b", "before", "dce (#2)", 3),
+        ("a", "after", "dce (#2)", 2),
+        ("b", "after", "dce (#2)", 2),
+        ("a", "finish"),
+        ("b", "finish"),
+    ]
 
 
 def test_print_after_all_prints_every_pass():
@@ -284,9 +330,14 @@ def test_print_after_all_prints_every_pass():
     graph = parse(DUPS)
     result = passes.run(graph, "cse,dce,dce", [passes.PrintAfterAll(out)])
     after_cse = passes.run(graph, "cse")
-    assert out.getvalue() == ("// -----// IR Dump After cse (#1) //----- //\n" + after_cse.text()
-                              + "// -----// IR Dump After dce (#2) //----- //\n" + result.text()
-                              + "// -----// IR Dump After dce (#3) //----- //\n" + result.text())
+    assert out.getvalue() == (
+        "// -----// IR Dump After cse (#1) //----- //\n"
+        + after_cse.text()
+        + "// -----// IR Dump After dce (#2) //----- //\n"
+        + result.text()
+        + "// -----// IR Dump After dce (#3) //----- //\n"
+        + result.text()
+    )
 
 
 def test_print_after_change_prints_a_unified_diff_of_changed_passes_only():
@@ -301,8 +352,14 @@ def test_print_after_change_prints_a_unified_diff_of_changed_passes_only():
     assert headers == ["dce (#1) (changed)", "cse (#2) (changed)"]
     after_dce = passes.run(graph, "dce")
     after_cse = passes.run(after_dce, "cse")
-    expected = "".join(difflib.unified_diff(after_dce.text().splitlines(True), after_cse.text().splitlines(True),
-                                            "before cse (#2)", "after cse (#2)"))
+    expected = "".join(
+        difflib.unified_diff(
+            after_dce.text().splitlines(True),
+            after_cse.text().splitlines(True),
+            "before cse (#2)",
+            "after cse (#2)",
+        )
+    )
     assert text.endswith(expected)
     assert "-  %3 = exponential %0 : f32[3]\n" in expected
 
@@ -356,8 +413,9 @@ def test_verify_each_names_the_pass_that_broke_the_ir():
     broken = passes.run(graph, "cse,break-types,dce")  # without verification nobody notices here
     with pytest.raises(IRError):
         broken.verify()
-    with pytest.raises(passes.PassVerificationError,
-                       match=r"the IR produced by pass break-types \(#2\) is invalid: ") as info:
+    with pytest.raises(
+        passes.PassVerificationError, match=r"the IR produced by pass break-types \(#2\) is invalid: "
+    ) as info:
         passes.run(graph, "cse,break-types,dce", [Recorder(log, "r")], verify_each=True)
     assert isinstance(info.value, IRError)
     assert info.value.pass_name == "break-types" and info.value.index == 2
@@ -376,7 +434,10 @@ def test_stop_after_runs_only_the_first_passes():
     graph = parse(DUPS)
     log = []
     assert passes.run(graph, "cse,dce", stop_after=0) is graph
-    assert passes.run(graph, "cse,dce", [Recorder(log, "r")], stop_after=1).text() == passes.run(graph, "cse").text()
+    assert (
+        passes.run(graph, "cse,dce", [Recorder(log, "r")], stop_after=1).text()
+        == passes.run(graph, "cse").text()
+    )
     assert [e[2] for e in log if e[1] == "before"] == ["cse (#1)"]
     assert passes.run(graph, "cse,dce", stop_after=5).text() == passes.run(graph, "cse,dce").text()
 
@@ -396,8 +457,10 @@ def test_a_crash_writes_a_reproducer_that_reproduces_it(tmp_path, monkeypatch):
     assert isinstance(crash.__cause__, ZeroDivisionError)
     path = pathlib.Path(crash.reproducer)
     assert path.parent == tmp_path and re.fullmatch(r"crash-[0-9a-f]{12}\.kir", path.name)
-    assert str(crash) == (f"pass crash (#2) crashed: ZeroDivisionError: integer division or modulo by "
-                          f"zero; reproducer written to {path}")
+    assert str(crash) == (
+        f"pass crash (#2) crashed: ZeroDivisionError: integer division or modulo by "
+        f"zero; reproducer written to {path}"
+    )
     assert ("r", "failed", "crash (#2)", "ZeroDivisionError") in log
     assert [p.name for p in tmp_path.iterdir()] == [path.name]  # nothing half-written left over
     # the file: a RUN line re-running the failing pass and the rest, then the pass's input IR
@@ -410,13 +473,21 @@ def test_a_crash_writes_a_reproducer_that_reproduces_it(tmp_path, monkeypatch):
     assert parse(path.read_text()).text() == passes.run(graph, "cse").text()
 
     # re-running the RUN line reproduces the crash, in a fresh process
-    argv = [str(path) if w == "%s" else w for w in shlex.split(lines[0][len("// RUN:"):])]
+    argv = [str(path) if w == "%s" else w for w in shlex.split(lines[0][len("// RUN:") :])]
     assert argv[0] == "kaun-ir"
-    result = subprocess.run([sys.executable, "-m", "kaun_ir.tools.cli", *argv[1:]], capture_output=True,
-                            text=True, timeout=120, env=_env(tmp_path / "again"))
+    result = subprocess.run(
+        [sys.executable, "-m", "kaun_ir.tools.cli", *argv[1:]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=_env(tmp_path / "again"),
+    )
     assert result.returncode == 1 and result.stdout == ""
-    assert re.search(r"kaun-ir opt: error: pass crash \(#1\) crashed: ZeroDivisionError: .*; reproducer "
-                     r"written to .*again.crash-[0-9a-f]{12}\.kir", result.stderr), result.stderr
+    assert re.search(
+        r"kaun-ir opt: error: pass crash \(#1\) crashed: ZeroDivisionError: .*; reproducer "
+        r"written to .*again.crash-[0-9a-f]{12}\.kir",
+        result.stderr,
+    ), result.stderr
     # the same input and remaining pipeline: the same reproducer, byte for byte
     again = list((tmp_path / "again").iterdir())
     assert [p.name for p in again] == [path.name] and again[0].read_text() == path.read_text()
@@ -437,7 +508,11 @@ def test_reproducer_keeps_options_and_quotes_the_pipeline(tmp_path, monkeypatch,
     first = pathlib.Path(info.value.reproducer).read_text().split("\n")[0]
     assert first.endswith(" -p 'crash{divisor=0},t-fuse{horizontal=true max_group=2}'")
     # the test module registered t-fuse, so it is listed for --load
-    assert shlex.split(first[len("// RUN:"):])[3:6] == ["--load", os.path.abspath(TESTS / "broken_passes.py"), "--load"]
+    assert shlex.split(first[len("// RUN:") :])[3:6] == [
+        "--load",
+        os.path.abspath(TESTS / "broken_passes.py"),
+        "--load",
+    ]
 
 
 def test_diagnostics_of_a_pass_propagate_unchanged_without_reproducer(tmp_path, monkeypatch):
@@ -452,8 +527,11 @@ def test_diagnostics_of_a_pass_propagate_unchanged_without_reproducer(tmp_path, 
 def test_a_pass_returning_something_else_is_a_crash(tmp_path, monkeypatch, scratch):
     monkeypatch.setenv("KAUN_IR_REPRO_DIR", str(tmp_path))
     passes.register("t-none")(lambda graph: None)
-    with pytest.raises(passes.PassCrash, match=r"pass t-none \(#1\) crashed: TypeError: a pass must "
-                                               r"return a Graph, got NoneType"):
+    with pytest.raises(
+        passes.PassCrash,
+        match=r"pass t-none \(#1\) crashed: TypeError: a pass must "
+        r"return a Graph, got NoneType",
+    ):
         passes.run(parse(DUPS), "t-none")
 
 
@@ -470,7 +548,9 @@ def test_jit_default_pipeline_env_override_and_explicit(monkeypatch):
     assert passes.DEFAULT_JIT_PIPELINE == "canonicalize,fold,cse,dce"
     # the backend's default: the neutral one plus, on CPU, the convolution/pooling passes
     assert passes.default_jit_pipeline("gpu") == passes.DEFAULT_JIT_PIPELINE
-    assert passes.default_jit_pipeline("cpu") == f"{passes.DEFAULT_JIT_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
+    assert (
+        passes.default_jit_pipeline("cpu") == f"{passes.DEFAULT_JIT_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
+    )
     exe = kn.jit(_dup_fn).executable(x)
     assert exe.pipeline == passes.default_jit_pipeline() and exe.graph.op_counts()["exponential"] == 1
 
@@ -506,8 +586,10 @@ def test_train_pipeline_keyword_and_env(monkeypatch):
 
     assert passes.DEFAULT_TRAIN_PIPELINE == "canonicalize,fold,cse,dce"
     assert passes.default_train_pipeline("tpu") == passes.DEFAULT_TRAIN_PIPELINE
-    assert step_executable(train.make(layer.linear(3, 2), optim.sgd(0.1))).pipeline == \
-        passes.default_train_pipeline()
+    assert (
+        step_executable(train.make(layer.linear(3, 2), optim.sgd(0.1))).pipeline
+        == passes.default_train_pipeline()
+    )
     trainer = train.make(layer.linear(3, 2), optim.sgd(0.1), pipeline=" dce ")
     assert trainer.pipeline == "dce"
     monkeypatch.setenv("KAUN_IR_TRAIN_PIPELINE", "")
@@ -544,8 +626,16 @@ def run_cli(argv, stdin: str = "", merge: bool = False):
 
 
 def test_opt_keeps_stdout_for_ir_and_stderr_for_the_rest():
-    argv = ["opt", "-p", "cse,dce", "--print-ir-after-all", "--print-ir-after-change", "--timing",
-            "--stats", "--verify-each"]
+    argv = [
+        "opt",
+        "-p",
+        "cse,dce",
+        "--print-ir-after-all",
+        "--print-ir-after-change",
+        "--timing",
+        "--stats",
+        "--verify-each",
+    ]
     status, stdout, stderr = run_cli(argv, stdin=DUPS)
     assert status == 0
     assert stdout == passes.run(parse(DUPS), "cse,dce").text()
@@ -566,8 +656,9 @@ def test_opt_errors():
     assert (status, stdout) == (1, "")
     assert stderr == "kaun-ir opt: error: unknown option 'x' of pass 'cse'; it takes no options\n"
     status, _, stderr = run_cli(["opt", "--load", "no_such_module_xyz"])
-    assert status == 1 and stderr.startswith("kaun-ir opt: error: --load no_such_module_xyz: "
-                                             "ModuleNotFoundError")
+    assert status == 1 and stderr.startswith(
+        "kaun-ir opt: error: --load no_such_module_xyz: ModuleNotFoundError"
+    )
     status, _, stderr = run_cli(["opt", "--load", "/nonexistent/dir/mod.py"])
     assert status == 1 and "no such file" in stderr
     status, _, stderr = run_cli(["opt", "/nonexistent/input.kir"])
@@ -578,8 +669,10 @@ def test_opt_load_by_name_and_by_path():
     status, stdout, _ = run_cli(["opt", "--load", "example_pass", "--list-passes"])
     assert status == 0 and "double-negation" in stdout
     path = str(TESTS / "example_pass.py")
-    status, stdout, stderr = run_cli(["opt", "--load", path, "-p", "double-negation{limit=1}", "--stats"],
-                                     stdin=(TESTS / "example_pass.kir").read_text())
+    status, stdout, stderr = run_cli(
+        ["opt", "--load", path, "-p", "double-negation{limit=1}", "--stats"],
+        stdin=(TESTS / "example_pass.kir").read_text(),
+    )
     assert status == 0 and stdout.count("negate") == 3
     assert "1 double negations removed" in stderr
 
@@ -597,8 +690,10 @@ def test_list_passes_shows_options_and_defaults():
     status, stdout, _ = run_cli(["opt", "--list-passes"])
     assert status == 0
     lines = stdout.splitlines()
-    assert lines[lines.index(next(s for s in lines if s.startswith("crash "))) + 1] == \
-        "    divisor=<int>        what to divide by (0 crashes) (default: 0)"
+    assert (
+        lines[lines.index(next(s for s in lines if s.startswith("crash "))) + 1]
+        == "    divisor=<int>        what to divide by (0 crashes) (default: 0)"
+    )
     for name in passes.available():
         assert any(line.startswith(name + " ") for line in lines)
 
@@ -637,9 +732,12 @@ KIR_FILES = sorted(KIR_DIR.glob("*.kir"))
 
 
 def _run_line(path: pathlib.Path):
-    runs = [(fails, line.strip()[len(prefix):]) for line in path.read_text().splitlines()
-            for prefix, fails in (("// RUN:", False), ("// RUN-FAIL:", True))
-            if line.strip().startswith(prefix)]
+    runs = [
+        (fails, line.strip()[len(prefix) :])
+        for line in path.read_text().splitlines()
+        for prefix, fails in (("// RUN:", False), ("// RUN-FAIL:", True))
+        if line.strip().startswith(prefix)
+    ]
     assert len(runs) == 1, f"{path.name}: expected one RUN or RUN-FAIL line"
     fails, command = runs[0]
     tool, _, checker = command.partition("|")
@@ -657,8 +755,17 @@ def _run_line(path: pathlib.Path):
 
 
 def test_there_are_pass_manager_kir_tests():
-    assert {"print_after_all", "print_after_change", "timing", "stats", "verify_each", "stop_after",
-            "crash_reproducer", "list_passes", "options"} <= {p.stem for p in KIR_FILES}
+    assert {
+        "print_after_all",
+        "print_after_change",
+        "timing",
+        "stats",
+        "verify_each",
+        "stop_after",
+        "crash_reproducer",
+        "list_passes",
+        "options",
+    } <= {p.stem for p in KIR_FILES}
 
 
 @pytest.mark.parametrize("path", KIR_FILES, ids=[p.stem for p in KIR_FILES])

@@ -34,7 +34,7 @@ def test_mixed_precision_trains_digits(digits, precision):
 
 def test_float16_overflow_skips_the_update_and_halves_the_scale(digits):
     (x_train, y_train), _ = digits
-    policy = kn.precision.Policy(kn.float16, "dynamic", initial_scale=2.0 ** 40)  # overflows float16
+    policy = kn.precision.Policy(kn.float16, "dynamic", initial_scale=2.0**40)  # overflows float16
     tr = train.make(MODEL, optim.sgd(0.1), loss=loss.cross_entropy_sparse, precision=policy)
     st = rng.run(0, lambda: train.init(tr))
     before = [np.asarray(p).copy() for p in kn.ptree.flatten(st.vars.params)[0]]
@@ -42,7 +42,7 @@ def test_float16_overflow_skips_the_update_and_halves_the_scale(digits):
     assert np.isfinite(float(value))  # the reported loss is the unscaled one
     for a, b in zip(before, kn.ptree.flatten(st.vars.params)[0]):
         np.testing.assert_array_equal(np.asarray(b), a)
-    assert float(kn.precision.loss_scale_of(st.opt_state)) == 2.0 ** 39
+    assert float(kn.precision.loss_scale_of(st.opt_state)) == 2.0**39
     # with a representable scale the next steps update, and the reported loss matches float32
     host = kn.ptree.map(lambda a: np.array(a), st.vars.params)
 
@@ -60,10 +60,14 @@ def test_float16_overflow_skips_the_update_and_halves_the_scale(digits):
 
 
 def test_the_pass_and_policy_errors():
-    graph = kn.trace(lambda w, x: kn.sum(kn.tanh(x @ w)), np.ones((4, 3), np.float32), np.ones((2, 4), np.float32))
+    graph = kn.trace(
+        lambda w, x: kn.sum(kn.tanh(x @ w)), np.ones((4, 3), np.float32), np.ones((2, 4), np.float32)
+    )
     out = kn.passes.run(graph, "mixed-precision{compute=bfloat16}")
     (dot,) = [n for n in out.nodes if n.op == "dot_general"]
-    assert [v.type.dtype for v in dot.inputs] == [kn.bfloat16, kn.bfloat16] and dot.types[0].dtype == kn.float32
+    assert [v.type.dtype for v in dot.inputs] == [kn.bfloat16, kn.bfloat16] and dot.types[
+        0
+    ].dtype == kn.float32
     with pytest.raises(ValueError, match="bfloat16 or float16"):
         kn.precision.Policy(kn.float32)
     with pytest.raises(ValueError, match="precision must be"):

@@ -17,10 +17,14 @@ def make_tree(rng=None):
     rng = rng or np.random.default_rng(0)
     return {
         "layers": [
-            {"weight": rng.standard_normal((3, 2)).astype(np.float32),
-             "bias": rng.standard_normal(2).astype(np.float32)},
-            {"weight": rng.standard_normal((2, 4)).astype(np.float32),
-             "bias": rng.standard_normal(4).astype(np.float32)},
+            {
+                "weight": rng.standard_normal((3, 2)).astype(np.float32),
+                "bias": rng.standard_normal(2).astype(np.float32),
+            },
+            {
+                "weight": rng.standard_normal((2, 4)).astype(np.float32),
+                "bias": rng.standard_normal(4).astype(np.float32),
+            },
         ],
         "norm": {"scale": np.ones(4, np.float32)},
         "emb": rng.standard_normal((5, 3)).astype(np.float32),
@@ -51,8 +55,14 @@ def test_rebuild_replaces_leaves_and_keeps_structure():
 def test_flatten_with_paths():
     t = make_tree()
     paths = ptree.flatten_with_paths(t)
-    assert [p for p, _ in paths] == ["emb", "layers.0.bias", "layers.0.weight", "layers.1.bias",
-                                     "layers.1.weight", "norm.scale"]
+    assert [p for p, _ in paths] == [
+        "emb",
+        "layers.0.bias",
+        "layers.0.weight",
+        "layers.1.bias",
+        "layers.1.weight",
+        "norm.scale",
+    ]
     assert paths[2][1] is t["layers"][0]["weight"]
     # the same order as flatten
     assert [id(leaf) for _, leaf in paths] == [id(leaf) for leaf in ptree.flatten(t)[0]]
@@ -89,12 +99,15 @@ def test_map2_values_and_list_tuple_pairing():
     assert out == [11, 22]
 
 
-@pytest.mark.parametrize("b, fragment", [
-    ({"x": {"w": 1}, "y": 2}, "at 'x': keys only in the first tree ['v'], only in the second []"),
-    ({"x": {"w": 1, "v": 2}, "y": [1]}, "at 'y': a leaf vs a list of length 1"),
-    ({"x": {"w": 1, "v": [1, 2]}, "y": 2}, "at 'x.v': a leaf vs a list of length 2"),
-    ({"x": {"w": 1, "v": 2}}, "at the root: keys only in the first tree ['y']"),
-])
+@pytest.mark.parametrize(
+    "b, fragment",
+    [
+        ({"x": {"w": 1}, "y": 2}, "at 'x': keys only in the first tree ['v'], only in the second []"),
+        ({"x": {"w": 1, "v": 2}, "y": [1]}, "at 'y': a leaf vs a list of length 1"),
+        ({"x": {"w": 1, "v": [1, 2]}, "y": 2}, "at 'x.v': a leaf vs a list of length 2"),
+        ({"x": {"w": 1, "v": 2}}, "at the root: keys only in the first tree ['y']"),
+    ],
+)
 def test_map2_mismatch_names_the_path(b, fragment):
     a = {"x": {"w": 1, "v": 2}, "y": 2}
     with pytest.raises(ValueError, match="different structures") as err:
@@ -121,15 +134,18 @@ def test_fold_and_iter_visit_leaves_in_order():
     assert ptree.fold(lambda acc, x: acc * 10 + x, 0, t) == 13425
 
 
-@pytest.mark.parametrize("fn", [
-    lambda t: ptree.map(lambda a: a, t),
-    lambda t: ptree.flatten(t),
-    lambda t: ptree.flatten_with_paths(t),
-    lambda t: ptree.fold(lambda acc, a: acc, 0, t),
-    lambda t: ptree.iter(lambda a: None, t),
-    lambda t: ptree.count_parameters(t),
-    lambda t: ptree.map2(lambda a, b: a, t, t),
-])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda t: ptree.map(lambda a: a, t),
+        lambda t: ptree.flatten(t),
+        lambda t: ptree.flatten_with_paths(t),
+        lambda t: ptree.fold(lambda acc, a: acc, 0, t),
+        lambda t: ptree.iter(lambda a: None, t),
+        lambda t: ptree.count_parameters(t),
+        lambda t: ptree.map2(lambda a, b: a, t, t),
+    ],
+)
 def test_keys_with_dots_are_rejected(fn):
     with pytest.raises(ValueError, match=r"'w\.b' at 'layers.0' contains '\.'"):
         fn({"layers": [{"w.b": np.zeros(1)}]})
@@ -156,8 +172,14 @@ def test_count_parameters():
 
 
 def test_zeros_like_concrete_gives_device_arrays():
-    t = {"w": np.ones((2, 3), np.float32), "h": np.ones(4, ml_dtypes.bfloat16),
-         "j": jnp.ones((2,), jnp.int32), "s": kn.ShapeDtype((3,), np.float16), "e": [], "n": None}
+    t = {
+        "w": np.ones((2, 3), np.float32),
+        "h": np.ones(4, ml_dtypes.bfloat16),
+        "j": jnp.ones((2,), jnp.int32),
+        "s": kn.ShapeDtype((3,), np.float16),
+        "e": [],
+        "n": None,
+    }
     z = ptree.zeros_like(t)
     assert z["e"] == [] and z["n"] is None
     for key in ("w", "h", "j", "s"):
@@ -202,10 +224,9 @@ def test_vjp_through_ptree_functions_matches_jax():
 
     out, back = kn.vjp(f, t)
     (got,) = back(cotangent)
-    want_out, jax_back = jax.vjp(lambda p: jax.tree_util.tree_map(lambda a: 0.5 * a ** 3, p), t)
+    want_out, jax_back = jax.vjp(lambda p: jax.tree_util.tree_map(lambda a: 0.5 * a**3, p), t)
     (want,) = jax_back(cotangent)
-    assert [p for p, _ in ptree.flatten_with_paths(got)] == [p for p, _ in
-                                                             ptree.flatten_with_paths(t)]
+    assert [p for p, _ in ptree.flatten_with_paths(got)] == [p for p, _ in ptree.flatten_with_paths(t)]
     for a, b in zip(jax.tree_util.tree_leaves(out), jax.tree_util.tree_leaves(want_out)):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want)):
@@ -224,13 +245,16 @@ def test_unflatten_from_paths_round_trip():
     assert out == {"l": list(range(11)), "d": {"0": "a", "2": "b"}}
 
 
-@pytest.mark.parametrize("items, message", [
-    ([("a", 1), ("a.b", 2)], "is a leaf and also a prefix"),
-    ([("a.b", 2), ("a", 1)], "is a leaf and also a prefix"),
-    ([("a", 1), ("a", 2)], "appears twice"),
-    ([("", 1), ("a", 2)], "must be the only path"),
-    ([("a..b", 1)], "empty segment"),
-])
+@pytest.mark.parametrize(
+    "items, message",
+    [
+        ([("a", 1), ("a.b", 2)], "is a leaf and also a prefix"),
+        ([("a.b", 2), ("a", 1)], "is a leaf and also a prefix"),
+        ([("a", 1), ("a", 2)], "appears twice"),
+        ([("", 1), ("a", 2)], "must be the only path"),
+        ([("a..b", 1)], "empty segment"),
+    ],
+)
 def test_unflatten_from_paths_errors(items, message):
     with pytest.raises(ValueError, match=message):
         ptree.unflatten_from_paths(items)

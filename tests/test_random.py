@@ -75,8 +75,9 @@ def draws(r, k):
         out[f"bernoulli{shape}"] = r.bernoulli(k, 0.3, shape)
         out[f"randint{shape}"] = r.randint(k, shape, -5, 17)
     out["uniform_range"] = r.uniform(k, (3, 4), minval=-2.0, maxval=5.0)
-    out["uniform_arrays"] = r.uniform(k, (2, 3), minval=np.array([0.0, 10.0, -1.0], np.float32),
-                                      maxval=np.float32(20.0))
+    out["uniform_arrays"] = r.uniform(
+        k, (2, 3), minval=np.array([0.0, 10.0, -1.0], np.float32), maxval=np.float32(20.0)
+    )
     p = np.array([0.1, 0.5, 0.9], np.float32)
     out["bernoulli_p"] = r.bernoulli(k, p)
     out["bernoulli_p_shape"] = r.bernoulli(k, p, (4, 3))
@@ -86,7 +87,7 @@ def draws(r, k):
     # randint's bits depend on the shape only: these share them
     out["randint_u8_full"] = r.randint(k, (30,), 0, 256, np.uint8)
     out["randint_i8_clipped"] = r.randint(k, (30,), -300, 300, np.int8)
-    out["randint_i32_full"] = r.randint(k, (30,), -2**31, 2**31 - 1)
+    out["randint_i32_full"] = r.randint(k, (30,), -(2**31), 2**31 - 1)
     out["randint_empty_range"] = r.randint(k, (30,), 5, 5)  # gives minval
     lo, hi = np.array([0, 10, -7], np.int32), np.array([3, 1000, 7], np.int32)
     out["randint_arrays"] = r.randint(k, (4, 3), lo, hi)
@@ -107,8 +108,9 @@ def test_bits_split_fold_in_and_samplers_match_jax(seed):
             tol = 1e-2 if "16" in name else 2e-6
             a, b = np.asarray(ours[name]), np.asarray(theirs[name])
             assert a.dtype == b.dtype and a.shape == b.shape, name
-            np.testing.assert_allclose(a.astype(np.float32), b.astype(np.float32), rtol=tol, atol=tol,
-                                       err_msg=name)
+            np.testing.assert_allclose(
+                a.astype(np.float32), b.astype(np.float32), rtol=tol, atol=tol, err_msg=name
+            )
         else:
             try:
                 same(ours[name], theirs[name])
@@ -134,8 +136,9 @@ def test_float64_matches_jax_x64():
     with jax.enable_x64(True):
         jk = jax.random.PRNGKey(5)
         same(u, jax.random.uniform(jk, (500,), np.float64))
-        np.testing.assert_allclose(np.asarray(n), jax.random.normal(jk, (500,), np.float64),
-                                   rtol=1e-13, atol=1e-13)
+        np.testing.assert_allclose(
+            np.asarray(n), jax.random.normal(jk, (500,), np.float64), rtol=1e-13, atol=1e-13
+        )
         same(b, jax.random.bits(jk, (6,), np.uint64))
         # maxval one past uint32's maximum (jax needs x64 to take 2**32)
         same(kr.randint(k, (30,), 0, 2**32, np.uint32), jax.random.randint(jk, (30,), 0, 2**32, np.uint32))
@@ -162,7 +165,7 @@ def test_moments():
     assert abs(u.mean() - 0.5) < 0.005 and abs(u.var() - 1 / 12) < 0.002
     z = np.asarray(kr.normal(k2, (n,)), np.float64)
     assert abs(z.mean()) < 0.015 and abs(z.std() - 1.0) < 0.015
-    assert abs(np.mean(np.abs(z) < 1.0) - 0.6827) < 0.01 and abs(np.mean(z ** 3)) < 0.05
+    assert abs(np.mean(np.abs(z) < 1.0) - 0.6827) < 0.01 and abs(np.mean(z**3)) < 0.05
     b = np.asarray(kr.bernoulli(k3, 0.3, (n,)))
     assert b.dtype == np.bool_ and abs(b.mean() - 0.3) < 0.006
     r = np.asarray(kr.randint(k4, (n,), 3, 13))
@@ -177,8 +180,12 @@ def test_traced_key_gives_fresh_numbers_without_retracing():
     def draw(key, step):
         key = kr.fold_in(key, step)
         a, b = kr.split(key)
-        return (kr.normal(a, (3, 4)), kr.uniform(b, (5,)), kr.bernoulli(b, 0.5, (2,)),
-                kr.randint(a, (3,), 0, 9))
+        return (
+            kr.normal(a, (3, 4)),
+            kr.uniform(b, (5,)),
+            kr.bernoulli(b, 0.5, (2,)),
+            kr.randint(a, (3,), 0, 9),
+        )
 
     first = draw(kr.key(0), np.int32(0))
     second = draw(kr.key(0), np.int32(1))

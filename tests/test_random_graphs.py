@@ -21,6 +21,9 @@ import pathlib
 
 import numpy as np
 import pytest
+from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
+from kaun_ir.passes import fold as _fold  # noqa: F401  (registers the pass)
+from passutil import assert_bit_identical, assert_close, random_inputs, same_snapshot, snapshot
 
 import kaun_ir as kn
 from kaun_ir import dtypes
@@ -28,19 +31,34 @@ from kaun_ir.autodiff import GradientError
 from kaun_ir.errors import KaunError
 from kaun_ir.ir import Builder, TensorType, interpret, parse
 from kaun_ir.ir.core import Graph
-from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
-from kaun_ir.passes import fold as _fold  # noqa: F401  (registers the pass)
 from kaun_ir.tensor import Tensor, apply
-from passutil import assert_bit_identical, assert_close, random_inputs, same_snapshot, snapshot
 
-PIPELINES = ["cse", "dce", "canonicalize", "fold", "fold{max_elements=4}", "canonicalize,fold,cse,dce",
-             "fold,canonicalize,cse,dce,canonicalize"]
+PIPELINES = [
+    "cse",
+    "dce",
+    "canonicalize",
+    "fold",
+    "fold{max_elements=4}",
+    "canonicalize,fold,cse,dce",
+    "fold,canonicalize,cse,dce,canonicalize",
+]
 GRADIENT_PIPELINES = ["canonicalize,fold,cse,dce"]
 N_GRAPHS = 150
 KIR_DIR = pathlib.Path(__file__).parent / "kir"
 
 F32, F64, I32 = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.int32)
-FLOAT_UNARY = ["negate", "abs", "exponential", "tanh", "floor", "sign", "sine", "log", "sqrt", "round_nearest_even"]
+FLOAT_UNARY = [
+    "negate",
+    "abs",
+    "exponential",
+    "tanh",
+    "floor",
+    "sign",
+    "sine",
+    "log",
+    "sqrt",
+    "round_nearest_even",
+]
 FLOAT_BINARY = ["add", "subtract", "multiply", "divide", "maximum", "minimum"]
 INT_UNARY = ["negate", "abs", "not"]
 INT_BINARY = ["add", "subtract", "multiply", "maximum", "minimum", "and", "xor"]
@@ -84,7 +102,11 @@ class RandomGraph:
         if r < 0.35:
             value = np.asarray(self.choice(SPECIAL[self.kind]), self.dtype)
             scalar = apply("constant", value=value)
-            return scalar if shape == () else apply("broadcast_in_dim", scalar, shape=shape, broadcast_dimensions=())
+            return (
+                scalar
+                if shape == ()
+                else apply("broadcast_in_dim", scalar, shape=shape, broadcast_dimensions=())
+            )
         if r < 0.5:
             return apply("constant", value=np.full(shape, self.choice(SPECIAL[self.kind]), self.dtype))
         return apply("constant", value=self.data(shape))
@@ -125,8 +147,11 @@ class RandomGraph:
 
     def reshape(self, x):
         size = x.type.size
-        shapes = [s for s in [(size,), (1, size), (size, 1), (2, size // 2), (3, size // 3), (size // 2, 2), ()]
-                  if int(np.prod(s, dtype=np.int64)) == size]
+        shapes = [
+            s
+            for s in [(size,), (1, size), (size, 1), (2, size // 2), (3, size // 3), (size // 2, 2), ()]
+            if int(np.prod(s, dtype=np.int64)) == size
+        ]
         y = apply("reshape", x, shape=self.choice(shapes))
         if self.rng.random() < 0.4:
             y = apply("reshape", y, shape=self.choice(shapes))
@@ -144,9 +169,13 @@ class RandomGraph:
         if x.ndim >= 3:
             return None
         lead = int(self.rng.integers(1, 3))
-        y = apply("broadcast_in_dim", x, shape=(lead,) + x.shape, broadcast_dimensions=tuple(range(1, x.ndim + 1)))
+        y = apply(
+            "broadcast_in_dim", x, shape=(lead,) + x.shape, broadcast_dimensions=tuple(range(1, x.ndim + 1))
+        )
         if self.rng.random() < 0.3:
-            y = apply("broadcast_in_dim", y, shape=(2,) + y.shape, broadcast_dimensions=tuple(range(1, y.ndim + 1)))
+            y = apply(
+                "broadcast_in_dim", y, shape=(2,) + y.shape, broadcast_dimensions=tuple(range(1, y.ndim + 1))
+            )
         return y
 
     def slice(self, x):
@@ -158,7 +187,9 @@ class RandomGraph:
             lo = 0 if full else int(self.rng.integers(0, n))
             hi = n if full else int(self.rng.integers(lo + 1, n + 1))
             start.append(lo), limit.append(hi), strides.append(1 if full else int(self.rng.integers(1, 3)))
-        return apply("slice", x, start_indices=tuple(start), limit_indices=tuple(limit), strides=tuple(strides))
+        return apply(
+            "slice", x, start_indices=tuple(start), limit_indices=tuple(limit), strides=tuple(strides)
+        )
 
     def concatenate(self, x):
         if x.ndim == 0:
@@ -192,8 +223,15 @@ class RandomGraph:
         y = self.pick(lambda t: t.ndim in (1, 2) and t.shape[0] == k)
         if y is None or self.rng.random() < 0.3:
             y = self.constant((k, int(self.rng.integers(1, 4))))
-        return apply("dot_general", x, y, lhs_batch=(), rhs_batch=(), lhs_contracting=(x.ndim - 1,),
-                     rhs_contracting=(0,))
+        return apply(
+            "dot_general",
+            x,
+            y,
+            lhs_batch=(),
+            rhs_batch=(),
+            lhs_contracting=(x.ndim - 1,),
+            rhs_contracting=(0,),
+        )
 
     def convert(self, x):
         if self.kind == "f":
@@ -210,16 +248,23 @@ class RandomGraph:
             pred = apply("compare", x, y, direction=self.choice(["LT", "GE", "EQ", "NE"]))
         elif r < 0.7:
             scalar = apply("constant", value=np.asarray(self.rng.random() < 0.5))
-            pred = scalar if x.shape == () or self.rng.random() < 0.5 else apply(
-                "broadcast_in_dim", scalar, shape=x.shape, broadcast_dimensions=())
+            pred = (
+                scalar
+                if x.shape == () or self.rng.random() < 0.5
+                else apply("broadcast_in_dim", scalar, shape=x.shape, broadcast_dimensions=())
+            )
         else:
             pred = apply("constant", value=np.asarray(self.rng.random(x.shape) < 0.5))
         return apply("select", pred, *((x, y) if self.rng.random() < 0.8 else (x, x)))
 
     def clamp(self, x):
         lo, hi = sorted(self.data(()).tolist() for _ in range(2))
-        return apply("clamp", apply("constant", value=np.asarray(lo, self.dtype)), x,
-                     apply("constant", value=np.asarray(hi, self.dtype)))
+        return apply(
+            "clamp",
+            apply("constant", value=np.asarray(lo, self.dtype)),
+            x,
+            apply("constant", value=np.asarray(hi, self.dtype)),
+        )
 
     def stop_gradient(self, x):
         y = apply("stop_gradient", x)
@@ -230,9 +275,29 @@ class RandomGraph:
         op = "negate" if self.kind == "f" else "abs"
         return apply("add", apply(op, x), apply(op, x))
 
-    STEPS = ("unary", "binary", "binary", "identity_arith", "identity_arith", "double_negate", "constant_expr",
-             "reshape", "transpose", "broadcast", "slice", "concatenate", "pad", "reverse", "reduce", "dot",
-             "convert", "select", "clamp", "stop_gradient", "duplicate")
+    STEPS = (
+        "unary",
+        "binary",
+        "binary",
+        "identity_arith",
+        "identity_arith",
+        "double_negate",
+        "constant_expr",
+        "reshape",
+        "transpose",
+        "broadcast",
+        "slice",
+        "concatenate",
+        "pad",
+        "reverse",
+        "reduce",
+        "dot",
+        "convert",
+        "select",
+        "clamp",
+        "stop_gradient",
+        "duplicate",
+    )
 
     def build(self) -> Graph:
         with Builder(record_source=False) as b:
@@ -245,7 +310,9 @@ class RandomGraph:
                     self.pool.append(y)
             last = self.pool[-1]
             # output 0 is a scalar (a loss, when the dtype is float), then a few other values
-            loss = apply("reduce", last, kind="sum", dimensions=tuple(range(last.ndim))) if last.ndim else last
+            loss = (
+                apply("reduce", last, kind="sum", dimensions=tuple(range(last.ndim))) if last.ndim else last
+            )
             extra = [self.pick() for _ in range(int(self.rng.integers(0, 3)))]
             return b.finish([loss.value, last.value] + [t.value for t in extra])
 
@@ -325,8 +392,12 @@ def test_random_graphs_exercise_the_rules():
                 fired[rule] = fired.get(rule, 0) + n
             shrunk += len(out.nodes) < len(graph.nodes)
     canonical = set(RULES.names()) - {"pad-identity", "reverse-identity"}  # rarely generated exactly
-    assert canonical - set(fired) <= {"convert-identity", "broadcast-identity", "reshape-identity",
-                                      "transpose-identity"}, sorted(canonical - set(fired))
+    assert canonical - set(fired) <= {
+        "convert-identity",
+        "broadcast-identity",
+        "reshape-identity",
+        "transpose-identity",
+    }, sorted(canonical - set(fired))
     assert sum(n for r, n in fired.items() if r.startswith("fold-")) > 100
     assert shrunk > N_GRAPHS
 
@@ -350,8 +421,22 @@ def test_generator_is_deterministic_and_varied():
     ops = set()
     for s in range(N_GRAPHS):
         ops |= set(random_graph(s).op_counts())
-    assert {"dot_general", "reduce", "transpose", "reshape", "broadcast_in_dim", "select", "convert", "pad",
-            "slice", "concatenate", "clamp", "compare", "stop_gradient", "constant"} <= ops
+    assert {
+        "dot_general",
+        "reduce",
+        "transpose",
+        "reshape",
+        "broadcast_in_dim",
+        "select",
+        "convert",
+        "pad",
+        "slice",
+        "concatenate",
+        "clamp",
+        "compare",
+        "stop_gradient",
+        "constant",
+    } <= ops
 
 
 # ------------------------------------------------------------------------------ the .kir graphs

@@ -54,8 +54,10 @@ def test_coming_from_pytorch_example_runs_as_written(tmp_path, monkeypatch, caps
     x_test = namespace["x_test"]
     for a, b in zip(tree.flatten(restored.params)[0], tree.flatten(st.vars.params)[0]):
         assert np.array_equal(np.asarray(a), np.asarray(b))
-    assert np.array_equal(np.asarray(layer.apply(model, restored, x_test)[0]),
-                          np.asarray(train.predict(namespace["trainer"], st, x_test)))
+    assert np.array_equal(
+        np.asarray(layer.apply(model, restored, x_test)[0]),
+        np.asarray(train.predict(namespace["trainer"], st, x_test)),
+    )
     # the fresh initialisation really was different before the checkpoint was loaded
     fresh = namespace["fresh"]
     assert not np.array_equal(np.asarray(fresh.params[0]["weight"]), np.asarray(st.vars.params[0]["weight"]))

@@ -29,12 +29,17 @@ def _np_cell(kind, p, x, state):
         return (h,), h
     if kind == "gru":
         r = _sigmoid(xw[:, :H] + hw[:, :H])
-        z = _sigmoid(xw[:, H:2 * H] + hw[:, H:2 * H])
-        n = np.tanh(xw[:, 2 * H:] + r * hw[:, 2 * H:])
+        z = _sigmoid(xw[:, H : 2 * H] + hw[:, H : 2 * H])
+        n = np.tanh(xw[:, 2 * H :] + r * hw[:, 2 * H :])
         h = (1 - z) * n + z * h
         return (h,), h
     g = xw + hw
-    i, f, gg, o = _sigmoid(g[:, :H]), _sigmoid(g[:, H:2 * H]), np.tanh(g[:, 2 * H:3 * H]), _sigmoid(g[:, 3 * H:])
+    i, f, gg, o = (
+        _sigmoid(g[:, :H]),
+        _sigmoid(g[:, H : 2 * H]),
+        np.tanh(g[:, 2 * H : 3 * H]),
+        _sigmoid(g[:, 3 * H :]),
+    )
     c = f * state[1] + i * gg
     h = o * np.tanh(c)
     return (h, c), h
@@ -49,11 +54,11 @@ def _np_layer(kind, params, x, state0, lengths, bidirectional):
         p = {k: v.astype(np.float64) for k, v in (params[name] if name else params).items()}
         for b in range(B):
             n = lengths[b] if lengths is not None else T
-            state = tuple(s[d, b:b + 1].astype(np.float64) for s in state0)
+            state = tuple(s[d, b : b + 1].astype(np.float64) for s in state0)
             steps = range(n - 1, -1, -1) if reverse else range(n)
             for t in steps:
-                state, y = _np_cell(kind, p, x[b:b + 1, t].astype(np.float64), state)
-                out[b, t, d * H:(d + 1) * H] = y[0]
+                state, y = _np_cell(kind, p, x[b : b + 1, t].astype(np.float64), state)
+                out[b, t, d * H : (d + 1) * H] = y[0]
             for k, s in enumerate(state):
                 finals[k][d, b] = s[0]
     return out, finals
@@ -75,8 +80,9 @@ def test_matches_numpy_loop(kind, bidirectional, masked):
     if masked:
         inp["lengths"] = LENGTHS
     (y, final), _ = layer.apply(model, v, inp)
-    want_y, want_final = _np_layer(kind, kn.ptree.map(np.asarray, v.params), X, state0,
-                                   LENGTHS if masked else None, bidirectional)
+    want_y, want_final = _np_layer(
+        kind, kn.ptree.map(np.asarray, v.params), X, state0, LENGTHS if masked else None, bidirectional
+    )
     np.testing.assert_allclose(np.asarray(y), want_y, rtol=1e-5, atol=1e-5)
     finals = final if kind == "lstm" else (final,)
     for got, want in zip(finals, want_final):
@@ -88,10 +94,11 @@ def _jax_gru(p, x):
         xw = x_t @ p["w_ih"] + p["b_ih"]
         hw = h @ p["w_hh"] + p["b_hh"]
         r = jax.nn.sigmoid(xw[:, :H] + hw[:, :H])
-        z = jax.nn.sigmoid(xw[:, H:2 * H] + hw[:, H:2 * H])
-        n = jnp.tanh(xw[:, 2 * H:] + r * hw[:, 2 * H:])
+        z = jax.nn.sigmoid(xw[:, H : 2 * H] + hw[:, H : 2 * H])
+        n = jnp.tanh(xw[:, 2 * H :] + r * hw[:, 2 * H :])
         h = (1 - z) * n + z * h
         return h, h
+
     _, ys = jax.lax.scan(step, jnp.zeros((x.shape[0], H), x.dtype), jnp.swapaxes(x, 0, 1))
     return jnp.sum(jnp.swapaxes(ys, 0, 1) ** 2)
 
@@ -108,7 +115,9 @@ def test_gru_gradients_match_jax_in_float64():
     got = kn.grad(loss, argnums=(0, 1))(v.params, x)
     with jax.enable_x64(True):
         want = jax.grad(_jax_gru, argnums=(0, 1))(kn.ptree.map(np.asarray, v.params), x)
-    for g, w in zip(jax.tree_util.tree_leaves(kn.ptree.map(np.asarray, got)), jax.tree_util.tree_leaves(want)):
+    for g, w in zip(
+        jax.tree_util.tree_leaves(kn.ptree.map(np.asarray, got)), jax.tree_util.tree_leaves(want)
+    ):
         np.testing.assert_allclose(g, np.asarray(w), rtol=1e-9, atol=1e-11)
 
 
@@ -144,14 +153,17 @@ def test_outputs_and_gradients_equal_pytorch(kind):
     value, grads = kn.value_and_grad(loss)(params, x)
 
     tx = torch.tensor(x)
-    packed = torch.nn.utils.rnn.pack_padded_sequence(tx, torch.tensor(LENGTHS), batch_first=True,
-                                                     enforce_sorted=False)
+    packed = torch.nn.utils.rnn.pack_padded_sequence(
+        tx, torch.tensor(LENGTHS), batch_first=True, enforce_sorted=False
+    )
     out, final = module(packed)
     y, _ = torch.nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=T)
     h = final[0] if kind == "lstm" else final
     want = (y * y).sum() + (h * 0.5).sum()
     want.backward()
     np.testing.assert_allclose(float(value), want.item(), rtol=1e-12)
-    want_grads = layer.recurrent_from_torch({k: p.grad for k, p in module.named_parameters()}, bidirectional=True)
+    want_grads = layer.recurrent_from_torch(
+        {k: p.grad for k, p in module.named_parameters()}, bidirectional=True
+    )
     for (path, g), (_, w) in zip(kn.ptree.flatten_with_paths(grads), kn.ptree.flatten_with_paths(want_grads)):
         np.testing.assert_allclose(np.asarray(g), w, rtol=1e-10, atol=1e-12, err_msg=path)

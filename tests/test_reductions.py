@@ -25,9 +25,12 @@ CASES = [(axis, keepdims) for axis in AXES for keepdims in (False, True)]
 REDUCTIONS = ["sum", "mean", "max", "min", "prod", "var", "std", "all", "any"]
 
 # the oracle namespace: jax.numpy plus the softmax family from jax.nn / jax.scipy
-JAX = types.SimpleNamespace(**{name: getattr(jnp, name) for name in REDUCTIONS + ["argmax", "argmin"]},
-                            softmax=jax.nn.softmax, log_softmax=jax.nn.log_softmax,
-                            logsumexp=jax.scipy.special.logsumexp)
+JAX = types.SimpleNamespace(
+    **{name: getattr(jnp, name) for name in REDUCTIONS + ["argmax", "argmin"]},
+    softmax=jax.nn.softmax,
+    log_softmax=jax.nn.log_softmax,
+    logsumexp=jax.scipy.special.logsumexp,
+)
 
 
 def both(body, *args):
@@ -52,8 +55,9 @@ def _check(actual, expected, rtol=2e-6, atol=2e-6):
     if actual.dtype.kind in "biu":
         np.testing.assert_array_equal(actual, expected)
     else:
-        np.testing.assert_allclose(actual.astype(np.float64), expected.astype(np.float64), rtol=rtol,
-                                   atol=atol, equal_nan=True)
+        np.testing.assert_allclose(
+            actual.astype(np.float64), expected.astype(np.float64), rtol=rtol, atol=atol, equal_nan=True
+        )
 
 
 def _check_all(pairs, **tol):
@@ -101,17 +105,31 @@ def test_float64_against_numpy():
 def test_scalar_and_size_one_axes():
     s = np.float32(2.5)
     x = _data(np.float32, (1, 3, 1))
-    _check_all(both(lambda m, s, x: [getattr(m, n)(s) for n in REDUCTIONS]
-                    + [getattr(m, n)(x, axis=a, keepdims=True) for n in REDUCTIONS for a in (0, (0, 2), None)]
-                    + [m.argmax(x, axis=0), m.argmin(x, axis=2, keepdims=True), m.softmax(x, axis=0)],
-                    s, x))
+    _check_all(
+        both(
+            lambda m, s, x: (
+                [getattr(m, n)(s) for n in REDUCTIONS]
+                + [getattr(m, n)(x, axis=a, keepdims=True) for n in REDUCTIONS for a in (0, (0, 2), None)]
+                + [m.argmax(x, axis=0), m.argmin(x, axis=2, keepdims=True), m.softmax(x, axis=0)]
+            ),
+            s,
+            x,
+        )
+    )
 
 
 def test_size_zero_axes():
     x = np.zeros((0, 3), np.float32)
     names = ("sum", "prod", "all", "any")
-    _check_all(both(lambda m, x: [getattr(m, n)(x, axis=a) for n in names for a in (0, 1, None)]
-                    + [m.max(x, axis=1), m.logsumexp(x, axis=0), m.softmax(x, axis=0)], x))
+    _check_all(
+        both(
+            lambda m, x: (
+                [getattr(m, n)(x, axis=a) for n in names for a in (0, 1, None)]
+                + [m.max(x, axis=1), m.logsumexp(x, axis=0), m.softmax(x, axis=0)]
+            ),
+            x,
+        )
+    )
     assert np.isnan(np.asarray(kn.mean(x, axis=0))).all()
     empty_int = kn.sum(np.zeros((0,), np.int32))
     assert empty_int.dtype == np.int32 and int(empty_int) == 0
@@ -124,8 +142,18 @@ def test_size_zero_axes():
 
 def test_var_std_ddof():
     x, i = _data(np.float32), _data(np.int32)
-    _check_all(both(lambda m, x, i: [m.var(x, axis=1, ddof=1), m.std(x, axis=(0, 1), ddof=1, keepdims=True),
-                                     m.std(i), m.var(i, axis=-1, ddof=2)], x, i))
+    _check_all(
+        both(
+            lambda m, x, i: [
+                m.var(x, axis=1, ddof=1),
+                m.std(x, axis=(0, 1), ddof=1, keepdims=True),
+                m.std(i),
+                m.var(i, axis=-1, ddof=2),
+            ],
+            x,
+            i,
+        )
+    )
 
 
 def test_max_min_propagate_nan():
@@ -136,8 +164,17 @@ def test_max_min_propagate_nan():
 
 def test_argmax_argmin_axes_and_dtypes():
     x = _data(np.float32)
-    _check_all(both(lambda m, x: [f(x, axis=a, keepdims=k) for f in (m.argmax, m.argmin)
-                                  for a in (None, 0, 1, -1) for k in (False, True)], x))
+    _check_all(
+        both(
+            lambda m, x: [
+                f(x, axis=a, keepdims=k)
+                for f in (m.argmax, m.argmin)
+                for a in (None, 0, 1, -1)
+                for k in (False, True)
+            ],
+            x,
+        )
+    )
     ints, bools, uints, doubles = _data(np.int32), _data(np.bool_), _data(np.uint8), _data(np.float64)
     arrays = (ints, bools, uints, doubles)
     outs = kn.jit(lambda *xs: [f(v, axis=2) for f in (kn.argmax, kn.argmin) for v in xs])(*arrays)
@@ -148,8 +185,17 @@ def test_argmax_argmin_axes_and_dtypes():
 
 def test_arg_ties_and_nan_follow_numpy():
     ties = np.array([[1, 3, 3, 0, 3], [2, 2, 2, 2, 2], [-1, -5, -5, 7, -5], [0, 0, -9, 9, 9]], np.float32)
-    nan = np.array([[1, np.nan, 3, np.nan], [np.inf, 2, -np.inf, 0], [-np.inf] * 4, [np.nan] * 4,
-                    [np.inf] * 4, [5, 5, np.nan, 5]], np.float32)
+    nan = np.array(
+        [
+            [1, np.nan, 3, np.nan],
+            [np.inf, 2, -np.inf, 0],
+            [-np.inf] * 4,
+            [np.nan] * 4,
+            [np.inf] * 4,
+            [5, 5, np.nan, 5],
+        ],
+        np.float32,
+    )
     # a long axis, so XLA combines in a tree: still the first of equal values / the first NaN
     long = np.zeros((3, 1000), np.float32)
     long[0, [17, 400, 999]] = 1.0
@@ -157,12 +203,18 @@ def test_arg_ties_and_nan_follow_numpy():
     long[2, ::7] = -1.0
 
     def body(m, ties, nan, long):
-        return [f(v, axis=a) for f in (m.argmax, m.argmin)
-                for v, a in ((ties, 1), (ties.T, 0), (nan, 1), (nan, None), (long, 1))]
+        return [
+            f(v, axis=a)
+            for f in (m.argmax, m.argmin)
+            for v, a in ((ties, 1), (ties.T, 0), (nan, 1), (nan, None), (long, 1))
+        ]
 
     outs = kn.jit(lambda *a: body(kn, *a))(ties, nan, long)
-    expected = [np.asarray(f(v, axis=a)).astype(np.int32) for f in (np.argmax, np.argmin)
-                for v, a in ((ties, 1), (ties.T, 0), (nan, 1), (nan, None), (long, 1))]
+    expected = [
+        np.asarray(f(v, axis=a)).astype(np.int32)
+        for f in (np.argmax, np.argmin)
+        for v, a in ((ties, 1), (ties.T, 0), (nan, 1), (nan, None), (long, 1))
+    ]
     for out, want in zip(outs, expected):
         _check(out, want)  # NumPy: ties pick the first index, the first NaN wins
 
@@ -176,19 +228,33 @@ def test_all_any_of_numbers():
 def test_softmax_family():
     x = _data(np.float32) * 3
     axes = (-1, 0, (0, 1), None)
-    _check_all(both(lambda m, x: [m.softmax(x, axis=a) for a in axes]
-                    + [m.log_softmax(x, axis=a) for a in axes]
-                    + [m.logsumexp(x, axis=a, keepdims=k) for a in axes for k in (False, True)], x),
-               rtol=1e-5, atol=1e-5)
+    _check_all(
+        both(
+            lambda m, x: (
+                [m.softmax(x, axis=a) for a in axes]
+                + [m.log_softmax(x, axis=a) for a in axes]
+                + [m.logsumexp(x, axis=a, keepdims=k) for a in axes for k in (False, True)]
+            ),
+            x,
+        ),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_softmax_rows_sum_to_one_and_large_values_do_not_overflow():
     x = RNG.standard_normal((5, 7)).astype(np.float32) * 1000.0
     big = np.array([[1e4, 1e4 + 1.0, -1e4], [88.0, 89.0, 90.0]], np.float32)
     edge = np.array([[-np.inf, -np.inf], [np.inf, 0.0]], np.float32)
-    p, lse, log_p, lse_edge, p_int = kn.jit(lambda x, big, edge, i: [
-        kn.softmax(x), kn.logsumexp(big, axis=1), kn.log_softmax(big), kn.logsumexp(edge, axis=1),
-        kn.softmax(i)])(x, big, edge, np.arange(6, dtype=np.int32).reshape(2, 3))
+    p, lse, log_p, lse_edge, p_int = kn.jit(
+        lambda x, big, edge, i: [
+            kn.softmax(x),
+            kn.logsumexp(big, axis=1),
+            kn.log_softmax(big),
+            kn.logsumexp(edge, axis=1),
+            kn.softmax(i),
+        ]
+    )(x, big, edge, np.arange(6, dtype=np.int32).reshape(2, 3))
     p = np.asarray(p)
     assert np.all(np.isfinite(p)) and np.all(p >= 0)
     np.testing.assert_allclose(p.sum(axis=-1), 1.0, rtol=1e-5)
@@ -211,12 +277,19 @@ def test_gradients_match_jax():
         def loss(f):
             return g(lambda v: m.sum(m.sin(f(v))))
 
-        return [loss(lambda v: m.sum(v, axis=1))(x), loss(lambda v: m.mean(v, axis=(0, 2)))(x),
-                loss(lambda v: m.max(v, axis=2, keepdims=True))(x), loss(lambda v: m.min(v))(x),
-                loss(lambda v: m.prod(v, axis=-1))(x), loss(lambda v: m.prod(v, axis=-1))(z),
-                loss(lambda v: m.var(v, axis=1))(x), loss(lambda v: m.std(v, axis=0))(x),
-                loss(lambda v: m.logsumexp(v, axis=-1))(x), loss(lambda v: m.softmax(v, axis=1))(x),
-                loss(lambda v: m.log_softmax(v))(x)]
+        return [
+            loss(lambda v: m.sum(v, axis=1))(x),
+            loss(lambda v: m.mean(v, axis=(0, 2)))(x),
+            loss(lambda v: m.max(v, axis=2, keepdims=True))(x),
+            loss(lambda v: m.min(v))(x),
+            loss(lambda v: m.prod(v, axis=-1))(x),
+            loss(lambda v: m.prod(v, axis=-1))(z),
+            loss(lambda v: m.var(v, axis=1))(x),
+            loss(lambda v: m.std(v, axis=0))(x),
+            loss(lambda v: m.logsumexp(v, axis=-1))(x),
+            loss(lambda v: m.softmax(v, axis=1))(x),
+            loss(lambda v: m.log_softmax(v))(x),
+        ]
 
     ours = kn.jit(lambda x, z: losses(kn, kn.grad, x, z))(x, z)
     oracle = types.SimpleNamespace(**vars(JAX), sin=jnp.sin)

@@ -26,6 +26,7 @@ def _loss(wrap):
             with kn.ir.scope(f"{i}.block"):
                 x = wrap(_block)(p, x)
         return kn.sum(x * x)
+
     return f
 
 
@@ -63,7 +64,7 @@ def test_remat_pass_on_a_plain_gradient_graph(plain):
         _same(exe(*kn.ptree.flatten((PS, X))[0]), kn.ptree.flatten(grads0)[0])
         assert exe.memory_analysis()["temp"] <= 0.6 * temp0
     # saving every dot keeps the dots' count and recomputes only the cheap tanh
-    dots = kn.passes.run(graph, 'remat{policy=dots depth=1},canonicalize,fold,cse,dce')
+    dots = kn.passes.run(graph, "remat{policy=dots depth=1},canonicalize,fold,cse,dce")
     plain_graph = kn.passes.run(graph, "canonicalize,fold,cse,dce")
     assert dots.op_counts()["dot_general"] == plain_graph.op_counts()["dot_general"]
     assert dots.op_counts()["tanh"] > plain_graph.op_counts()["tanh"]
@@ -71,8 +72,12 @@ def test_remat_pass_on_a_plain_gradient_graph(plain):
 
 def test_train_make_remat_same_step_less_memory():
     # four blocks (the segments: depth 1 of the layer path), each linear-tanh-linear-tanh
-    model = layer.sequential([layer.sequential([layer.linear(32, 64), layer.tanh(), layer.linear(64, 32),
-                                                layer.tanh()]) for _ in range(4)])
+    model = layer.sequential(
+        [
+            layer.sequential([layer.linear(32, 64), layer.tanh(), layer.linear(64, 32), layer.tanh()])
+            for _ in range(4)
+        ]
+    )
     x = RNG.standard_normal((128, 32)).astype(np.float32)
     y = RNG.standard_normal((128, 32)).astype(np.float32)
     results = {}

@@ -77,6 +77,7 @@ def test_scope_accepts_a_key_and_rejects_bad_seeds():
 
 def test_traced_root_key_inside_jit():
     """A scope opened on a traced key draws traced keys: fresh values per call, one compile."""
+
     def f(key):
         with rng.scope(key):
             return rng.next_key(), rng.next_key()
@@ -108,9 +109,11 @@ def test_layer_init_is_deterministic_per_seed():
     a = rng.run(11, lambda: layer.init(model))
     b = rng.run(11, lambda: layer.init(model))
     c = rng.run(12, lambda: layer.init(model))
-    for (path, x), (_, y), (_, z) in zip(kn.ptree.flatten_with_paths(a.params),
-                                         kn.ptree.flatten_with_paths(b.params),
-                                         kn.ptree.flatten_with_paths(c.params)):
+    for (path, x), (_, y), (_, z) in zip(
+        kn.ptree.flatten_with_paths(a.params),
+        kn.ptree.flatten_with_paths(b.params),
+        kn.ptree.flatten_with_paths(c.params),
+    ):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y), err_msg=path)
         if path.endswith("weight"):
             assert not np.array_equal(np.asarray(x), np.asarray(z)), path

@@ -28,8 +28,10 @@ def _rnn(np_mod, scan, reverse=False, unroll=1):
         def step(h, x):
             h = np_mod.tanh(h @ w + x)
             return h, {"sq": h * h, "sum": np_mod.sum(h)}
+
         h, ys = scan(step, h0, xs, reverse=reverse, unroll=unroll)
         return np_mod.sum(h) + np_mod.sum(ys["sq"] * 0.5) + np_mod.sum(ys["sum"] ** 2)
+
     return loss
 
 
@@ -47,10 +49,11 @@ def test_scan_value_and_grad_match_jax(reverse, unroll):
 def test_scan_trees_no_xs_and_eager_call():
     def step(c, _):
         return {"a": c["a"] * 1.5, "n": c["n"] + 1}, c["a"]
+
     carry, ys = kn.scan(step, {"a": H0, "n": np.int32(0)}, None, length=4)
-    np.testing.assert_allclose(np.asarray(carry["a"]), H0 * 1.5 ** 4)
+    np.testing.assert_allclose(np.asarray(carry["a"]), H0 * 1.5**4)
     assert int(carry["n"]) == 4
-    np.testing.assert_allclose(np.asarray(ys), np.stack([H0 * 1.5 ** k for k in range(4)]))
+    np.testing.assert_allclose(np.asarray(ys), np.stack([H0 * 1.5**k for k in range(4)]))
 
 
 def test_scan_is_one_while_loop_and_grad_of_grad():
@@ -73,12 +76,14 @@ def test_nested_scan_grad():
         def outer(h, row):
             inner, _ = kn.scan(lambda g, x: (kn.tanh(g * w + x), None), h, row[:, None] * np.ones(3))
             return inner, None
+
         return kn.sum(kn.scan(outer, H0, xs)[0])
 
     def fj(w, xs):
         def outer(h, row):
             inner, _ = jax.lax.scan(lambda g, x: (jnp.tanh(g * w + x), None), h, row[:, None] * jnp.ones(3))
             return inner, None
+
         return jnp.sum(jax.lax.scan(outer, H0, xs)[0])
 
     with jax.enable_x64(True):

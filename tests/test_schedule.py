@@ -38,23 +38,35 @@ def _cosine_warmup_reference(init, peak, warmup):
 CASES = {
     "constant": (schedule.constant(0.3), optax.constant_schedule(0.3)),
     "cosine_decay": (schedule.cosine_decay(0.1, 40), optax.cosine_decay_schedule(0.1, 40)),
-    "cosine_decay_alpha": (schedule.cosine_decay(2.0, 25, alpha=0.1),
-                           optax.cosine_decay_schedule(2.0, 25, alpha=0.1)),
+    "cosine_decay_alpha": (
+        schedule.cosine_decay(2.0, 25, alpha=0.1),
+        optax.cosine_decay_schedule(2.0, 25, alpha=0.1),
+    ),
     "warmup_cosine_kaun": (schedule.warmup_cosine(0.0, 1e-3, 10), _cosine_warmup_reference(0.0, 1e-3, 10)),
-    "warmup_cosine_kaun_from_nonzero": (schedule.warmup_cosine(0.5, 0.1, 7),
-                                        _cosine_warmup_reference(0.5, 0.1, 7)),
-    "warmup_cosine_decay": (schedule.warmup_cosine(0.0, 1.0, 10, decay_steps=50, end_value=0.05),
-                            optax.warmup_cosine_decay_schedule(0.0, 1.0, 10, 50, end_value=0.05)),
-    "warmup_cosine_decay_no_warmup": (schedule.warmup_cosine(0.0, 0.5, 0, decay_steps=30),
-                                      optax.warmup_cosine_decay_schedule(0.0, 0.5, 0, 30)),
+    "warmup_cosine_kaun_from_nonzero": (
+        schedule.warmup_cosine(0.5, 0.1, 7),
+        _cosine_warmup_reference(0.5, 0.1, 7),
+    ),
+    "warmup_cosine_decay": (
+        schedule.warmup_cosine(0.0, 1.0, 10, decay_steps=50, end_value=0.05),
+        optax.warmup_cosine_decay_schedule(0.0, 1.0, 10, 50, end_value=0.05),
+    ),
+    "warmup_cosine_decay_no_warmup": (
+        schedule.warmup_cosine(0.0, 0.5, 0, decay_steps=30),
+        optax.warmup_cosine_decay_schedule(0.0, 0.5, 0, 30),
+    ),
     "warmup_linear": (schedule.warmup_linear(0.01, 0.5, 12), optax.linear_schedule(0.01, 0.5, 12)),
     "warmup_linear_zero": (schedule.warmup_linear(0.0, 0.5, 0), optax.constant_schedule(0.5)),
     "linear": (schedule.linear(1.0, 0.1, 30), optax.linear_schedule(1.0, 0.1, 30)),
     "exponential_decay": (schedule.exponential_decay(0.1, 0.9, 5), optax.exponential_decay(0.1, 5, 0.9)),
-    "exponential_decay_staircase": (schedule.exponential_decay(0.1, 0.5, 8, staircase=True),
-                                    optax.exponential_decay(0.1, 8, 0.5, staircase=True)),
-    "piecewise_constant": (schedule.piecewise_constant([10, 20, 45], [1.0, 0.5, 0.25, 0.125]),
-                           optax.piecewise_constant_schedule(1.0, {10: 0.5, 20: 0.5, 45: 0.5})),
+    "exponential_decay_staircase": (
+        schedule.exponential_decay(0.1, 0.5, 8, staircase=True),
+        optax.exponential_decay(0.1, 8, 0.5, staircase=True),
+    ),
+    "piecewise_constant": (
+        schedule.piecewise_constant([10, 20, 45], [1.0, 0.5, 0.25, 0.125]),
+        optax.piecewise_constant_schedule(1.0, {10: 0.5, 20: 0.5, 45: 0.5}),
+    ),
 }
 
 
@@ -82,8 +94,13 @@ def test_traced_steps_match_optax():
     for i in (1, 10, 37):
         for name, value in zip(names, scalar(STEPS[i])):
             assert value.dtype == np.float32 and value.shape == ()
-            np.testing.assert_allclose(np.asarray(value), references[name][i], rtol=2e-6, atol=1e-7,
-                                       err_msg=f"{name} at step {STEPS[i]}")
+            np.testing.assert_allclose(
+                np.asarray(value),
+                references[name][i],
+                rtol=2e-6,
+                atol=1e-7,
+                err_msg=f"{name} at step {STEPS[i]}",
+            )
     assert scalar.trace_count == 1  # a new step value is a new input, not a new trace
     # an array of steps goes through the same elementwise formulas
     for name, value in zip(names, kn.jit(all_schedules)(STEPS)):

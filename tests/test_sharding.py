@@ -23,8 +23,13 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def run_worker(*groups: str, timeout: float = 300) -> dict:
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
-    proc = subprocess.run([sys.executable, os.path.join(HERE, "sharding_worker.py"), *groups],
-                          capture_output=True, text=True, timeout=timeout, env=env)
+    proc = subprocess.run(
+        [sys.executable, os.path.join(HERE, "sharding_worker.py"), *groups],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -100,8 +105,12 @@ def test_tensor_parallel_block_equals_one_device(jit_checks):
     assert r["fc1"] == [[32, 32]]  # [32, 128] split over 4 model devices, replicated over data
     assert r["all_reduce"] >= 1
     layout = ok(jit_checks["fsdp_tensor_parallel_layout"])
-    assert layout == {"fc1": "Spec('data', 'model')", "fc2": "Spec('model', 'data')", "ln1": "Spec('data')",
-                      "out_bias": "Spec('data')"}
+    assert layout == {
+        "fc1": "Spec('data', 'model')",
+        "fc2": "Spec('model', 'data')",
+        "ln1": "Spec('data')",
+        "out_bias": "Spec('data')",
+    }
 
 
 def test_training_layout_errors(jit_checks):
@@ -142,8 +151,11 @@ def test_dump_stats_shows_shardings_and_collectives(jit_checks):
     text = r["text"]
     assert "shardings (sharding_constraint):" in text
     assert "f32[784,256] [{}, {model}] mesh {'data': 4, 'model': 2}" in text
-    counts = {line.split()[0]: int(line.split()[1]) for line in text.splitlines()
-              if line.strip().startswith(("all-reduce", "all-gather"))}
+    counts = {
+        line.split()[0]: int(line.split()[1])
+        for line in text.splitlines()
+        if line.strip().startswith(("all-reduce", "all-gather"))
+    }
     assert counts["all-reduce"] >= 1
 
 
@@ -152,10 +164,11 @@ def test_dump_stats_shows_shardings_and_collectives(jit_checks):
 
 def test_constraint_in_text_ir_and_stablehlo():
     mesh = kn.sharding.mesh((1,), ("data",))
-    graph = kn.trace(lambda x: kn.sharding.constrain(x * 2.0, Spec("data"), mesh=mesh),
-                     kn.ShapeDtype((4, 3), kn.float32))
+    graph = kn.trace(
+        lambda x: kn.sharding.constrain(x * 2.0, Spec("data"), mesh=mesh), kn.ShapeDtype((4, 3), kn.float32)
+    )
     text = graph.text()
-    assert 'sharding_constraint' in text and '"data"' in text
+    assert "sharding_constraint" in text and '"data"' in text
     assert kn.ir.parse(text).text() == text
     mlir = kn.runtime.lower(graph)
     assert '"sdy.sharding_constraint"' in mlir and 'mesh<["data"=1]>' in mlir
@@ -168,8 +181,9 @@ def test_constraint_shown_by_viz():
     from kaun_ir.tools import viz
 
     mesh = kn.sharding.mesh((1,), ("data",))
-    graph = kn.trace(lambda x: kn.sharding.constrain(kn.tanh(x), "data", mesh=mesh),
-                     kn.ShapeDtype((4, 3), kn.float32))
+    graph = kn.trace(
+        lambda x: kn.sharding.constrain(kn.tanh(x), "data", mesh=mesh), kn.ShapeDtype((4, 3), kn.float32)
+    )
     dot = viz.to_dot(graph)
     assert "sharding_constraint" in dot and "data" in dot
 
@@ -187,17 +201,20 @@ def test_errors_without_devices():
         Spec(3)
     mesh = kn.sharding.mesh((1,), ("data",))
     with pytest.raises(kn.ShapeError, match="twice"):
-        kn.trace(lambda x: kn.sharding.constrain(x, Spec("data", "data"), mesh=mesh),
-                 kn.ShapeDtype((4, 4), kn.float32))
+        kn.trace(
+            lambda x: kn.sharding.constrain(x, Spec("data", "data"), mesh=mesh),
+            kn.ShapeDtype((4, 4), kn.float32),
+        )
     with pytest.raises(kn.ShapeError, match="rank 1"):
-        kn.trace(lambda x: kn.sharding.constrain(x, Spec(None, "data"), mesh=mesh),
-                 kn.ShapeDtype((4,), kn.float32))
+        kn.trace(
+            lambda x: kn.sharding.constrain(x, Spec(None, "data"), mesh=mesh), kn.ShapeDtype((4,), kn.float32)
+        )
 
 
 def test_spec_forms():
     assert Spec("data", None) == Spec("data")
-    from kaun_ir.runtime.mesh import as_spec
     from jax.sharding import PartitionSpec
+    from kaun_ir.runtime.mesh import as_spec
 
     assert as_spec(PartitionSpec("data", None)) == Spec("data")
     assert as_spec(("data", ("a", "b"))).dims == (("data",), ("a", "b"))

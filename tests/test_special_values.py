@@ -23,56 +23,149 @@ import kaun_ir as kn
 from kaun_ir import activations, linalg, numeric, reductions
 
 F32 = np.float32
-SPECIAL = np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.0, 0.5, -0.5, 3.0, -3.0, 6.0, 100.0,
-                    -100.0, 3e38, -3e38, 1e-45, -1e-45], F32)
+SPECIAL = np.array(
+    [
+        np.nan,
+        np.inf,
+        -np.inf,
+        0.0,
+        -0.0,
+        1.0,
+        -1.0,
+        0.5,
+        -0.5,
+        3.0,
+        -3.0,
+        6.0,
+        100.0,
+        -100.0,
+        3e38,
+        -3e38,
+        1e-45,
+        -1e-45,
+    ],
+    F32,
+)
 
 UNARY = {
-    "abs": jnp.abs, "ceil": jnp.ceil, "cos": jnp.cos, "erf": jax.scipy.special.erf, "exp": jnp.exp,
-    "expm1": jnp.expm1, "floor": jnp.floor, "log": jnp.log, "log1p": jnp.log1p, "negative": jnp.negative,
-    "reciprocal": jnp.reciprocal, "round": jnp.round, "rsqrt": jax.lax.rsqrt, "sign": jnp.sign,
-    "sin": jnp.sin, "sqrt": jnp.sqrt, "square": jnp.square, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid,
+    "abs": jnp.abs,
+    "ceil": jnp.ceil,
+    "cos": jnp.cos,
+    "erf": jax.scipy.special.erf,
+    "exp": jnp.exp,
+    "expm1": jnp.expm1,
+    "floor": jnp.floor,
+    "log": jnp.log,
+    "log1p": jnp.log1p,
+    "negative": jnp.negative,
+    "reciprocal": jnp.reciprocal,
+    "round": jnp.round,
+    "rsqrt": jax.lax.rsqrt,
+    "sign": jnp.sign,
+    "sin": jnp.sin,
+    "sqrt": jnp.sqrt,
+    "square": jnp.square,
+    "tanh": jnp.tanh,
+    "sigmoid": jax.nn.sigmoid,
 }
 ACTIVATIONS = {
-    "relu": jax.nn.relu, "relu6": jax.nn.relu6, "leaky_relu": jax.nn.leaky_relu, "elu": jax.nn.elu,
-    "selu": jax.nn.selu, "celu": jax.nn.celu, "gelu": functools.partial(jax.nn.gelu, approximate=False),
-    "gelu_approx": functools.partial(jax.nn.gelu, approximate=True), "silu": jax.nn.silu,
-    "swish": jax.nn.swish, "softplus": jax.nn.softplus, "softsign": jax.nn.soft_sign, "mish": jax.nn.mish,
-    "log_sigmoid": jax.nn.log_sigmoid, "sigmoid": jax.nn.sigmoid, "tanh": jnp.tanh,
-    "hard_sigmoid": jax.nn.hard_sigmoid, "hard_tanh": jax.nn.hard_tanh, "hard_swish": jax.nn.hard_swish,
+    "relu": jax.nn.relu,
+    "relu6": jax.nn.relu6,
+    "leaky_relu": jax.nn.leaky_relu,
+    "elu": jax.nn.elu,
+    "selu": jax.nn.selu,
+    "celu": jax.nn.celu,
+    "gelu": functools.partial(jax.nn.gelu, approximate=False),
+    "gelu_approx": functools.partial(jax.nn.gelu, approximate=True),
+    "silu": jax.nn.silu,
+    "swish": jax.nn.swish,
+    "softplus": jax.nn.softplus,
+    "softsign": jax.nn.soft_sign,
+    "mish": jax.nn.mish,
+    "log_sigmoid": jax.nn.log_sigmoid,
+    "sigmoid": jax.nn.sigmoid,
+    "tanh": jnp.tanh,
+    "hard_sigmoid": jax.nn.hard_sigmoid,
+    "hard_tanh": jax.nn.hard_tanh,
+    "hard_swish": jax.nn.hard_swish,
     "hard_silu": jax.nn.hard_silu,
 }
-BINARY = {name: getattr(jnp, name) for name in (
-    "add", "subtract", "multiply", "divide", "true_divide", "maximum", "minimum", "power", "arctan2",
-    "mod", "remainder", "floor_divide", "equal", "not_equal", "less", "less_equal", "greater",
-    "greater_equal")}
-REDUCTIONS = {name: getattr(jnp, name) for name in (
-    "sum", "mean", "max", "min", "prod", "var", "std", "argmax", "argmin", "all", "any")}
-REDUCTIONS |= {"logsumexp": jax.scipy.special.logsumexp, "softmax": jax.nn.softmax,
-               "log_softmax": jax.nn.log_softmax}
-LINALG = {"matmul": jnp.matmul, "dot": jnp.dot, "outer": jnp.outer,
-          "tensordot": functools.partial(jnp.tensordot, axes=1),
-          "einsum": functools.partial(jnp.einsum, "ij,jk->ik")}
+BINARY = {
+    name: getattr(jnp, name)
+    for name in (
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "true_divide",
+        "maximum",
+        "minimum",
+        "power",
+        "arctan2",
+        "mod",
+        "remainder",
+        "floor_divide",
+        "equal",
+        "not_equal",
+        "less",
+        "less_equal",
+        "greater",
+        "greater_equal",
+    )
+}
+REDUCTIONS = {
+    name: getattr(jnp, name)
+    for name in ("sum", "mean", "max", "min", "prod", "var", "std", "argmax", "argmin", "all", "any")
+}
+REDUCTIONS |= {
+    "logsumexp": jax.scipy.special.logsumexp,
+    "softmax": jax.nn.softmax,
+    "log_softmax": jax.nn.log_softmax,
+}
+LINALG = {
+    "matmul": jnp.matmul,
+    "dot": jnp.dot,
+    "outer": jnp.outer,
+    "tensordot": functools.partial(jnp.tensordot, axes=1),
+    "einsum": functools.partial(jnp.einsum, "ij,jk->ik"),
+}
 OTHER = {"where", "clip"}  # checked by their own tests below
 
 NOT_ARITHMETIC = {
     # these move, make or describe arrays; they compute nothing a special value could change
-    "arange": "creation", "full": "creation", "full_like": "creation", "ones": "creation",
-    "ones_like": "creation", "zeros": "creation", "zeros_like": "creation",
-    "broadcast_shapes": "shapes only", "shape_of": "shapes only", "dtype_of": "dtypes only",
-    "promote": "dtype promotion", "broadcast_to": "data movement", "concatenate": "data movement",
-    "expand_dims": "data movement", "getitem": "data movement", "reshape": "data movement",
-    "squeeze": "data movement", "stack": "data movement", "transpose": "data movement",
+    "arange": "creation",
+    "full": "creation",
+    "full_like": "creation",
+    "ones": "creation",
+    "ones_like": "creation",
+    "zeros": "creation",
+    "zeros_like": "creation",
+    "broadcast_shapes": "shapes only",
+    "shape_of": "shapes only",
+    "dtype_of": "dtypes only",
+    "promote": "dtype promotion",
+    "broadcast_to": "data movement",
+    "concatenate": "data movement",
+    "expand_dims": "data movement",
+    "getitem": "data movement",
+    "reshape": "data movement",
+    "squeeze": "data movement",
+    "stack": "data movement",
+    "transpose": "data movement",
     # integer and boolean only: no NaN, infinity or signed zero exists in their domain
-    "bitwise_and": "integers only", "bitwise_or": "integers only", "bitwise_xor": "integers only",
-    "invert": "integers only", "left_shift": "integers only", "right_shift": "integers only",
+    "bitwise_and": "integers only",
+    "bitwise_or": "integers only",
+    "bitwise_xor": "integers only",
+    "invert": "integers only",
+    "left_shift": "integers only",
+    "right_shift": "integers only",
     "logical_not": "booleans only",
     # float -> int of NaN/inf is implementation-defined in XLA and NumPy alike
     "astype": "conversion",
 }
 
 # Deliberate, documented differences (docs/errors.md "Numerics"): (function, input) -> why
-KNOWN: dict[str, str] = {
-}
+KNOWN: dict[str, str] = {}
 
 
 def _public(module) -> set[str]:
@@ -100,8 +193,9 @@ def _assert_same(name, got, want, signed_zero=True):
     np.testing.assert_allclose(got[finite], want[finite], rtol=3e-5, atol=1e-6, err_msg=name)
     if signed_zero:
         zeros = finite & (got == 0) & (want == 0)
-        np.testing.assert_array_equal(np.signbit(got[zeros]), np.signbit(want[zeros]),
-                                      err_msg=f"{name}: sign of zero")
+        np.testing.assert_array_equal(
+            np.signbit(got[zeros]), np.signbit(want[zeros]), err_msg=f"{name}: sign of zero"
+        )
 
 
 def _kn(name):
@@ -168,8 +262,19 @@ def test_empty_binary():
         _assert_same(name, got[name], ref(e, np.ones(3, F32)))
 
 
-ROWS = np.array([[np.nan, 1, 2], [np.inf, -np.inf, 0], [np.inf, 1, 2], [-np.inf, -np.inf, -np.inf],
-                 [1, 2, 3], [0.0, -0.0, -0.0], [-0.0, -0.0, -0.0], [3e38, 3e38, 1]], F32)
+ROWS = np.array(
+    [
+        [np.nan, 1, 2],
+        [np.inf, -np.inf, 0],
+        [np.inf, 1, 2],
+        [-np.inf, -np.inf, -np.inf],
+        [1, 2, 3],
+        [0.0, -0.0, -0.0],
+        [-0.0, -0.0, -0.0],
+        [3e38, 3e38, 1],
+    ],
+    F32,
+)
 
 
 @pytest.mark.parametrize("axis", [1, 0, None])
@@ -204,9 +309,14 @@ def test_linalg_propagates_nan_and_inf_like_jax():
     b = np.array([[0.0, 1.0, -0.0], [1.0, 0.0, np.inf]], F32)
 
     def products(a, b):
-        return {"matmul": kn.matmul(a, b), "dot": kn.dot(a, b), "tensordot": kn.tensordot(a, b, axes=1),
-                "einsum": kn.einsum("ij,jk->ik", a, b), "outer": kn.outer(a[:, 0], b[0]),
-                "empty": kn.matmul(a[:, :0], b[:0])}
+        return {
+            "matmul": kn.matmul(a, b),
+            "dot": kn.dot(a, b),
+            "tensordot": kn.tensordot(a, b, axes=1),
+            "einsum": kn.einsum("ij,jk->ik", a, b),
+            "outer": kn.outer(a[:, 0], b[0]),
+            "empty": kn.matmul(a[:, :0], b[:0]),
+        }
 
     got = kn.jit(products)(a, b)
     for name, ref in LINALG.items():

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-
-import kaun_ir as kn
 from kaun_ir.runtime.stablehlo_import import StableHLOImportError
 from kaun_ir.tools import bench, bench_workloads
+
+import kaun_ir as kn
 
 
 def _run_imported(module, args):
@@ -48,18 +48,26 @@ def test_mlp_train_step_with_optax_adam():
         return optax.apply_updates(p, updates), s, value
 
     r = np.random.default_rng(0)
-    p = {"w1": r.standard_normal((8, 16), np.float32), "b1": np.zeros(16, np.float32),
-         "w2": r.standard_normal((16, 4), np.float32), "b2": np.zeros(4, np.float32)}
+    p = {
+        "w1": r.standard_normal((8, 16), np.float32),
+        "b1": np.zeros(16, np.float32),
+        "w2": r.standard_normal((16, 4), np.float32),
+        "b2": np.zeros(4, np.float32),
+    }
     state = jax.tree_util.tree_map(np.asarray, opt.init(p))
-    graph = _check(step, p, state, r.standard_normal((6, 8), np.float32), np.array([0, 3, 1, 2, 3, 0], np.int32))
+    graph = _check(
+        step, p, state, r.standard_normal((6, 8), np.float32), np.array([0, 3, 1, 2, 3, 0], np.int32)
+    )
     counts = graph.op_counts()
     assert counts.get("dot_general", 0) >= 4 and "while" not in counts
 
 
 # XLA needs tens of seconds to compile these steps (for JAX and for us alike), so they run in
 # `make test-interop` (KAUN_IR_LONG_TESTS=1) rather than in the quick suite.
-_LONG = pytest.mark.skipif(not os.environ.get("KAUN_IR_LONG_TESTS"),
-                           reason="long: set KAUN_IR_LONG_TESTS=1 (make test-interop runs it)")
+_LONG = pytest.mark.skipif(
+    not os.environ.get("KAUN_IR_LONG_TESTS"),
+    reason="long: set KAUN_IR_LONG_TESTS=1 (make test-interop runs it)",
+)
 
 
 @_LONG
@@ -93,16 +101,25 @@ def test_cnn_gradient():
         return jnp.mean(h * h)
 
     r = np.random.default_rng(0)
-    graph = _check(jax.value_and_grad(loss), r.standard_normal((3, 2, 3, 3), np.float32),
-                   r.standard_normal((2, 2, 6, 6), np.float32), rtol=1e-4, atol=1e-6)
+    graph = _check(
+        jax.value_and_grad(loss),
+        r.standard_normal((3, 2, 3, 3), np.float32),
+        r.standard_normal((2, 2, 6, 6), np.float32),
+        rtol=1e-4,
+        atol=1e-6,
+    )
     assert {"reduce_window", "select_and_scatter_add", "convolution"} <= set(graph.op_counts())
 
 
 def test_jax_random():
     def sample(key):
         k1, k2 = jax.random.split(key)
-        return (jax.random.uniform(k1, (3,)), jax.random.normal(k2, (2, 2)),
-                jax.random.bernoulli(k1, 0.3, (4,)), jax.random.randint(k2, (5,), 0, 10))
+        return (
+            jax.random.uniform(k1, (3,)),
+            jax.random.normal(k2, (2, 2)),
+            jax.random.bernoulli(k1, 0.3, (4,)),
+            jax.random.randint(k2, (5,), 0, 10),
+        )
 
     graph = _check(sample, np.asarray(jax.random.PRNGKey(3)))
     assert "while" in graph.op_counts()
@@ -120,8 +137,11 @@ def test_argmax_gather_scatter_and_is_finite():
 
 
 def test_batched_gather_from_vmap():
-    graph = _check(jax.vmap(lambda row, i: row[i]), np.arange(12.0, dtype=np.float32).reshape(3, 4),
-                   np.array([3, 0, 2], np.int32))
+    graph = _check(
+        jax.vmap(lambda row, i: row[i]),
+        np.arange(12.0, dtype=np.float32).reshape(3, 4),
+        np.array([3, 0, 2], np.int32),
+    )
     assert "gather" in graph.op_counts()
 
 
@@ -140,8 +160,11 @@ def test_round_trip_of_our_own_lowering_keeps_paths(tmp_path):
     model = kn.layer.sequential([kn.layer.linear(3, 4), kn.layer.gelu()])
     with kn.rng.scope(0):
         variables = kn.layer.init(model)
-    graph = kn.trace(lambda p, x: kn.layer.apply(model, kn.layer.with_params(variables, p), x)[0],
-                     kn.layer.params(variables), kn.ShapeDtype((2, 3), kn.float32))
+    graph = kn.trace(
+        lambda p, x: kn.layer.apply(model, kn.layer.with_params(variables, p), x)[0],
+        kn.layer.params(variables),
+        kn.ShapeDtype((2, 3), kn.float32),
+    )
     path = str(tmp_path / "m.mlirbc")
     kn.runtime.export(graph, path)
     imported = kn.ir.from_stablehlo(open(path, "rb").read())
@@ -181,7 +204,9 @@ def test_bad_input():
 def test_command_line_import_and_tools_read_mlir(tmp_path, capsys):
     from kaun_ir.tools.cli import main
 
-    text = jax.jit(lambda x: jnp.tanh(x) * 2.0 + 1.0).lower(np.ones((2, 3), np.float32)).as_text(debug_info=True)
+    text = (
+        jax.jit(lambda x: jnp.tanh(x) * 2.0 + 1.0).lower(np.ones((2, 3), np.float32)).as_text(debug_info=True)
+    )
     mlir = tmp_path / "f.mlir"
     mlir.write_text(text)
     out = tmp_path / "f.kir"

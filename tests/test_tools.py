@@ -9,7 +9,6 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
 from kaun_ir.tools import cli, dump, spec, viz, viz_html, viz_svg
 
 EXAMPLES = ["mlp", "cnn", "transformer_block", "train_step_mlp", "transformer_train_step"]
@@ -54,10 +53,12 @@ def test_errors_are_messages_not_tracebacks(capsys, tmp_path):
 
 def test_bare_layer_needs_input(tmp_path, capsys):
     module = tmp_path / "my_models.py"
-    module.write_text("from kaun_ir import layer\n"
-                      "def dense():\n    return layer.sequential([layer.linear(8, 4), layer.tanh()])\n"
-                      "def function():\n    import kaun_ir as kn\n"
-                      "    return (lambda x, y: kn.tanh(x) @ y), (kn.ShapeDtype((2, 3)), kn.ShapeDtype((3, 5)))\n")
+    module.write_text(
+        "from kaun_ir import layer\n"
+        "def dense():\n    return layer.sequential([layer.linear(8, 4), layer.tanh()])\n"
+        "def function():\n    import kaun_ir as kn\n"
+        "    return (lambda x, y: kn.tanh(x) @ y), (kn.ShapeDtype((2, 3)), kn.ShapeDtype((3, 5)))\n"
+    )
     rc, _, err = run_cli(capsys, "dump", f"{module}:dense")
     assert rc == 1 and "--input" in err
     rc, out, _ = run_cli(capsys, "dump", f"{module}:dense", "--input", "f32[5,8]")
@@ -181,11 +182,22 @@ def test_node_cost_convolution_with_groups():
     from kaun_ir.ir.core import Graph, Node, TensorType
 
     x, w = Graph.arguments([TensorType(np.float32, (2, 4, 10, 10)), TensorType(np.float32, (6, 2, 3, 3))])
-    node = Node("convolution", [x, w],
-                {"window_strides": (1, 1), "padding": ((0, 0), (0, 0)), "lhs_dilation": (1, 1),
-                 "rhs_dilation": (1, 1), "feature_group_count": 2, "batch_group_count": 1,
-                 "lhs_spec": (0, 1, 2, 3), "rhs_spec": (0, 1, 2, 3), "out_spec": (0, 1, 2, 3)},
-                [TensorType(np.float32, (2, 6, 8, 8))])
+    node = Node(
+        "convolution",
+        [x, w],
+        {
+            "window_strides": (1, 1),
+            "padding": ((0, 0), (0, 0)),
+            "lhs_dilation": (1, 1),
+            "rhs_dilation": (1, 1),
+            "feature_group_count": 2,
+            "batch_group_count": 1,
+            "lhs_spec": (0, 1, 2, 3),
+            "rhs_spec": (0, 1, 2, 3),
+            "out_spec": (0, 1, 2, 3),
+        },
+        [TensorType(np.float32, (2, 6, 8, 8))],
+    )
     flops, nbytes = dump.node_cost(node)
     assert flops == 2 * (2 * 6 * 8 * 8) * 9 * (4 // 2)
     assert nbytes == 4 * (2 * 4 * 100 + 6 * 2 * 9 + 2 * 6 * 64)
@@ -207,9 +219,10 @@ def test_export_mlir(capsys, tmp_path, target):
 def test_export_mlirbc_runs_like_jit(capsys, tmp_path):
     """The portable artifact deserialises with jaxlib's StableHLO bindings, compiles and gives
     kn.jit's result on concrete parameters."""
+    from kaun_ir.runtime import xla
+
     import kaun_ir as kn
     from kaun_ir import layer, rng, tree
-    from kaun_ir.runtime import xla
 
     path = tmp_path / "mlp.mlirbc"
     rc, out, err = run_cli(capsys, "export", "kaun_ir.tools.examples:mlp", "-o", str(path), "--list-inputs")
@@ -263,7 +276,9 @@ def check_model_explorer(doc: dict, graph) -> None:
         assert me["namespace"] == "/".join(spec.path_components(node.path))
         assert me["namespace"].replace("/", ".") == node.path
         assert len(me["incomingEdges"]) == len(node.inputs)
-        assert me["outputsMetadata"][0]["attrs"][0]["value"].endswith(str(node.types[0])[str(node.types[0]).index("["):])
+        assert me["outputsMetadata"][0]["attrs"][0]["value"].endswith(
+            str(node.types[0])[str(node.types[0]).index("[") :]
+        )
 
 
 def check_dot(text: str, graph) -> None:
@@ -271,8 +286,9 @@ def check_dot(text: str, graph) -> None:
     assert text.count("{") == text.count("}")
     declared = set(re.findall(r'^\s*"([^"]+)" \[label=', text, re.M))
     edges = re.findall(r'^\s*"([^"]+)" -> "([^"]+)" \[label="([^"]*)"\];', text, re.M)
-    assert declared == {f"arg{i}" for i in range(len(graph.inputs))} | {f"n{k}" for k in range(len(graph.nodes))} \
-        | {f"out{i}" for i in range(len(graph.outputs))}
+    assert declared == {f"arg{i}" for i in range(len(graph.inputs))} | {
+        f"n{k}" for k in range(len(graph.nodes))
+    } | {f"out{i}" for i in range(len(graph.outputs))}
     assert len(edges) == sum(len(n.inputs) for n in graph.nodes) + len(graph.outputs)
     assert all(a in declared and b in declared and re.fullmatch(r"\w+\[[\d,]*\]", t) for a, b, t in edges)
     groups = {spec.path_components(n.path)[0] for n in graph.nodes if n.path}
@@ -294,7 +310,7 @@ def check_html(text: str, graphs: list) -> dict:
     """The interactive page: self-contained (no network address anywhere), the controls the
     browser test uses, and the embedded graph data."""
     assert not re.search(r"https?://", text), "the page must not reach the network"
-    assert "<script src" not in text and "<link rel=\"stylesheet\"" not in text  # everything inline
+    assert "<script src" not in text and '<link rel="stylesheet"' not in text  # everything inline
     for control in ("search", "details", "expand-all", "collapse-all", "zoom-in", "zoom-out", "fit"):
         assert f'id="{control}"' in text
     data = re.search(r'<script type="application/json" id="kir-data">(.*?)</script>', text, re.S)
@@ -363,7 +379,10 @@ def test_viz_overlay(capsys, tmp_path, monkeypatch, target):
         # equal cost, equal colour; zero cost, the zero colour; costlier, never lighter
         by_cost = sorted((flops[int(i[1:])], colour) for i, colour in fills.items())
         assert all(colour == viz_svg.ZERO_COLOR for cost, colour in by_cost if cost == 0)
-        lum = [sum(int(c[i:i + 2], 16) * w for i, w in ((1, .299), (3, .587), (5, .114))) for _, c in by_cost]
+        lum = [
+            sum(int(c[i : i + 2], 16) * w for i, w in ((1, 0.299), (3, 0.587), (5, 0.114)))
+            for _, c in by_cost
+        ]
         assert all(a >= b - 1e-9 for a, b in zip(lum, lum[1:]))
     rc, _, err = run_cli(capsys, "viz", target, "--overlay", "bytes", "-o", str(tmp_path / "b.html"))
     assert rc == 0, err
@@ -405,18 +424,38 @@ def test_viz_diff_marks():
 
 
 def test_viz_option_errors(capsys, tmp_path):
-    rc, _, err = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "--diff", "traced", "optimized",
-                         "-o", str(tmp_path / "d.svg"))
+    rc, _, err = run_cli(
+        capsys,
+        "viz",
+        "kaun_ir.tools.examples:mlp",
+        "--diff",
+        "traced",
+        "optimized",
+        "-o",
+        str(tmp_path / "d.svg"),
+    )
     assert rc == 1 and "--diff needs an .html output" in err
-    rc, _, err = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "--diff", "traced", "optimized",
-                         "--stage", "traced", "-o", str(tmp_path / "d.html"))
+    rc, _, err = run_cli(
+        capsys,
+        "viz",
+        "kaun_ir.tools.examples:mlp",
+        "--diff",
+        "traced",
+        "optimized",
+        "--stage",
+        "traced",
+        "-o",
+        str(tmp_path / "d.html"),
+    )
     assert rc == 1 and "leave out --stage" in err
-    rc, _, err = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "--overlay", "flops",
-                         "-o", str(tmp_path / "d.json"))
+    rc, _, err = run_cli(
+        capsys, "viz", "kaun_ir.tools.examples:mlp", "--overlay", "flops", "-o", str(tmp_path / "d.json")
+    )
     assert rc == 1 and "--overlay is not available for .json" in err
     with pytest.raises(SystemExit):
-        cli.main(["viz", "kaun_ir.tools.examples:mlp", "--diff", "traced", "hlo",
-                  "-o", str(tmp_path / "d.html")])
+        cli.main(
+            ["viz", "kaun_ir.tools.examples:mlp", "--diff", "traced", "hlo", "-o", str(tmp_path / "d.html")]
+        )
     with pytest.raises(SystemExit):
         cli.main(["viz", "kaun_ir.tools.examples:mlp", "--overlay", "time", "-o", str(tmp_path / "d.html")])
     assert not list(tmp_path.iterdir())
@@ -444,23 +483,25 @@ def test_viz_png_without_graphviz_writes_svg(capsys, tmp_path, monkeypatch):
     assert rc == 1 and "needs Graphviz" in err and "m.svg" in err
     assert not (tmp_path / "m.png").exists()
     ET.parse(tmp_path / "m.svg")
-    rc, _, err = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "-o", str(tmp_path / "m.svg"),
-                         "--renderer", "graphviz")
+    rc, _, err = run_cli(
+        capsys, "viz", "kaun_ir.tools.examples:mlp", "-o", str(tmp_path / "m.svg"), "--renderer", "graphviz"
+    )
     assert rc == 1 and "not installed" in err
 
 
 def test_viz_uses_graphviz_when_installed(capsys, tmp_path, monkeypatch):
     fake = tmp_path / "bin" / "dot"  # a stand-in for Graphviz: records its input, prints a marker
     fake.parent.mkdir()
-    fake.write_text(f"#!/bin/sh\ncat > {tmp_path}/dot_input.txt\necho \"fake $1 output\"\n")
+    fake.write_text(f'#!/bin/sh\ncat > {tmp_path}/dot_input.txt\necho "fake $1 output"\n')
     fake.chmod(0o755)
     monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
     rc, _, err = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "-o", str(tmp_path / "m.png"))
     assert rc == 0, err
     assert (tmp_path / "m.png").read_text() == "fake -Tpng output\n"
     assert (tmp_path / "dot_input.txt").read_text().startswith("digraph")
-    rc, _, _ = run_cli(capsys, "viz", "kaun_ir.tools.examples:mlp", "-o", str(tmp_path / "m.svg"),
-                       "--renderer", "builtin")
+    rc, _, _ = run_cli(
+        capsys, "viz", "kaun_ir.tools.examples:mlp", "-o", str(tmp_path / "m.svg"), "--renderer", "builtin"
+    )
     assert rc == 0 and (tmp_path / "m.svg").read_text().startswith("<svg")
 
 

@@ -16,11 +16,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
+from kaun_ir.tools import demo
 
 import kaun_ir as kn
 from kaun_ir import data, datasets, layer, loss, metric, optim, rng, train, tree
 from kaun_ir.ir.interp import interpret
-from kaun_ir.tools import demo
 
 # ------------------------------------------------------------------------------ helpers
 
@@ -149,7 +149,7 @@ def test_early_stop_ends_at_the_raising_step_and_returns_that_state():
     model = layer.linear(5, 3)
     trainer = train.make(model, optim.adam(1e-2))
     x, y = _classification(0, 40, 5, 3)
-    batches = [(x[i:i + 4], _ce(y[i:i + 4])) for i in range(0, 40, 4)]  # 10 steps
+    batches = [(x[i : i + 4], _ce(y[i : i + 4])) for i in range(0, 40, 4)]  # 10 steps
     seen = []
 
     def report(step, loss, state):
@@ -275,8 +275,10 @@ def test_adam_with_warmup_schedule_matches_a_jax_optax_reference():
     st = _init(trainer, 0)
     params0 = {k: np.array(v) for k, v in st.vars.params.items()}
     rs = np.random.default_rng(7)
-    batches = [(rs.normal(size=(5, 3)).astype(np.float32), rs.normal(size=(5, 2)).astype(np.float32))
-               for _ in range(7)]
+    batches = [
+        (rs.normal(size=(5, 3)).astype(np.float32), rs.normal(size=(5, 2)).astype(np.float32))
+        for _ in range(7)
+    ]
     ours = []
     for x, t in batches:
         value, st = train.step(trainer, st, x, _mse(t))
@@ -373,8 +375,14 @@ def test_dropout_runs_are_reproducible_from_the_seed():
 
 def test_batch_norm_statistics_are_updated_and_used_by_predict():
     momentum, eps = 0.9, 1e-5
-    model = layer.sequential([layer.linear(5, 4), layer.batch_norm(4, momentum=momentum, eps=eps),
-                              layer.relu(), layer.linear(4, 3)])
+    model = layer.sequential(
+        [
+            layer.linear(5, 4),
+            layer.batch_norm(4, momentum=momentum, eps=eps),
+            layer.relu(),
+            layer.linear(4, 3),
+        ]
+    )
     trainer = train.make(model, optim.sgd(0.1))
     st = _init(trainer, 0)
     running_mean, running_var = np.zeros(4, np.float32), np.ones(4, np.float32)
@@ -385,10 +393,12 @@ def test_batch_norm_statistics_are_updated_and_used_by_predict():
         running_mean = momentum * running_mean + (1 - momentum) * h.mean(axis=0)
         running_var = momentum * running_var + (1 - momentum) * h.var(axis=0)
         _, st = train.step(trainer, st, x, _ce(y))
-        np.testing.assert_allclose(np.array(st.vars.state[1]["running_mean"]), running_mean, rtol=1e-5,
-                                   atol=1e-6)
-        np.testing.assert_allclose(np.array(st.vars.state[1]["running_var"]), running_var, rtol=1e-5,
-                                   atol=1e-6)
+        np.testing.assert_allclose(
+            np.array(st.vars.state[1]["running_mean"]), running_mean, rtol=1e-5, atol=1e-6
+        )
+        np.testing.assert_allclose(
+            np.array(st.vars.state[1]["running_var"]), running_var, rtol=1e-5, atol=1e-6
+        )
     # predict normalises with the running statistics (NumPy oracle)
     x, _ = _classification(40, 16, 5, 3)
     p = [{k: np.array(v, np.float64) for k, v in entry.items()} for entry in st.vars.params if entry]
@@ -406,8 +416,9 @@ def test_batch_norm_statistics_are_updated_and_used_by_predict():
 
 
 def _resume_model():
-    return layer.sequential([layer.linear(6, 12), layer.batch_norm(12), layer.relu(), layer.dropout(0.3),
-                             layer.linear(12, 3)])
+    return layer.sequential(
+        [layer.linear(6, 12), layer.batch_norm(12), layer.relu(), layer.dropout(0.3), layer.linear(12, 3)]
+    )
 
 
 def test_resume_from_a_saved_state_equals_the_uninterrupted_run(tmp_path):
@@ -465,7 +476,7 @@ def test_fit_resets_a_data_pipeline_each_call():
     by_hand = _init(trainer, 0)
     for _ in range(2):
         for i in range(0, 20, 5):
-            _, by_hand = train.step(trainer, by_hand, x[i:i + 5], _ce(y[i:i + 5]))
+            _, by_hand = train.step(trainer, by_hand, x[i : i + 5], _ce(y[i : i + 5]))
     for a, b in zip(_host_state(st), _host_state(by_hand)):
         assert np.array_equal(a, b)
     # a pipeline left half read is rewound too
@@ -576,8 +587,9 @@ def test_closures_over_containers_of_labels_are_inputs():
     losses = []
     for y in labels:
         batch = {"labels": y, "name": "train"}  # a dict with an array and a static string
-        value, st = train.step(trainer, st, x,
-                               lambda logits: loss.cross_entropy_sparse(logits, batch["labels"]))
+        value, st = train.step(
+            trainer, st, x, lambda logits: loss.cross_entropy_sparse(logits, batch["labels"])
+        )
         losses.append(float(value))
     _check_losses(trainer, params, x, labels, losses, traces=1)
 
@@ -677,8 +689,9 @@ def test_step_graph_and_forward_graph_verify_parse_back_and_compute_the_step():
 
     # the forward graph, run by the NumPy reference interpreter, is predict
     inputs = [np.array(leaf) for leaf in _leaves((st.vars.params, st.vars.state, x))]
-    np.testing.assert_allclose(interpret(forward, *inputs)[0], np.asarray(train.predict(trainer, st, x)),
-                               rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(
+        interpret(forward, *inputs)[0], np.asarray(train.predict(trainer, st, x)), rtol=1e-5, atol=1e-5
+    )
     # the traced step graph, interpreted, gives the loss and parameters of train.step
     # the traced graph's inputs: params, layer state, optimiser state, key, x, the lifted labels
     step_inputs = _host((st.vars.params, st.vars.state, tuple(st.opt_state), st.key, x, y))

@@ -159,8 +159,15 @@ def _class_attribute(labels, reuse):
 
 
 LIFTED = [_cell, _rebound_cell, _module_global, _default, _kw_default, _partial, _dict_item, _list_item]
-PROBED = [_attribute, _bound_method, _callable_object, _nested_closure, _helper_global, _user_module,
-          _class_attribute]
+PROBED = [
+    _attribute,
+    _bound_method,
+    _callable_object,
+    _nested_closure,
+    _helper_global,
+    _user_module,
+    _class_attribute,
+]
 
 
 def _run(style):

@@ -22,7 +22,7 @@ def _batches(n: int, batch: int = 4, seed: int = 0):
     for _ in range(n):
         x = r.standard_normal((batch, 8)).astype(np.float32)
         y = r.integers(0, 3, batch).astype(np.int32)
-        out.append((x, (lambda labels: (lambda logits: loss.cross_entropy_sparse(logits, labels)))(y)))
+        out.append((x, (lambda labels: lambda logits: loss.cross_entropy_sparse(logits, labels))(y)))
     return out
 
 
@@ -146,8 +146,12 @@ def test_steps_on_stacked_device_blocks_equals_single_steps():
     xs = np.stack([x for x, _ in batches])
     ys = np.stack([fn.__closure__[0].cell_contents for _, fn in batches])
     trainer2, st2 = _fresh(dropout=True)
-    losses, st2 = train.steps(trainer2, st2, kn.runtime.xla.to_device(xs, xs.dtype, kn.runtime.devices()[0]),
-                              lambda logits: loss.cross_entropy_sparse(logits, ys))
+    losses, st2 = train.steps(
+        trainer2,
+        st2,
+        kn.runtime.xla.to_device(xs, xs.dtype, kn.runtime.devices()[0]),
+        lambda logits: loss.cross_entropy_sparse(logits, ys),
+    )
     np.testing.assert_array_equal(np.asarray(losses), np.asarray(single, np.float32))
     assert st2.step == 6
     for a, b in zip(_host(st), _host(st2)):
@@ -160,6 +164,7 @@ def test_steps_rejects_captured_arrays_without_the_block_axis():
     labels = np.zeros((4,), np.int32)  # one batch's labels, not a block of 3
     with pytest.raises(ValueError, match="leading axis of K = 3"):
         train.steps(trainer, st, xs, lambda logits: loss.cross_entropy_sparse(logits, labels))
+
     class Loss:  # a callable object: its arrays cannot be found, so they cannot be sliced per step
         def __call__(self, logits):
             return loss.cross_entropy_sparse(logits, np.zeros((3, 4), np.int32)[0])
@@ -180,16 +185,18 @@ def _explicit(dropout=False):
 def _tuples(n: int):
     """The batches of ``_batches`` as ``(x, y)`` tuples (the same data)."""
     r = np.random.default_rng(0)
-    return [(r.standard_normal((4, 8)).astype(np.float32), r.integers(0, 3, 4).astype(np.int32))
-            for _ in range(n)]
+    return [
+        (r.standard_normal((4, 8)).astype(np.float32), r.integers(0, 3, 4).astype(np.int32)) for _ in range(n)
+    ]
 
 
 @pytest.mark.parametrize("k", [1, 3])
 def test_explicit_fit_over_tuples_equals_the_closure_form(k):
     trainer, st = _explicit(dropout=True)
     seen = []
-    st = train.fit(trainer, st, _tuples(7), report=lambda step, loss, state: seen.append(loss),
-                   steps_per_call=k)
+    st = train.fit(
+        trainer, st, _tuples(7), report=lambda step, loss, state: seen.append(loss), steps_per_call=k
+    )
     _, closure_st, closure_seen = _run(1, 7, dropout=True)
     np.testing.assert_array_equal(seen, [value for _, value in closure_seen])
     for a, b in zip(_host(st), _host(closure_st)):
@@ -233,8 +240,14 @@ def test_explicit_fast_dispatch_equals_the_general_path():
 def test_report_every_n_steps_and_always_the_last(k):
     trainer, st = _explicit()
     seen = []
-    st = train.fit(trainer, st, iter(_tuples(7)), steps_per_call=k, report_every=3,
-                   report=lambda step, loss, state: seen.append((step, float(loss))))
+    st = train.fit(
+        trainer,
+        st,
+        iter(_tuples(7)),
+        steps_per_call=k,
+        report_every=3,
+        report=lambda step, loss, state: seen.append((step, float(loss))),
+    )
     assert [s for s, _ in seen] == [3, 6, 7]  # a generator: the length is unknown until the end
     _, reference = _explicit()
     losses = []

@@ -13,8 +13,9 @@ Y = np.array([0, 1, 2, 0, 1, 2], np.int32)
 
 
 def _model():
-    return layer.sequential([layer.linear(5, 7), layer.batch_norm(7), layer.relu(), layer.dropout(0.2),
-                             layer.linear(7, 3)])
+    return layer.sequential(
+        [layer.linear(5, 7), layer.batch_norm(7), layer.relu(), layer.dropout(0.2), layer.linear(7, 3)]
+    )
 
 
 def _trainer(alg):
@@ -78,8 +79,11 @@ def test_a_state_of_another_optimiser_is_refused_naming_both(tmp_path):
 
 
 def test_the_optimiser_survives_fast_steps_fit_and_blocks():
-    trainer = train.make(layer.linear(5, 3), optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(1e-2)),
-                         loss=loss.cross_entropy_sparse)
+    trainer = train.make(
+        layer.linear(5, 3),
+        optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(1e-2)),
+        loss=loss.cross_entropy_sparse,
+    )
     st = _init(trainer)
     _, st = _run(trainer, st, 3)  # the third step takes the fast path
     assert st.optimizer == "chain(1.mu,1.nu)"
@@ -91,7 +95,8 @@ def test_checkpoint_metadata_entries(tmp_path):
     path = checkpoint.save(tmp_path / "p.safetensors", {"w": np.ones(2, np.float32)}, metadata={"run": "a1"})
     assert checkpoint.metadata(path)["run"] == "a1"
     with pytest.raises(ValueError, match="reserved"):
-        checkpoint.save(tmp_path / "q.safetensors", {"w": np.ones(2, np.float32)},
-                        metadata={"kaun_ir.tree": "x"})
+        checkpoint.save(
+            tmp_path / "q.safetensors", {"w": np.ones(2, np.float32)}, metadata={"kaun_ir.tree": "x"}
+        )
     with pytest.raises(TypeError, match="strings"):
         checkpoint.save(tmp_path / "q.safetensors", {"w": np.ones(2, np.float32)}, metadata={"n": 1})

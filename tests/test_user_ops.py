@@ -27,9 +27,18 @@ def _samples(rng):
 
 
 def _declare(name, vjp, composite="example.softplus_beta"):
-    return OpDef(name=name, arity=1, attrs=("beta",), infer=lambda x, beta: x, reference=_reference,
-                 emit=emit_from(_softplus_beta, composite=composite), samples=_samples, vjp=vjp,
-                 batch=elementwise(name), doc="softplus(beta x) / beta, elementwise.")
+    return OpDef(
+        name=name,
+        arity=1,
+        attrs=("beta",),
+        infer=lambda x, beta: x,
+        reference=_reference,
+        emit=emit_from(_softplus_beta, composite=composite),
+        samples=_samples,
+        vjp=vjp,
+        batch=elementwise(name),
+        doc="softplus(beta x) / beta, elementwise.",
+    )
 
 
 @pytest.fixture
@@ -42,8 +51,14 @@ def user_op():
 def test_check_op_runs_the_generated_tests(user_op):
     report = kn.testing.check_op(user_op)
     assert report["samples"] == 2
-    assert {"type rule", "text round trip", "XLA vs reference", "VJP vs finite differences",
-            "JVP vs finite differences", "batching vs reference per example"} <= set(report["checks"])
+    assert {
+        "type rule",
+        "text round trip",
+        "XLA vs reference",
+        "VJP vs finite differences",
+        "JVP vs finite differences",
+        "batching vs reference per example",
+    } <= set(report["checks"])
     with jax.enable_x64(True):
         jax_fn = lambda x, beta: jax.numpy.logaddexp(0.0, x * beta) / beta  # noqa: E731
         report = kn.testing.check_op(user_op, jax_fn=jax_fn)
@@ -66,8 +81,9 @@ def test_a_user_op_in_every_transformation(user_op):
     sigmoid = 1 / (1 + np.exp(-2 * x))
     np.testing.assert_allclose(np.asarray(kn.grad(lambda v: kn.sum(f(v)))(x)), sigmoid, rtol=1e-14)
     np.testing.assert_allclose(np.asarray(kn.jvp(f, (x,), (np.ones(3),))[1]), sigmoid, rtol=1e-14)
-    np.testing.assert_allclose(np.asarray(kn.vmap(f)(np.stack([x, 2 * x])))[1], np.logaddexp(0, 4 * x) / 2,
-                               rtol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(kn.vmap(f)(np.stack([x, 2 * x])))[1], np.logaddexp(0, 4 * x) / 2, rtol=1e-14
+    )
     graph = kn.trace(f, kn.ShapeDtype((3,), kn.float64))
     mlir = kn.runtime.lower(graph)
     assert 'stablehlo.composite"' in mlir and 'name = "example.softplus_beta"' in mlir
@@ -80,8 +96,15 @@ def test_registration_errors(user_op):
         register(_declare(user_op, lambda ct, y, x, beta: (ct,)))
     with pytest.raises(PrimitiveError, match="a built-in op"):
         register(_declare("add", lambda ct, y, x, beta: (ct,)))
-    incomplete = OpDef(name="incomplete", arity=1, infer=lambda x: x, reference=lambda x: x,
-                       emit=emit_from(lambda x: x), samples=_samples, doc="identity")
+    incomplete = OpDef(
+        name="incomplete",
+        arity=1,
+        infer=lambda x: x,
+        reference=lambda x: x,
+        emit=emit_from(lambda x: x),
+        samples=_samples,
+        doc="identity",
+    )
     with pytest.raises(PrimitiveError, match="vjp=.*nondiff=.*batch=.*nobatch="):
         register(incomplete)
     with pytest.raises(PrimitiveError, match="not a registered user primitive"):

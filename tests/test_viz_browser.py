@@ -10,10 +10,9 @@ import os
 import re
 import shutil
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 
 import pytest
-
 from kaun_ir.tools import cli, dump, spec
 
 MLP = "kaun_ir.tools.examples:mlp"
@@ -36,12 +35,15 @@ def browser():
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        pytest.skip("Playwright is not installed (pip install playwright); "
-                    "the page is not tested in a browser")
+        pytest.skip(
+            "Playwright is not installed (pip install playwright); the page is not tested in a browser"
+        )
     executable = find_chromium()
     if executable is None:
-        pytest.skip("no Chromium found (install chromium or set KAUN_IR_CHROMIUM); "
-                    "the page is not tested in a browser")
+        pytest.skip(
+            "no Chromium found (install chromium or set KAUN_IR_CHROMIUM); "
+            "the page is not tested in a browser"
+        )
     playwright = sync_playwright().start()
     try:
         chromium = playwright.chromium.launch(executable_path=executable)
@@ -233,15 +235,22 @@ def signature(graph, kind, i):
     if kind == "output":
         return ("output", i, str(graph.outputs[i].type))
     n = graph.nodes[i]
-    return (n.op, n.path, tuple((k, v if isinstance(v, str) else format_attr(v)) for k, v in n.attrs),
-            tuple(map(str, n.types)), tuple(str(v.type) for v in n.inputs),
-            tuple(r.text() for r in n.regions))
+    return (
+        n.op,
+        n.path,
+        tuple((k, v if isinstance(v, str) else format_attr(v)) for k, v in n.attrs),
+        tuple(map(str, n.types)),
+        tuple(str(v.type) for v in n.inputs),
+        tuple(r.text() for r in n.regions),
+    )
 
 
 def all_signatures(graph):
-    return ([signature(graph, "input", i) for i in range(len(graph.inputs))]
-            + [signature(graph, "node", k) for k in range(len(graph.nodes))]
-            + [signature(graph, "output", i) for i in range(len(graph.outputs))])
+    return (
+        [signature(graph, "input", i) for i in range(len(graph.inputs))]
+        + [signature(graph, "node", k) for k in range(len(graph.nodes))]
+        + [signature(graph, "output", i) for i in range(len(graph.outputs))]
+    )
 
 
 def test_diff_page(browser, tmp_path):
@@ -261,11 +270,18 @@ def test_diff_page(browser, tmp_path):
         assert page.count('[data-view="0"] [data-diff="added"]') == 0
         assert page.count('[data-view="1"] [data-diff="removed"]') == 0
         # collapsed, every top-level layer reports how many of its ops were removed
-        per_layer = Counter(spec.path_components(sig[1])[0] for sig in (sig_a - sig_b).elements()
-                            if sig[0] not in ("input", "output") and sig[1])
+        per_layer = Counter(
+            spec.path_components(sig[1])[0]
+            for sig in (sig_a - sig_b).elements()
+            if sig[0] not in ("input", "output") and sig[1]
+        )
         page.page.click("#collapse-all")
-        shown = dict(zip(page.attrs('[data-view="0"] .group', "data-group"),
-                         page.attrs('[data-view="0"] .group', "data-removed")))
+        shown = dict(
+            zip(
+                page.attrs('[data-view="0"] .group', "data-group"),
+                page.attrs('[data-view="0"] .group', "data-removed"),
+            )
+        )
         layer_counts = {key: int(count) for key, count in shown.items() if count and key in per_layer}
         assert layer_counts == dict(per_layer)
         top = page.count('[data-view="0"] .node[data-diff="removed"]')
@@ -279,14 +295,15 @@ def test_diff_page(browser, tmp_path):
 
 
 def luminance(color):
-    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
     return 0.299 * r + 0.587 * g + 0.114 * b
 
 
 def test_overlay_page(browser, tmp_path):
     graph = spec.resolve("kaun_ir.tools.examples:cnn").stage_graph("traced")
-    page = Page(browser, write_page(tmp_path, "cnn_flops", "kaun_ir.tools.examples:cnn",
-                                    "--overlay", "flops"))
+    page = Page(
+        browser, write_page(tmp_path, "cnn_flops", "kaun_ir.tools.examples:cnn", "--overlay", "flops")
+    )
     try:
         legend = page.page.locator("#legend")
         assert legend.is_visible() and "FLOPs" in legend.text_content()
@@ -294,8 +311,9 @@ def test_overlay_page(browser, tmp_path):
         flops = {f"n{k}": dump.node_cost(n)[0] for k, n in enumerate(graph.nodes)}
         ids = page.attrs(".node[data-cost]", "data-node-id")
         costs = page.attrs(".node[data-cost]", "data-cost")
-        fills = page.page.eval_on_selector_all(".node[data-cost] rect",
-                                               "els => els.map(e => e.getAttribute('fill'))")
+        fills = page.page.eval_on_selector_all(
+            ".node[data-cost] rect", "els => els.map(e => e.getAttribute('fill'))"
+        )
         shown = {i: (int(c), f) for i, c, f in zip(ids, costs, fills) if i.startswith("n")}
         assert {i: c for i, (c, _) in shown.items()} == flops
         # a log scale: a costlier node is never lighter, and there are several shades
@@ -325,9 +343,11 @@ def test_big_graph_loads_collapsed(browser, tmp_path, record_property):
         timings = page.page.evaluate("kaunViz.timings")
         record_property("nodes", total)
         record_property("load_seconds", round(page.load_seconds, 3))
-        print(f"\n{total} nodes ({path.stat().st_size / 1e6:.1f} MB page): loaded in "
-              f"{page.load_seconds:.2f} s (parse {timings['parseMs']:.0f} ms, "
-              f"first layout and drawing {timings['firstRenderMs']:.0f} ms)")
+        print(
+            f"\n{total} nodes ({path.stat().st_size / 1e6:.1f} MB page): loaded in "
+            f"{page.load_seconds:.2f} s (parse {timings['parseMs']:.0f} ms, "
+            f"first layout and drawing {timings['firstRenderMs']:.0f} ms)"
+        )
         expected = top_level_groups(graph)
         assert sorted(page.attrs('.group[data-depth="0"]', "data-group")) == sorted(expected)
         groups = page.attrs(".group", "data-group")
@@ -341,7 +361,7 @@ def test_big_graph_loads_collapsed(browser, tmp_path, record_property):
         shown = 0
         for n in graph.nodes:
             parts = spec.path_components(n.path)
-            shown += all("/".join(parts[:i + 1]) in expanded for i in range(len(parts)))
+            shown += all("/".join(parts[: i + 1]) in expanded for i in range(len(parts)))
         assert page.count("[data-node-id]") == shown  # inputs and outputs are in their groups
         # a search opens the groups of its match
         page.page.fill("#search", "5.block")

@@ -5,21 +5,19 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
+from jax_ops import JAX_OPS
+from optest import samples_of, single_op_graph
 
 import kaun_ir as kn
 from kaun_ir import dtypes, ops
 from kaun_ir.autodiff import differentiable, gradient_graph
-
-from jax_ops import JAX_OPS
-from optest import samples_of, single_op_graph
 
 DIFFERENTIABLE = {name for name, op in ops.TABLE.items() if op.vjp is not None}
 
 
 def test_every_op_declares_its_derivative():
     for name, op in ops.TABLE.items():
-        assert (op.vjp is None) != (op.nondiff is None), \
-            f"{name}: declare exactly one of vjp= or nondiff="
+        assert (op.vjp is None) != (op.nondiff is None), f"{name}: declare exactly one of vjp= or nondiff="
 
 
 def test_every_differentiable_op_has_a_jax_oracle():
@@ -47,8 +45,10 @@ def _widen(a):
 
 
 def _promote_attrs(attrs):
-    return {k: (np.dtype(np.float64) if isinstance(v, np.dtype) and v == np.float32 else v)
-            for k, v in attrs.items()}
+    return {
+        k: (np.dtype(np.float64) if isinstance(v, np.dtype) and v == np.float32 else v)
+        for k, v in attrs.items()
+    }
 
 
 @pytest.mark.parametrize("name,index,sample", CASES, ids=[f"{n}-{i}" for n, i, _ in CASES])
@@ -65,8 +65,10 @@ def test_vjp_matches_jax(name, index, sample):
     if not outs_float:
         pytest.skip("no floating-point output")
     rng = np.random.default_rng(index)
-    cotangents = [rng.standard_normal(graph.outputs[k].type.shape).astype(graph.outputs[k].type.dtype)
-                  for k in outs_float]
+    cotangents = [
+        rng.standard_normal(graph.outputs[k].type.shape).astype(graph.outputs[k].type.dtype)
+        for k in outs_float
+    ]
     grad_graph = gradient_graph(graph, of=tuple(outs_float), seed_inputs=True, keep_outputs=False)
     grad_graph.verify()
     got = kn.runtime.compile(grad_graph)(*inputs, *cotangents)
@@ -85,5 +87,10 @@ def test_vjp_matches_jax(name, index, sample):
         _, pullback = jax.vjp(jax_fn, *[inputs[k] for k in wrt])
         want = pullback(tuple(cotangents))
     for k, (g, w) in enumerate(zip(got, want)):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-7, atol=1e-9,
-                                   err_msg=f"{name} sample {index}: cotangent of input {wrt[k]}")
+        np.testing.assert_allclose(
+            np.asarray(g),
+            np.asarray(w),
+            rtol=1e-7,
+            atol=1e-9,
+            err_msg=f"{name} sample {index}: cotangent of input {wrt[k]}",
+        )

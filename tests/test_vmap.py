@@ -13,8 +13,10 @@ RNG = np.random.default_rng(0)
 
 
 def _mlp_params(sizes=(5, 8, 3), dtype=np.float64):
-    return [{"w": RNG.standard_normal((a, b)).astype(dtype) * 0.5, "b": RNG.standard_normal(b).astype(dtype)}
-            for a, b in zip(sizes[:-1], sizes[1:])]
+    return [
+        {"w": RNG.standard_normal((a, b)).astype(dtype) * 0.5, "b": RNG.standard_normal(b).astype(dtype)}
+        for a, b in zip(sizes[:-1], sizes[1:])
+    ]
 
 
 def _mlp(params, x, np_=kn):
@@ -39,6 +41,7 @@ def test_per_example_gradients_match_a_python_loop():
         one = single(params, x[i], y[i])
         for got, want in zip(kn.tree.flatten(batched)[0], kn.tree.flatten(one)[0]):
             np.testing.assert_allclose(np.asarray(got)[i], np.asarray(want), rtol=1e-12, atol=1e-12)
+
     # and against jax, an independent oracle
     def jax_loss(p, x, y):
         return jnp.mean((_mlp(p, x, jnp) - y) ** 2)
@@ -95,13 +98,18 @@ def test_while_loop_with_a_condition_per_example():
         def body(state):
             k, acc = state
             return k - 1, acc * 2.0 + 1.0
+
         return kn.while_loop(lambda s: s[0] > 0, body, (n, x))[1]
 
     n = np.array([0, 3, 1, 5], np.int32)
     x = RNG.standard_normal((4, 2))
     got = kn.vmap(count_down)(n, x)
-    want = np.stack([(lambda v, k: [v := v * 2.0 + 1.0 for _ in range(k)] and v)(x[i], int(n[i]))
-                     if n[i] else x[i] for i in range(4)])
+    want = np.stack(
+        [
+            (lambda v, k: [v := v * 2.0 + 1.0 for _ in range(k)] and v)(x[i], int(n[i])) if n[i] else x[i]
+            for i in range(4)
+        ]
+    )
     np.testing.assert_allclose(np.asarray(got), want, rtol=1e-12)
 
 
@@ -112,8 +120,11 @@ def test_random_under_vmap_follows_the_key():
         want = jax.vmap(lambda k: jax.random.normal(k, (3,)))(np.asarray(keys))
     np.testing.assert_allclose(mapped, np.asarray(want), rtol=1e-5, atol=1e-6)
     assert len({tuple(row) for row in mapped.round(6)}) == 4  # a stream per example
-    shared = np.asarray(kn.vmap(lambda x, k: x + kn.random.normal(k, (3,)), in_axes=(0, None))(
-        np.zeros((4, 3), np.float32), kn.random.key(1)))
+    shared = np.asarray(
+        kn.vmap(lambda x, k: x + kn.random.normal(k, (3,)), in_axes=(0, None))(
+            np.zeros((4, 3), np.float32), kn.random.key(1)
+        )
+    )
     assert np.all(shared == shared[0])  # an unmapped key: every example draws the same numbers
 
 
@@ -134,8 +145,9 @@ def test_bad_input_gives_clear_errors():
 
 
 def test_vmap_and_jvp_as_passes():
-    graph = kn.trace(lambda w, x: kn.tanh(x @ w), kn.ShapeDtype((3, 2), kn.float64),
-                     kn.ShapeDtype((3,), kn.float64))
+    graph = kn.trace(
+        lambda w, x: kn.tanh(x @ w), kn.ShapeDtype((3, 2), kn.float64), kn.ShapeDtype((3,), kn.float64)
+    )
     batched = kn.passes.run(graph, "vmap{size=4 unmapped=0},cse,dce")
     assert [str(t) for t in batched.input_types] == ["f64[3,2]", "f64[4,3]"]
     w, xs = RNG.standard_normal((3, 2)), RNG.standard_normal((4, 3))

@@ -10,13 +10,12 @@ from __future__ import annotations
 import jax
 import numpy as np
 import pytest
-
-import kaun_ir as kn
-from kaun_ir import dtypes, ops
-from kaun_ir.batching import batch_graph
-
 from jax_ops import JAX_OPS
 from optest import assert_close, samples_of, single_op_graph, tolerance
+
+import kaun_ir as kn
+from kaun_ir import ops
+from kaun_ir.batching import batch_graph
 
 SIZE = 3
 PER_OP = 2  # samples per op: enough to cover the rule's branches, few enough to stay fast
@@ -27,8 +26,9 @@ ONE_SAMPLE = {"select_and_scatter_add", "reduce_window"}
 
 def test_every_op_declares_its_batching():
     for name, op in ops.TABLE.items():
-        assert (op.batch is None) != (op.nobatch is None), \
+        assert (op.batch is None) != (op.nobatch is None), (
             f"{name}: declare exactly one of batch= (a batching rule) or nobatch= (why it has none)"
+        )
 
 
 def _chosen():
@@ -45,8 +45,13 @@ def _chosen():
         if name in ONE_SAMPLE:
             usable = sorted(usable, key=lambda item: sum(np.size(a) for a in item[1].inputs))
         # the most operand axes first (the rule's axis bookkeeping), then the smallest
-        ranked = sorted(usable, key=lambda item: (-sum(np.ndim(a) for a in item[1].inputs),
-                                                  sum(np.size(a) for a in item[1].inputs)))
+        ranked = sorted(
+            usable,
+            key=lambda item: (
+                -sum(np.ndim(a) for a in item[1].inputs),
+                sum(np.size(a) for a in item[1].inputs),
+            ),
+        )
         picked = {usable[0][0]: usable[0][1]}
         for i, s in ranked:
             if len(picked) >= (1 if shared or name in ONE_SAMPLE else PER_OP):
@@ -107,8 +112,9 @@ def test_batching_rule_matches_reference(name, index, sample):
         want = _reference(opdef, sample, arrays, flags, attrs)
         for k, (g, w) in enumerate(zip(got, want)):
             rtol, atol = tolerance(w.dtype, sample)
-            assert_close(np.asarray(g), w, rtol, atol,
-                         what=f"{name} sample {index} batched {flags} output {k}")
+            assert_close(
+                np.asarray(g), w, rtol, atol, what=f"{name} sample {index} batched {flags} output {k}"
+            )
 
 
 def _float64_cases():
@@ -134,15 +140,16 @@ F64_CASES = _float64_cases()
 def test_vmap_matches_jax_vmap(name, index, sample):
     """kn.vmap (with the batch axis at a different place per operand) vs jax.vmap, in float64."""
     opdef = ops.TABLE[name]
-    attrs = {k: (np.dtype(np.float64) if isinstance(v, np.dtype) and v == np.float32 else v)
-             for k, v in opdef.check_attrs(dict(sample.attrs)).items()}
+    attrs = {
+        k: (np.dtype(np.float64) if isinstance(v, np.dtype) and v == np.float32 else v)
+        for k, v in opdef.check_attrs(dict(sample.attrs)).items()
+    }
     inputs = [_widen(a) for a in sample.inputs]
     rng = np.random.default_rng(index + 100)
     n = len(inputs)
     # operand k is mapped along its last axis when k is even, not mapped when k % 3 == 1 (the
     # first operand is always mapped)
-    in_axes = tuple(None if (k % 3 == 1) else (np.ndim(a) if k % 2 == 0 else 0)
-                    for k, a in enumerate(inputs))
+    in_axes = tuple(None if (k % 3 == 1) else (np.ndim(a) if k % 2 == 0 else 0) for k, a in enumerate(inputs))
     arrays = []
     for a, axis in zip(inputs, in_axes):
         arrays.append(a if axis is None else np.moveaxis(_variants(a, rng), 0, axis))
@@ -156,5 +163,10 @@ def test_vmap_matches_jax_vmap(name, index, sample):
     got = got if isinstance(got, tuple) else (got,)
     want = want if isinstance(want, (tuple, list)) else (want,)
     for g, w in zip(got, want):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-12, atol=1e-12,
-                                   err_msg=f"{name} sample {index} in_axes {in_axes}")
+        np.testing.assert_allclose(
+            np.asarray(g),
+            np.asarray(w),
+            rtol=1e-12,
+            atol=1e-12,
+            err_msg=f"{name} sample {index} in_axes {in_axes}",
+        )

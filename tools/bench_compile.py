@@ -44,11 +44,11 @@ def _stablehlo_ops(text: str) -> int:
 def measure_here(workload: str, overrides: dict, impl: str, small: bool) -> dict:
     """In this (fresh) process: the first step of ``impl`` on the workload, timed."""
     import jax
+    from kaun_ir.runtime import stages
 
     from kaun_ir import jit
 
     from . import bench
-    from kaun_ir.runtime import stages
 
     # start XLA and both tracing machineries before timing (see the module docstring)
     jax.jit(jax.grad(lambda v: (v * v).sum()))(np.ones(2, np.float32)).block_until_ready()
@@ -62,8 +62,13 @@ def measure_here(workload: str, overrides: dict, impl: str, small: bool) -> dict
         total = time.perf_counter() - start
         executable = runner.trainer.cache.step.executables()[-1]
         traced = next((n for name, _, n in rec.stages if name == "trace"), None)
-        return {"first_step_s": total, "stages": rec.stages, "nodes_traced": traced,
-                "nodes_optimised": len(executable.graph.nodes), "stablehlo_ops": _stablehlo_ops(executable.mlir)}
+        return {
+            "first_step_s": total,
+            "stages": rec.stages,
+            "nodes_traced": traced,
+            "nodes_optimised": len(executable.graph.nodes),
+            "stablehlo_ops": _stablehlo_ops(executable.mlir),
+        }
     start = time.perf_counter()
     runner = bench.JaxRunner.of(setup)
     bench._block(runner.call())
@@ -104,8 +109,10 @@ def summarise(label: str, ours: dict, theirs: dict) -> dict:
 
 
 def format_report(rows: list[dict]) -> str:
-    head = ("| case | nodes traced → kept | trace s | passes s | lower s | XLA s | own nodes/s | "
-            "first step s | JAX first step s | ratio | StableHLO ops (ours / JAX) |")
+    head = (
+        "| case | nodes traced → kept | trace s | passes s | lower s | XLA s | own nodes/s | "
+        "first step s | JAX first step s | ratio | StableHLO ops (ours / JAX) |"
+    )
     lines = [head, "|" + "---|" * 11]
     for row in rows:
         ours, theirs = row["kaun_ir"], row["jax"]
@@ -119,7 +126,8 @@ def format_report(rows: list[dict]) -> str:
             f"{s.get('passes', 0):.2f} | {s.get('lower', 0):.2f} | {xla:.2f}"
             f"{' (cache)' if 'xla-load' in s else ''} | {row['own_nodes_per_s']:,.0f} | "
             f"{ours['first_step_s']:.2f} | {theirs['first_step_s']:.2f} | {row['ratio_vs_jax']:.2f} | "
-            f"{ours['stablehlo_ops']} / {theirs['stablehlo_ops']} |")
+            f"{ours['stablehlo_ops']} / {theirs['stablehlo_ops']} |"
+        )
     return "\n".join(lines)
 
 
@@ -129,7 +137,7 @@ def slowest_passes(rows: list[dict], top: int = 4) -> str:
     for row in rows:
         for name, seconds, _ in row["kaun_ir"].get("stages", []):
             if name.startswith("pass:"):
-                base = name[len("pass:"):].split(" (#")[0]
+                base = name[len("pass:") :].split(" (#")[0]
                 totals[base] = totals.get(base, 0.0) + seconds
     ranked = sorted(totals.items(), key=lambda kv: -kv[1])[:top]
     return "slowest passes over all cases: " + ", ".join(f"{n} {s:.2f} s" for n, s in ranked)

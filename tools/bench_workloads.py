@@ -19,8 +19,9 @@ Every workload describes one training problem with fixed synthetic data and fixe
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -45,11 +46,18 @@ def _cnn_model(cfg: dict):
     from kaun_ir import layer
 
     s, c1, c2 = cfg["size"], cfg["c1"], cfg["c2"]
-    return layer.sequential([
-        layer.conv2d(1, c1, 3, padding="same"), layer.relu(), layer.max_pool2d(2),
-        layer.conv2d(c1, c2, 3, padding="same"), layer.relu(), layer.max_pool2d(2),
-        layer.flatten(), layer.linear(c2 * (s // 4) * (s // 4), 10),
-    ])
+    return layer.sequential(
+        [
+            layer.conv2d(1, c1, 3, padding="same"),
+            layer.relu(),
+            layer.max_pool2d(2),
+            layer.conv2d(c1, c2, 3, padding="same"),
+            layer.relu(),
+            layer.max_pool2d(2),
+            layer.flatten(),
+            layer.linear(c2 * (s // 4) * (s // 4), 10),
+        ]
+    )
 
 
 def _token_embedding(vocab: int, seq: int, dim: int):
@@ -59,8 +67,14 @@ def _token_embedding(vocab: int, seq: int, dim: int):
     from kaun_ir import layer, nn
 
     def init_(dt):
-        return layer.Vars({"tokens": initializers.zeros(None, (vocab, dim), dt),
-                           "positions": initializers.zeros(None, (seq, dim), dt)}, [], dt)
+        return layer.Vars(
+            {
+                "tokens": initializers.zeros(None, (vocab, dim), dt),
+                "positions": initializers.zeros(None, (seq, dim), dt),
+            },
+            [],
+            dt,
+        )
 
     def apply_(params, state, ids, *, training, ctx):
         return nn.embedding(params["tokens"], ids) + params["positions"], state
@@ -73,9 +87,14 @@ def _decoder_block(dim: int, heads: int):
     causal self-attention, MLP width ``4 * dim``. ``[B, T, dim] -> [B, T, dim]``."""
     from kaun_ir import layer
 
-    parts = {"ln1": layer.layer_norm(dim), "attn": layer.multi_head_attention(dim, heads, is_causal=True),
-             "ln2": layer.layer_norm(dim), "fc1": layer.linear(dim, 4 * dim), "act": layer.gelu(),
-             "fc2": layer.linear(4 * dim, dim)}
+    parts = {
+        "ln1": layer.layer_norm(dim),
+        "attn": layer.multi_head_attention(dim, heads, is_causal=True),
+        "ln2": layer.layer_norm(dim),
+        "fc1": layer.linear(dim, 4 * dim),
+        "act": layer.gelu(),
+        "fc2": layer.linear(4 * dim, dim),
+    }
     trainable = ("ln1", "attn", "ln2", "fc1", "fc2")
 
     def init_(dt):
@@ -98,8 +117,9 @@ def _transformer_model(cfg: dict):
 
     d, v = cfg["dim"], cfg["vocab"]
     blocks = [_decoder_block(d, cfg["heads"]) for _ in range(cfg["layers"])]
-    return layer.sequential([_token_embedding(v, cfg["seq"], d), *blocks, layer.layer_norm(d),
-                             layer.linear(d, v)])
+    return layer.sequential(
+        [_token_embedding(v, cfg["seq"], d), *blocks, layer.layer_norm(d), layer.linear(d, v)]
+    )
 
 
 # ------------------------------------------------------------------------------ JAX references
@@ -174,7 +194,7 @@ def transformer_jax_forward(params, ids, cfg):
 
     emb = params[0]
     x = emb["tokens"][ids] + emb["positions"]
-    for p in params[1:1 + cfg["layers"]]:
+    for p in params[1 : 1 + cfg["layers"]]:
         x = x + _jax_attention(_jax_layer_norm(x, p["ln1"]), p["attn"], cfg["heads"])
         h = _jax_layer_norm(x, p["ln2"]) @ p["fc1"]["weight"] + p["fc1"]["bias"]
         x = x + jax.nn.gelu(h, approximate=False) @ p["fc2"]["weight"] + p["fc2"]["bias"]
@@ -239,7 +259,7 @@ def transformer_torch_forward(params, ids, cfg):
 
     emb = params[0]
     x = emb["tokens"][ids] + emb["positions"]
-    for p in params[1:1 + cfg["layers"]]:
+    for p in params[1 : 1 + cfg["layers"]]:
         x = x + _torch_attention(layer_norm(x, p["ln1"]), p["attn"], cfg["heads"])
         h = layer_norm(x, p["ln2"]) @ p["fc1"]["weight"] + p["fc1"]["bias"]
         x = x + F.gelu(h, approximate="none") @ p["fc2"]["weight"] + p["fc2"]["bias"]
@@ -288,29 +308,63 @@ def _image_cfg(batch: int, x_rest: tuple, **extra) -> dict:
     return {"x_shape": (batch, *x_rest), "classes": 10, **extra}
 
 
-WORKLOADS: dict[str, Workload] = {w.name: w for w in [
-    Workload("mlp", "MLP 784-512-512-10 ReLU, batch 128, Adam 1e-3", _mlp_model, mlp_jax_forward,
-             mlp_torch_forward, _image_batch, ("adam", 1e-3),
-             full=_image_cfg(128, (784,), sizes=(784, 512, 512, 10)),
-             small=_image_cfg(16, (64,), sizes=(64, 32, 32, 10)), steps=64),
-    Workload("cnn", "CNN NCHW 1x28x28: conv3x3 32+ReLU+pool2, conv3x3 64+ReLU+pool2, dense 10; batch 64, "
-             "Adam 1e-3", _cnn_model, cnn_jax_forward, cnn_torch_forward, _image_batch, ("adam", 1e-3),
-             full=_image_cfg(64, (1, 28, 28), size=28, c1=32, c2=64),
-             small=_image_cfg(4, (1, 8, 8), size=8, c1=4, c2=8),
-             # XLA CPU runs convolutions inside a while loop far slower than at the top level
-             # (measured 2.7 vs 65 steps/s at K=16; jax's fori_loop shows the same), so the fused
-             # row is opt-in here: --steps-per-call 16
-             steps_per_call=0),
-    Workload("mlp_small", "MLP 64-128-10 ReLU, batch 32, Adam 1e-3", _mlp_model, mlp_jax_forward,
-             mlp_torch_forward, _image_batch, ("adam", 1e-3),
-             full=_image_cfg(32, (64,), sizes=(64, 128, 10)),
-             small=_image_cfg(8, (64,), sizes=(64, 128, 10)), steps=512, steps_per_call=128),
-    Workload("transformer", "decoder-only transformer: 4 layers, d_model 128, 4 heads, seq 64, batch 16, "
-             "vocab 512, causal, pre-LN, GELU MLP 4x; AdamW 1e-3 (decay 0.01)", _transformer_model,
-             transformer_jax_forward, transformer_torch_forward, _token_batch, ("adamw", 1e-3, 0.01),
-             full={"layers": 4, "dim": 128, "heads": 4, "seq": 64, "batch": 16, "vocab": 512},
-             small={"layers": 2, "dim": 16, "heads": 2, "seq": 8, "batch": 2, "vocab": 32}),
-]}
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in [
+        Workload(
+            "mlp",
+            "MLP 784-512-512-10 ReLU, batch 128, Adam 1e-3",
+            _mlp_model,
+            mlp_jax_forward,
+            mlp_torch_forward,
+            _image_batch,
+            ("adam", 1e-3),
+            full=_image_cfg(128, (784,), sizes=(784, 512, 512, 10)),
+            small=_image_cfg(16, (64,), sizes=(64, 32, 32, 10)),
+            steps=64,
+        ),
+        Workload(
+            "cnn",
+            "CNN NCHW 1x28x28: conv3x3 32+ReLU+pool2, conv3x3 64+ReLU+pool2, dense 10; batch 64, Adam 1e-3",
+            _cnn_model,
+            cnn_jax_forward,
+            cnn_torch_forward,
+            _image_batch,
+            ("adam", 1e-3),
+            full=_image_cfg(64, (1, 28, 28), size=28, c1=32, c2=64),
+            small=_image_cfg(4, (1, 8, 8), size=8, c1=4, c2=8),
+            # XLA CPU runs convolutions inside a while loop far slower than at the top level
+            # (measured 2.7 vs 65 steps/s at K=16; jax's fori_loop shows the same), so the fused
+            # row is opt-in here: --steps-per-call 16
+            steps_per_call=0,
+        ),
+        Workload(
+            "mlp_small",
+            "MLP 64-128-10 ReLU, batch 32, Adam 1e-3",
+            _mlp_model,
+            mlp_jax_forward,
+            mlp_torch_forward,
+            _image_batch,
+            ("adam", 1e-3),
+            full=_image_cfg(32, (64,), sizes=(64, 128, 10)),
+            small=_image_cfg(8, (64,), sizes=(64, 128, 10)),
+            steps=512,
+            steps_per_call=128,
+        ),
+        Workload(
+            "transformer",
+            "decoder-only transformer: 4 layers, d_model 128, 4 heads, seq 64, batch 16, "
+            "vocab 512, causal, pre-LN, GELU MLP 4x; AdamW 1e-3 (decay 0.01)",
+            _transformer_model,
+            transformer_jax_forward,
+            transformer_torch_forward,
+            _token_batch,
+            ("adamw", 1e-3, 0.01),
+            full={"layers": 4, "dim": 128, "heads": 4, "seq": 64, "batch": 16, "vocab": 512},
+            small={"layers": 2, "dim": 16, "heads": 2, "seq": 8, "batch": 2, "vocab": 32},
+        ),
+    ]
+}
 
 
 def initial_params(structure: Any, seed: int) -> Any:

@@ -13,7 +13,6 @@ import sys
 from . import bench, demo, dump, export, import_cmd, opt, viz
 from .spec import plain
 
-
 DEBUG = False  # set by main() from --debug: commands re-raise instead of printing one line
 
 
@@ -28,11 +27,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="kaun-ir",
         description="kaun_ir: trace models into an own IR, transform it with passes, "
-                    "lower to StableHLO and run with XLA.",
+        "lower to StableHLO and run with XLA.",
         epilog="Run 'kaun-ir COMMAND --help' for a command's options. Errors are one line on stderr "
-               "(exit status 2: usage, 1: failure); --debug shows the Python traceback instead.")
-    parser.add_argument("--debug", action="store_true",
-                        help="on an error, show the full Python traceback (also accepted after COMMAND)")
+        "(exit status 2: usage, 1: failure); --debug shows the Python traceback instead.",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help="on an error, show the full Python traceback (also accepted after COMMAND)",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     demo.add_parser(sub)
     opt.add_parser(sub)

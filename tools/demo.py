@@ -21,12 +21,25 @@ from kaun_ir.fileio import atomic_write
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("demo", help="train an MLP and a CNN on digits (or, with 'lm', a char-level GPT on "
-                            "Shakespeare)", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("which", nargs="?", choices=("digits", "lm"), default="digits",
-                        help="digits: MLP and CNN (default); lm: character-level GPT on Shakespeare")
-    parser.add_argument("-o", "--out", default="demo_out", help="directory for IR dumps and the checkpoint "
-                        "(default: %(default)s)")
+    parser = sub.add_parser(
+        "demo",
+        help="train an MLP and a CNN on digits (or, with 'lm', a char-level GPT on Shakespeare)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "which",
+        nargs="?",
+        choices=("digits", "lm"),
+        default="digits",
+        help="digits: MLP and CNN (default); lm: character-level GPT on Shakespeare",
+    )
+    parser.add_argument(
+        "-o",
+        "--out",
+        default="demo_out",
+        help="directory for IR dumps and the checkpoint (default: %(default)s)",
+    )
     parser.add_argument("--epochs", type=int, default=25, help="epochs per model (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
@@ -47,11 +60,18 @@ def cnn():
     """conv3x3 32, pool 2, conv3x3 64, pool 2, dense 10 on 1x8x8 digits (NCHW)."""
     from kaun_ir import layer
 
-    return layer.sequential([
-        layer.conv2d(1, 32, 3), layer.relu(), layer.max_pool2d(2),
-        layer.conv2d(32, 64, 3), layer.relu(), layer.max_pool2d(2),
-        layer.flatten(), layer.linear(64 * 2 * 2, 10),
-    ])
+    return layer.sequential(
+        [
+            layer.conv2d(1, 32, 3),
+            layer.relu(),
+            layer.max_pool2d(2),
+            layer.conv2d(32, 64, 3),
+            layer.relu(),
+            layer.max_pool2d(2),
+            layer.flatten(),
+            layer.linear(64 * 2 * 2, 10),
+        ]
+    )
 
 
 def _batches(x, y, batch_size, seed):
@@ -78,8 +98,12 @@ def _train(name, model, splits, args, out):
     print(f"{name}: {kn.ptree.count_parameters(st.vars.params):,} parameters")
     for epoch in range(1, args.epochs + 1):
         losses = []
-        st = train.fit(trainer, st, _batches(x_train, y_train, args.batch_size, args.seed * 1000 + epoch),
-                       report=lambda step, loss, state: losses.append(loss))
+        st = train.fit(
+            trainer,
+            st,
+            _batches(x_train, y_train, args.batch_size, args.seed * 1000 + epoch),
+            report=lambda step, loss, state: losses.append(loss),
+        )
         accuracy = metric.accuracy(np.asarray(train.predict(trainer, st, x_test)), y_test)
         if epoch == 1 or epoch % 5 == 0 or epoch == args.epochs:
             print(f"  epoch {epoch:3d}  loss {np.mean(losses):.4f}  test accuracy {accuracy:.2%}")
@@ -115,8 +139,10 @@ def run(args) -> int:
     os.makedirs(args.out, exist_ok=True)
     splits = datasets.digits(seed=args.seed)
     (x_train, _), (x_test, _) = splits
-    print(f"kaun_ir {kn.__version__} on XLA '{kn.runtime.backend_name()}': digits, "
-          f"{len(x_train)} training and {len(x_test)} test images of 8x8\n")
+    print(
+        f"kaun_ir {kn.__version__} on XLA '{kn.runtime.backend_name()}': digits, "
+        f"{len(x_train)} training and {len(x_test)} test images of 8x8\n"
+    )
     results = {}
     for name, build, threshold in (("mlp", mlp, 0.95), ("cnn", cnn, 0.97)):
         trainer, st, accuracy = _train(name, build(), splits, args, args.out)
@@ -139,7 +165,9 @@ def run(args) -> int:
         verdict = "ok" if accuracy >= threshold else f"BELOW the {threshold:.0%} target"
         ok = ok and accuracy >= threshold
         print(f"{name}: test accuracy {accuracy:.2%} ({verdict})")
-    print(f"IR of every stage written to {os.path.abspath(args.out)}/ "
-          f"(forward, train step after autodiff, optimised, StableHLO, HLO)")
+    print(
+        f"IR of every stage written to {os.path.abspath(args.out)}/ "
+        f"(forward, train step after autodiff, optimised, StableHLO, HLO)"
+    )
     print(f"total {time.perf_counter() - start:.1f} s")
     return 0 if ok else 1

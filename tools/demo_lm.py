@@ -17,13 +17,21 @@ import numpy as np
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("demo lm (character-level GPT on Shakespeare)")
-    group.add_argument("--seconds", type=float, default=60.0, help="training time budget (default: %(default)s)")
-    group.add_argument("--seq-len", type=int, default=64, help="context length in characters (default: %(default)s)")
+    group.add_argument(
+        "--seconds", type=float, default=60.0, help="training time budget (default: %(default)s)"
+    )
+    group.add_argument(
+        "--seq-len", type=int, default=64, help="context length in characters (default: %(default)s)"
+    )
     group.add_argument("--dim", type=int, default=64, help="model width (default: %(default)s)")
     group.add_argument("--layers", type=int, default=2, help="transformer blocks (default: %(default)s)")
-    group.add_argument("--lm-batch-size", type=int, default=16, help="windows per step (default: %(default)s)")
+    group.add_argument(
+        "--lm-batch-size", type=int, default=16, help="windows per step (default: %(default)s)"
+    )
     group.add_argument("--sample-chars", type=int, default=300, help="length of the printed sample")
-    group.add_argument("--prompt", default="ROMEO.\n", help="text the sample continues (default: %(default)r)")
+    group.add_argument(
+        "--prompt", default="ROMEO.\n", help="text the sample continues (default: %(default)r)"
+    )
 
 
 class Vocabulary:
@@ -68,16 +76,26 @@ def run(args: argparse.Namespace) -> int:
     ids = vocab.encode(text)
     split = int(len(ids) * 0.95)
     train_ids, held_out = ids[:split], ids[split:]
-    cfg = DecoderConfig(vocab_size=len(vocab.chars), dim=args.dim, num_layers=args.layers, num_heads=4,
-                        num_kv_heads=4, hidden_dim=4 * args.dim, max_positions=args.seq_len,
-                        mlp="gelu", tie_embeddings=True)
+    cfg = DecoderConfig(
+        vocab_size=len(vocab.chars),
+        dim=args.dim,
+        num_layers=args.layers,
+        num_heads=4,
+        num_kv_heads=4,
+        hidden_dim=4 * args.dim,
+        max_positions=args.seq_len,
+        mlp="gelu",
+        tie_embeddings=True,
+    )
     model = decoder(cfg, "char_gpt")
     trainer = kn.train.make(model, kn.optim.adamw(3e-3, weight_decay=0.01), loss=kn.loss.cross_entropy_sparse)
     with kn.rng.scope(args.seed):
         st = kn.train.init(trainer)
     count = kn.ptree.count_parameters(kn.layer.params(kn.train.vars(st)))
-    print(f"corpus: {len(text):,} characters of Shakespeare, {len(vocab.chars)} distinct; model: {count:,} "
-          f"parameters ({args.layers} blocks, width {args.dim}, context {args.seq_len})")
+    print(
+        f"corpus: {len(text):,} characters of Shakespeare, {len(vocab.chars)} distinct; model: {count:,} "
+        f"parameters ({args.layers} blocks, width {args.dim}, context {args.seq_len})"
+    )
     print(f"training for {args.seconds:g} s ...", flush=True)
     losses = []
     started = time.monotonic()
@@ -91,19 +109,22 @@ def run(args: argparse.Namespace) -> int:
     held = float(np.asarray(kn.loss.cross_entropy_sparse(logits, y)))
     first = float(np.mean(losses[:10])) if losses else float("nan")
     last = float(np.mean(losses[-10:])) if losses else float("nan")
-    print(f"{len(losses)} steps in {elapsed:.0f} s: training loss {first:.3f} -> {last:.3f} "
-          f"(uniform guess: {np.log(len(vocab.chars)):.3f}); held-out loss {held:.3f}")
+    print(
+        f"{len(losses)} steps in {elapsed:.0f} s: training loss {first:.3f} -> {last:.3f} "
+        f"(uniform guess: {np.log(len(vocab.chars)):.3f}); held-out loss {held:.3f}"
+    )
     from kaun_ir.models import Pretrained
 
     trained = Pretrained(model, kn.train.vars(st), cfg, "gpt2")
     out = list(vocab.encode(args.prompt))
     remaining = args.sample_chars
     while remaining > 0:  # positions are learned up to seq_len: continue from the last half window
-        window = out[-(args.seq_len // 2):]
+        window = out[-(args.seq_len // 2) :]
         take = min(remaining, args.seq_len - len(window))
-        generated = kn.models.generate(trained, np.array(window, np.int32), take, temperature=0.8, top_k=10,
-                                       seed=args.seed + len(out))
-        out.extend(generated[len(window):].tolist())
+        generated = kn.models.generate(
+            trained, np.array(window, np.int32), take, temperature=0.8, top_k=10, seed=args.seed + len(out)
+        )
+        out.extend(generated[len(window) :].tolist())
         remaining -= take
     print("--- sample (temperature 0.8, top-k 10) ---")
     print(vocab.decode(out))

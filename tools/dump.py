@@ -21,28 +21,53 @@ import tempfile
 
 from kaun_ir.fileio import atomic_write
 from kaun_ir.ir.cost import graph_cost, node_cost  # noqa: F401 - the viewer imports node_cost from here
+
 from . import spec as specs
 
-STAGE_FILES = {"traced": "traced.kir", "autodiff": "autodiff.kir", "optimized": "optimized.kir",
-               "stablehlo": "stablehlo.mlir", "hlo": "hlo.txt"}
+STAGE_FILES = {
+    "traced": "traced.kir",
+    "autodiff": "autodiff.kir",
+    "optimized": "optimized.kir",
+    "stablehlo": "stablehlo.mlir",
+    "hlo": "hlo.txt",
+}
 
 
 def add_parser(sub) -> None:
     parser = sub.add_parser(
-        "dump", help="print a model's IR at one stage, write all stages, or report statistics",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "dump",
+        help="print a model's IR at one stage, write all stages, or report statistics",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_spec_arguments(parser)
-    parser.add_argument("--stage", choices=specs.STAGES, default=None,
-                        help="which stage to print (default: traced; with --stats: the training step "
-                             "for training setups, else traced)")
-    parser.add_argument("--all", metavar="DIR", default=None,
-                        help="write every stage to DIR as <name>.<stage>.<ext> (all stages are computed "
-                             "first; each file is replaced atomically)")
-    parser.add_argument("--stats", action="store_true",
-                        help="print op counts, parameter bytes and estimated FLOPs / bytes moved")
-    parser.add_argument("--devices", type=int, default=None, metavar="N",
-                        help="run on N virtual CPU devices (for graphs sharded over a mesh; sets XLA_FLAGS "
-                             "before the backend starts)")
+    parser.add_argument(
+        "--stage",
+        choices=specs.STAGES,
+        default=None,
+        help="which stage to print (default: traced; with --stats: the training step "
+        "for training setups, else traced)",
+    )
+    parser.add_argument(
+        "--all",
+        metavar="DIR",
+        default=None,
+        help="write every stage to DIR as <name>.<stage>.<ext> (all stages are computed "
+        "first; each file is replaced atomically)",
+    )
+    parser.add_argument(
+        "--stats",
+        action="store_true",
+        help="print op counts, parameter bytes and estimated FLOPs / bytes moved",
+    )
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run on N virtual CPU devices (for graphs sharded over a mesh; sets XLA_FLAGS "
+        "before the backend starts)",
+    )
     parser.add_argument("-o", "--output", default="-", help="output file for one stage ('-': stdout)")
     parser.set_defaults(run=run)
 
@@ -63,12 +88,19 @@ def add_spec_arguments(parser) -> None:
     """The SPEC and ``--input`` arguments shared by dump, export and viz; ``--help`` explains SPEC
     and lists the bundled examples."""
     parser.epilog = specs.SPEC_HELP + "\n" + specs.examples_help()
-    parser.add_argument("spec", metavar="SPEC",
-                        help="module:function, path/to/file.py:function, or a .kir file "
-                             "(e.g. kaun_ir.tools.examples:mlp)")
-    parser.add_argument("--input", action="append", default=[], metavar="TYPE",
-                        help="example input type such as f32[32,784]; repeat for several inputs "
-                             "(overrides the example's default inputs)")
+    parser.add_argument(
+        "spec",
+        metavar="SPEC",
+        help="module:function, path/to/file.py:function, or a .kir file (e.g. kaun_ir.tools.examples:mlp)",
+    )
+    parser.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="TYPE",
+        help="example input type such as f32[32,784]; repeat for several inputs "
+        "(overrides the example's default inputs)",
+    )
 
 
 def error(command: str, message) -> int:
@@ -115,25 +147,33 @@ def statistics(subject, graph) -> dict:
             shardings[label] = shardings.get(label, 0) + 1
     collectives = None
     if shardings:  # partitioned by XLA: count what its partitioner inserted
-        from kaun_ir import runtime
         from kaun_ir.runtime.collectives import collective_stats
+
+        from kaun_ir import runtime
 
         collectives = collective_stats(runtime.compile(graph).hlo_text())
     return {
-        "nodes": len(graph.nodes), "per_op": per_op, "per_layer": per_layer,
+        "nodes": len(graph.nodes),
+        "per_op": per_op,
+        "per_layer": per_layer,
         "parameter_inputs": len(params),
         "parameter_bytes": sum(graph.inputs[i].type.nbytes for i in params),
         "parameter_elements": sum(graph.inputs[i].type.size for i in params),
         "parameters_known": subject.kind in ("layer", "train"),
-        "flops": flops, "bytes": nbytes, "shardings": shardings, "collectives": collectives,
+        "flops": flops,
+        "bytes": nbytes,
+        "shardings": shardings,
+        "collectives": collectives,
     }
 
 
 def format_statistics(name: str, stage: str, stats: dict) -> str:
     lines = [f"{name} ({stage}): {stats['nodes']} nodes"]
     what = "parameters" if stats["parameters_known"] else "inputs (parameters unknown)"
-    lines.append(f"{what}: {stats['parameter_inputs']} arrays, {stats['parameter_elements']:,} elements, "
-                 f"{stats['parameter_bytes']:,} bytes")
+    lines.append(
+        f"{what}: {stats['parameter_inputs']} arrays, {stats['parameter_elements']:,} elements, "
+        f"{stats['parameter_bytes']:,} bytes"
+    )
     lines.append(f"estimated FLOPs: {stats['flops']:,}")
     lines.append(f"estimated bytes moved (unfused): {stats['bytes']:,}")
     lines.append("ops:")
@@ -200,8 +240,9 @@ def run(args: argparse.Namespace) -> int:
         if args.stats:
             stage = args.stage or subject.default_stage
             if stage not in specs.GRAPH_STAGES:
-                return error("dump", f"--stats works on an IR stage ({', '.join(specs.GRAPH_STAGES)}), "
-                                     f"not {stage}")
+                return error(
+                    "dump", f"--stats works on an IR stage ({', '.join(specs.GRAPH_STAGES)}), not {stage}"
+                )
             text = format_statistics(subject.name, stage, statistics(subject, subject.stage_graph(stage)))
         else:
             text = subject.stage_text(args.stage or "traced")

@@ -32,11 +32,18 @@ def cnn() -> Model:
     """conv3x3 16, ReLU, pool 2, conv3x3 32, ReLU, pool 2, dense 10 on ``[8, 1, 28, 28]`` (NCHW)."""
     from kaun_ir import ShapeDtype, layer
 
-    model = layer.sequential([
-        layer.conv2d(1, 16, 3), layer.relu(), layer.max_pool2d(2),
-        layer.conv2d(16, 32, 3), layer.relu(), layer.max_pool2d(2),
-        layer.flatten(), layer.linear(32 * 7 * 7, 10),
-    ])
+    model = layer.sequential(
+        [
+            layer.conv2d(1, 16, 3),
+            layer.relu(),
+            layer.max_pool2d(2),
+            layer.conv2d(16, 32, 3),
+            layer.relu(),
+            layer.max_pool2d(2),
+            layer.flatten(),
+            layer.linear(32 * 7 * 7, 10),
+        ]
+    )
     return Model(model, (ShapeDtype((8, 1, 28, 28)),))
 
 
@@ -61,10 +68,13 @@ def _block(dim: int, heads: int, causal: bool = False):
     ``[B, T, dim] -> [B, T, dim]``."""
     from kaun_ir import layer
 
-    attention = layer.sequential([layer.layer_norm(dim),
-                                  layer.multi_head_attention(dim, heads, is_causal=causal)], name="attention")
-    feed_forward = layer.sequential([layer.layer_norm(dim), layer.linear(dim, 4 * dim), layer.gelu(),
-                                     layer.linear(4 * dim, dim)], name="mlp")
+    attention = layer.sequential(
+        [layer.layer_norm(dim), layer.multi_head_attention(dim, heads, is_causal=causal)], name="attention"
+    )
+    feed_forward = layer.sequential(
+        [layer.layer_norm(dim), layer.linear(dim, 4 * dim), layer.gelu(), layer.linear(4 * dim, dim)],
+        name="mlp",
+    )
     return layer.sequential([residual(attention), residual(feed_forward)], name="block")
 
 
@@ -84,15 +94,18 @@ def transformer_train_step(layers: int = 2) -> TrainSetup:
 
     vocab, dim, heads, batch, seq = 256, 64, 4, 4, 16
     blocks = [_block(dim, heads, causal=True) for _ in range(layers)]
-    model = layer.sequential([layer.embedding(vocab, dim), *blocks, layer.layer_norm(dim),
-                              layer.linear(dim, vocab)], name="transformer")
+    model = layer.sequential(
+        [layer.embedding(vocab, dim), *blocks, layer.layer_norm(dim), layer.linear(dim, vocab)],
+        name="transformer",
+    )
 
     def loss_fn_builder(ids):
         labels = ShapeDtype(tuple(ids.shape), int32)  # the next tokens: an input of the step
         return lambda logits: loss.cross_entropy_sparse(logits, labels)
 
-    return TrainSetup(model, optim.adamw(1e-3, weight_decay=0.01), loss_fn_builder,
-                      (ShapeDtype((batch, seq), int32),))
+    return TrainSetup(
+        model, optim.adamw(1e-3, weight_decay=0.01), loss_fn_builder, (ShapeDtype((batch, seq), int32),)
+    )
 
 
 def transformer_train_step_12() -> TrainSetup:

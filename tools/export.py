@@ -21,14 +21,25 @@ from .dump import add_spec_arguments, error
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("export", help="write a model as StableHLO (.mlir text or .mlirbc portable artifact)",
-                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = sub.add_parser(
+        "export",
+        help="write a model as StableHLO (.mlir text or .mlirbc portable artifact)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_spec_arguments(parser)
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="model.mlir or model.mlirbc")
-    parser.add_argument("--stage", choices=specs.GRAPH_STAGES, default="optimized",
-                        help="which IR stage to export (default: %(default)s)")
-    parser.add_argument("--list-inputs", action="store_true",
-                        help="also print the exported function's arguments (name and type)")
+    parser.add_argument(
+        "--stage",
+        choices=specs.GRAPH_STAGES,
+        default="optimized",
+        help="which IR stage to export (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--list-inputs",
+        action="store_true",
+        help="also print the exported function's arguments (name and type)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -47,6 +58,8 @@ def run(args: argparse.Namespace) -> int:
         names = graph.input_names or [""] * len(graph.inputs)
         for i, (name, value) in enumerate(zip(names, graph.inputs)):
             print(f"%arg{i}: {value.type}  {name}")
-    print(f"wrote {args.output}: @main({len(graph.inputs)} inputs) -> {len(graph.outputs)} outputs",
-          file=sys.stderr)
+    print(
+        f"wrote {args.output}: @main({len(graph.inputs)} inputs) -> {len(graph.outputs)} outputs",
+        file=sys.stderr,
+    )
     return 0

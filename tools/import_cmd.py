@@ -16,21 +16,31 @@ import sys
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("import", help="import a StableHLO module (.mlir/.mlirbc) as textual IR (.kir)",
-                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = sub.add_parser(
+        "import",
+        help="import a StableHLO module (.mlir/.mlirbc) as textual IR (.kir)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("file", help="input .mlir (text) or .mlirbc (bytecode / portable artifact)")
-    parser.add_argument("-o", "--output", required=True, metavar="FILE", help="output .kir file ('-' for stdout)")
-    parser.add_argument("--function", default=None, metavar="NAME",
-                        help="function to import (default: main, else the only public one)")
+    parser.add_argument(
+        "-o", "--output", required=True, metavar="FILE", help="output .kir file ('-' for stdout)"
+    )
+    parser.add_argument(
+        "--function",
+        default=None,
+        metavar="NAME",
+        help="function to import (default: main, else the only public one)",
+    )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from kaun_ir.errors import KaunError
     from kaun_ir.fileio import atomic_write
+    from kaun_ir.ir import from_stablehlo
 
     from .cli import describe
-    from kaun_ir.ir import from_stablehlo
 
     try:
         with open(args.file, "rb") as handle:
@@ -46,7 +56,12 @@ def run(args: argparse.Namespace) -> int:
     except (KaunError, ValueError, TypeError, OSError, UnicodeDecodeError) as err:
         from .dump import error  # one line (see docs/errors.md); --debug re-raises
 
-        return error("import", f"{args.file}: {describe(err)}" if isinstance(err, UnicodeDecodeError) else err)
-    print(f"imported @{graph.name}: {len(graph.inputs)} inputs, {len(graph.nodes)} nodes, "
-          f"{len(graph.outputs)} outputs", file=sys.stderr)
+        return error(
+            "import", f"{args.file}: {describe(err)}" if isinstance(err, UnicodeDecodeError) else err
+        )
+    print(
+        f"imported @{graph.name}: {len(graph.inputs)} inputs, {len(graph.nodes)} nodes, "
+        f"{len(graph.outputs)} outputs",
+        file=sys.stderr,
+    )
     return 0

@@ -13,29 +13,58 @@ import sys
 
 def add_parser(sub) -> None:
     parser = sub.add_parser(
-        "opt", help="run a pass pipeline over textual IR (.kir) or imported StableHLO (.mlir/.mlirbc)",
+        "opt",
+        help="run a pass pipeline over textual IR (.kir) or imported StableHLO (.mlir/.mlirbc)",
         description="Read textual IR from FILE (or stdin with '-'), run the pipeline given by -p, "
-                    "and print the resulting IR (or its StableHLO with --emit=stablehlo). "
-                    "Diagnostics and instrumentation output go to stderr.")
-    parser.add_argument("file", nargs="?", default="-", help="input .kir file, StableHLO .mlir/.mlirbc (imported), '-' for stdin (default)")
-    parser.add_argument("-p", "--pipeline", default="",
-                        help='passes with options, e.g. "autodiff,cse,dce" or "my-pass{factor=2},dce"')
+        "and print the resulting IR (or its StableHLO with --emit=stablehlo). "
+        "Diagnostics and instrumentation output go to stderr.",
+    )
+    parser.add_argument(
+        "file",
+        nargs="?",
+        default="-",
+        help="input .kir file, StableHLO .mlir/.mlirbc (imported), '-' for stdin (default)",
+    )
+    parser.add_argument(
+        "-p",
+        "--pipeline",
+        default="",
+        help='passes with options, e.g. "autodiff,cse,dce" or "my-pass{factor=2},dce"',
+    )
     parser.add_argument("--emit", choices=("ir", "stablehlo"), default="ir", help="output form (default: ir)")
-    parser.add_argument("--list-passes", action="store_true",
-                        help="list the registered passes with their options and exit")
-    parser.add_argument("--load", action="append", default=[], metavar="MODULE",
-                        help="import a Python module (name or path to a .py file) that registers "
-                             "passes, before the pipeline is parsed; may be repeated")
+    parser.add_argument(
+        "--list-passes", action="store_true", help="list the registered passes with their options and exit"
+    )
+    parser.add_argument(
+        "--load",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import a Python module (name or path to a .py file) that registers "
+        "passes, before the pipeline is parsed; may be repeated",
+    )
     parser.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
-    parser.add_argument("--print-ir-after-change", action="store_true",
-                        help="after each pass that changed the IR, print a unified diff of it")
+    parser.add_argument(
+        "--print-ir-after-change",
+        action="store_true",
+        help="after each pass that changed the IR, print a unified diff of it",
+    )
     parser.add_argument("--timing", action="store_true", help="report the wall time of each pass")
-    parser.add_argument("--stats", action="store_true",
-                        help="report per-pass statistics (node counts, ops added/removed, pass counters)")
-    parser.add_argument("--verify-each", action="store_true",
-                        help="verify the IR before the first and after every pass")
-    parser.add_argument("--stop-after", type=int, default=None, metavar="N",
-                        help="run only the first N passes of the pipeline (bisection)")
+    parser.add_argument(
+        "--stats",
+        action="store_true",
+        help="report per-pass statistics (node counts, ops added/removed, pass counters)",
+    )
+    parser.add_argument(
+        "--verify-each", action="store_true", help="verify the IR before the first and after every pass"
+    )
+    parser.add_argument(
+        "--stop-after",
+        type=int,
+        default=None,
+        metavar="N",
+        help="run only the first N passes of the pipeline (bisection)",
+    )
     parser.add_argument("-o", "--output", default="-", help="output file ('-' for stdout)")
     parser.set_defaults(run=run)
 
@@ -85,8 +114,10 @@ def run(args: argparse.Namespace) -> int:
             with open(args.file, encoding="utf-8") as handle:
                 text = handle.read()
     except (OSError, UnicodeDecodeError) as err:
-        return error(f"{args.file}: {err.reason if isinstance(err, UnicodeDecodeError) else err.strerror}"
-                     + (" (not a UTF-8 text file)" if isinstance(err, UnicodeDecodeError) else ""))
+        return error(
+            f"{args.file}: {err.reason if isinstance(err, UnicodeDecodeError) else err.strerror}"
+            + (" (not a UTF-8 text file)" if isinstance(err, UnicodeDecodeError) else "")
+        )
 
     instrumentations: list = []
     if args.print_ir_after_all:
@@ -102,10 +133,13 @@ def run(args: argparse.Namespace) -> int:
         from .spec import looks_like_mlir
 
         # StableHLO (.mlir / .mlirbc, or MLIR on stdin) is imported; anything else is textual IR
-        is_mlir = args.file.endswith((".mlir", ".mlirbc")) or (isinstance(text, str) and looks_like_mlir(text))
+        is_mlir = args.file.endswith((".mlir", ".mlirbc")) or (
+            isinstance(text, str) and looks_like_mlir(text)
+        )
         graph = from_stablehlo(text) if is_mlir else parse(text)
-        manager = passes.PassManager(pipeline, instrumentations, verify_each=args.verify_each,
-                                     stop_after=args.stop_after)
+        manager = passes.PassManager(
+            pipeline, instrumentations, verify_each=args.verify_each, stop_after=args.stop_after
+        )
         graph = manager.run(graph)
     except (KaunError, ValueError, TypeError) as err:
         return error(err)
@@ -114,9 +148,10 @@ def run(args: argparse.Namespace) -> int:
             if report is not None:
                 sys.stderr.write(report.report())
     if args.stop_after is not None and args.stop_after < len(pipeline):
-        skipped = ",".join(str(s) for s in pipeline.steps[args.stop_after:])
-        print(f"kaun-ir opt: note: stopped after pass #{args.stop_after}; skipped: {skipped}",
-              file=sys.stderr)
+        skipped = ",".join(str(s) for s in pipeline.steps[args.stop_after :])
+        print(
+            f"kaun-ir opt: note: stopped after pass #{args.stop_after}; skipped: {skipped}", file=sys.stderr
+        )
 
     if args.emit == "stablehlo":
         from kaun_ir import runtime

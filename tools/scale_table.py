@@ -30,8 +30,13 @@ def _model(args):
 
     # GPT-2 medium: 24 layers, width 1024, 16 heads; the vocabulary padded from 50257 to 50304
     # (a multiple of 64) so that the embedding splits evenly, as large-scale trainers do
-    return kn.models.gpt2(vocab_size=args.vocab, dim=args.dim, num_layers=args.layers, num_heads=args.heads,
-                          max_positions=args.seq)
+    return kn.models.gpt2(
+        vocab_size=args.vocab,
+        dim=args.dim,
+        num_layers=args.layers,
+        num_heads=args.heads,
+        max_positions=args.seq,
+    )
 
 
 def _abstract_state(trainer):
@@ -49,8 +54,12 @@ def _abstract_state(trainer):
     traced = trace_flat(lambda p: tuple(optim.init(trainer.optimizer, p)), (params,), {})
     leaves = [ShapeDtype(t.shape, t.dtype) for t in traced.graph.output_types]
     count, trees = tree.unflatten(traced.out_treedef, leaves)
-    return train.State(layer.Vars(params, state, dtypes.float32), optim.State(count, trees), 0,
-                       ShapeDtype((2,), dtypes.uint32))
+    return train.State(
+        layer.Vars(params, state, dtypes.float32),
+        optim.State(count, trees),
+        0,
+        ShapeDtype((2,), dtypes.uint32),
+    )
 
 
 def _rng_run(fn):
@@ -66,8 +75,11 @@ def _layout(name: str, model_axis: int):
         return None
     if name == "FSDP":
         return "fsdp"
-    table = (kn.sharding.attention_rules("*attn.") + kn.sharding.mlp_rules("*mlp.fc", "*mlp.proj")
-             + [("embed.weight", kn.sharding.Spec("model", None))])
+    table = (
+        kn.sharding.attention_rules("*attn.")
+        + kn.sharding.mlp_rules("*mlp.fc", "*mlp.proj")
+        + [("embed.weight", kn.sharding.Spec("model", None))]
+    )
     return kn.sharding.rules(table, fsdp=True)
 
 
@@ -85,9 +97,10 @@ def _shard_bytes(tree_, specs, mesh) -> int:
 
 def child(args) -> list[dict]:
     """The rows for ``args.child`` devices (runs in a process with that many CPU devices)."""
+    from kaun_ir.runtime.collectives import collective_stats
+
     import kaun_ir as kn
     from kaun_ir import loss, optim, train
-    from kaun_ir.runtime.collectives import collective_stats
     from kaun_ir.trace import ShapeDtype
 
     count = args.child
@@ -96,8 +109,9 @@ def child(args) -> list[dict]:
         tp = 8 if name == "FSDP+TP" else 1
         mesh = kn.sharding.mesh((count // tp, tp), ("data", "model"))
         policy = _layout(name, tp)
-        trainer = train.make(_model(args), optim.adamw(3e-4), loss=loss.cross_entropy_sparse, mesh=mesh,
-                             param_sharding=policy)
+        trainer = train.make(
+            _model(args), optim.adamw(3e-4), loss=loss.cross_entropy_sparse, mesh=mesh, param_sharding=policy
+        )
         st = _abstract_state(trainer)
         batch = args.batch_per_device * (count // tp)
         ids = ShapeDtype((batch, args.seq), kn.int32)
@@ -108,14 +122,22 @@ def child(args) -> list[dict]:
         pspecs = kn.sharding.param_specs(params, mesh, policy)
         count_, trees = st.opt_state
         memory = exe.memory_analysis() or {}
-        rows.append({
-            "devices": count, "layout": name, "mesh": dict(mesh.axes), "global_batch": batch, "seq": args.seq,
-            "parameters": sum(math.prod(leaf.shape) for leaf in kn.ptree.flatten(params)[0]),
-            "param_bytes": _shard_bytes(params, pspecs, mesh),
-            "opt_bytes": sum(_shard_bytes(t, pspecs, mesh) for t in trees),
-            "temp_bytes": memory.get("temp"), "argument_bytes": memory.get("argument"),
-            "collectives": collective_stats(exe.hlo_text()), "compile_s": round(seconds, 1),
-        })
+        rows.append(
+            {
+                "devices": count,
+                "layout": name,
+                "mesh": dict(mesh.axes),
+                "global_batch": batch,
+                "seq": args.seq,
+                "parameters": sum(math.prod(leaf.shape) for leaf in kn.ptree.flatten(params)[0]),
+                "param_bytes": _shard_bytes(params, pspecs, mesh),
+                "opt_bytes": sum(_shard_bytes(t, pspecs, mesh) for t in trees),
+                "temp_bytes": memory.get("temp"),
+                "argument_bytes": memory.get("argument"),
+                "collectives": collective_stats(exe.hlo_text()),
+                "compile_s": round(seconds, 1),
+            }
+        )
         print(f"  {count} devices, {name}: compiled in {seconds:.0f} s", file=sys.stderr, flush=True)
     return rows
 
@@ -126,33 +148,45 @@ def _mib(n) -> str:
 
 def table(rows: list[dict]) -> str:
     """The Markdown table of ``rows``."""
-    lines = ["| devices | layout | mesh | params / device (MiB) | optimiser state / device (MiB) | "
-             "XLA temporaries / device (MiB) | all-reduce | all-gather | reduce-scatter | "
-             "collective MiB / device / step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| devices | layout | mesh | params / device (MiB) | optimiser state / device (MiB) | "
+        "XLA temporaries / device (MiB) | all-reduce | all-gather | reduce-scatter | "
+        "collective MiB / device / step |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         c = r["collectives"]
         moved = sum(entry["bytes"] for entry in c.values())
         mesh = " x ".join(f"{k}={v}" for k, v in r["mesh"].items())
-        lines.append(f"| {r['devices']} | {r['layout']} | {mesh} | {_mib(r['param_bytes'])} | "
-                     f"{_mib(r['opt_bytes'])} | {_mib(r['temp_bytes'])} | {c['all-reduce']['count']} | "
-                     f"{c['all-gather']['count']} | {c['reduce-scatter']['count']} | {_mib(moved)} |")
+        lines.append(
+            f"| {r['devices']} | {r['layout']} | {mesh} | {_mib(r['param_bytes'])} | "
+            f"{_mib(r['opt_bytes'])} | {_mib(r['temp_bytes'])} | {c['all-reduce']['count']} | "
+            f"{c['all-gather']['count']} | {c['reduce-scatter']['count']} | {_mib(moved)} |"
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m kaun_ir.tools.scale_table", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--devices", type=int, nargs="+", default=[8, 64],
-                        help="device counts (default 8 64)")
+    parser = argparse.ArgumentParser(
+        prog="python -m kaun_ir.tools.scale_table",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--devices", type=int, nargs="+", default=[8, 64], help="device counts (default 8 64)"
+    )
     parser.add_argument("--layouts", nargs="+", choices=LAYOUTS, default=list(LAYOUTS))
     parser.add_argument("--layers", type=int, default=24)
     parser.add_argument("--dim", type=int, default=1024)
     parser.add_argument("--heads", type=int, default=16)
     parser.add_argument("--vocab", type=int, default=50304)
     parser.add_argument("--seq", type=int, default=1024)
-    parser.add_argument("--batch-per-device", type=int, default=1,
-                        help="sequences per data-parallel group of devices (default 1)")
+    parser.add_argument(
+        "--batch-per-device",
+        type=int,
+        default=1,
+        help="sequences per data-parallel group of devices (default 1)",
+    )
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -162,12 +196,30 @@ def main(argv=None) -> int:
     rows = []
     for count in args.devices:
         print(f"compiling for {count} virtual devices ...", file=sys.stderr, flush=True)
-        env = dict(os.environ, KAUN_IR_BACKEND="cpu",
-                   XLA_FLAGS=f"--xla_force_host_platform_device_count={count}")
-        command = [sys.executable, "-m", "kaun_ir.tools.scale_table", "--child", str(count),
-                   "--layouts", *args.layouts, "--layers", str(args.layers), "--dim", str(args.dim),
-                   "--heads", str(args.heads), "--vocab", str(args.vocab), "--seq", str(args.seq),
-                   "--batch-per-device", str(args.batch_per_device)]
+        env = dict(
+            os.environ, KAUN_IR_BACKEND="cpu", XLA_FLAGS=f"--xla_force_host_platform_device_count={count}"
+        )
+        command = [
+            sys.executable,
+            "-m",
+            "kaun_ir.tools.scale_table",
+            "--child",
+            str(count),
+            "--layouts",
+            *args.layouts,
+            "--layers",
+            str(args.layers),
+            "--dim",
+            str(args.dim),
+            "--heads",
+            str(args.heads),
+            "--vocab",
+            str(args.vocab),
+            "--seq",
+            str(args.seq),
+            "--batch-per-device",
+            str(args.batch_per_device),
+        ]
         proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True)
         if proc.returncode:
             print(f"the {count}-device compilation failed", file=sys.stderr)

@@ -38,8 +38,9 @@ import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 STAGES = ("traced", "autodiff", "optimized", "stablehlo", "hlo")
 GRAPH_STAGES = ("traced", "autodiff", "optimized")
@@ -70,8 +71,12 @@ def examples_help() -> str:
 
     lines = ["Bundled examples (try: kaun-ir dump kaun_ir.tools.examples:mlp --stage optimized):"]
     for name, fn in inspect.getmembers(examples, inspect.isfunction):
-        if name.startswith("_") or fn.__module__ != examples.__name__ or inspect.signature(fn).parameters \
-                and any(p.default is inspect.Parameter.empty for p in inspect.signature(fn).parameters.values()):
+        if (
+            name.startswith("_")
+            or fn.__module__ != examples.__name__
+            or inspect.signature(fn).parameters
+            and any(p.default is inspect.Parameter.empty for p in inspect.signature(fn).parameters.values())
+        ):
             continue
         summary = plain((fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
         lines.append(f"  kaun_ir.tools.examples:{name:26s} {summary}")
@@ -118,7 +123,9 @@ def parse_input(text: str):
     try:
         t = _parse_type(text.strip())
     except (ValueError, TypeError, KeyError) as err:
-        raise SpecError(f"--input {text!r}: expected a tensor type like f32[32,784] or i32[] ({err})") from None
+        raise SpecError(
+            f"--input {text!r}: expected a tensor type like f32[32,784] or i32[] ({err})"
+        ) from None
     return ShapeDtype(t.shape, t.dtype)
 
 
@@ -263,8 +270,10 @@ class Subject:
         from kaun_ir import passes
 
         if self.kind == "train":
-            return passes.run(self.stage_graph("autodiff"),
-                              passes.train_pipeline(getattr(self._trainer(), "pipeline", None)))
+            return passes.run(
+                self.stage_graph("autodiff"),
+                passes.train_pipeline(getattr(self._trainer(), "pipeline", None)),
+            )
         return passes.run(self.stage_graph("traced"), passes.jit_pipeline())
 
     def _summed(self):
@@ -290,9 +299,8 @@ class Subject:
 
     def _abstract_state(self):
         """A ``train.State`` whose leaves are ``kn.ShapeDtype``: nothing runs on XLA."""
-        from kaun_ir import dtypes, layer, optim, train
+        from kaun_ir import dtypes, layer, optim, train, tree
         from kaun_ir.trace import ShapeDtype, trace_flat
-        from kaun_ir import tree
 
         trainer = self._trainer()
         params, state = abstract_vars(trainer.model)
@@ -305,8 +313,9 @@ class Subject:
         leaves = [ShapeDtype(t.shape, t.dtype) for t in traced.graph.output_types]
         count, trees = tree.unflatten(traced.out_treedef, leaves)
         opt_state = optim.State(count, trees)  # state_of_trees wants a concrete count
-        return train.State(layer.Vars(params, state, dtypes.float32), opt_state, 0,
-                           ShapeDtype((2,), dtypes.uint32))
+        return train.State(
+            layer.Vars(params, state, dtypes.float32), opt_state, 0, ShapeDtype((2,), dtypes.uint32)
+        )
 
     def _x(self):
         inputs = self.setup.inputs
@@ -351,8 +360,10 @@ def resolve(spec: str, inputs: Sequence[str] = ()) -> Subject:
     given = tuple(parse_input(text) for text in inputs)
     if spec.endswith(GRAPH_FILE_SUFFIXES):
         if given:
-            raise SpecError(f"{spec}: --input applies to a model named as module:function; a graph file "
-                            "declares its own input types")
+            raise SpecError(
+                f"{spec}: --input applies to a model named as module:function; a graph file "
+                "declares its own input types"
+            )
         try:
             graph = read_graph_file(spec)
         except OSError as err:
@@ -379,8 +390,10 @@ def resolve(spec: str, inputs: Sequence[str] = ()) -> Subject:
     if isinstance(obj, tuple) and len(obj) == 2 and callable(obj[0]) and isinstance(obj[1], (tuple, list)):
         fn, args = obj
         return Subject(name, "function", fn=fn, args=given or tuple(args))
-    raise SpecError(f"{spec!r} returned {type(obj).__name__}; expected a kn.layer.Layer, Model, "
-                    "(fn, example_args), a kn.Graph, TrainSetup or (model, optimizer, loss_fn_builder)")
+    raise SpecError(
+        f"{spec!r} returned {type(obj).__name__}; expected a kn.layer.Layer, Model, "
+        "(fn, example_args), a kn.Graph, TrainSetup or (model, optimizer, loss_fn_builder)"
+    )
 
 
 #: files the tools read as a graph: textual IR, StableHLO text, StableHLO bytecode / portable artifact

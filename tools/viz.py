@@ -41,21 +41,47 @@ FORMATS = (".dot", ".svg", ".png", ".json", ".html")
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser("viz", help="draw a model's IR graph (.dot, .svg, .png, .json, .html)",
-                            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = sub.add_parser(
+        "viz",
+        help="draw a model's IR graph (.dot, .svg, .png, .json, .html)",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_spec_arguments(parser)
-    parser.add_argument("-o", "--output", required=True, metavar="FILE",
-                        help=f"output file; its extension picks the format ({', '.join(FORMATS)})")
-    parser.add_argument("--stage", choices=specs.GRAPH_STAGES, default=None,
-                        help="which IR stage to draw (default: traced; the training step for training setups)")
-    parser.add_argument("--renderer", choices=("auto", "graphviz", "builtin"), default="auto",
-                        help="for .svg/.png: Graphviz's dot or the built-in layout (default: dot if installed)")
-    parser.add_argument("--diff", nargs=2, metavar=("STAGE_A", "STAGE_B"), choices=specs.GRAPH_STAGES,
-                        default=None,
-                        help="(.html only) two stages side by side with removed / added nodes marked, "
-                             f"e.g. --diff traced optimized; stages: {', '.join(specs.GRAPH_STAGES)}")
-    parser.add_argument("--overlay", choices=("flops", "bytes"), default=None,
-                        help="colour nodes by estimated FLOPs or bytes moved (log scale, with a legend)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        required=True,
+        metavar="FILE",
+        help=f"output file; its extension picks the format ({', '.join(FORMATS)})",
+    )
+    parser.add_argument(
+        "--stage",
+        choices=specs.GRAPH_STAGES,
+        default=None,
+        help="which IR stage to draw (default: traced; the training step for training setups)",
+    )
+    parser.add_argument(
+        "--renderer",
+        choices=("auto", "graphviz", "builtin"),
+        default="auto",
+        help="for .svg/.png: Graphviz's dot or the built-in layout (default: dot if installed)",
+    )
+    parser.add_argument(
+        "--diff",
+        nargs=2,
+        metavar=("STAGE_A", "STAGE_B"),
+        choices=specs.GRAPH_STAGES,
+        default=None,
+        help="(.html only) two stages side by side with removed / added nodes marked, "
+        f"e.g. --diff traced optimized; stages: {', '.join(specs.GRAPH_STAGES)}",
+    )
+    parser.add_argument(
+        "--overlay",
+        choices=("flops", "bytes"),
+        default=None,
+        help="colour nodes by estimated FLOPs or bytes moved (log scale, with a legend)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -83,14 +109,22 @@ def to_dot(graph, overlay: str | None = None) -> str:
         for part in specs.path_components(n["path"]):
             place = place["children"].setdefault(part, {"nodes": [], "children": {}})
         place["nodes"].append(n)
-    lines = [f"digraph {_q(graph.name)} {{", "  rankdir=TB;",
-             '  node [shape=box, style="rounded,filled", fillcolor="#e5e7eb", fontname="Helvetica", fontsize=10];',
-             '  edge [fontname="Helvetica", fontsize=8, color="#6b7280"];']
+    lines = [
+        f"digraph {_q(graph.name)} {{",
+        "  rankdir=TB;",
+        '  node [shape=box, style="rounded,filled", fillcolor="#e5e7eb", fontname="Helvetica", fontsize=10];',
+        '  edge [fontname="Helvetica", fontsize=8, color="#6b7280"];',
+    ]
     if costs is not None:
-        cells = "".join(f'<td bgcolor="{color}"><font color="{"#ffffff" if is_dark(color) else "#000000"}">'
-                        f'{html.escape(label)}</font></td>' for color, label in costs["legend"])
-        lines.append(f'  labelloc=t; fontname="Helvetica"; label=<<table border="0" cellspacing="2"><tr>'
-                     f'<td>{html.escape(costs["title"])}:</td>{cells}</tr></table>>;')
+        cells = "".join(
+            f'<td bgcolor="{color}"><font color="{"#ffffff" if is_dark(color) else "#000000"}">'
+            f"{html.escape(label)}</font></td>"
+            for color, label in costs["legend"]
+        )
+        lines.append(
+            f'  labelloc=t; fontname="Helvetica"; label=<<table border="0" cellspacing="2"><tr>'
+            f"<td>{html.escape(costs['title'])}:</td>{cells}</tr></table>>;"
+        )
     counter = [0]
 
     def emit(place: dict, prefix: list[str], indent: str) -> None:
@@ -99,7 +133,7 @@ def to_dot(graph, overlay: str | None = None) -> str:
                 fill = colors.get(n["group"], "#e5e7eb")
             else:
                 fill = costs["fills"].get(n["id"], ZERO_COLOR)
-            extra = ', shape=oval' if n["op"] in ("input", "output") else ""
+            extra = ", shape=oval" if n["op"] in ("input", "output") else ""
             if costs is not None and is_dark(fill):
                 extra += ', fontcolor="#ffffff"'
             label = f"{n['title']}\n{', '.join(n['types'])}"
@@ -108,8 +142,9 @@ def to_dot(graph, overlay: str | None = None) -> str:
             counter[0] += 1
             path = prefix + [part]
             lines.append(f"{indent}subgraph {_q(f'cluster_{counter[0]}')} {{")
-            lines.append(f"{indent}  label={_q(part)}; tooltip={_q('.'.join(path))}; style=rounded; "
-                         f'color="#9ca3af";')
+            lines.append(
+                f'{indent}  label={_q(part)}; tooltip={_q(".".join(path))}; style=rounded; color="#9ca3af";'
+            )
             emit(child, path, indent + "  ")
             lines.append(f"{indent}}}")
 
@@ -144,8 +179,12 @@ def to_model_explorer(graph) -> dict:
     incoming: dict[str, list] = {}
     for e in model["edges"]:
         incoming.setdefault(e["target"], []).append(
-            {"sourceNodeId": e["source"], "sourceNodeOutputId": str(e["result"]),
-             "targetNodeInputId": str(e["operand"])})
+            {
+                "sourceNodeId": e["source"],
+                "sourceNodeOutputId": str(e["result"]),
+                "targetNodeInputId": str(e["operand"]),
+            }
+        )
     nodes = []
     for n in model["nodes"]:
         attrs = [{"key": "op", "value": n["op"]}]
@@ -158,15 +197,19 @@ def to_model_explorer(graph) -> dict:
             types = []
         else:
             types = n["types"]
-        nodes.append({
-            "id": n["id"],
-            "label": n["title"],
-            "namespace": "/".join(specs.path_components(n["path"])),
-            "attrs": attrs,
-            "incomingEdges": sorted(incoming.get(n["id"], []), key=lambda e: int(e["targetNodeInputId"])),
-            "outputsMetadata": [{"id": str(i), "attrs": [{"key": "tensor_shape", "value": _numpy_type(t)}]}
-                                for i, t in enumerate(types)],
-        })
+        nodes.append(
+            {
+                "id": n["id"],
+                "label": n["title"],
+                "namespace": "/".join(specs.path_components(n["path"])),
+                "attrs": attrs,
+                "incomingEdges": sorted(incoming.get(n["id"], []), key=lambda e: int(e["targetNodeInputId"])),
+                "outputsMetadata": [
+                    {"id": str(i), "attrs": [{"key": "tensor_shape", "value": _numpy_type(t)}]}
+                    for i, t in enumerate(types)
+                ],
+            }
+        )
     return {"label": graph.name, "graphs": [{"id": graph.name, "nodes": nodes}]}
 
 
@@ -184,8 +227,9 @@ def graphviz(dot_source: str, fmt: str) -> bytes:
     return done.stdout
 
 
-def render(graph, path: str, renderer: str = "auto", overlay: str | None = None,
-           stage: str = "") -> tuple[str, str]:
+def render(
+    graph, path: str, renderer: str = "auto", overlay: str | None = None, stage: str = ""
+) -> tuple[str, str]:
     """Write ``graph`` to ``path`` in the format of its extension. Returns ``(written path,
     note)``; the note is non-empty when something other than what was asked for was written.
     ``overlay`` (``"flops"`` / ``"bytes"``) colours nodes by estimated cost; it is not available
@@ -199,8 +243,9 @@ def render(graph, path: str, renderer: str = "auto", overlay: str | None = None,
         write_atomic(path, to_dot(graph, overlay))
     elif ext == ".json":
         if overlay:
-            raise ValueError("--overlay is not available for .json (Model Explorer has its own per-node "
-                             "data overlays)")
+            raise ValueError(
+                "--overlay is not available for .json (Model Explorer has its own per-node data overlays)"
+            )
         write_atomic(path, json.dumps(to_model_explorer(graph), indent=1) + "\n")
     elif ext == ".html":
         write_atomic(path, render_html(graph, stage, overlay))
@@ -212,10 +257,14 @@ def render(graph, path: str, renderer: str = "auto", overlay: str | None = None,
         else:
             svg_path = os.path.splitext(path)[0] + ".svg"
             write_atomic(svg_path, render_svg(graph, overlay))
-            return svg_path, (f"PNG output needs Graphviz's dot, which is not installed (install the "
-                              f"'graphviz' package); wrote an SVG instead: {svg_path}")
+            return svg_path, (
+                f"PNG output needs Graphviz's dot, which is not installed (install the "
+                f"'graphviz' package); wrote an SVG instead: {svg_path}"
+            )
     else:
-        raise ValueError(f"unknown output format {ext or '(no extension)'!r}; use one of {', '.join(FORMATS)}")
+        raise ValueError(
+            f"unknown output format {ext or '(no extension)'!r}; use one of {', '.join(FORMATS)}"
+        )
     return path, ""
 
 
@@ -226,12 +275,15 @@ def run(args: argparse.Namespace) -> int:
 
     ext = os.path.splitext(args.output)[1].lower()
     if ext not in FORMATS:
-        return error("viz", f"-o {args.output!r}: the extension picks the format; use one of {', '.join(FORMATS)}")
+        return error(
+            "viz", f"-o {args.output!r}: the extension picks the format; use one of {', '.join(FORMATS)}"
+        )
     if args.renderer == "graphviz" and shutil.which("dot") is None:
         return error("viz", "--renderer graphviz: Graphviz's dot is not installed")
     if args.diff and ext != ".html":
-        return error("viz", f"--diff needs an .html output (the page shows both stages side by side), "
-                            f"not {ext}")
+        return error(
+            "viz", f"--diff needs an .html output (the page shows both stages side by side), not {ext}"
+        )
     if args.diff and args.stage:
         return error("viz", "--diff names its two stages itself; leave out --stage")
     if args.overlay and ext == ".json":
@@ -240,8 +292,9 @@ def run(args: argparse.Namespace) -> int:
         if args.diff:
             subject = specs.resolve(args.spec, args.input)
             stage_a, stage_b = args.diff
-            page = render_diff_html(subject.stage_graph(stage_a), subject.stage_graph(stage_b),
-                                    stage_a, stage_b, args.overlay)
+            page = render_diff_html(
+                subject.stage_graph(stage_a), subject.stage_graph(stage_b), stage_a, stage_b, args.overlay
+            )
             write_atomic(args.output, page)
             written, note = args.output, ""
         else:

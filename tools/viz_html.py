@@ -73,7 +73,7 @@ def page_graph(graph, stage: str = "") -> dict:
     def group_of(parts: list[str]) -> int:
         parent = -1
         for depth in range(len(parts)):
-            key = tuple(parts[:depth + 1])
+            key = tuple(parts[: depth + 1])
             if key not in index:
                 index[key] = len(groups)
                 groups.append([parent, parts[depth]])
@@ -97,11 +97,23 @@ def page_graph(graph, stage: str = "") -> dict:
         else:
             group = group_of_path[n["path"]] = group_of(path_components(n["path"]))
         position[n["id"]] = len(nodes)
-        nodes.append({"id": n["id"], "op": n["op"], "title": n["title"], "types": n["types"],
-                      "path": n["path"], "attrs": n["attrs"], "source": n["source"],
-                      "g": group, "cost": list(costs.get(n["id"], (0, 0)))})
-    edges = [[position[e["source"]], position[e["target"]], e["type"], e["result"], e["operand"]]
-             for e in model["edges"]]
+        nodes.append(
+            {
+                "id": n["id"],
+                "op": n["op"],
+                "title": n["title"],
+                "types": n["types"],
+                "path": n["path"],
+                "attrs": n["attrs"],
+                "source": n["source"],
+                "g": group,
+                "cost": list(costs.get(n["id"], (0, 0))),
+            }
+        )
+    edges = [
+        [position[e["source"]], position[e["target"]], e["type"], e["result"], e["operand"]]
+        for e in model["edges"]
+    ]
     return {"name": graph.name, "stage": stage, "groups": groups, "nodes": nodes, "edges": edges}
 
 
@@ -122,13 +134,22 @@ def node_signature(graph, node_id: str) -> tuple:
         return ("output", number, str(graph.outputs[number].type))
     node = graph.nodes[number]
     attrs = tuple((key, value if isinstance(value, str) else format_attr(value)) for key, value in node.attrs)
-    return (node.op, node.path, attrs, tuple(str(t) for t in node.types),
-            tuple(str(v.type) for v in node.inputs), tuple(r.text() for r in node.regions))
+    return (
+        node.op,
+        node.path,
+        attrs,
+        tuple(str(t) for t in node.types),
+        tuple(str(v.type) for v in node.inputs),
+        tuple(r.text() for r in node.regions),
+    )
 
 
 def _ids(graph) -> list[str]:
-    return ([f"arg{i}" for i in range(len(graph.inputs))] + [f"n{k}" for k in range(len(graph.nodes))]
-            + [f"out{i}" for i in range(len(graph.outputs))])
+    return (
+        [f"arg{i}" for i in range(len(graph.inputs))]
+        + [f"n{k}" for k in range(len(graph.nodes))]
+        + [f"out{i}" for i in range(len(graph.outputs))]
+    )
 
 
 def diff_nodes(graph_a, graph_b) -> tuple[dict[str, str], dict[str, str]]:
@@ -198,8 +219,12 @@ def _page(title: str, payload: dict) -> str:
     data = json.dumps(payload, separators=(",", ":"))
     # nothing in the data block may end it: "</script>" -> "<\/script>" (JSON reads it back the same)
     data = data.replace("</", "<\\/").replace("<!--", "<\\u0021--")
-    parts = {"title": html.escape(title), "css": _asset("viz_page.css"), "data": data,
-             "js": _asset("viz_page.js")}
+    parts = {
+        "title": html.escape(title),
+        "css": _asset("viz_page.css"),
+        "data": data,
+        "js": _asset("viz_page.js"),
+    }
     # one pass over the template, so nothing inserted is searched for placeholders again
     return re.sub(r"\{\{(\w+)\}\}", lambda m: parts[m.group(1)], _PAGE)
 

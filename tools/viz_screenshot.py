@@ -39,8 +39,15 @@ def find_browser() -> str | None:
     return None
 
 
-def screenshot(page_path: str, png_path: str, expand: list[str] = (), width: int = 1400,
-               height: int = 900, select: str | None = None, collapse_all: bool = False) -> dict:
+def screenshot(
+    page_path: str,
+    png_path: str,
+    expand: list[str] = (),
+    width: int = 1400,
+    height: int = 900,
+    select: str | None = None,
+    collapse_all: bool = False,
+) -> dict:
     """Open the page ``page_path`` (``collapse_all``: collapse every group first), expand the
     groups ``expand``, show the node ``select`` in the side panel and save the window to
     ``png_path``. Returns the page's ``kaunViz.views()`` (node counts, visible boxes)."""
@@ -65,8 +72,9 @@ def screenshot(page_path: str, png_path: str, expand: list[str] = (), width: int
                 page.evaluate("key => window.kaunViz.expand(key)", key)
             for key in expand:
                 if page.locator(f'.group[data-group="{key}"]').count() == 0:
-                    raise RuntimeError(f"--expand {key!r}: no such group on the page "
-                                       "(or a group around it is collapsed)")
+                    raise RuntimeError(
+                        f"--expand {key!r}: no such group on the page (or a group around it is collapsed)"
+                    )
             if select:  # after the expansions, so that the view stays where they put it
                 page.evaluate("id => window.kaunViz.select(id)", select)
             if errors:
@@ -80,15 +88,24 @@ def screenshot(page_path: str, png_path: str, expand: list[str] = (), width: int
 def main(argv: list[str] | None = None) -> int:
     from . import cli
 
-    parser = argparse.ArgumentParser(prog="python -m kaun_ir.tools.viz_screenshot", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("spec", metavar="SPEC",
-                        help="what kaun-ir viz draws (module:function or a .kir file)")
+    parser = argparse.ArgumentParser(
+        prog="python -m kaun_ir.tools.viz_screenshot",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "spec", metavar="SPEC", help="what kaun-ir viz draws (module:function or a .kir file)"
+    )
     parser.add_argument("-o", "--output", required=True, metavar="FILE.png")
     parser.add_argument("--stage", default=None, help="the IR stage (as kaun-ir viz --stage)")
     parser.add_argument("--collapse-all", action="store_true", help="collapse every group before expanding")
-    parser.add_argument("--expand", action="append", default=[], metavar="GROUP",
-                        help="a group to expand, e.g. 1.block or 1.block/0.residual (repeatable)")
+    parser.add_argument(
+        "--expand",
+        action="append",
+        default=[],
+        metavar="GROUP",
+        help="a group to expand, e.g. 1.block or 1.block/0.residual (repeatable)",
+    )
     parser.add_argument("--select", default=None, metavar="NODE_ID", help="a node to show in the side panel")
     parser.add_argument("--size", default="1400x900", help="window size WIDTHxHEIGHT (default 1400x900)")
     args = parser.parse_args(argv)

@@ -15,8 +15,18 @@ import html
 
 from .spec import path_components
 
-_PALETTE = ("#dbeafe", "#dcfce7", "#fef9c3", "#fce7f3", "#ede9fe", "#ffedd5", "#cffafe", "#e0e7ff",
-            "#fee2e2", "#ecfccb")
+_PALETTE = (
+    "#dbeafe",
+    "#dcfce7",
+    "#fef9c3",
+    "#fce7f3",
+    "#ede9fe",
+    "#ffedd5",
+    "#cffafe",
+    "#e0e7ff",
+    "#fee2e2",
+    "#ecfccb",
+)
 _IO_COLOR = "#e5e7eb"
 # the cost overlay's colour ramp (light to dark, on a log scale) and the colour of zero cost;
 # the same as in viz_page.js
@@ -59,13 +69,24 @@ def describe(graph) -> dict:
         parts = parts_of.get(data["path"])
         if parts is None:
             parts = parts_of[data["path"]] = path_components(data["path"])
-        nodes.append({"id": nid, "op": op, "title": title, "types": data["types"], "path": data["path"],
-                      "group": parts[0] if parts else "", "attrs": attrs, "source": data["source"]})
+        nodes.append(
+            {
+                "id": nid,
+                "op": op,
+                "title": title,
+                "types": data["types"],
+                "path": data["path"],
+                "group": parts[0] if parts else "",
+                "attrs": attrs,
+                "source": data["source"],
+            }
+        )
     for src, dst, data in dg.edges(data=True):
         # a graph argument is a node of one result (to_networkx's "result" is its argument index)
         result = 0 if dg.nodes[src]["op"] == "input" else data["result"]
-        edges.append({"source": src, "target": dst, "type": data["type"], "result": result,
-                      "operand": data["index"]})
+        edges.append(
+            {"source": src, "target": dst, "type": data["type"], "result": result, "operand": data["index"]}
+        )
     return {"name": graph.name, "nodes": nodes, "edges": edges}
 
 
@@ -147,8 +168,8 @@ def human(value: float) -> str:
 
 
 def _mix(c1: str, c2: str, f: float) -> str:
-    a = [int(c1[i:i + 2], 16) for i in (1, 3, 5)]
-    b = [int(c2[i:i + 2], 16) for i in (1, 3, 5)]
+    a = [int(c1[i : i + 2], 16) for i in (1, 3, 5)]
+    b = [int(c2[i : i + 2], 16) for i in (1, 3, 5)]
     return "#" + "".join(f"{round(x + (y - x) * f):02x}" for x, y in zip(a, b))
 
 
@@ -166,7 +187,7 @@ def cost_color(value: float, lo: float, hi: float) -> str:
 
 
 def is_dark(color: str) -> bool:
-    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
     return 0.299 * r + 0.587 * g + 0.114 * b < 120
 
 
@@ -215,26 +236,33 @@ def svg(model: dict, standalone: bool = True, overlay: dict | None = None) -> st
     if overlay is not None:
         total_h += 24  # a second line for the cost legend
     xmlns = ' xmlns="http://www.w3.org/2000/svg"' if standalone else ""
-    out = [f'<svg{xmlns} width="{total_w:.0f}" height="{total_h:.0f}" viewBox="0 0 {total_w:.0f} '
-           f'{total_h:.0f}" font-family="Helvetica, Arial, sans-serif" font-size="11">',
-           '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
-           'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#6b7280"/></marker></defs>',
-           f'<text x="{_MARGIN}" y="{_MARGIN + 4}" font-size="13" font-weight="bold">'
-           f'@{html.escape(model["name"])}</text>']
+    out = [
+        f'<svg{xmlns} width="{total_w:.0f}" height="{total_h:.0f}" viewBox="0 0 {total_w:.0f} '
+        f'{total_h:.0f}" font-family="Helvetica, Arial, sans-serif" font-size="11">',
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="10" refY="5" markerWidth="7" '
+        'markerHeight="7" orient="auto"><path d="M0,0 L10,5 L0,10 z" fill="#6b7280"/></marker></defs>',
+        f'<text x="{_MARGIN}" y="{_MARGIN + 4}" font-size="13" font-weight="bold">'
+        f"@{html.escape(model['name'])}</text>",
+    ]
     # a legend of the top-level layers, or of the cost scale
     x = _MARGIN + 12 + len(model["name"]) * 8
     if overlay is None:
         for group, color in colors.items():
-            out.append(f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="10" height="10" fill="{color}" stroke="#9ca3af"/>')
+            out.append(
+                f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="10" height="10" fill="{color}" stroke="#9ca3af"/>'
+            )
             out.append(f'<text x="{x + 14:.1f}" y="{_MARGIN + 3}">{html.escape(group)}</text>')
             x += 24 + len(group) * _CHAR_W
     else:
-        out.append(f'<g class="legend"><text x="{x:.1f}" y="{_MARGIN + 3}">'
-                   f'{html.escape(overlay["title"])}:</text>')
+        out.append(
+            f'<g class="legend"><text x="{x:.1f}" y="{_MARGIN + 3}">{html.escape(overlay["title"])}:</text>'
+        )
         x += 12 + len(overlay["title"]) * _CHAR_W
         for color, label in overlay["legend"]:
-            out.append(f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="14" height="12" fill="{color}" '
-                       f'stroke="#9ca3af"/>')
+            out.append(
+                f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="14" height="12" fill="{color}" '
+                f'stroke="#9ca3af"/>'
+            )
             out.append(f'<text x="{x + 17:.1f}" y="{_MARGIN + 4}">{html.escape(label)}</text>')
             x += 26 + len(label) * _CHAR_W
         out.append("</g>")
@@ -246,9 +274,11 @@ def svg(model: dict, standalone: bool = True, overlay: dict | None = None) -> st
         tx, ty, tw = boxes[e["target"]]
         x1, y1, x2, y2 = sx + sw / 2, sy + _NODE_H, tx + tw / 2, ty
         bend = max((y2 - y1) / 2, 12)
-        out.append(f'<path class="edge" data-source="{e["source"]}" data-target="{e["target"]}" '
-                   f'd="M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + bend:.1f} {x2:.1f},{y2 - bend:.1f} {x2:.1f},{y2:.1f}" '
-                   f'marker-end="url(#arrow)"><title>{html.escape(e["type"])}</title></path>')
+        out.append(
+            f'<path class="edge" data-source="{e["source"]}" data-target="{e["target"]}" '
+            f'd="M{x1:.1f},{y1:.1f} C{x1:.1f},{y1 + bend:.1f} {x2:.1f},{y2 - bend:.1f} {x2:.1f},{y2:.1f}" '
+            f'marker-end="url(#arrow)"><title>{html.escape(e["type"])}</title></path>'
+        )
     out.append("</g>")
     out.append('<g class="nodes">')
     for n in model["nodes"]:
@@ -262,14 +292,16 @@ def svg(model: dict, standalone: bool = True, overlay: dict | None = None) -> st
         tip = n["title"] + (f" @ {n['path']}" if n["path"] else "")
         if overlay is not None and n["id"] in overlay["values"]:
             tip += f" ({overlay['values'][n['id']]:,})"
-        out.append(f'<g class="node" id="node-{n["id"]}" data-id="{n["id"]}"><title>{html.escape(tip)}</title>'
-                   f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_NODE_H}" rx="{rx}" '
-                   f'fill="{fill}" stroke="#4b5563"/>'
-                   f'<text x="{x + w / 2:.1f}" y="{y + 14:.1f}" text-anchor="middle" font-weight="bold" '
-                   f'fill="{ink}">'
-                   f'{html.escape(n["title"])}</text>'
-                   f'<text x="{x + w / 2:.1f}" y="{y + 27:.1f}" text-anchor="middle" fill="{ink2}">'
-                   f'{html.escape(_types_line(n))}</text></g>')
+        out.append(
+            f'<g class="node" id="node-{n["id"]}" data-id="{n["id"]}"><title>{html.escape(tip)}</title>'
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{w:.1f}" height="{_NODE_H}" rx="{rx}" '
+            f'fill="{fill}" stroke="#4b5563"/>'
+            f'<text x="{x + w / 2:.1f}" y="{y + 14:.1f}" text-anchor="middle" font-weight="bold" '
+            f'fill="{ink}">'
+            f"{html.escape(n['title'])}</text>"
+            f'<text x="{x + w / 2:.1f}" y="{y + 27:.1f}" text-anchor="middle" fill="{ink2}">'
+            f"{html.escape(_types_line(n))}</text></g>"
+        )
     out.append("</g></g></svg>")
     return "\n".join(out) + "\n"
 

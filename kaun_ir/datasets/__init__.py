@@ -37,6 +37,7 @@ def _images(pixels: np.ndarray, scale: float, flatten: bool) -> np.ndarray:
 
 # -- the 8x8 digits -------------------------------------------------------------------------------
 
+
 @functools.lru_cache(maxsize=1)
 def _digits_raw() -> tuple[np.ndarray, np.ndarray]:
     source = resources.files(__name__).joinpath("digits.npz")
@@ -88,8 +89,14 @@ def digits(test_fraction: float = 0.2, seed: int = 0, flatten: bool = False) -> 
 
 # -- MNIST / Fashion-MNIST from IDX files ---------------------------------------------------------
 
-_IDX_DTYPES = {0x08: np.dtype(np.uint8), 0x09: np.dtype(np.int8), 0x0B: np.dtype(">i2"),
-               0x0C: np.dtype(">i4"), 0x0D: np.dtype(">f4"), 0x0E: np.dtype(">f8")}
+_IDX_DTYPES = {
+    0x08: np.dtype(np.uint8),
+    0x09: np.dtype(np.int8),
+    0x0B: np.dtype(">i2"),
+    0x0C: np.dtype(">i4"),
+    0x0D: np.dtype(">f4"),
+    0x0E: np.dtype(">f8"),
+}
 
 _MNIST_FILES = {
     "train_images": "train-images-idx3-ubyte",
@@ -120,8 +127,9 @@ def read_idx(path: str | os.PathLike) -> np.ndarray:
     shape = tuple(int(d) for d in np.frombuffer(data, ">u4", count=ndim, offset=4))
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(data) - header != expected:
-        raise ValueError(f"{path}: IDX data has {len(data) - header} bytes, the header {shape} "
-                         f"needs {expected}")
+        raise ValueError(
+            f"{path}: IDX data has {len(data) - header} bytes, the header {shape} needs {expected}"
+        )
     arr = np.frombuffer(data, dtype, offset=header).reshape(shape)
     return arr.astype(dtype.newbyteorder("="))
 
@@ -137,13 +145,11 @@ def _find(directory: str, base: str) -> str | None:
 
 
 def _default_dir(fashion: bool) -> str:
-    root = os.environ.get("KAUN_IR_DATA") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                            "kaun_ir")
+    root = os.environ.get("KAUN_IR_DATA") or os.path.join(os.path.expanduser("~"), ".cache", "kaun_ir")
     return os.path.join(root, "fashion-mnist" if fashion else "mnist")
 
 
-def mnist(path: str | os.PathLike | None = None, fashion: bool = False,
-          flatten: bool = False) -> Split:
+def mnist(path: str | os.PathLike | None = None, fashion: bool = False, flatten: bool = False) -> Split:
     """MNIST (or Fashion-MNIST with ``fashion=True``) from the four standard IDX files in the
     directory ``path``:
 
@@ -166,19 +172,23 @@ def mnist(path: str | os.PathLike | None = None, fashion: bool = False,
         raise FileNotFoundError(
             f"datasets.mnist: {what} files missing in {directory!r}: {', '.join(missing)} "
             f"(each may also end in .gz). Expected the four IDX files "
-            f"{', '.join(_MNIST_FILES.values())}; download them and pass their directory.")
+            f"{', '.join(_MNIST_FILES.values())}; download them and pass their directory."
+        )
     splits = []
     for part in ("train", "test"):
         images = read_idx(found[f"{part}_images"])
         labels = read_idx(found[f"{part}_labels"])
         if images.ndim != 3 or labels.ndim != 1 or images.shape[0] != labels.shape[0]:
-            raise ValueError(f"datasets.mnist: {part} images {images.shape} and labels "
-                             f"{labels.shape} do not match (expected [N, H, W] and [N])")
+            raise ValueError(
+                f"datasets.mnist: {part} images {images.shape} and labels "
+                f"{labels.shape} do not match (expected [N, H, W] and [N])"
+            )
         splits.append((_images(images, 255.0, flatten), labels.astype(np.int32)))
     return splits[0], splits[1]
 
 
 # -- text -----------------------------------------------------------------------------------------
+
 
 @functools.lru_cache(maxsize=1)
 def shakespeare() -> str:

@@ -6,7 +6,6 @@ from .interp import interpret
 from .text import parse, print_graph
 
 
-
 def from_stablehlo(module, name=None):
     """Import a StableHLO module (MLIR text, bytecode or a portable ``.mlirbc`` artifact, e.g.
     ``jax.jit(f).lower(x).as_text()``) as a :class:`Graph`; see ``kaun_ir.runtime.stablehlo_import``.
@@ -21,5 +20,18 @@ def from_stablehlo(module, name=None):
     return _import(module, name)
 
 
-__all__ = ["ArrayAttr", "from_stablehlo", "Builder", "Graph", "Node", "TensorType", "Value", "current_builder",
-           "current_path", "interpret", "parse", "print_graph", "scope"]
+__all__ = [
+    "ArrayAttr",
+    "from_stablehlo",
+    "Builder",
+    "Graph",
+    "Node",
+    "TensorType",
+    "Value",
+    "current_builder",
+    "current_path",
+    "interpret",
+    "parse",
+    "print_graph",
+    "scope",
+]

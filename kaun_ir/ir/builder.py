@@ -6,7 +6,8 @@ import contextlib
 import os
 import sys
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ..errors import ShapeError
 from .core import Graph, Node, TensorType, Value
@@ -14,7 +15,7 @@ from .core import Graph, Node, TensorType, Value
 
 class _State(threading.local):
     def __init__(self):
-        self.builders: list["Builder"] = []
+        self.builders: list[Builder] = []
         self.path: list[str] = []
         self.source: str | None = None  # when set, every new node records this source instead
 
@@ -57,7 +58,7 @@ def current_path() -> str:
     return ".".join(_STATE.path)
 
 
-def current_builder() -> "Builder | None":
+def current_builder() -> Builder | None:
     """The builder of the innermost active trace, or None outside tracing."""
     return _STATE.builders[-1] if _STATE.builders else None
 
@@ -76,8 +77,9 @@ def describe_operands(types: Sequence[TensorType]) -> str:
     return " and ".join(map(str, types)) if len(types) == 2 else ", ".join(map(str, types))
 
 
-def infer_or_raise(opdef, types: Sequence[TensorType], attrs: dict[str, Any], path: str = "",
-                   regions: Sequence[Graph] = ()) -> tuple:
+def infer_or_raise(
+    opdef, types: Sequence[TensorType], attrs: dict[str, Any], path: str = "", regions: Sequence[Graph] = ()
+) -> tuple:
     """Run an op's type rule; re-raise its complaint naming the layer path, op and operand types."""
     try:
         return opdef.infer_types(types, attrs, regions)
@@ -98,7 +100,7 @@ class Builder:
         self.captures: list = []
         self._captured: dict[int, Value] = {}
 
-    def __enter__(self) -> "Builder":
+    def __enter__(self) -> Builder:
         _STATE.builders.append(self)
         return self
 
@@ -120,8 +122,9 @@ class Builder:
             self.captures.append(outer)
         return value
 
-    def add(self, opdef, inputs: Sequence[Value], attrs: dict[str, Any],
-            regions: Sequence[Graph] = ()) -> tuple[Value, ...]:
+    def add(
+        self, opdef, inputs: Sequence[Value], attrs: dict[str, Any], regions: Sequence[Graph] = ()
+    ) -> tuple[Value, ...]:
         """Type-check and append one node; returns its outputs."""
         attrs = opdef.check_attrs(attrs)
         path = current_path()
@@ -134,7 +137,8 @@ class Builder:
         self.nodes.append(node)
         return node.outputs
 
-    def finish(self, outputs: Sequence[Value], name: str = "main",
-               input_names: Sequence[str] | None = None) -> Graph:
+    def finish(
+        self, outputs: Sequence[Value], name: str = "main", input_names: Sequence[str] | None = None
+    ) -> Graph:
         """The traced graph; dead nodes are kept (the ``dce`` pass removes them)."""
         return Graph(self.inputs, outputs, self.nodes, name, input_names)

@@ -8,9 +8,9 @@ graph: they build a new one.
 from __future__ import annotations
 
 import math
-
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -102,7 +102,7 @@ class Value:
 
     __slots__ = ("node", "index", "type")
 
-    def __init__(self, node: "Node | None", index: int, type: TensorType):
+    def __init__(self, node: Node | None, index: int, type: TensorType):
         self.node, self.index, self.type = node, index, type
 
     @property
@@ -133,7 +133,7 @@ class Node:
         inputs: Sequence[Value],
         attrs: dict[str, Any] | Iterable[tuple[str, Any]],
         types: Sequence[TensorType],
-        regions: Sequence["Graph"] = (),
+        regions: Sequence[Graph] = (),
         path: str = "",
         source: str = "",
     ):
@@ -168,8 +168,7 @@ class Node:
             self._key = (
                 self.op,
                 self.attrs,
-                tuple((id(v.node), v.index) if v.node is not None else ("arg", v.index)
-                      for v in self.inputs),
+                tuple((id(v.node), v.index) if v.node is not None else ("arg", v.index) for v in self.inputs),
                 tuple(r.text() for r in self.regions),
                 self.types,
             )
@@ -219,8 +218,14 @@ class Graph:
 
     __slots__ = ("inputs", "outputs", "nodes", "name", "input_names", "__weakref__")
 
-    def __init__(self, inputs: Sequence[Value], outputs: Sequence[Value], nodes: Sequence[Node],
-                 name: str = "main", input_names: Sequence[str] | None = None):
+    def __init__(
+        self,
+        inputs: Sequence[Value],
+        outputs: Sequence[Value],
+        nodes: Sequence[Node],
+        name: str = "main",
+        input_names: Sequence[str] | None = None,
+    ):
         self.inputs = tuple(inputs)
         self.outputs = tuple(outputs)
         self.nodes = tuple(nodes)
@@ -233,8 +238,13 @@ class Graph:
         return tuple(Value(None, i, t) for i, t in enumerate(types))
 
     @classmethod
-    def from_outputs(cls, inputs: Sequence[Value], outputs: Sequence[Value], name: str = "main",
-                     input_names: Sequence[str] | None = None) -> "Graph":
+    def from_outputs(
+        cls,
+        inputs: Sequence[Value],
+        outputs: Sequence[Value],
+        name: str = "main",
+        input_names: Sequence[str] | None = None,
+    ) -> Graph:
         """The graph of exactly the nodes that ``outputs`` depend on, in a topological order."""
         order: list[Node] = []
         seen: set[int] = set()
@@ -292,7 +302,7 @@ class Graph:
         outs = ", ".join(map(str, self.output_types))
         return f"<Graph @{self.name} ({ins}) -> ({outs}), {len(self.nodes)} nodes>"
 
-    def verify(self) -> "Graph":
+    def verify(self) -> Graph:
         """Re-derive every type from the op table and check SSA order; raises IRError."""
         from .verify import verify
 

@@ -25,7 +25,9 @@ def interpret(graph: Graph, *arrays) -> list[np.ndarray]:
         args = [env[id(v)] for v in node.inputs]
         outs = opdef.run_reference(args, node.attr_dict, node.regions)
         if len(outs) != len(node.outputs):
-            raise IRError(f"reference of {node.op} returned {len(outs)} results, expected {len(node.outputs)}")
+            raise IRError(
+                f"reference of {node.op} returned {len(outs)} results, expected {len(node.outputs)}"
+            )
         for value, out in zip(node.outputs, outs):
             arr = np.asarray(out)
             if arr.shape != value.type.shape:

@@ -19,16 +19,29 @@ def to_networkx(graph: Graph):
     for i, value in enumerate(graph.inputs):
         nid = f"arg{i}"
         name = graph.input_names[i] if graph.input_names else ""
-        dg.add_node(nid, op="input", types=[str(value.type)], attrs={"index": i, "name": name},
-                    path="", source="")
+        dg.add_node(
+            nid, op="input", types=[str(value.type)], attrs={"index": i, "name": name}, path="", source=""
+        )
         ids[id(value)] = nid
     for k, node in enumerate(graph.nodes):
         nid = f"n{k}"
-        dg.add_node(nid, op=node.op, types=[str(t) for t in node.types], attrs=node.attr_dict,
-                    path=node.path, source=node.source)
+        dg.add_node(
+            nid,
+            op=node.op,
+            types=[str(t) for t in node.types],
+            attrs=node.attr_dict,
+            path=node.path,
+            source=node.source,
+        )
         for operand_index, value in enumerate(node.inputs):
-            dg.add_edge(ids[id(value)], nid, key=operand_index, type=str(value.type), index=operand_index,
-                        result=value.index)
+            dg.add_edge(
+                ids[id(value)],
+                nid,
+                key=operand_index,
+                type=str(value.type),
+                index=operand_index,
+                result=value.index,
+            )
         for out in node.outputs:
             ids[id(out)] = nid
     for i, value in enumerate(graph.outputs):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 from .core import Graph, Node, Value
 
@@ -17,16 +17,24 @@ def copy_nodes(graph: Graph, env: dict[int, Value], sink: list[Node], path_prefi
     """
     for node in graph.nodes:
         path = ".".join(p for p in (path_prefix, node.path) if p)
-        new = Node(node.op, [env.get(id(v), v) for v in node.inputs], node.attrs, node.types,
-                   node.regions, path=path, source=node.source)
+        new = Node(
+            node.op,
+            [env.get(id(v), v) for v in node.inputs],
+            node.attrs,
+            node.types,
+            node.regions,
+            path=path,
+            source=node.source,
+        )
         for old, fresh in zip(node.outputs, new.outputs):
             env[id(old)] = fresh
         sink.append(new)
     return [env[id(v)] for v in graph.outputs]
 
 
-def rebind(graph: Graph, inputs: Sequence[Value], mapping: dict[int, Value],
-           extra_outputs: Sequence[Value] = ()) -> Graph:
+def rebind(
+    graph: Graph, inputs: Sequence[Value], mapping: dict[int, Value], extra_outputs: Sequence[Value] = ()
+) -> Graph:
     """A copy of ``graph`` over new argument values ``inputs``.
 
     ``mapping`` sends ``id(old input) -> new input``; ``extra_outputs`` (values among ``inputs``)

@@ -1,10 +1,10 @@
 """The textual IR: a printer and a parser that are exact inverses (grammar in docs/ir.md).
 
-    graph @main(%0: f32[2,3] "x", %1: f32[3]) -> (f32[2,3]) {
-      %2 = broadcast_in_dim %1 {broadcast_dimensions = [1], shape = [2, 3]} : f32[2,3]
-      %3 = add %0, %2 : f32[2,3] loc("1.linear")
-      return %3
-    }
+graph @main(%0: f32[2,3] "x", %1: f32[3]) -> (f32[2,3]) {
+  %2 = broadcast_in_dim %1 {broadcast_dimensions = [1], shape = [2, 3]} : f32[2,3]
+  %3 = add %0, %2 : f32[2,3] loc("1.linear")
+  return %3
+}
 """
 
 from __future__ import annotations
@@ -193,11 +193,11 @@ class _Tokens:
 MAX_ATTR_DEPTH = 32
 MAX_REGION_DEPTH = 16
 # Dimensions and element counts beyond these cannot be lowered (MLIR and XLA use int64 sizes).
-MAX_DIM = 2 ** 40
-MAX_ELEMENTS = 2 ** 48
+MAX_DIM = 2**40
+MAX_ELEMENTS = 2**48
 
 
-def _string(toks: "_Tokens", tok) -> str:
+def _string(toks: _Tokens, tok) -> str:
     """The decoded content of a STRING token; ParseError at the token if it is malformed."""
     try:
         value = json.loads(tok[1])
@@ -210,7 +210,7 @@ def _string(toks: "_Tokens", tok) -> str:
     return value
 
 
-def _type(toks: "_Tokens", what: str) -> TensorType:
+def _type(toks: _Tokens, what: str) -> TensorType:
     """The next token as a TensorType; ParseError at the token if its shape is malformed."""
     tok = toks.peek()
     text = toks.expect_kind("type", what)
@@ -279,11 +279,11 @@ def _parse_dense(toks: _Tokens) -> ArrayAttr:
         tok = toks.next()
         raw = _string(toks, tok)
         if not raw.startswith("0x"):
-            raise toks.error("expected hex bytes \"0x...\"", tok)
+            raise toks.error('expected hex bytes "0x..."', tok)
         try:
             data = bytes.fromhex(raw[2:])
         except ValueError:
-            raise toks.error("expected hex bytes \"0x...\"", tok) from None
+            raise toks.error('expected hex bytes "0x..."', tok) from None
         if len(data) != ttype.nbytes:
             raise toks.error(f"expected {ttype.nbytes} bytes for {ttype}, got {len(data)}", tok)
         arr = np.frombuffer(data, dtype=ttype.dtype.newbyteorder("<")).astype(ttype.dtype)

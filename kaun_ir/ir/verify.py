@@ -22,8 +22,10 @@ def verify(graph: Graph, _outer: str = "") -> None:
             raise IRError(f"{label}: unknown op {node.op!r}")
         for k, value in enumerate(node.inputs):
             if id(value) not in defined:
-                raise IRError(f"{label}: operand {k} ({value!r}) is used before it is defined "
-                              "or comes from outside the graph")
+                raise IRError(
+                    f"{label}: operand {k} ({value!r}) is used before it is defined "
+                    "or comes from outside the graph"
+                )
         try:
             attrs = opdef.check_attrs(node.attr_dict)
             expected = opdef.infer_types([v.type for v in node.inputs], attrs, node.regions)
@@ -39,7 +41,9 @@ def verify(graph: Graph, _outer: str = "") -> None:
             if out.node is not node:
                 raise IRError(f"{label}: output does not point back at its node")
             if id(out) in defined:
-                raise IRError(f"{label}: result {out.index} is defined twice (the node is listed more than once)")
+                raise IRError(
+                    f"{label}: result {out.index} is defined twice (the node is listed more than once)"
+                )
             defined.add(id(out))
     for i, value in enumerate(graph.outputs):
         if id(value) not in defined:

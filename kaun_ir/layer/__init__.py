@@ -11,20 +11,91 @@ dropout, attention masks).
 """
 
 from .attention import multi_head_attention
+from .basic import (
+    avg_pool1d,
+    avg_pool2d,
+    batch_norm,
+    conv1d,
+    conv2d,
+    dropout,
+    embedding,
+    flatten,
+    gelu,
+    layer_norm,
+    linear,
+    max_pool1d,
+    max_pool2d,
+    relu,
+    rms_norm,
+    sigmoid,
+    silu,
+    tanh,
+)
 from .blocks import adaptive_avg_pool1d, adaptive_avg_pool2d, global_avg_pool, residual, tied_embedding
-from .show import summary
-from .basic import (avg_pool1d, avg_pool2d, batch_norm, conv1d, conv2d, dropout, embedding, flatten, gelu,
-                    layer_norm, linear, max_pool1d, max_pool2d, relu, rms_norm, sigmoid, silu, tanh)
+from .core import (
+    Layer,
+    Vars,
+    apply,
+    child_ctx,
+    child_init,
+    compose,
+    dtype,
+    eval_shape,
+    init,
+    params,
+    sequential,
+    state,
+    with_params,
+    with_state,
+)
 from .recurrent import from_torch as recurrent_from_torch
 from .recurrent import gru, lstm, rnn
-from .core import (Layer, Vars, apply, child_ctx, child_init, compose, dtype, eval_shape, init, params,
-                   sequential, state, with_params, with_state)
+from .show import summary
 
-__all__ = ["Layer", "Vars", "init", "apply", "params", "state", "dtype", "with_params", "with_state",
-           "sequential", "compose", "child_ctx", "child_init", "eval_shape", "linear", "conv1d", "conv2d",
-           "max_pool1d", "max_pool2d",
-           "avg_pool1d", "avg_pool2d", "flatten", "dropout", "batch_norm", "layer_norm", "rms_norm",
-           "embedding", "relu", "gelu", "silu", "tanh", "sigmoid", "multi_head_attention", "rnn", "gru", "lstm",
-           "recurrent_from_torch"]
-__all__ += ["residual", "global_avg_pool", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "tied_embedding",
-            "summary"]
+__all__ = [
+    "Layer",
+    "Vars",
+    "init",
+    "apply",
+    "params",
+    "state",
+    "dtype",
+    "with_params",
+    "with_state",
+    "sequential",
+    "compose",
+    "child_ctx",
+    "child_init",
+    "eval_shape",
+    "linear",
+    "conv1d",
+    "conv2d",
+    "max_pool1d",
+    "max_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "flatten",
+    "dropout",
+    "batch_norm",
+    "layer_norm",
+    "rms_norm",
+    "embedding",
+    "relu",
+    "gelu",
+    "silu",
+    "tanh",
+    "sigmoid",
+    "multi_head_attention",
+    "rnn",
+    "gru",
+    "lstm",
+    "recurrent_from_torch",
+]
+__all__ += [
+    "residual",
+    "global_avg_pool",
+    "adaptive_avg_pool1d",
+    "adaptive_avg_pool2d",
+    "tied_embedding",
+    "summary",
+]

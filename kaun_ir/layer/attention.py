@@ -27,23 +27,35 @@ def _attention_mask(mask: Any, batch: int, seq_len: int):
     key-padding mask (True = a real token) becomes ``[B, 1, 1, T]``; 4-d masks pass through."""
     t = type_of(mask)
     if not dtypes.is_bool(t.dtype):
-        raise TypeError(f"{_where()}multi_head_attention: ctx['attention_mask'] must be bool "
-                        f"(True = attend), got {t}")
+        raise TypeError(
+            f"{_where()}multi_head_attention: ctx['attention_mask'] must be bool (True = attend), got {t}"
+        )
     if t.ndim == 2:
         if t.shape != (batch, seq_len):
-            raise ShapeError(f"{_where()}multi_head_attention: a 2-d attention_mask must be [B, T] = "
-                             f"[{batch}, {seq_len}], got {t}")
+            raise ShapeError(
+                f"{_where()}multi_head_attention: a 2-d attention_mask must be [B, T] = "
+                f"[{batch}, {seq_len}], got {t}"
+            )
         return reshape(mask, (batch, 1, 1, seq_len))
     if t.ndim == 4:
         return mask  # checked against [B, H, T, T] by dot_product_attention
-    raise ShapeError(f"{_where()}multi_head_attention: attention_mask must be [B, T] or [B, 1, T, T], "
-                     f"got {t}")
+    raise ShapeError(
+        f"{_where()}multi_head_attention: attention_mask must be [B, T] or [B, 1, T, T], got {t}"
+    )
 
 
-def multi_head_attention(embed_dim: int | None = None, num_heads: int | None = None,
-                         num_kv_heads: int | None = None, dropout: float = 0.0, is_causal: bool = False,
-                         rope: bool = False, rope_base: float = 10000.0, use_bias: bool = True,
-                         weight_init=None, bias_init=None) -> Layer:
+def multi_head_attention(
+    embed_dim: int | None = None,
+    num_heads: int | None = None,
+    num_kv_heads: int | None = None,
+    dropout: float = 0.0,
+    is_causal: bool = False,
+    rope: bool = False,
+    rope_base: float = 10000.0,
+    use_bias: bool = True,
+    weight_init=None,
+    bias_init=None,
+) -> Layer:
     """Multi-head self-attention: ``[B, T, E] -> [B, T, E]``.
 
     ``head_dim = embed_dim // num_heads``. Queries use ``num_heads`` heads, keys and values
@@ -62,25 +74,32 @@ def multi_head_attention(embed_dim: int | None = None, num_heads: int | None = N
     """
     layer = "multi_head_attention"
     if num_heads is None:
-        raise ValueError(f"layer.{layer}: num_heads is required ({layer}(num_heads=n) infers embed_dim from "
-                         "the example given to layer.init)")
+        raise ValueError(
+            f"layer.{layer}: num_heads is required ({layer}(num_heads=n) infers embed_dim from "
+            "the example given to layer.init)"
+        )
     embed_dim = None if embed_dim is None else positive_int(embed_dim, "embed_dim", layer)
     num_heads = positive_int(num_heads, "num_heads", layer)
     num_kv_heads = num_heads if num_kv_heads is None else positive_int(num_kv_heads, "num_kv_heads", layer)
     if num_heads % num_kv_heads:
-        raise ValueError(f"layer.{layer}: num_heads ({num_heads}) must be a multiple of num_kv_heads "
-                         f"({num_kv_heads})")
+        raise ValueError(
+            f"layer.{layer}: num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
+        )
     rate = rate_in_unit_interval(dropout, "dropout", layer)
     if not rope_base > 0:
         raise ValueError(f"layer.{layer}: rope_base must be positive, got {rope_base!r}")
 
     def head_dim_of(dim: int, error) -> int:
         if dim % num_heads:
-            raise error(f"{_where() if error is ShapeError else f'layer.{layer}: '}embed_dim ({dim}) must be "
-                        f"divisible by num_heads ({num_heads})")
+            raise error(
+                f"{_where() if error is ShapeError else f'layer.{layer}: '}embed_dim ({dim}) must be "
+                f"divisible by num_heads ({num_heads})"
+            )
         if rope and (dim // num_heads) % 2:
-            raise error(f"{_where() if error is ShapeError else f'layer.{layer}: '}rope needs an even head "
-                        f"dimension, got embed_dim / num_heads = {dim // num_heads}")
+            raise error(
+                f"{_where() if error is ShapeError else f'layer.{layer}: '}rope needs an even head "
+                f"dimension, got embed_dim / num_heads = {dim // num_heads}"
+            )
         return dim // num_heads
 
     if embed_dim is not None:
@@ -91,8 +110,12 @@ def multi_head_attention(embed_dim: int | None = None, num_heads: int | None = N
     def init_(dt, x=None):
         dim = infer_size(embed_dim, x, -1, 3, "embed_dim", layer, "[B, T, embed_dim]")
         head_dim = head_dim_of(dim, ShapeError)
-        shapes = {"query": (dim, num_heads * head_dim), "key": (dim, num_kv_heads * head_dim),
-                  "value": (dim, num_kv_heads * head_dim), "out": (num_heads * head_dim, dim)}
+        shapes = {
+            "query": (dim, num_heads * head_dim),
+            "key": (dim, num_kv_heads * head_dim),
+            "value": (dim, num_kv_heads * head_dim),
+            "out": (num_heads * head_dim, dim),
+        }
         params = {}
         for name in ("query", "key", "value", "out"):  # a fixed order of key draws
             fan_in, fan_out = shapes[name]
@@ -125,11 +148,14 @@ def multi_head_attention(embed_dim: int | None = None, num_heads: int | None = N
         drop = rate if training else 0.0
         key = ctx.get("rng") if drop > 0 else None
         if drop > 0 and key is None:
-            raise ValueError(f"{_where()}{layer} with dropout in training mode needs a random key: pass "
-                             "ctx={'rng': key} to layer.apply, or call it inside `with kn.rng.scope(seed):`")
+            raise ValueError(
+                f"{_where()}{layer} with dropout in training mode needs a random key: pass "
+                "ctx={'rng': key} to layer.apply, or call it inside `with kn.rng.scope(seed):`"
+            )
         with scope("attention"):
-            out = nn.dot_product_attention(q, k, v, mask=mask, is_causal=is_causal, dropout_rate=drop,
-                                           key=key)
+            out = nn.dot_product_attention(
+                q, k, v, mask=mask, is_causal=is_causal, dropout_rate=drop, key=key
+            )
         with scope("out"):
             out = reshape(out, (batch, seq_len, num_heads * head_dim))
             return dense(params["out"], out, num_heads * head_dim, f"{layer} output projection"), state

@@ -11,7 +11,8 @@ Layers without parameters (or without state) have ``[]`` as their params (state)
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,9 +26,26 @@ from ..numeric import add, astype, multiply, reshape
 from ..tensor import type_of
 from .core import Layer, Vars
 
-__all__ = ["linear", "conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "flatten",
-           "dropout", "batch_norm", "layer_norm", "rms_norm", "embedding", "relu", "gelu", "silu", "tanh",
-           "sigmoid"]
+__all__ = [
+    "linear",
+    "conv1d",
+    "conv2d",
+    "max_pool1d",
+    "max_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    "flatten",
+    "dropout",
+    "batch_norm",
+    "layer_norm",
+    "rms_norm",
+    "embedding",
+    "relu",
+    "gelu",
+    "silu",
+    "tanh",
+    "sigmoid",
+]
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -50,16 +68,19 @@ def optional_positive_int(value: Any, arg: str, layer: str) -> int | None:
     return None if value is None else positive_int(value, arg, layer)
 
 
-def infer_size(given: int | None, x: Any, axis: int, min_ndim: int, arg: str, layer: str,
-               expects: str) -> int:
+def infer_size(
+    given: int | None, x: Any, axis: int, min_ndim: int, arg: str, layer: str, expects: str
+) -> int:
     """The size ``arg`` of ``layer``: read from axis ``axis`` of the abstract input ``x`` (a
     ``kn.ShapeDtype``, or None when ``layer.init`` got no example) and checked against ``given``.
     Errors name the layer path (the scope ``layer.init`` runs the child's init in)."""
     where = f"{current_path() or layer}: "  # the path ends with the layer's name
     if x is None:
         if given is None:
-            raise ValueError(f"{where}{arg} was not given and there is no example input to infer it from; "
-                             f"pass {arg}=... or call layer.init(model, example)")
+            raise ValueError(
+                f"{where}{arg} was not given and there is no example input to infer it from; "
+                f"pass {arg}=... or call layer.init(model, example)"
+            )
         return given
     if not hasattr(x, "shape"):
         raise TypeError(f"{where}{layer} expects one array as input, got {type(x).__name__}")
@@ -68,8 +89,9 @@ def infer_size(given: int | None, x: Any, axis: int, min_ndim: int, arg: str, la
         raise ShapeError(f"{where}{layer} expects an input {expects}, got shape {list(shape)}")
     inferred = shape[axis]
     if given is not None and given != inferred:
-        raise ShapeError(f"{where}{arg}={given} but the input {list(shape)} has {inferred} (an input "
-                         f"{expects})")
+        raise ShapeError(
+            f"{where}{arg}={given} but the input {list(shape)} has {inferred} (an input {expects})"
+        )
     return inferred
 
 
@@ -91,8 +113,14 @@ def positive_float(value: Any, arg: str, layer: str) -> float:
 
 
 # factories that users may pass uncalled (weight_init=kn.init.glorot_uniform)
-_FACTORIES = {initializers.glorot_uniform, initializers.glorot_normal, initializers.he_uniform,
-              initializers.he_normal, initializers.lecun_uniform, initializers.lecun_normal}
+_FACTORIES = {
+    initializers.glorot_uniform,
+    initializers.glorot_normal,
+    initializers.he_uniform,
+    initializers.he_normal,
+    initializers.lecun_uniform,
+    initializers.lecun_normal,
+}
 
 
 def resolve_init(value: Any, default: Callable, arg: str, layer: str) -> Callable:
@@ -103,8 +131,9 @@ def resolve_init(value: Any, default: Callable, arg: str, layer: str) -> Callabl
     if value in _FACTORIES:
         return value()
     if not callable(value):
-        raise ValueError(f"layer.{layer}: {arg} must be an initialiser (key, shape, dtype) -> array, got "
-                         f"{value!r}")
+        raise ValueError(
+            f"layer.{layer}: {arg} must be an initialiser (key, shape, dtype) -> array, got {value!r}"
+        )
     return value
 
 
@@ -132,8 +161,12 @@ def warn_if_integer(t, what: str) -> None:
     if not dtypes.is_float(t.dtype):
         import warnings
 
-        warnings.warn(f"{_where()}{what}: integer input {t} is converted to floating point (cast it "
-                      "yourself, or use layer.embedding for token ids)", UserWarning, stacklevel=3)
+        warnings.warn(
+            f"{_where()}{what}: integer input {t} is converted to floating point (cast it "
+            "yourself, or use layer.embedding for token ids)",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def dense(params, x, in_features: int, what: str):
@@ -149,8 +182,13 @@ def dense(params, x, in_features: int, what: str):
 # ------------------------------------------------------------------------------ dense, conv
 
 
-def linear(in_features: int | None = None, out_features: int | None = None, weight_init=None, bias_init=None,
-           use_bias: bool = True) -> Layer:
+def linear(
+    in_features: int | None = None,
+    out_features: int | None = None,
+    weight_init=None,
+    bias_init=None,
+    use_bias: bool = True,
+) -> Layer:
     """Fully connected layer ``y = x @ weight + bias``: ``[..., in] -> [..., out]``.
 
     Parameters ``{"weight": [in_features, out_features], "bias": [out_features]}`` (no bias with
@@ -159,8 +197,10 @@ def linear(in_features: int | None = None, out_features: int | None = None, weig
     ``weight_init = kn.init.glorot_uniform()``, ``bias_init = kn.init.zeros``.
     """
     if out_features is None:
-        raise ValueError("layer.linear: out_features is required (linear(out_features=n) infers in_features "
-                         "from the example given to layer.init)")
+        raise ValueError(
+            "layer.linear: out_features is required (linear(out_features=n) infers in_features "
+            "from the example given to layer.init)"
+        )
     in_features = optional_positive_int(in_features, "in_features", "linear")
     out_features = positive_int(out_features, "out_features", "linear")
     weight_init = resolve_init(weight_init, initializers.glorot_uniform(), "weight_init", "linear")
@@ -186,25 +226,41 @@ def _int_tuple(value: Any, nd: int, arg: str, layer: str, minimum: int) -> tuple
         values = tuple(values)
     except TypeError:
         raise ValueError(f"layer.{layer}: {arg} must be an int or {nd} ints, got {value!r}") from None
-    if len(values) != nd or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum
-                                for v in values):
+    if len(values) != nd or any(
+        isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < minimum for v in values
+    ):
         bound = "positive" if minimum > 0 else "non-negative"
         raise ValueError(f"layer.{layer}: {arg} must be a {bound} int or {nd} such ints, got {value!r}")
     return tuple(int(v) for v in values)
 
 
-def _conv_layer(nd: int, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
-                weight_init, bias_init, use_bias) -> Layer:
+def _conv_layer(
+    nd: int,
+    in_channels,
+    out_channels,
+    kernel_size,
+    stride,
+    padding,
+    dilation,
+    groups,
+    weight_init,
+    bias_init,
+    use_bias,
+) -> Layer:
     name = f"conv{nd}d"
     if out_channels is None:
-        raise ValueError(f"layer.{name}: out_channels is required ({name}(out_channels=n) infers in_channels "
-                         "from the example given to layer.init)")
+        raise ValueError(
+            f"layer.{name}: out_channels is required ({name}(out_channels=n) infers in_channels "
+            "from the example given to layer.init)"
+        )
     in_channels = optional_positive_int(in_channels, "in_channels", name)
     out_channels = positive_int(out_channels, "out_channels", name)
     groups = positive_int(groups, "groups", name)
     if (in_channels or groups) % groups or out_channels % groups:
-        raise ValueError(f"layer.{name}: groups={groups} must divide in_channels ({in_channels}) and "
-                         f"out_channels ({out_channels})")
+        raise ValueError(
+            f"layer.{name}: groups={groups} must divide in_channels ({in_channels}) and "
+            f"out_channels ({out_channels})"
+        )
     kernel = _int_tuple(kernel_size, nd, "kernel_size", name, 1)
     strides = _int_tuple(stride, nd, "stride", name, 1)
     dilations = _int_tuple(dilation, nd, "dilation", name, 1)
@@ -224,8 +280,9 @@ def _conv_layer(nd: int, in_channels, out_channels, kernel_size, stride, padding
     def init_(dt, x=None):
         # channels are axis 1 of a batched input [N, C, ...], axis 0 of an unbatched [C, ...]
         axis = 1 if x is not None and len(getattr(x, "shape", ())) == nd + 2 else 0
-        channels = infer_size(in_channels, x, axis, nd + 1, "in_channels", name,
-                              f"[N, C, {spatial}] or [C, {spatial}]")
+        channels = infer_size(
+            in_channels, x, axis, nd + 1, "in_channels", name, f"[N, C, {spatial}] or [C, {spatial}]"
+        )
         if channels % groups:
             raise ShapeError(f"{_where()}{name}: groups={groups} must divide the input's {channels} channels")
         p = {"weight": make_param(weight_init, (out_channels, channels // groups) + kernel, dt)}
@@ -234,28 +291,58 @@ def _conv_layer(nd: int, in_channels, out_channels, kernel_size, stride, padding
         return Vars(p, [], dt)
 
     def apply_(p, state, x, *, training, ctx):
-        return conv(x, p["weight"], p.get("bias"), stride=strides, padding=pads, dilation=dilations,
-                    groups=groups), state
+        return conv(
+            x, p["weight"], p.get("bias"), stride=strides, padding=pads, dilation=dilations, groups=groups
+        ), state
 
     return Layer(init_, apply_, name)
 
 
-def conv1d(in_channels: int | None = None, out_channels: int | None = None, kernel_size=3, stride=1,
-           padding="same", dilation=1, groups: int = 1, weight_init=None, bias_init=None,
-           use_bias: bool = True) -> Layer:
+def conv1d(
+    in_channels: int | None = None,
+    out_channels: int | None = None,
+    kernel_size=3,
+    stride=1,
+    padding="same",
+    dilation=1,
+    groups: int = 1,
+    weight_init=None,
+    bias_init=None,
+    use_bias: bool = True,
+) -> Layer:
     """1-d convolution over ``[N, C, L]`` (or ``[C, L]``) -> ``[N, out_channels, L_out]``
     (``kn.fn.conv1d``). Parameters ``{"weight": [out, in/groups, k], "bias": [out]}``;
     ``padding`` is ``"same"`` (default; stride 1 only), ``"valid"`` or an int. ``in_channels``
     may be left out (``conv1d(out_channels=8)``) and is then read from the example given to
     ``layer.init(model, example)``. Default initialisers: glorot_uniform (fans per
     ``kn.init``'s [out, in, *kernel] rule) and zeros."""
-    return _conv_layer(1, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
-                       weight_init, bias_init, use_bias)
+    return _conv_layer(
+        1,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups,
+        weight_init,
+        bias_init,
+        use_bias,
+    )
 
 
-def conv2d(in_channels: int | None = None, out_channels: int | None = None, kernel_size=3, stride=1,
-           padding="same", dilation=1, groups: int = 1, weight_init=None, bias_init=None,
-           use_bias: bool = True) -> Layer:
+def conv2d(
+    in_channels: int | None = None,
+    out_channels: int | None = None,
+    kernel_size=3,
+    stride=1,
+    padding="same",
+    dilation=1,
+    groups: int = 1,
+    weight_init=None,
+    bias_init=None,
+    use_bias: bool = True,
+) -> Layer:
     """2-d convolution over NCHW ``[N, C, H, W]`` (or ``[C, H, W]``) -> ``[N, out_channels, H', W']``
     (``kn.fn.conv2d``, PyTorch's conventions). Parameters ``{"weight": [out, in/groups, kh, kw],
     "bias": [out]}``; ``kernel_size``, ``stride``, ``dilation``, ``padding`` are ints or pairs,
@@ -263,8 +350,19 @@ def conv2d(in_channels: int | None = None, out_channels: int | None = None, kern
     left out (``conv2d(out_channels=32, kernel_size=3)``) and is then read from the example given
     to ``layer.init(model, example)``. Default initialisers: glorot_uniform (fans per
     ``kn.init``'s [out, in, kh, kw] rule) and zeros."""
-    return _conv_layer(2, in_channels, out_channels, kernel_size, stride, padding, dilation, groups,
-                       weight_init, bias_init, use_bias)
+    return _conv_layer(
+        2,
+        in_channels,
+        out_channels,
+        kernel_size,
+        stride,
+        padding,
+        dilation,
+        groups,
+        weight_init,
+        bias_init,
+        use_bias,
+    )
 
 
 # ------------------------------------------------------------------------------ pooling, flatten
@@ -276,8 +374,9 @@ def _pool_layer(nd: int, kind: str, kernel_size, stride, padding) -> Layer:
     strides = kernel if stride is None else _int_tuple(stride, nd, "stride", name, 1)
     pads = _int_tuple(padding, nd, "padding", name, 0)
     if any(2 * p > k for p, k in zip(pads, kernel)):
-        raise ValueError(f"layer.{name}: padding {padding!r} must be at most half the kernel size "
-                         f"{kernel_size!r}")
+        raise ValueError(
+            f"layer.{name}: padding {padding!r} must be at most half the kernel size {kernel_size!r}"
+        )
     pool = getattr(fn, name)
     return stateless(name, lambda p, x, training, ctx: pool(x, kernel, strides, pads))
 
@@ -333,8 +432,10 @@ def dropout(rate: float) -> Layer:
             return x
         key = ctx.get("rng")
         if key is None:
-            raise ValueError(f"{_where()}dropout in training mode needs a random key: pass "
-                             "ctx={'rng': key} to layer.apply, or call it inside `with kn.rng.scope(seed):`")
+            raise ValueError(
+                f"{_where()}dropout in training mode needs a random key: pass "
+                "ctx={'rng': key} to layer.apply, or call it inside `with kn.rng.scope(seed):`"
+            )
         return nn.dropout(key, x, rate)
 
     return stateless("dropout", forward)
@@ -343,8 +444,12 @@ def dropout(rate: float) -> Layer:
 # ------------------------------------------------------------------------------ normalisation
 
 
-def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: float = 1e-5,
-               unbiased_running_var: bool = False) -> Layer:
+def batch_norm(
+    num_features: int | None = None,
+    momentum: float = 0.99,
+    eps: float = 1e-5,
+    unbiased_running_var: bool = False,
+) -> Layer:
     """Batch normalisation over the feature axis 1 of ``[N, C, ...]`` (``[N, C]``, NCHW ...).
 
     Parameters ``{"scale": ones[C], "bias": zeros[C]}``; state ``{"running_mean": zeros[C],
@@ -369,19 +474,24 @@ def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: flo
     def init_(dt, x=None):
         n = infer_size(num_features, x, 1, 2, "num_features", "batch_norm", "[N, C, ...]")
         params = {"scale": initializers.ones(None, (n,), dt), "bias": initializers.zeros(None, (n,), dt)}
-        state = {"running_mean": initializers.zeros(None, (n,), dt),
-                 "running_var": initializers.ones(None, (n,), dt)}
+        state = {
+            "running_mean": initializers.zeros(None, (n,), dt),
+            "running_var": initializers.ones(None, (n,), dt),
+        }
         return Vars(params, state, dt)
 
     def apply_(params, state, x, *, training, ctx):
         num_features = type_of(params["scale"]).shape[0]
         t = type_of(x)
         if t.ndim < 2 or t.shape[1] != num_features:
-            raise ShapeError(f"{_where()}batch_norm(num_features={num_features}) expects an input "
-                             f"[N, {num_features}, ...], got {t}")
+            raise ShapeError(
+                f"{_where()}batch_norm(num_features={num_features}) expects an input "
+                f"[N, {num_features}, ...], got {t}"
+            )
         if not training:
-            y = nn.batch_norm(x, params["scale"], params["bias"], state["running_mean"], state["running_var"],
-                              eps)
+            y = nn.batch_norm(
+                x, params["scale"], params["bias"], state["running_mean"], state["running_var"], eps
+            )
             return y, state
         mean, var = nn.batch_stats(x)
         y = nn.batch_norm(x, params["scale"], params["bias"], mean, var, eps)
@@ -396,8 +506,10 @@ def batch_norm(num_features: int | None = None, momentum: float = 0.99, eps: flo
             batch = astype(stop_gradient(batch), type_of(running).dtype)
             return add(multiply(running, momentum), multiply(batch, 1.0 - momentum))
 
-        return y, {"running_mean": update(state["running_mean"], mean),
-                   "running_var": update(state["running_var"], running_var)}
+        return y, {
+            "running_mean": update(state["running_mean"], mean),
+            "running_var": update(state["running_var"], running_var),
+        }
 
     return Layer(init_, apply_, "batch_norm")
 
@@ -463,8 +575,9 @@ def embedding(vocab_size: int, embed_dim: int, scale: bool = True, embedding_ini
     """
     vocab_size = positive_int(vocab_size, "vocab_size", "embedding")
     embed_dim = positive_int(embed_dim, "embed_dim", "embedding")
-    table_init = resolve_init(embedding_init, initializers.normal(1.0 / math.sqrt(embed_dim)),
-                              "embedding_init", "embedding")
+    table_init = resolve_init(
+        embedding_init, initializers.normal(1.0 / math.sqrt(embed_dim)), "embedding_init", "embedding"
+    )
     factor = math.sqrt(embed_dim)
 
     def forward(p, ids, training, ctx):
@@ -474,8 +587,9 @@ def embedding(vocab_size: int, embed_dim: int, scale: bool = True, embedding_ini
         y = nn.embedding(p["weight"], ids)
         return y * factor if scale else y
 
-    return stateless("embedding", forward,
-                     lambda dt: {"weight": make_param(table_init, (vocab_size, embed_dim), dt)})
+    return stateless(
+        "embedding", forward, lambda dt: {"weight": make_param(table_init, (vocab_size, embed_dim), dt)}
+    )
 
 
 # ------------------------------------------------------------------------------ activations

@@ -66,13 +66,16 @@ def residual(block: Layer, shortcut: Layer | None = None, name: str = "residual"
         skip = x
         if shortcut is not None:
             with scope(_path_name("shortcut", shortcut)):
-                skip, ss = shortcut.apply(params["shortcut"], state["shortcut"], x, training=training,
-                                          ctx=child_ctx(ctx, 1))
+                skip, ss = shortcut.apply(
+                    params["shortcut"], state["shortcut"], x, training=training, ctx=child_ctx(ctx, 1)
+                )
             new_state["shortcut"] = ss
         if type_of(y).shape != type_of(skip).shape:
-            raise ShapeError(f"residual: the block's output {type_of(y)} and the shortcut's "
-                             f"{type_of(skip)} differ in shape; give a shortcut layer that maps the input "
-                             "to the block's output shape")
+            raise ShapeError(
+                f"residual: the block's output {type_of(y)} and the shortcut's "
+                f"{type_of(skip)} differ in shape; give a shortcut layer that maps the input "
+                "to the block's output shape"
+            )
         return add(y, skip), new_state
 
     return Layer(init_, apply_, name)
@@ -102,10 +105,11 @@ def _adaptive_axis(x: Any, axis: int, out: int) -> Any:
         from ..numeric import reshape
 
         shape = list(type_of(x).shape)
-        shape[axis:axis + 1] = [out, size // out]
+        shape[axis : axis + 1] = [out, size // out]
         return mean(reshape(x, tuple(shape)), axis=axis + 1)
-    pieces = [mean(_slice_axis(x, axis, start, stop), axis=axis, keepdims=True)
-              for start, stop in _bins(size, out)]
+    pieces = [
+        mean(_slice_axis(x, axis, start, stop), axis=axis, keepdims=True) for start, stop in _bins(size, out)
+    ]
     return concatenate(pieces, axis=axis)
 
 
@@ -139,8 +143,15 @@ def adaptive_avg_pool2d(output_size: Any) -> Layer:
     return _adaptive(2, output_size, "adaptive_avg_pool2d")
 
 
-def tied_embedding(vocab_size: int, embed_dim: int, body: Layer, scale: bool = False, head_bias: bool = False,
-                   embedding_init=None, name: str = "tied_embedding") -> Layer:
+def tied_embedding(
+    vocab_size: int,
+    embed_dim: int,
+    body: Layer,
+    scale: bool = False,
+    head_bias: bool = False,
+    embedding_init=None,
+    name: str = "tied_embedding",
+) -> Layer:
     """A language-model shell whose output head reuses the embedding matrix (weight tying, as in
     GPT-2 / nanoGPT): ``ids [..., T] -> embed -> body -> logits [..., T, vocab_size]`` with
     ``logits = h @ weight.T`` (+ a bias of ``[vocab_size]`` with ``head_bias``).

@@ -36,8 +36,9 @@ other values are static (part of the compile-cache key).
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -46,8 +47,22 @@ from ..ir.builder import current_builder, scope
 from ..numeric import astype, dtype_of
 from ..trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
 
-__all__ = ["Layer", "Vars", "init", "apply", "params", "state", "dtype", "with_params", "with_state",
-           "sequential", "compose", "child_ctx", "child_init", "eval_shape"]
+__all__ = [
+    "Layer",
+    "Vars",
+    "init",
+    "apply",
+    "params",
+    "state",
+    "dtype",
+    "with_params",
+    "with_state",
+    "sequential",
+    "compose",
+    "child_ctx",
+    "child_init",
+    "eval_shape",
+]
 
 
 @dataclass(frozen=True, repr=False)
@@ -116,8 +131,9 @@ def _check_layer(model: Any, what: str) -> Layer:
 def _float_dtype(dtype: Any) -> np.dtype:
     dt = dtypes.canonical(dtype)
     if not dtypes.is_float(dt):
-        raise TypeError(f"layer.init: the parameter dtype must be floating point, got "
-                        f"{dtypes.short_name(dt)}")
+        raise TypeError(
+            f"layer.init: the parameter dtype must be floating point, got {dtypes.short_name(dt)}"
+        )
     return dt
 
 
@@ -147,8 +163,10 @@ def init(model: Layer, example: Any = None, dtype: Any = None) -> Vars:
     x = None if example is None else _abstract(example, dt)
     result = child_init(model, dt, x)
     if not isinstance(result, Vars):
-        raise TypeError(f"layer.init: the init function of layer {model.name!r} must return a "
-                        f"kn.layer.Vars, got {type(result).__name__}")
+        raise TypeError(
+            f"layer.init: the init function of layer {model.name!r} must return a "
+            f"kn.layer.Vars, got {type(result).__name__}"
+        )
     return result
 
 
@@ -159,8 +177,10 @@ def _abstract(example: Any, dtype: np.dtype) -> Any:
     specs = []
     for leaf in leaves:
         if not is_array_leaf(leaf):
-            raise TypeError(f"layer.init: the example input must be arrays or kn.ShapeDtype specs, got "
-                            f"{type(leaf).__name__}")
+            raise TypeError(
+                f"layer.init: the example input must be arrays or kn.ShapeDtype specs, got "
+                f"{type(leaf).__name__}"
+            )
         t = leaf_type(leaf)
         specs.append(ShapeDtype(t.shape, dtype if dtypes.is_float(t.dtype) else t.dtype))
     return tree.unflatten(treedef, specs)
@@ -203,8 +223,10 @@ def eval_shape(layer: Layer, vars: Vars, x: Any, training: bool = False, ctx: di
 
 def _spec_tree(t: Any) -> Any:
     leaves, treedef = tree.flatten(t)
-    return tree.unflatten(treedef, [ShapeDtype(leaf_type(v).shape, leaf_type(v).dtype) if is_array_leaf(v)
-                                    else v for v in leaves])
+    return tree.unflatten(
+        treedef,
+        [ShapeDtype(leaf_type(v).shape, leaf_type(v).dtype) if is_array_leaf(v) else v for v in leaves],
+    )
 
 
 def _cast_inputs(x: Any, dtype: np.dtype) -> Any:
@@ -228,13 +250,17 @@ def _forward(model: Layer, params, state, x, ctx, training: bool, dtype: np.dtyp
     x = _cast_inputs(x, dtype)
     out = model.apply(params, state, x, training=training, ctx=ctx)
     if not (isinstance(out, tuple) and len(out) == 2):
-        raise TypeError(f"the apply function of layer {model.name!r} must return (output, state), got "
-                        f"{type(out).__name__}")
+        raise TypeError(
+            f"the apply function of layer {model.name!r} must return (output, state), got "
+            f"{type(out).__name__}"
+        )
     y, new_state = out
     before, after = tree.flatten(state)[1], tree.flatten(new_state)[1]
     if before != after:
-        raise ValueError(f"the apply function of layer {model.name!r} returned a state whose structure "
-                         "differs from the state it was given")
+        raise ValueError(
+            f"the apply function of layer {model.name!r} returned a state whose structure "
+            "differs from the state it was given"
+        )
     return y, new_state
 
 
@@ -264,8 +290,9 @@ def apply(model: Layer, vars: Vars, x: Any, training: bool = False, ctx: dict | 
     """
     _check_layer(model, "layer.apply: model")
     if not isinstance(vars, Vars):
-        raise TypeError(f"layer.apply: vars must be a kn.layer.Vars (from layer.init), got "
-                        f"{type(vars).__name__}")
+        raise TypeError(
+            f"layer.apply: vars must be a kn.layer.Vars (from layer.init), got {type(vars).__name__}"
+        )
     if not isinstance(training, (bool, np.bool_)):
         raise TypeError(f"layer.apply: training must be a Python bool, got {type(training).__name__}")
     training = bool(training)
@@ -355,11 +382,15 @@ def sequential(layers: Sequence[Layer], name: str = "sequential") -> Layer:
 
     def apply_(params, state, x, *, training, ctx):
         if not isinstance(params, (list, tuple)) or len(params) != len(layers):
-            raise ValueError(f"sequential of {len(layers)} layers needs a list of {len(layers)} parameter "
-                             f"trees, got {type(params).__name__} of length {_length(params)}")
+            raise ValueError(
+                f"sequential of {len(layers)} layers needs a list of {len(layers)} parameter "
+                f"trees, got {type(params).__name__} of length {_length(params)}"
+            )
         if not isinstance(state, (list, tuple)) or len(state) != len(layers):
-            raise ValueError(f"sequential of {len(layers)} layers needs a list of {len(layers)} state trees, "
-                             f"got {type(state).__name__} of length {_length(state)}")
+            raise ValueError(
+                f"sequential of {len(layers)} layers needs a list of {len(layers)} state trees, "
+                f"got {type(state).__name__} of length {_length(state)}"
+            )
         new_state = []
         for i, layer in enumerate(layers):
             with scope(_path_name(str(i), layer)):
@@ -393,8 +424,9 @@ def compose(left: Layer, right: Layer, name: str = "compose") -> Layer:
     def apply_(params, state, x, *, training, ctx):
         for what, t in (("params", params), ("state", state)):
             if not isinstance(t, dict) or set(t) != {"left", "right"}:
-                raise ValueError(f"compose needs {what} of the form {{'left': ..., 'right': ...}}, got "
-                                 f"{type(t).__name__}")
+                raise ValueError(
+                    f"compose needs {what} of the form {{'left': ..., 'right': ...}}, got {type(t).__name__}"
+                )
         with scope(_path_name("left", left)):
             h, ls = left.apply(params["left"], state["left"], x, training=training, ctx=child_ctx(ctx, 0))
         with scope(_path_name("right", right)):

@@ -24,7 +24,8 @@ transposed: ``w_ih = weight_ih_l0.T``, ``w_hh = weight_hh_l0.T``, ``b_ih = bias_
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -50,6 +51,7 @@ def _rnn_cell(nonlinearity: Callable):
         (h,) = state
         h = nonlinearity(xw + matmul(h, p["w_hh"]) + p["b_hh"])
         return (h,), h
+
     return cell
 
 
@@ -58,8 +60,8 @@ def _gru_cell(p, xw, state):
     hw = matmul(h, p["w_hh"]) + p["b_hh"]
     n_h = h.shape[-1]
     r = sigmoid(xw[..., :n_h] + hw[..., :n_h])
-    z = sigmoid(xw[..., n_h:2 * n_h] + hw[..., n_h:2 * n_h])
-    n = tanh(xw[..., 2 * n_h:] + r * hw[..., 2 * n_h:])
+    z = sigmoid(xw[..., n_h : 2 * n_h] + hw[..., n_h : 2 * n_h])
+    n = tanh(xw[..., 2 * n_h :] + r * hw[..., 2 * n_h :])
     h = (1.0 - z) * n + z * h
     return (h,), h
 
@@ -69,9 +71,9 @@ def _lstm_cell(p, xw, state):
     gates = xw + matmul(h, p["w_hh"]) + p["b_hh"]
     n_h = h.shape[-1]
     i = sigmoid(gates[..., :n_h])
-    f = sigmoid(gates[..., n_h:2 * n_h])
-    g = tanh(gates[..., 2 * n_h:3 * n_h])
-    o = sigmoid(gates[..., 3 * n_h:])
+    f = sigmoid(gates[..., n_h : 2 * n_h])
+    g = tanh(gates[..., 2 * n_h : 3 * n_h])
+    o = sigmoid(gates[..., 3 * n_h :])
     c = f * c + i * g
     h = o * tanh(c)
     return (h, c), h
@@ -102,8 +104,10 @@ def _unpack_input(x, kind: str, hidden: int, directions: int, dt):
     if isinstance(x, dict):
         unknown = set(x) - {"x", "state", "lengths"}
         if "x" not in x or unknown:
-            raise ValueError(f"{where_}{kind} takes an array or a dict with keys 'x' and optionally 'state', "
-                             f"'lengths'; got keys {sorted(x)}")
+            raise ValueError(
+                f"{where_}{kind} takes an array or a dict with keys 'x' and optionally 'state', "
+                f"'lengths'; got keys {sorted(x)}"
+            )
         seq, state, lengths = x["x"], x.get("state"), x.get("lengths")
     else:
         seq, state, lengths = x, None, None
@@ -119,8 +123,10 @@ def _unpack_input(x, kind: str, hidden: int, directions: int, dt):
         parts = list(state) if kind == "lstm" else [state]
         if len(parts) != n_state or any(tuple(type_of(s).shape) != want for s in parts):
             shapes = [list(type_of(s).shape) for s in parts]
-            raise ShapeError(f"{where_}{kind} initial state must be {'(h, c), each' if n_state == 2 else 'h'} "
-                             f"of shape {list(want)} ([directions, batch, hidden]); got {shapes}")
+            raise ShapeError(
+                f"{where_}{kind} initial state must be {'(h, c), each' if n_state == 2 else 'h'} "
+                f"of shape {list(want)} ([directions, batch, hidden]); got {shapes}"
+            )
     per_direction = [tuple(s[d] for s in parts) for d in range(directions)]
     mask = None
     if lengths is not None:
@@ -132,8 +138,9 @@ def _unpack_input(x, kind: str, hidden: int, directions: int, dt):
     return seq, per_direction, mask
 
 
-def _recurrent(kind: str, cell, input_size, hidden_size, bidirectional: bool, return_state: bool,
-               weight_init, bias_init) -> Layer:
+def _recurrent(
+    kind: str, cell, input_size, hidden_size, bidirectional: bool, return_state: bool, weight_init, bias_init
+) -> Layer:
     hidden = positive_int(hidden_size, "hidden_size", kind)
     n_in = None if input_size is None else positive_int(input_size, "input_size", kind)
     directions = 2 if bidirectional else 1
@@ -147,10 +154,12 @@ def _recurrent(kind: str, cell, input_size, hidden_size, bidirectional: bool, re
     names = ("forward", "backward")
 
     def one_direction(size, dt):
-        return {"w_ih": make_param(weight_init, (size, width), dt),
-                "w_hh": make_param(weight_init, (hidden, width), dt),
-                "b_ih": make_param(bias_init, (width,), dt),
-                "b_hh": make_param(bias_init, (width,), dt)}
+        return {
+            "w_ih": make_param(weight_init, (size, width), dt),
+            "w_hh": make_param(weight_init, (hidden, width), dt),
+            "b_ih": make_param(bias_init, (width,), dt),
+            "b_hh": make_param(bias_init, (width,), dt),
+        }
 
     def init_(dt, x=None):
         size = n_in
@@ -158,14 +167,20 @@ def _recurrent(kind: str, cell, input_size, hidden_size, bidirectional: bool, re
             seq = x["x"] if isinstance(x, dict) else x
             got = tuple(seq.shape)
             if len(got) != 3:
-                raise ShapeError(f"{current_path() or kind}: {kind} expects a batch-first input [batch, time, "
-                                 f"features], got shape {list(got)}")
+                raise ShapeError(
+                    f"{current_path() or kind}: {kind} expects a batch-first input [batch, time, "
+                    f"features], got shape {list(got)}"
+                )
             if size is not None and got[-1] != size:
-                raise ShapeError(f"{current_path() or kind}: input_size={size} but the input has {got[-1]} features")
+                raise ShapeError(
+                    f"{current_path() or kind}: input_size={size} but the input has {got[-1]} features"
+                )
             size = got[-1]
         if size is None:
-            raise ValueError(f"{current_path() or kind}: input_size was not given and there is no example input "
-                             "to infer it from; pass input_size=... or call layer.init(model, example)")
+            raise ValueError(
+                f"{current_path() or kind}: input_size was not given and there is no example input "
+                "to infer it from; pass input_size=... or call layer.init(model, example)"
+            )
         if not bidirectional:
             return Vars(one_direction(size, dt), [], dt)
         return Vars({name: one_direction(size, dt) for name in names}, [], dt)
@@ -176,8 +191,10 @@ def _recurrent(kind: str, cell, input_size, hidden_size, bidirectional: bool, re
         seq, states, mask = _unpack_input(x, kind, hidden, directions, dt)
         features = type_of(per[0]["w_ih"]).shape[0]
         if type_of(seq).shape[-1] != features:
-            raise ShapeError(f"{current_path() or kind}: {kind}(input_size={features}) got an input with "
-                             f"{type_of(seq).shape[-1]} features ({type_of(seq)})")
+            raise ShapeError(
+                f"{current_path() or kind}: {kind}(input_size={features}) got an input with "
+                f"{type_of(seq).shape[-1]} features ({type_of(seq)})"
+            )
         outputs, finals = [], []
         for d in range(directions):
             with scope(names[d]) if bidirectional else _nullscope():
@@ -201,8 +218,15 @@ class _nullscope:
         return False
 
 
-def rnn(input_size: int | None = None, hidden_size: int | None = None, nonlinearity: str = "tanh",
-        bidirectional: bool = False, return_state: bool = False, weight_init=None, bias_init=None) -> Layer:
+def rnn(
+    input_size: int | None = None,
+    hidden_size: int | None = None,
+    nonlinearity: str = "tanh",
+    bidirectional: bool = False,
+    return_state: bool = False,
+    weight_init=None,
+    bias_init=None,
+) -> Layer:
     """Elman RNN, ``h_t = act(x_t @ w_ih + b_ih + h_{t-1} @ w_hh + b_hh)`` with ``act`` ``"tanh"`` or
     ``"relu"`` (PyTorch ``nn.RNN(batch_first=True)``). Input, output, state and parameters: see the
     module docstring. ``input_size`` may be left out and inferred by ``layer.init(model, example)``."""
@@ -210,51 +234,77 @@ def rnn(input_size: int | None = None, hidden_size: int | None = None, nonlinear
         raise ValueError("layer.rnn: hidden_size is required")
     if nonlinearity not in ("tanh", "relu"):
         raise ValueError(f"layer.rnn: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
-    return _recurrent("rnn", _rnn_cell(tanh if nonlinearity == "tanh" else relu), input_size, hidden_size,
-                      bidirectional, return_state, weight_init, bias_init)
+    return _recurrent(
+        "rnn",
+        _rnn_cell(tanh if nonlinearity == "tanh" else relu),
+        input_size,
+        hidden_size,
+        bidirectional,
+        return_state,
+        weight_init,
+        bias_init,
+    )
 
 
-def gru(input_size: int | None = None, hidden_size: int | None = None, bidirectional: bool = False,
-        return_state: bool = False, weight_init=None, bias_init=None) -> Layer:
+def gru(
+    input_size: int | None = None,
+    hidden_size: int | None = None,
+    bidirectional: bool = False,
+    return_state: bool = False,
+    weight_init=None,
+    bias_init=None,
+) -> Layer:
     """GRU (PyTorch ``nn.GRU(batch_first=True)``): ``r = σ(x W_ir + b_ir + h W_hr + b_hr)``,
     ``z = σ(x W_iz + b_iz + h W_hz + b_hz)``, ``n = tanh(x W_in + b_in + r * (h W_hn + b_hn))``,
     ``h' = (1 - z) * n + z * h``; gates stacked ``r, z, n``. See the module docstring."""
     if hidden_size is None:
         raise ValueError("layer.gru: hidden_size is required")
-    return _recurrent("gru", _gru_cell, input_size, hidden_size, bidirectional, return_state, weight_init,
-                      bias_init)
+    return _recurrent(
+        "gru", _gru_cell, input_size, hidden_size, bidirectional, return_state, weight_init, bias_init
+    )
 
 
-def lstm(input_size: int | None = None, hidden_size: int | None = None, bidirectional: bool = False,
-         return_state: bool = False, weight_init=None, bias_init=None) -> Layer:
+def lstm(
+    input_size: int | None = None,
+    hidden_size: int | None = None,
+    bidirectional: bool = False,
+    return_state: bool = False,
+    weight_init=None,
+    bias_init=None,
+) -> Layer:
     """LSTM (PyTorch ``nn.LSTM(batch_first=True)``): gates ``i, f, g, o`` from
     ``x W_i* + b_i* + h W_h* + b_h*`` (σ, σ, tanh, σ), ``c' = f * c + i * g``, ``h' = o * tanh(c')``.
     The state is the pair ``(h, c)``. See the module docstring."""
     if hidden_size is None:
         raise ValueError("layer.lstm: hidden_size is required")
-    return _recurrent("lstm", _lstm_cell, input_size, hidden_size, bidirectional, return_state, weight_init,
-                      bias_init)
+    return _recurrent(
+        "lstm", _lstm_cell, input_size, hidden_size, bidirectional, return_state, weight_init, bias_init
+    )
 
 
 def from_torch(state_dict: dict[str, Any], bidirectional: bool = False) -> dict:
     """Our parameter tree from a one-layer PyTorch ``nn.RNN``/``nn.GRU``/``nn.LSTM`` ``state_dict``
     (tensors or arrays): ``w_ih = weight_ih_l0.T``, ``w_hh = weight_hh_l0.T``, biases as they are;
     ``*_l0_reverse`` go to ``"backward"``."""
+
     def array(v):
         v = v.detach().cpu().numpy() if hasattr(v, "detach") else np.asarray(v)
         return np.ascontiguousarray(v)
 
     def one(suffix):
         try:
-            return {"w_ih": array(state_dict[f"weight_ih_l0{suffix}"]).T.copy(),
-                    "w_hh": array(state_dict[f"weight_hh_l0{suffix}"]).T.copy(),
-                    "b_ih": array(state_dict[f"bias_ih_l0{suffix}"]),
-                    "b_hh": array(state_dict[f"bias_hh_l0{suffix}"])}
+            return {
+                "w_ih": array(state_dict[f"weight_ih_l0{suffix}"]).T.copy(),
+                "w_hh": array(state_dict[f"weight_hh_l0{suffix}"]).T.copy(),
+                "b_ih": array(state_dict[f"bias_ih_l0{suffix}"]),
+                "b_hh": array(state_dict[f"bias_hh_l0{suffix}"]),
+            }
         except KeyError as err:
-            raise ValueError(f"from_torch: the state_dict has no {err.args[0]!r} (one layer with biases is "
-                             f"supported; keys: {sorted(state_dict)})") from None
+            raise ValueError(
+                f"from_torch: the state_dict has no {err.args[0]!r} (one layer with biases is "
+                f"supported; keys: {sorted(state_dict)})"
+            ) from None
 
     if bidirectional:
         return {"forward": one(""), "backward": one("_reverse")}
     return one("")
-

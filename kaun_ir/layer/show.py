@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import html
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .. import dtypes, ptree, tree
 from ..ir.cost import node_cost
@@ -40,8 +41,9 @@ def _parts(layer) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
                 children[name] = value
             elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Layer) for v in value):
                 children[name] = list(value)
-            elif isinstance(value, _SHOWN) or (isinstance(value, tuple) and all(isinstance(v, _SHOWN)
-                                                                             for v in value)):
+            elif isinstance(value, _SHOWN) or (
+                isinstance(value, tuple) and all(isinstance(v, _SHOWN) for v in value)
+            ):
                 settings[name] = value
     return sorted(settings.items()), list(children.items())
 
@@ -118,8 +120,10 @@ def vars_repr(v) -> str:
     """``Vars(float32, 8,906 parameters (34.8 KiB), params={...shapes...}, state=...)``: shapes
     and dtypes, never the arrays."""
     count, nbytes = _count_and_bytes(v.params)
-    text = (f"Vars({dtypes.short_name(v.dtype)}, {count:,} parameters ({_bytes(nbytes)}), "
-            f"params={_tree_text(v.params)}")
+    text = (
+        f"Vars({dtypes.short_name(v.dtype)}, {count:,} parameters ({_bytes(nbytes)}), "
+        f"params={_tree_text(v.params)}"
+    )
     if ptree.leaves(v.state):
         text += f", state={_tree_text(v.state)}"
     return text + ")"
@@ -131,13 +135,17 @@ def vars_html(v) -> str:
     for kind, t in (("params", v.params), ("state", v.state)):
         for path, leaf in ptree.flatten_with_paths(t):
             ty = type_of(leaf)
-            rows.append(f"<tr><td>{kind}</td><td><code>{html.escape(path)}</code></td>"
-                        f"<td>{list(ty.shape)}</td><td>{dtypes.short_name(ty.dtype)}</td>"
-                        f"<td style='text-align:right'>{ty.size:,}</td></tr>")
+            rows.append(
+                f"<tr><td>{kind}</td><td><code>{html.escape(path)}</code></td>"
+                f"<td>{list(ty.shape)}</td><td>{dtypes.short_name(ty.dtype)}</td>"
+                f"<td style='text-align:right'>{ty.size:,}</td></tr>"
+            )
     count, nbytes = _count_and_bytes(v.params)
-    head = ("<tr><th>kind</th><th>path</th><th>shape</th><th>dtype</th><th>size</th></tr>")
-    return (f"<div><b>Vars</b> ({dtypes.short_name(v.dtype)}, {count:,} parameters, {_bytes(nbytes)})"
-            f"<table>{head}{''.join(rows)}</table></div>")
+    head = "<tr><th>kind</th><th>path</th><th>shape</th><th>dtype</th><th>size</th></tr>"
+    return (
+        f"<div><b>Vars</b> ({dtypes.short_name(v.dtype)}, {count:,} parameters, {_bytes(nbytes)})"
+        f"<table>{head}{''.join(rows)}</table></div>"
+    )
 
 
 def _bytes(n: int) -> str:
@@ -148,14 +156,15 @@ def _bytes(n: int) -> str:
 
 
 def _flops(n: int) -> str:
-    for unit, size in (("T", 10 ** 12), ("G", 10 ** 9), ("M", 10 ** 6), ("k", 10 ** 3)):
+    for unit, size in (("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
         if n >= size:
             return f"{n / size:.2f}{unit}"
     return str(n)
 
 
-def summary(model, example: Any, vars=None, training: bool = False, print_fn: Callable | None = print
-            ) -> list[dict]:
+def summary(
+    model, example: Any, vars=None, training: bool = False, print_fn: Callable | None = print
+) -> list[dict]:
     """Print (with ``print_fn``; None prints nothing) and return a table with one row per layer
     of ``model`` on the input ``example`` (an array, a ``kn.ShapeDtype`` or a tree of them):
     ``path`` (the layer path, as in the IR and error messages), ``output`` (the shape of the value
@@ -205,8 +214,9 @@ def summary(model, example: Any, vars=None, training: bool = False, print_fn: Ca
     for path in order:
         nodes = groups[path]
         flops = sum(node_cost(node)[0] for node in nodes)
-        params_used = {v.index for node in nodes for v in node.inputs
-                       if v.node is None and v.index < n_params}
+        params_used = {
+            v.index for node in nodes for v in node.inputs if v.node is None and v.index < n_params
+        }
         count = sum(type_of(p_leaves[i]).size for i in params_used)
         nbytes = sum(type_of(p_leaves[i]).nbytes for i in params_used)
         shape = None
@@ -218,8 +228,15 @@ def summary(model, example: Any, vars=None, training: bool = False, print_fn: Ca
         rows.append({"path": path, "output": shape, "params": count, "bytes": nbytes, "flops": flops})
     total_count, total_bytes = _count_and_bytes(vars.params)
     out_shapes = [tuple(v.type.shape) for v in graph.outputs]
-    rows.append({"path": "total", "output": out_shapes[0] if len(out_shapes) == 1 else out_shapes,
-                 "params": total_count, "bytes": total_bytes, "flops": sum(r["flops"] for r in rows)})
+    rows.append(
+        {
+            "path": "total",
+            "output": out_shapes[0] if len(out_shapes) == 1 else out_shapes,
+            "params": total_count,
+            "bytes": total_bytes,
+            "flops": sum(r["flops"] for r in rows),
+        }
+    )
     if print_fn is not None:
         print_fn(_table(rows))
     return rows
@@ -229,17 +246,30 @@ def _table(rows: list[dict]) -> str:
     cells = [("layer", "output", "params", "bytes", "FLOPs")]
     for r in rows:
         shape = r["output"]
-        out = "-" if shape is None else str(list(shape)) if isinstance(shape, tuple) else str(
-            [list(s) for s in shape])
-        cells.append((r["path"], out, f"{r['params']:,}", _bytes(r["bytes"]) if r["bytes"] else "0",
-                      _flops(r["flops"])))
+        out = (
+            "-"
+            if shape is None
+            else str(list(shape))
+            if isinstance(shape, tuple)
+            else str([list(s) for s in shape])
+        )
+        cells.append(
+            (
+                r["path"],
+                out,
+                f"{r['params']:,}",
+                _bytes(r["bytes"]) if r["bytes"] else "0",
+                _flops(r["flops"]),
+            )
+        )
     widths = [max(len(row[i]) for row in cells) for i in range(5)]
     lines = []
     for k, row in enumerate(cells):
         if k == len(cells) - 1:
             lines.append("  ".join("-" * w for w in widths))
-        lines.append("  ".join(c.ljust(w) if i < 2 else c.rjust(w)
-                               for i, (c, w) in enumerate(zip(row, widths))))
+        lines.append(
+            "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths)))
+        )
         if k == 0:
             lines.append("  ".join("-" * w for w in widths))
     return "\n".join(lines)

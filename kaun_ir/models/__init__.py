@@ -15,28 +15,85 @@ from .generate import cache_length, executables, generate, sample
 from .pretrained import NAME_TABLE, Pretrained, config_from_hf, from_pretrained
 
 
-def gpt2(vocab_size: int = 50257, dim: int = 768, num_layers: int = 12, num_heads: int = 12,
-         max_positions: int = 1024, hidden_dim: int | None = None, norm_eps: float = 1e-5):
+def gpt2(
+    vocab_size: int = 50257,
+    dim: int = 768,
+    num_layers: int = 12,
+    num_heads: int = 12,
+    max_positions: int = 1024,
+    hidden_dim: int | None = None,
+    norm_eps: float = 1e-5,
+):
     """A GPT-2 decoder (learned positions, pre-LayerNorm, GELU-tanh MLP, tied embeddings) as a
     ``kn.layer.Layer``; the defaults are GPT-2 small (124M parameters)."""
-    return decoder(DecoderConfig(vocab_size=vocab_size, dim=dim, num_layers=num_layers, num_heads=num_heads,
-                                 num_kv_heads=num_heads, hidden_dim=hidden_dim or 4 * dim,
-                                 max_positions=max_positions, norm="layer", norm_eps=norm_eps, mlp="gelu_tanh",
-                                 positions="learned"), "gpt2")
+    return decoder(
+        DecoderConfig(
+            vocab_size=vocab_size,
+            dim=dim,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            num_kv_heads=num_heads,
+            hidden_dim=hidden_dim or 4 * dim,
+            max_positions=max_positions,
+            norm="layer",
+            norm_eps=norm_eps,
+            mlp="gelu_tanh",
+            positions="learned",
+        ),
+        "gpt2",
+    )
 
 
-def llama(vocab_size: int = 32000, dim: int = 4096, num_layers: int = 32, num_heads: int = 32,
-          num_kv_heads: int | None = None, hidden_dim: int = 11008, max_positions: int = 4096,
-          rope_theta: float = 10000.0, norm_eps: float = 1e-6, tie_embeddings: bool = False):
+def llama(
+    vocab_size: int = 32000,
+    dim: int = 4096,
+    num_layers: int = 32,
+    num_heads: int = 32,
+    num_kv_heads: int | None = None,
+    hidden_dim: int = 11008,
+    max_positions: int = 4096,
+    rope_theta: float = 10000.0,
+    norm_eps: float = 1e-6,
+    tie_embeddings: bool = False,
+):
     """A Llama-family decoder (RoPE, RMSNorm, SwiGLU MLP, grouped KV heads, no biases) as a
     ``kn.layer.Layer``; the defaults are Llama-2 7B's sizes."""
-    return decoder(DecoderConfig(vocab_size=vocab_size, dim=dim, num_layers=num_layers, num_heads=num_heads,
-                                 num_kv_heads=num_kv_heads or num_heads, hidden_dim=hidden_dim,
-                                 max_positions=max_positions, norm="rms", norm_eps=norm_eps, mlp="swiglu",
-                                 positions="rope", rope_theta=rope_theta, attn_bias=False, mlp_bias=False,
-                                 tie_embeddings=tie_embeddings), "llama")
+    return decoder(
+        DecoderConfig(
+            vocab_size=vocab_size,
+            dim=dim,
+            num_layers=num_layers,
+            num_heads=num_heads,
+            num_kv_heads=num_kv_heads or num_heads,
+            hidden_dim=hidden_dim,
+            max_positions=max_positions,
+            norm="rms",
+            norm_eps=norm_eps,
+            mlp="swiglu",
+            positions="rope",
+            rope_theta=rope_theta,
+            attn_bias=False,
+            mlp_bias=False,
+            tie_embeddings=tie_embeddings,
+        ),
+        "llama",
+    )
 
 
-__all__ = ["DecoderConfig", "NAME_TABLE", "Pretrained", "cache_length", "config_from_hf", "decoder",
-           "empty_cache", "executables", "forward", "from_pretrained", "generate", "gpt2", "init_params",
-           "llama", "sample"]
+__all__ = [
+    "DecoderConfig",
+    "NAME_TABLE",
+    "Pretrained",
+    "cache_length",
+    "config_from_hf",
+    "decoder",
+    "empty_cache",
+    "executables",
+    "forward",
+    "from_pretrained",
+    "generate",
+    "gpt2",
+    "init_params",
+    "llama",
+    "sample",
+]

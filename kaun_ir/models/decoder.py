@@ -52,18 +52,32 @@ class DecoderConfig:
     head_dim: int | None = None  # default dim // num_heads
 
     def __post_init__(self):
-        for name in ("vocab_size", "dim", "num_layers", "num_heads", "num_kv_heads", "hidden_dim", "max_positions"):
+        for name in (
+            "vocab_size",
+            "dim",
+            "num_layers",
+            "num_heads",
+            "num_kv_heads",
+            "hidden_dim",
+            "max_positions",
+        ):
             if int(getattr(self, name)) <= 0:
                 raise ValueError(f"DecoderConfig.{name} must be positive, got {getattr(self, name)!r}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads "
-                             f"({self.num_kv_heads})")
+            raise ValueError(
+                f"num_heads ({self.num_heads}) must be a multiple of num_kv_heads ({self.num_kv_heads})"
+            )
         if self.head_dim is None and self.dim % self.num_heads:
             raise ValueError(f"dim ({self.dim}) must be divisible by num_heads ({self.num_heads})")
-        for name, allowed in (("norm", ("layer", "rms")), ("mlp", ("gelu_tanh", "gelu", "swiglu")),
-                              ("positions", ("learned", "rope"))):
+        for name, allowed in (
+            ("norm", ("layer", "rms")),
+            ("mlp", ("gelu_tanh", "gelu", "swiglu")),
+            ("positions", ("learned", "rope")),
+        ):
             if getattr(self, name) not in allowed:
-                raise ValueError(f"DecoderConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}")
+                raise ValueError(
+                    f"DecoderConfig.{name} must be one of {allowed}, got {getattr(self, name)!r}"
+                )
 
     @property
     def head_size(self) -> int:
@@ -112,15 +126,23 @@ def init_params(cfg: DecoderConfig, dtype=dtypes.float32, abstract: bool = False
         params["positions"] = {"weight": normal(None, (cfg.max_positions, d), dtype)}
     layers = []
     for _ in range(cfg.num_layers):
-        attn = {"query": dense(d, cfg.num_heads * hd, cfg.attn_bias),
-                "key": dense(d, cfg.num_kv_heads * hd, cfg.attn_bias),
-                "value": dense(d, cfg.num_kv_heads * hd, cfg.attn_bias),
-                "out": dense(cfg.num_heads * hd, d, cfg.attn_bias)}
+        attn = {
+            "query": dense(d, cfg.num_heads * hd, cfg.attn_bias),
+            "key": dense(d, cfg.num_kv_heads * hd, cfg.attn_bias),
+            "value": dense(d, cfg.num_kv_heads * hd, cfg.attn_bias),
+            "out": dense(cfg.num_heads * hd, d, cfg.attn_bias),
+        }
         if cfg.mlp == "swiglu":
-            mlp = {"gate": dense(d, cfg.hidden_dim, cfg.mlp_bias), "up": dense(d, cfg.hidden_dim, cfg.mlp_bias),
-                   "down": dense(cfg.hidden_dim, d, cfg.mlp_bias)}
+            mlp = {
+                "gate": dense(d, cfg.hidden_dim, cfg.mlp_bias),
+                "up": dense(d, cfg.hidden_dim, cfg.mlp_bias),
+                "down": dense(cfg.hidden_dim, d, cfg.mlp_bias),
+            }
         else:
-            mlp = {"fc": dense(d, cfg.hidden_dim, cfg.mlp_bias), "proj": dense(cfg.hidden_dim, d, cfg.mlp_bias)}
+            mlp = {
+                "fc": dense(d, cfg.hidden_dim, cfg.mlp_bias),
+                "proj": dense(cfg.hidden_dim, d, cfg.mlp_bias),
+            }
         layers.append({"norm1": norm(), "attn": attn, "norm2": norm(), "mlp": mlp})
     params["layers"] = layers
     params["norm"] = norm()
@@ -212,8 +234,9 @@ def forward(cfg: DecoderConfig, params, ids, cache=None, cache_pos=None):
             with scope("norm1"):
                 h = _norm(cfg, p["norm1"], x)
             with scope("attn"):
-                attn, layer_cache = _attention(cfg, p["attn"], h, positions,
-                                               None if cache is None else cache[i], cache_pos)
+                attn, layer_cache = _attention(
+                    cfg, p["attn"], h, positions, None if cache is None else cache[i], cache_pos
+                )
             x = x + attn
             with scope("norm2"):
                 h = _norm(cfg, p["norm2"], x)
@@ -252,4 +275,3 @@ def decoder(cfg: DecoderConfig, name: str = "decoder") -> Layer:
         return forward(cfg, params, ids), state
 
     return Layer(init_, apply_, name)
-

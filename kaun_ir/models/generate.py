@@ -91,8 +91,15 @@ def cache_length(cfg: DecoderConfig, needed: int) -> int:
     return min(length, cfg.max_positions)
 
 
-def generate(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k: int | None = None,
-             seed: int = 0, params=None) -> np.ndarray:
+def generate(
+    model,
+    prompt,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    params=None,
+) -> np.ndarray:
     """Continue ``prompt`` (int ids ``[B, T]`` or ``[T]``) by ``max_new_tokens`` tokens.
 
     ``model``: a :class:`~kaun_ir.models.Pretrained` (or a ``DecoderConfig`` with ``params=``).
@@ -105,12 +112,16 @@ def generate(model, prompt, max_new_tokens: int, temperature: float = 0.0, top_k
     cfg = getattr(model, "config", model)
     params = model.params if params is None else params
     if not isinstance(cfg, DecoderConfig):
-        raise TypeError(f"generate: expected a Pretrained model or a DecoderConfig, got {type(model).__name__}")
+        raise TypeError(
+            f"generate: expected a Pretrained model or a DecoderConfig, got {type(model).__name__}"
+        )
     ids = np.asarray(prompt)
     squeeze = ids.ndim == 1
     ids = ids[None] if squeeze else ids
     if ids.ndim != 2 or ids.shape[1] == 0 or not np.issubdtype(ids.dtype, np.integer):
-        raise ValueError(f"generate: prompt must be non-empty integer ids [B, T] or [T], got {ids.dtype}{list(ids.shape)}")
+        raise ValueError(
+            f"generate: prompt must be non-empty integer ids [B, T] or [T], got {ids.dtype}{list(ids.shape)}"
+        )
     if max_new_tokens < 0:
         raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
     if top_k is not None and top_k < 1:

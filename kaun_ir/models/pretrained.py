@@ -102,10 +102,21 @@ def config_from_hf(hf: dict) -> tuple[str, DecoderConfig]:
             raise ValueError(f"GPT-2 activation_function {activation!r} is not supported")
         dim = hf["n_embd"]
         return "gpt2", DecoderConfig(
-            vocab_size=hf["vocab_size"], dim=dim, num_layers=hf["n_layer"], num_heads=hf["n_head"],
-            num_kv_heads=hf["n_head"], hidden_dim=hf.get("n_inner") or 4 * dim, max_positions=hf["n_positions"],
-            norm="layer", norm_eps=hf.get("layer_norm_epsilon", 1e-5), mlp=mlp, positions="learned",
-            attn_bias=True, mlp_bias=True, tie_embeddings=hf.get("tie_word_embeddings", True))
+            vocab_size=hf["vocab_size"],
+            dim=dim,
+            num_layers=hf["n_layer"],
+            num_heads=hf["n_head"],
+            num_kv_heads=hf["n_head"],
+            hidden_dim=hf.get("n_inner") or 4 * dim,
+            max_positions=hf["n_positions"],
+            norm="layer",
+            norm_eps=hf.get("layer_norm_epsilon", 1e-5),
+            mlp=mlp,
+            positions="learned",
+            attn_bias=True,
+            mlp_bias=True,
+            tie_embeddings=hf.get("tie_word_embeddings", True),
+        )
     if kind == "llama":
         if hf.get("hidden_act", "silu") != "silu":
             raise ValueError(f"Llama hidden_act {hf['hidden_act']!r} is not supported (silu only)")
@@ -115,13 +126,23 @@ def config_from_hf(hf: dict) -> tuple[str, DecoderConfig]:
             raise ValueError(f"rope scaling {scaling!r} is not supported (default RoPE only)")
         heads = hf["num_attention_heads"]
         return "llama", DecoderConfig(
-            vocab_size=hf["vocab_size"], dim=hf["hidden_size"], num_layers=hf["num_hidden_layers"],
-            num_heads=heads, num_kv_heads=hf.get("num_key_value_heads") or heads,
-            hidden_dim=hf["intermediate_size"], max_positions=hf.get("max_position_embeddings", 2048),
-            norm="rms", norm_eps=hf.get("rms_norm_eps", 1e-6), mlp="swiglu", positions="rope",
+            vocab_size=hf["vocab_size"],
+            dim=hf["hidden_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=hf.get("num_key_value_heads") or heads,
+            hidden_dim=hf["intermediate_size"],
+            max_positions=hf.get("max_position_embeddings", 2048),
+            norm="rms",
+            norm_eps=hf.get("rms_norm_eps", 1e-6),
+            mlp="swiglu",
+            positions="rope",
             rope_theta=float(rope.get("rope_theta", hf.get("rope_theta", 10000.0))),
-            attn_bias=bool(hf.get("attention_bias", False)), mlp_bias=bool(hf.get("mlp_bias", False)),
-            tie_embeddings=bool(hf.get("tie_word_embeddings", False)), head_dim=hf.get("head_dim"))
+            attn_bias=bool(hf.get("attention_bias", False)),
+            mlp_bias=bool(hf.get("mlp_bias", False)),
+            tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            head_dim=hf.get("head_dim"),
+        )
     raise ValueError(f"model_type {kind!r} is not supported (gpt2, llama)")
 
 
@@ -140,7 +161,9 @@ class _Tensors:
         elif os.path.exists(single):
             files, weight_map = ["model.safetensors"], None
         else:
-            raise FileNotFoundError(f"{directory}: neither model.safetensors nor model.safetensors.index.json")
+            raise FileNotFoundError(
+                f"{directory}: neither model.safetensors nor model.safetensors.index.json"
+            )
         self.handles = {f: safe_open(os.path.join(directory, f), framework="np") for f in files}
         self.where = {}
         for name, handle in self.handles.items():
@@ -169,7 +192,7 @@ def _convert(array: np.ndarray, transform: str) -> np.ndarray:
     if transform.startswith("split3:"):
         part = int(transform.split(":")[1])
         size = array.shape[-1] // 3
-        return np.ascontiguousarray(array[..., part * size:(part + 1) * size])
+        return np.ascontiguousarray(array[..., part * size : (part + 1) * size])
     return array
 
 
@@ -185,7 +208,9 @@ def from_pretrained(directory: str | os.PathLike, dtype=dtypes.float32) -> Pretr
         with open(os.path.join(directory, "config.json")) as handle:
             hf_config = json.load(handle)
     except FileNotFoundError:
-        raise FileNotFoundError(f"{directory}: no config.json (a Hugging Face model directory is expected)") from None
+        raise FileNotFoundError(
+            f"{directory}: no config.json (a Hugging Face model directory is expected)"
+        ) from None
     family, cfg = config_from_hf(hf_config)
     tensors = _Tensors(directory)
     dtype = dtypes.canonical(dtype)
@@ -208,10 +233,13 @@ def _read(tensors: _Tensors, rows, path: str, shape, directory: str) -> np.ndarr
             continue
         key = tensors.find(theirs.format(i=index))
         if key is None:
-            raise ValueError(f"from_pretrained: {directory} has no tensor {theirs.format(i=index)!r} "
-                             f"(needed for {path})")
+            raise ValueError(
+                f"from_pretrained: {directory} has no tensor {theirs.format(i=index)!r} (needed for {path})"
+            )
         array = _convert(tensors.get(key), transform)
         if tuple(array.shape) != tuple(shape):
-            raise ValueError(f"from_pretrained: {key} gives shape {array.shape} for {path}, expected {tuple(shape)}")
+            raise ValueError(
+                f"from_pretrained: {key} gives shape {array.shape} for {path}, expected {tuple(shape)}"
+            )
         return array
     raise ValueError(f"from_pretrained: no entry of the name table for {path}")

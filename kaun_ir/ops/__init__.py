@@ -6,12 +6,36 @@ family modules export; nothing registers itself as an import side effect.
 
 from __future__ import annotations
 
-from . import (control, custom, elementwise, indexing, linalg, misc, reduce, scan, shape, sharding, sort,
-               window)
+from . import (
+    control,
+    custom,
+    elementwise,
+    indexing,
+    linalg,
+    misc,
+    reduce,
+    scan,
+    shape,
+    sharding,
+    sort,
+    window,
+)
 from .base import Emitter, OpDef, Sample
 
-_FAMILIES = (elementwise, misc, shape, indexing, linalg, reduce, sort, window, control, sharding, scan,
-             custom)
+_FAMILIES = (
+    elementwise,
+    misc,
+    shape,
+    indexing,
+    linalg,
+    reduce,
+    sort,
+    window,
+    control,
+    sharding,
+    scan,
+    custom,
+)
 
 TABLE: dict[str, OpDef] = {}
 for _family in _FAMILIES:

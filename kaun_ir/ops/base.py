@@ -32,8 +32,9 @@ This module is plain text generation: nothing here imports jaxlib.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -90,19 +91,28 @@ class OpDef:
         full.update(attrs)
         return {k: freeze_attr(v) for k, v in full.items()}
 
-    def infer_types(self, types: Sequence[TensorType], attrs: dict[str, Any],
-                    regions: Sequence[Any] = ()) -> tuple[TensorType, ...]:
+    def infer_types(
+        self, types: Sequence[TensorType], attrs: dict[str, Any], regions: Sequence[Any] = ()
+    ) -> tuple[TensorType, ...]:
         if self.arity is not None and len(types) != self.arity:
             raise TypeError(f"{self.name} takes {self.arity} operand(s), got {len(types)}")
         if len(regions) != self.regions:
             raise TypeError(f"{self.name} carries {self.regions} region(s), got {len(regions)}")
-        out = self.infer(*types, regions=tuple(regions), **attrs) if self.regions else self.infer(*types, **attrs)
+        out = (
+            self.infer(*types, regions=tuple(regions), **attrs)
+            if self.regions
+            else self.infer(*types, **attrs)
+        )
         return (out,) if isinstance(out, TensorType) else tuple(out)
 
-    def run_reference(self, arrays: Sequence[np.ndarray], attrs: dict[str, Any],
-                      regions: Sequence[Any] = ()) -> tuple[np.ndarray, ...]:
-        out = self.reference(*arrays, regions=tuple(regions), **attrs) if self.regions else \
-            self.reference(*arrays, **attrs)
+    def run_reference(
+        self, arrays: Sequence[np.ndarray], attrs: dict[str, Any], regions: Sequence[Any] = ()
+    ) -> tuple[np.ndarray, ...]:
+        out = (
+            self.reference(*arrays, regions=tuple(regions), **attrs)
+            if self.regions
+            else self.reference(*arrays, **attrs)
+        )
         return tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
@@ -164,7 +174,7 @@ def dense_literal(array: np.ndarray) -> str:
 class Emitter:
     """Collects StableHLO lines for one function body; ops write through :meth:`op`."""
 
-    def __init__(self, indent: int = 2, parent: "Emitter | None" = None):
+    def __init__(self, indent: int = 2, parent: Emitter | None = None):
         self.lines: list[str] = []
         self.indent = indent
         self.location = parent.location if parent else ""
@@ -203,7 +213,7 @@ class Emitter:
         outs = outs if n == 1 else f"({outs})"
         loc = f' loc("{self.location}")' if self.location else ""
         self.lines.append(
-            f"{' ' * self.indent}{lhs}\"{name}\"({', '.join(operands)}){region_text}{attr_text}"
+            f'{" " * self.indent}{lhs}"{name}"({", ".join(operands)}){region_text}{attr_text}'
             f" : ({ins}) -> {outs}{loc}"
         )
         return results
@@ -223,12 +233,20 @@ class Emitter:
         root.functions.extend(body.functions)
         header = ", ".join(f"{a}: {tensor_type(v.type)}" for a, v in zip(args, graph.inputs))
         outs = ", ".join(tensor_type(v.type) for v in graph.outputs)
-        root.functions += [f"  func.func private @{name}({header}) -> ({outs}) {{", *body.lines,
-                           f"    \"func.return\"({', '.join(results)}) : ({outs}) -> ()", "  }"]
+        root.functions += [
+            f"  func.func private @{name}({header}) -> ({outs}) {{",
+            *body.lines,
+            f'    "func.return"({", ".join(results)}) : ({outs}) -> ()',
+            "  }",
+        ]
         return name
 
-    def region(self, arg_types: Sequence[TensorType], body: Callable[["Emitter", list[str]], Sequence[str]],
-               result_types: Sequence[TensorType] | None = None) -> str:
+    def region(
+        self,
+        arg_types: Sequence[TensorType],
+        body: Callable[[Emitter, list[str]], Sequence[str]],
+        result_types: Sequence[TensorType] | None = None,
+    ) -> str:
         """A one-block region: ``body(em, args)`` writes ops and returns the values to return."""
         inner = Emitter(indent=self.indent + 2, parent=self)
         args = [self.fresh("b") for _ in arg_types]
@@ -255,15 +273,22 @@ class Emitter:
             if isinstance(results, str):
                 results = [results]
             if len(results) != len(node.outputs):
-                raise RuntimeError(f"emission of {node.op} produced {len(results)} results, "
-                                   f"expected {len(node.outputs)}")
+                raise RuntimeError(
+                    f"emission of {node.op} produced {len(results)} results, expected {len(node.outputs)}"
+                )
             for value, result in zip(node.outputs, results):
                 names[id(value)] = result
         return [names[id(v)] for v in graph.outputs]
 
     # Short forms for the common cases --------------------------------------------------------
 
-    def simple(self, name: str, node, *operands: str, attrs: dict[str, str] | None = None,
-               regions: Sequence[str] = ()) -> list[str]:
+    def simple(
+        self,
+        name: str,
+        node,
+        *operands: str,
+        attrs: dict[str, str] | None = None,
+        regions: Sequence[str] = (),
+    ) -> list[str]:
         """``name`` applied to the node's operands with the node's result types."""
         return self.op(name, operands, [v.type for v in node.inputs], node.types, attrs, regions)

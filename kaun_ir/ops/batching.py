@@ -8,7 +8,7 @@ giving an unbatched operand the batch axis, the rule of elementwise ops, axis sh
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -23,8 +23,12 @@ def _apply(op, *args, **attrs):
 
 def bcast(x, size: int):
     """``x`` (an unbatched operand) repeated along a new leading batch axis of ``size``."""
-    return _apply("broadcast_in_dim", x, shape=(size,) + tuple(x.shape),
-                  broadcast_dimensions=tuple(range(1, x.ndim + 1)))
+    return _apply(
+        "broadcast_in_dim",
+        x,
+        shape=(size,) + tuple(x.shape),
+        broadcast_dimensions=tuple(range(1, x.ndim + 1)),
+    )
 
 
 def materialize(args: Sequence, batched: Sequence[bool], size: int) -> list:
@@ -104,6 +108,7 @@ def by_loop(name: str):
 
     def rule(batched, size, *args, regions=(), **attrs):
         import kaun_ir as kn
+
         from . import TABLE
 
         opdef = TABLE[name]
@@ -112,8 +117,9 @@ def by_loop(name: str):
         accumulators = []
         for t in out_types:
             zero = _apply("constant", value=np.zeros((), t.dtype))
-            accumulators.append(_apply("broadcast_in_dim", zero, shape=(size,) + t.shape,
-                                       broadcast_dimensions=()))
+            accumulators.append(
+                _apply("broadcast_in_dim", zero, shape=(size,) + t.shape, broadcast_dimensions=())
+            )
 
         def body(i, accs):
             operands = [example(x, i) if b else x for x, b in zip(args, batched)]

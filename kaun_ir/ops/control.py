@@ -13,8 +13,9 @@ from .base import OpDef, Sample
 def _while_infer(*carried: TensorType, regions) -> tuple[TensorType, ...]:
     cond, body = regions
     if tuple(cond.input_types) != carried or tuple(body.input_types) != carried:
-        raise ShapeError("cond and body must take exactly the loop-carried types "
-                         f"({', '.join(map(str, carried))})")
+        raise ShapeError(
+            f"cond and body must take exactly the loop-carried types ({', '.join(map(str, carried))})"
+        )
     if tuple(cond.output_types) != (TensorType(dtypes.bool_, ()),):
         got = ", ".join(map(str, cond.output_types))
         raise ShapeError(f"cond must return one bool[] scalar, returns ({got})")
@@ -37,8 +38,9 @@ def _while_reference(*values, regions):
 def _while_emit(em, node, *operands):
     cond, body = node.regions
     types = list(node.types)
-    cond_region = em.region(types, lambda inner, args: inner.emit_graph(cond, args),
-                            [TensorType(dtypes.bool_, ())])
+    cond_region = em.region(
+        types, lambda inner, args: inner.emit_graph(cond, args), [TensorType(dtypes.bool_, ())]
+    )
     body_region = em.region(types, lambda inner, args: inner.emit_graph(body, args), types)
     return em.op("stablehlo.while", operands, types, types, None, [cond_region, body_region])
 
@@ -48,8 +50,7 @@ def _while_samples(rng):
 
     # count to 5 while doubling a vector
     x = rng.standard_normal(3).astype(np.float32)
-    cond, body = trace_loop_regions(lambda s: s[0] < 5, lambda s: (s[0] + 1, s[1] * 2.0),
-                                    (np.int32(0), x))
+    cond, body = trace_loop_regions(lambda s: s[0] < 5, lambda s: (s[0] + 1, s[1] * 2.0), (np.int32(0), x))
     yield Sample((np.asarray(np.int32(0)), x), regions=(cond, body))
     # a loop that does not run
     cond, body = trace_loop_regions(lambda s: s > 10.0, lambda s: s - 1.0, np.float32(3.0))
@@ -82,9 +83,17 @@ def _while_batch(batched, size, *carried, regions):
         flags = [True] * len(flags)
         cond_b, _ = batch_graph(cond, flags, size)
     body_b, _ = batch_graph(body, flags, size, force=flags)
-    operands = [x if b or not f else apply("broadcast_in_dim", x, shape=(size,) + tuple(x.shape),
-                                              broadcast_dimensions=tuple(range(1, x.ndim + 1)))
-                for x, b, f in zip(carried, batched, flags)]
+    operands = [
+        x
+        if b or not f
+        else apply(
+            "broadcast_in_dim",
+            x,
+            shape=(size,) + tuple(x.shape),
+            broadcast_dimensions=tuple(range(1, x.ndim + 1)),
+        )
+        for x, b, f in zip(carried, batched, flags)
+    ]
     if pred_batched:
         types = [x.type for x in operands]
 
@@ -109,19 +118,34 @@ def _while_batch(batched, size, *carried, regions):
         cond_b, body_b = any_cond, masked_body
     outs = apply("while", *operands, regions=(cond_b, body_b))
     outs = outs if isinstance(outs, tuple) else (outs,)
-    return tuple(o if f else apply("broadcast_in_dim", o, shape=(size,) + tuple(o.shape),
-                                   broadcast_dimensions=tuple(range(1, o.ndim + 1)))
-                 for o, f in zip(outs, flags))
+    return tuple(
+        o
+        if f
+        else apply(
+            "broadcast_in_dim",
+            o,
+            shape=(size,) + tuple(o.shape),
+            broadcast_dimensions=tuple(range(1, o.ndim + 1)),
+        )
+        for o, f in zip(outs, flags)
+    )
 
 
 OPS = [
     OpDef(
-        name="while", arity=None, regions=2, batch=_while_batch,
-        infer=_while_infer, reference=_while_reference,
-        emit=_while_emit, samples=_while_samples,
-        nondiff=("reverse mode through a while loop needs its trip count when the program is built, "
-                 "which a while_loop does not have; use kn.scan, or kn.fori_loop with Python-integer "
-                 "bounds"),
+        name="while",
+        arity=None,
+        regions=2,
+        batch=_while_batch,
+        infer=_while_infer,
+        reference=_while_reference,
+        emit=_while_emit,
+        samples=_while_samples,
+        nondiff=(
+            "reverse mode through a while loop needs its trip count when the program is built, "
+            "which a while_loop does not have; use kn.scan, or kn.fori_loop with Python-integer "
+            "bounds"
+        ),
         doc="Loop: carries its operands through ``body`` while ``cond`` returns true.",
     ),
 ]

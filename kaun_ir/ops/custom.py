@@ -46,8 +46,11 @@ def _vjp_infer(*operands: TensorType, regions, name, num_outputs):
         raise ShapeError(f"num_outputs is {num_outputs} but the primal region returns {len(outs)} values")
     _expect("the fwd region's outputs (before the residuals)", fwd.output_types[:num_outputs], outs)
     residuals = fwd.output_types[num_outputs:]
-    _expect("the bwd region's inputs (residuals, then one cotangent per output)", bwd.input_types,
-            tuple(residuals) + tuple(outs))
+    _expect(
+        "the bwd region's inputs (residuals, then one cotangent per output)",
+        bwd.input_types,
+        tuple(residuals) + tuple(outs),
+    )
     _expect("the bwd region's outputs (one cotangent per operand)", bwd.output_types, operands)
     return outs
 
@@ -55,8 +58,11 @@ def _vjp_infer(*operands: TensorType, regions, name, num_outputs):
 def _jvp_infer(*operands: TensorType, regions, name):
     primal, rule = regions
     _expect("the primal region's inputs", primal.input_types, operands)
-    _expect("the jvp region's inputs (operands, then one tangent per operand)", rule.input_types,
-            operands + operands)
+    _expect(
+        "the jvp region's inputs (operands, then one tangent per operand)",
+        rule.input_types,
+        operands + operands,
+    )
     outs = primal.output_types
     _expect("the jvp region's outputs (outputs, then one tangent per output)", rule.output_types, outs + outs)
     return outs
@@ -126,14 +132,16 @@ def _jvp_vjp(cts, outs, *operands, regions, name):
 def _batch(op: str):
     def rule(batched, size, *operands, regions, **attrs):
         from ..batching import batch_graph
-        from .batching import materialize
         from ..tensor import apply
+        from .batching import materialize
 
         operands = materialize(operands, batched, size)
         new_regions = tuple(batch_graph(r, [True] * len(r.inputs), size, force=True)[0] for r in regions)
         return apply(op, *operands, regions=new_regions, **attrs)
 
-    rule.__doc__ = f"Batching rule of {op}: every region batched; every operand and result carries the batch axis."
+    rule.__doc__ = (
+        f"Batching rule of {op}: every region batched; every operand and result carries the batch axis."
+    )
     return rule
 
 
@@ -153,17 +161,32 @@ def _samples_jvp(rng):
 
 OPS = [
     OpDef(
-        name="custom_vjp", arity=None, regions=3, attrs=("name", "num_outputs"), infer=_vjp_infer,
-        reference=_reference, emit=_emit, samples=_samples_vjp, vjp=_vjp, vjp_forward=_vjp_forward,
+        name="custom_vjp",
+        arity=None,
+        regions=3,
+        attrs=("name", "num_outputs"),
+        infer=_vjp_infer,
+        reference=_reference,
+        emit=_emit,
+        samples=_samples_vjp,
+        vjp=_vjp,
+        vjp_forward=_vjp_forward,
         batch=_batch("custom_vjp"),
         doc="A function with a user-defined VJP (``kn.custom_vjp``): regions primal, fwd (outputs "
-            "and residuals) and bwd (residuals and output cotangents -> operand cotangents).",
+        "and residuals) and bwd (residuals and output cotangents -> operand cotangents).",
     ),
     OpDef(
-        name="custom_jvp", arity=None, regions=2, attrs=("name",), infer=_jvp_infer,
-        reference=_reference, emit=_emit, samples=_samples_jvp, vjp=_jvp_vjp,
+        name="custom_jvp",
+        arity=None,
+        regions=2,
+        attrs=("name",),
+        infer=_jvp_infer,
+        reference=_reference,
+        emit=_emit,
+        samples=_samples_jvp,
+        vjp=_jvp_vjp,
         batch=_batch("custom_jvp"),
         doc="A function with a user-defined JVP (``kn.custom_jvp``): regions primal and jvp "
-            "(operands and tangents -> outputs and tangents); reverse mode transposes the jvp region.",
+        "(operands and tangents -> outputs and tangents); reverse mode transposes the jvp region.",
     ),
 ]

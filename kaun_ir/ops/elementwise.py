@@ -28,10 +28,12 @@ def _same_dtype(*types: TensorType) -> None:
 
 
 def _require(t: TensorType, kinds: str, op: str) -> None:
-    ok = (("f" in kinds and dtypes.is_float(t.dtype))
-          or ("i" in kinds and dtypes.is_integer(t.dtype) and not dtypes.is_unsigned(t.dtype))
-          or ("u" in kinds and dtypes.is_unsigned(t.dtype))
-          or ("b" in kinds and dtypes.is_bool(t.dtype)))
+    ok = (
+        ("f" in kinds and dtypes.is_float(t.dtype))
+        or ("i" in kinds and dtypes.is_integer(t.dtype) and not dtypes.is_unsigned(t.dtype))
+        or ("u" in kinds and dtypes.is_unsigned(t.dtype))
+        or ("b" in kinds and dtypes.is_bool(t.dtype))
+    )
     if not ok:
         names = {"f": "floating", "i": "signed integer", "u": "unsigned integer", "b": "bool"}
         allowed = " or ".join(names[k] for k in kinds)
@@ -49,7 +51,9 @@ def _rand(rng: np.random.Generator, shape, dtype, low=-3.0, high=3.0) -> np.ndar
 
 
 def _erf(x: np.ndarray) -> np.ndarray:
-    return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)) if x.size else x.astype(np.float64)
+    return (
+        np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64)) if x.size else x.astype(np.float64)
+    )
 
 
 def kn():
@@ -139,8 +143,11 @@ def _clamp_vjp(ct, y, lo, x, hi):
     inside = n.bitwise_and(n.greater(x, lo), n.less(x, hi))
     below = n.bitwise_and(n.greater(lo, x), n.less(lo, hi))
     above = n.less(hi, x)
-    return (_sum_to_shape(n.where(below, ct, zero), lo.shape), n.where(inside, ct, zero),
-            _sum_to_shape(n.where(above, ct, zero), hi.shape))
+    return (
+        _sum_to_shape(n.where(below, ct, zero), lo.shape),
+        n.where(inside, ct, zero),
+        _sum_to_shape(n.where(above, ct, zero), hi.shape),
+    )
 
 
 def _convert_vjp(ct, y, x, dtype):
@@ -171,7 +178,13 @@ _UNARY = [
     ("ceil", "stablehlo.ceil", np.ceil, "f", (-3, 3)),
     ("round_nearest_even", "stablehlo.round_nearest_even", np.round, "f", (-3, 3)),
     ("erf", "chlo.erf", _in_float64(_erf), "f", (-2, 2)),
-    ("not", "stablehlo.not", lambda x: np.logical_not(x) if x.dtype == bool else np.invert(x), "iub", (-3, 3)),
+    (
+        "not",
+        "stablehlo.not",
+        lambda x: np.logical_not(x) if x.dtype == bool else np.invert(x),
+        "iub",
+        (-3, 3),
+    ),
 ]
 
 
@@ -195,8 +208,12 @@ def _unary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
             yield Sample((_rand(rng, (4, 3), dtypes.bfloat16, *domain),), rtol=2e-2, atol=2e-2)
 
     return OpDef(
-        name=name, arity=1, infer=infer, reference=lambda x: ref(x),
-        emit=lambda em, node, x: em.simple(mlir, node, x), samples=samples,
+        name=name,
+        arity=1,
+        infer=infer,
+        reference=lambda x: ref(x),
+        emit=lambda em, node, x: em.simple(mlir, node, x),
+        samples=samples,
         doc=f"Elementwise {name} ({mlir}).",
         vjp=_UNARY_VJP.get(name),
         nondiff=None if name in _UNARY_VJP else "a bitwise / logical op on integers or bools",
@@ -247,7 +264,13 @@ _BINARY = [
     ("maximum", "stablehlo.maximum", np.maximum, "fiub", (-3, 3)),
     ("minimum", "stablehlo.minimum", np.minimum, "fiub", (-3, 3)),
     ("remainder", "stablehlo.remainder", np.fmod, "fiu", (1, 4)),
-    ("atan2", "stablehlo.atan2", lambda a, b: np.arctan2(a.astype(np.float64), b).astype(a.dtype), "f", (-3, 3)),
+    (
+        "atan2",
+        "stablehlo.atan2",
+        lambda a, b: np.arctan2(a.astype(np.float64), b).astype(a.dtype),
+        "f",
+        (-3, 3),
+    ),
     ("and", "stablehlo.and", np.bitwise_and, "iub", (-3, 3)),
     ("or", "stablehlo.or", np.bitwise_or, "iub", (-3, 3)),
     ("xor", "stablehlo.xor", np.bitwise_xor, "iub", (-3, 3)),
@@ -272,13 +295,21 @@ def _binary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
         for dt in chosen:
             for shape in _SHAPES:
                 first = _rand(rng, shape, dt, -3 if name != "power" else 0.1, 3)
-                if dt in dtypes.INTEGERS and name in ("shift_left", "shift_right_logical", "shift_right_arithmetic"):
+                if dt in dtypes.INTEGERS and name in (
+                    "shift_left",
+                    "shift_right_logical",
+                    "shift_right_arithmetic",
+                ):
                     first = _rand(rng, shape, dt, -1000, 1000)
                 yield Sample((first, _rand(rng, shape, dt, *domain)))
 
     return OpDef(
-        name=name, arity=2, infer=infer, reference=lambda a, b: ref(a, b),
-        emit=lambda em, node, a, b: em.simple(mlir, node, a, b), samples=samples,
+        name=name,
+        arity=2,
+        infer=infer,
+        reference=lambda a, b: ref(a, b),
+        emit=lambda em, node, a, b: em.simple(mlir, node, a, b),
+        samples=samples,
         doc=f"Elementwise {name} of two operands of one shape and dtype ({mlir}).",
         vjp=_BINARY_VJP.get(name),
         nondiff=None if name in _BINARY_VJP else "a bitwise / logical op on integers or bools",
@@ -286,8 +317,14 @@ def _binary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
     )
 
 
-_DIRECTIONS = {"EQ": np.equal, "NE": np.not_equal, "LT": np.less, "LE": np.less_equal,
-               "GT": np.greater, "GE": np.greater_equal}
+_DIRECTIONS = {
+    "EQ": np.equal,
+    "NE": np.not_equal,
+    "LT": np.less,
+    "LE": np.less_equal,
+    "GT": np.greater,
+    "GE": np.greater_equal,
+}
 
 
 def _compare_infer(a: TensorType, b: TensorType, direction: str) -> TensorType:
@@ -300,13 +337,24 @@ def _compare_infer(a: TensorType, b: TensorType, direction: str) -> TensorType:
 
 def _compare_emit(em, node, a, b):
     dt = node.inputs[0].dtype
-    kind = ("FLOAT" if dtypes.is_float(dt) else "UNSIGNED" if dtypes.is_unsigned(dt) or dtypes.is_bool(dt)
-            else "SIGNED")
+    kind = (
+        "FLOAT"
+        if dtypes.is_float(dt)
+        else "UNSIGNED"
+        if dtypes.is_unsigned(dt) or dtypes.is_bool(dt)
+        else "SIGNED"
+    )
     direction = node.attr("direction")
-    return em.simple("stablehlo.compare", node, a, b, attrs={
-        "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
-        "compare_type": f"#stablehlo<comparison_type {kind}>",
-    })
+    return em.simple(
+        "stablehlo.compare",
+        node,
+        a,
+        b,
+        attrs={
+            "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
+            "compare_type": f"#stablehlo<comparison_type {kind}>",
+        },
+    )
 
 
 def _compare_samples(rng):
@@ -365,10 +413,21 @@ def _convert_reference(x, dtype):
 
 
 def _convert_samples(rng):
-    pairs = [(np.float32, np.float64), (np.float64, np.float32), (np.float32, np.int32),
-             (np.int32, np.float32), (np.float32, dtypes.bfloat16), (dtypes.bfloat16, np.float32),
-             (np.float32, np.float16), (np.bool_, np.float32), (np.int32, np.bool_),
-             (np.float32, np.bool_), (np.int32, np.uint32), (np.uint32, np.int64), (np.int32, np.int32)]
+    pairs = [
+        (np.float32, np.float64),
+        (np.float64, np.float32),
+        (np.float32, np.int32),
+        (np.int32, np.float32),
+        (np.float32, dtypes.bfloat16),
+        (dtypes.bfloat16, np.float32),
+        (np.float32, np.float16),
+        (np.bool_, np.float32),
+        (np.int32, np.bool_),
+        (np.float32, np.bool_),
+        (np.int32, np.uint32),
+        (np.uint32, np.int64),
+        (np.int32, np.int32),
+    ]
     for src, dst in pairs:
         yield Sample((_rand(rng, (3, 4), src, -20, 20),), {"dtype": np.dtype(dst)}, rtol=1e-2, atol=1e-2)
 
@@ -376,8 +435,10 @@ def _convert_samples(rng):
 def _bitcast_infer(x: TensorType, dtype) -> TensorType:
     dt = dtypes.canonical(dtype)
     if dt.itemsize != x.dtype.itemsize or dt == dtypes.bool_ or x.dtype == dtypes.bool_:
-        raise TypeError(f"bitcast_convert needs dtypes of one bit width, got "
-                        f"{dtypes.short_name(x.dtype)} -> {dtypes.short_name(dt)}")
+        raise TypeError(
+            f"bitcast_convert needs dtypes of one bit width, got "
+            f"{dtypes.short_name(x.dtype)} -> {dtypes.short_name(dt)}"
+        )
     return TensorType(dt, x.shape)
 
 
@@ -396,8 +457,12 @@ def _is_finite_samples(rng):
 
 
 def _bitcast_samples(rng):
-    for src, dst in ((np.float32, np.uint32), (np.uint32, np.float32), (np.int32, np.uint32),
-                     (np.float64, np.int64)):
+    for src, dst in (
+        (np.float32, np.uint32),
+        (np.uint32, np.float32),
+        (np.int32, np.uint32),
+        (np.float64, np.int64),
+    ):
         yield Sample((_rand(rng, (2, 5), src, -100, 100),), {"dtype": np.dtype(dst)})
 
 
@@ -406,42 +471,67 @@ OPS: list[OpDef] = (
     + [_binary(*row) for row in _BINARY]
     + [
         OpDef(
-            name="compare", batch=elementwise("compare"), arity=2, attrs=("direction",), infer=_compare_infer,
+            name="compare",
+            batch=elementwise("compare"),
+            arity=2,
+            attrs=("direction",),
+            infer=_compare_infer,
             reference=lambda a, b, direction: _DIRECTIONS[direction](a, b),
-            emit=_compare_emit, samples=_compare_samples,
+            emit=_compare_emit,
+            samples=_compare_samples,
             doc="Elementwise comparison with direction EQ/NE/LT/LE/GT/GE; result is bool.",
             nondiff="its result is boolean",
         ),
         OpDef(
-            name="is_finite", batch=elementwise("is_finite"), arity=1, infer=_is_finite_infer, reference=np.isfinite,
+            name="is_finite",
+            batch=elementwise("is_finite"),
+            arity=1,
+            infer=_is_finite_infer,
+            reference=np.isfinite,
             emit=lambda em, node, x: em.simple("stablehlo.is_finite", node, x),
             samples=_is_finite_samples,
             doc="is_finite(x): elementwise, true where a floating-point x is neither infinite nor NaN.",
             nondiff="its result is boolean",
         ),
         OpDef(
-            name="select", batch=elementwise("select"), arity=3, infer=_select_infer,
+            name="select",
+            batch=elementwise("select"),
+            arity=3,
+            infer=_select_infer,
             reference=lambda p, t, f: np.where(p, t, f),
             emit=lambda em, node, p, t, f: em.simple("stablehlo.select", node, p, t, f),
-            samples=_select_samples, vjp=_select_vjp,
+            samples=_select_samples,
+            vjp=_select_vjp,
             doc="select(pred, on_true, on_false): elementwise choice; pred may be a scalar.",
         ),
         OpDef(
-            name="clamp", batch=elementwise("clamp"), arity=3, infer=_clamp_infer,
+            name="clamp",
+            batch=elementwise("clamp"),
+            arity=3,
+            infer=_clamp_infer,
             reference=lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi),
             emit=lambda em, node, lo, x, hi: em.simple("stablehlo.clamp", node, lo, x, hi),
-            samples=_clamp_samples, vjp=_clamp_vjp,
+            samples=_clamp_samples,
+            vjp=_clamp_vjp,
             doc="clamp(min, x, max); bounds may be scalars.",
         ),
         OpDef(
-            name="convert", batch=elementwise("convert"), arity=1, attrs=("dtype",), infer=_convert_infer,
+            name="convert",
+            batch=elementwise("convert"),
+            arity=1,
+            attrs=("dtype",),
+            infer=_convert_infer,
             reference=_convert_reference,
             emit=lambda em, node, x: em.simple("stablehlo.convert", node, x),
-            samples=_convert_samples, vjp=_convert_vjp,
+            samples=_convert_samples,
+            vjp=_convert_vjp,
             doc="Convert to another dtype (float -> int truncates toward zero; -> bool is x != 0).",
         ),
         OpDef(
-            name="bitcast_convert", arity=1, attrs=("dtype",), infer=_bitcast_infer,
+            name="bitcast_convert",
+            arity=1,
+            attrs=("dtype",),
+            infer=_bitcast_infer,
             batch=elementwise("bitcast_convert"),
             reference=lambda x, dtype: x.view(np.dtype(dtype)),
             emit=lambda em, node, x: em.simple("stablehlo.bitcast_convert", node, x),

@@ -8,7 +8,7 @@ inside the operand; ``scatter_add`` skips every update window that does not fit 
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -116,8 +116,10 @@ def _ds_samples(rng):
     # out of range on both sides: clamped to 0 and to size - slice size
     yield Sample((_rand(rng, (4, 5)), _index(-3), _index(10)), {"slice_sizes": (2, 3)})
     yield Sample((np.arange(7, dtype=np.int32), _index(5, np.int64)), {"slice_sizes": (4,)})
-    yield Sample((_rand(rng, (3, 4), dtypes.bfloat16), _index(2, np.uint32), _index(1, np.uint32)),
-                 {"slice_sizes": (1, 4)})
+    yield Sample(
+        (_rand(rng, (3, 4), dtypes.bfloat16), _index(2, np.uint32), _index(1, np.uint32)),
+        {"slice_sizes": (1, 4)},
+    )
     yield Sample((_rand(rng, (2, 3), dtypes.bool_), _index(1), _index(1)), {"slice_sizes": (0, 2)})
     yield Sample((_rand(rng, (2, 3, 4)), _index(1), _index(0), _index(3)), {"slice_sizes": (1, 3, 2)})
     yield Sample((_rand(rng, ()),), {"slice_sizes": ()})
@@ -156,8 +158,15 @@ def _dus_samples(rng):
     yield Sample((_rand(rng, (4, 5)), _rand(rng, (2, 3)), _index(-1), _index(4)))  # clamped
     yield Sample((np.arange(6, dtype=np.int32), np.array([9, 9], np.int32), _index(7, np.int64)))
     yield Sample((_rand(rng, (3, 3), dtypes.bool_), _rand(rng, (3, 0), dtypes.bool_), _index(1), _index(2)))
-    yield Sample((_rand(rng, (2, 3, 4), np.float64), _rand(rng, (2, 3, 4), np.float64),
-                  _index(1, np.uint8), _index(0, np.uint8), _index(3, np.uint8)))
+    yield Sample(
+        (
+            _rand(rng, (2, 3, 4), np.float64),
+            _rand(rng, (2, 3, 4), np.float64),
+            _index(1, np.uint8),
+            _index(0, np.uint8),
+            _index(3, np.uint8),
+        )
+    )
     yield Sample((_rand(rng, ()), _rand(rng, ())))
 
 
@@ -182,16 +191,25 @@ def _index_vector(indices: np.ndarray, batch_index: Sequence[int], index_vector_
     return [int(v) for v in indices[tuple(where)]]
 
 
-def _gather_shape(operand_shape, indices_shape, offset_dims, collapsed_slice_dims, start_index_map,
-                  index_vector_dim, slice_sizes) -> tuple[int, ...]:
+def _gather_shape(
+    operand_shape,
+    indices_shape,
+    offset_dims,
+    collapsed_slice_dims,
+    start_index_map,
+    index_vector_dim,
+    slice_sizes,
+) -> tuple[int, ...]:
     rank = len(operand_shape)
     if not 0 <= index_vector_dim <= len(indices_shape):
-        raise ShapeError(f"index_vector_dim {index_vector_dim} out of range for indices of rank "
-                         f"{len(indices_shape)}")
+        raise ShapeError(
+            f"index_vector_dim {index_vector_dim} out of range for indices of rank {len(indices_shape)}"
+        )
     vector = _index_vector_length(indices_shape, index_vector_dim)
     if len(start_index_map) != vector:
-        raise ShapeError(f"start_index_map {list(start_index_map)} needs one entry per index vector "
-                         f"element ({vector})")
+        raise ShapeError(
+            f"start_index_map {list(start_index_map)} needs one entry per index vector element ({vector})"
+        )
     _check_axes(start_index_map, rank, "start_index_map", sorted_=False)
     if len(slice_sizes) != rank:
         raise ShapeError(f"slice_sizes {list(slice_sizes)} needs one entry per operand axis ({rank})")
@@ -202,8 +220,10 @@ def _gather_shape(operand_shape, indices_shape, offset_dims, collapsed_slice_dim
     if any(slice_sizes[d] != 1 for d in collapsed_slice_dims):
         raise ShapeError("collapsed_slice_dims must have slice size 1")
     if len(offset_dims) + len(collapsed_slice_dims) != rank:
-        raise ShapeError("every operand axis must be either collapsed or an offset dim "
-                         f"({len(offset_dims)} + {len(collapsed_slice_dims)} != {rank})")
+        raise ShapeError(
+            "every operand axis must be either collapsed or an offset dim "
+            f"({len(offset_dims)} + {len(collapsed_slice_dims)} != {rank})"
+        )
     batch = _batch_shape(indices_shape, index_vector_dim)
     out_rank = len(batch) + len(offset_dims)
     _check_axes(offset_dims, out_rank, "offset_dims")
@@ -212,19 +232,49 @@ def _gather_shape(operand_shape, indices_shape, offset_dims, collapsed_slice_dim
     return tuple(next(offset_sizes) if d in offset_dims else next(batch_sizes) for d in range(out_rank))
 
 
-def _gather_infer(operand: TensorType, indices: TensorType, offset_dims, collapsed_slice_dims,
-                  start_index_map, index_vector_dim, slice_sizes, indices_are_sorted) -> TensorType:
+def _gather_infer(
+    operand: TensorType,
+    indices: TensorType,
+    offset_dims,
+    collapsed_slice_dims,
+    start_index_map,
+    index_vector_dim,
+    slice_sizes,
+    indices_are_sorted,
+) -> TensorType:
     _require_integer(indices, "indices")
-    shape = _gather_shape(operand.shape, indices.shape, tuple(offset_dims), tuple(collapsed_slice_dims),
-                          tuple(start_index_map), index_vector_dim, tuple(slice_sizes))
+    shape = _gather_shape(
+        operand.shape,
+        indices.shape,
+        tuple(offset_dims),
+        tuple(collapsed_slice_dims),
+        tuple(start_index_map),
+        index_vector_dim,
+        tuple(slice_sizes),
+    )
     return TensorType(operand.dtype, shape)
 
 
-def _gather_reference(operand, indices, offset_dims, collapsed_slice_dims, start_index_map,
-                      index_vector_dim, slice_sizes, indices_are_sorted):
+def _gather_reference(
+    operand,
+    indices,
+    offset_dims,
+    collapsed_slice_dims,
+    start_index_map,
+    index_vector_dim,
+    slice_sizes,
+    indices_are_sorted,
+):
     """StableHLO gather, one result element at a time (the spec's definition, literally)."""
-    out_shape = _gather_shape(operand.shape, indices.shape, offset_dims, collapsed_slice_dims,
-                              start_index_map, index_vector_dim, slice_sizes)
+    out_shape = _gather_shape(
+        operand.shape,
+        indices.shape,
+        offset_dims,
+        collapsed_slice_dims,
+        start_index_map,
+        index_vector_dim,
+        slice_sizes,
+    )
     rank = operand.ndim
     batch_dims = [d for d in range(len(out_shape)) if d not in offset_dims]
     window_axes = [d for d in range(rank) if d not in collapsed_slice_dims]  # operand axis of each offset dim
@@ -240,54 +290,129 @@ def _gather_reference(operand, indices, offset_dims, collapsed_slice_dims, start
     return out
 
 
-def _gather_vjp(ct, y, operand, indices, offset_dims, collapsed_slice_dims, start_index_map,
-                index_vector_dim, slice_sizes, indices_are_sorted):
+def _gather_vjp(
+    ct,
+    y,
+    operand,
+    indices,
+    offset_dims,
+    collapsed_slice_dims,
+    start_index_map,
+    index_vector_dim,
+    slice_sizes,
+    indices_are_sorted,
+):
     # Scatter the cotangent back onto the windows gather read. Gather clamps starts but scatter
     # skips windows that do not fit, so clamp the indices first: both then see the same windows.
     upper = [operand.shape[d] - slice_sizes[d] for d in start_index_map]
     zero = _apply("constant", value=np.zeros((), indices.dtype))
     clamped = _apply("clamp", zero, indices, _along_index_vector(indices, index_vector_dim, upper))
-    ct_operand = _apply("scatter_add", _zeros(operand), clamped, ct, update_window_dims=offset_dims,
-                        inserted_window_dims=collapsed_slice_dims,
-                        scatter_dims_to_operand_dims=start_index_map, index_vector_dim=index_vector_dim,
-                        indices_are_sorted=indices_are_sorted)
+    ct_operand = _apply(
+        "scatter_add",
+        _zeros(operand),
+        clamped,
+        ct,
+        update_window_dims=offset_dims,
+        inserted_window_dims=collapsed_slice_dims,
+        scatter_dims_to_operand_dims=start_index_map,
+        index_vector_dim=index_vector_dim,
+        indices_are_sorted=indices_are_sorted,
+    )
     return ct_operand, None
 
 
 def _gather_samples(rng):
     x = _rand(rng, (5, 4))
     # rows of a matrix (x[idx]), with out-of-range indices that clamp
-    yield Sample((x, np.array([0, 4, 2, -1, 7], np.int32)),
-                 {"offset_dims": (1,), "collapsed_slice_dims": (0,), "start_index_map": (0,),
-                  "index_vector_dim": 1, "slice_sizes": (1, 4)})
+    yield Sample(
+        (x, np.array([0, 4, 2, -1, 7], np.int32)),
+        {
+            "offset_dims": (1,),
+            "collapsed_slice_dims": (0,),
+            "start_index_map": (0,),
+            "index_vector_dim": 1,
+            "slice_sizes": (1, 4),
+        },
+    )
     # columns (x[:, idx]) with a 2-D index array and an explicit trailing index vector dim
-    yield Sample((x, np.array([[[3], [0]], [[1], [1]]], np.int64)),
-                 {"offset_dims": (0,), "collapsed_slice_dims": (1,), "start_index_map": (1,),
-                  "index_vector_dim": 2, "slice_sizes": (5, 1)})
+    yield Sample(
+        (x, np.array([[[3], [0]], [[1], [1]]], np.int64)),
+        {
+            "offset_dims": (0,),
+            "collapsed_slice_dims": (1,),
+            "start_index_map": (1,),
+            "index_vector_dim": 2,
+            "slice_sizes": (5, 1),
+        },
+    )
     # point gather x[rows, cols]: index vectors along axis 0, start_index_map reversed
-    yield Sample((_rand(rng, (3, 4), np.int32), np.array([[1, 3, 0], [2, 0, 5]], np.int32)),
-                 {"offset_dims": (), "collapsed_slice_dims": (0, 1), "start_index_map": (1, 0),
-                  "index_vector_dim": 0, "slice_sizes": (1, 1)})
+    yield Sample(
+        (_rand(rng, (3, 4), np.int32), np.array([[1, 3, 0], [2, 0, 5]], np.int32)),
+        {
+            "offset_dims": (),
+            "collapsed_slice_dims": (0, 1),
+            "start_index_map": (1, 0),
+            "index_vector_dim": 0,
+            "slice_sizes": (1, 1),
+        },
+    )
     # windows that are not collapsed: 2x2 patches at clamped starts
-    yield Sample((_rand(rng, (4, 5, 3)), np.array([[0, 1], [3, 4], [-2, 2]], np.int32)),
-                 {"offset_dims": (1, 2, 3), "collapsed_slice_dims": (), "start_index_map": (0, 1),
-                  "index_vector_dim": 1, "slice_sizes": (2, 2, 3)})
+    yield Sample(
+        (_rand(rng, (4, 5, 3)), np.array([[0, 1], [3, 4], [-2, 2]], np.int32)),
+        {
+            "offset_dims": (1, 2, 3),
+            "collapsed_slice_dims": (),
+            "start_index_map": (0, 1),
+            "index_vector_dim": 1,
+            "slice_sizes": (2, 2, 3),
+        },
+    )
     # offset dims before the batch dim, unsigned indices, bfloat16 data
-    yield Sample((_rand(rng, (3, 6), dtypes.bfloat16), np.array([5, 0, 2], np.uint32)),
-                 {"offset_dims": (0, 2), "collapsed_slice_dims": (), "start_index_map": (1,),
-                  "index_vector_dim": 1, "slice_sizes": (3, 2), "indices_are_sorted": False})
+    yield Sample(
+        (_rand(rng, (3, 6), dtypes.bfloat16), np.array([5, 0, 2], np.uint32)),
+        {
+            "offset_dims": (0, 2),
+            "collapsed_slice_dims": (),
+            "start_index_map": (1,),
+            "index_vector_dim": 1,
+            "slice_sizes": (3, 2),
+            "indices_are_sorted": False,
+        },
+    )
     # empty index batch, bool data
-    yield Sample((_rand(rng, (4, 2), dtypes.bool_), np.zeros((0,), np.int32)),
-                 {"offset_dims": (1,), "collapsed_slice_dims": (0,), "start_index_map": (0,),
-                  "index_vector_dim": 1, "slice_sizes": (1, 2)})
+    yield Sample(
+        (_rand(rng, (4, 2), dtypes.bool_), np.zeros((0,), np.int32)),
+        {
+            "offset_dims": (1,),
+            "collapsed_slice_dims": (0,),
+            "start_index_map": (0,),
+            "index_vector_dim": 1,
+            "slice_sizes": (1, 2),
+        },
+    )
     # scalar index into a vector: a 0-d result
-    yield Sample((np.arange(6, dtype=np.float64), np.array(4, np.int32)),
-                 {"offset_dims": (), "collapsed_slice_dims": (0,), "start_index_map": (0,),
-                  "index_vector_dim": 0, "slice_sizes": (1,)})
+    yield Sample(
+        (np.arange(6, dtype=np.float64), np.array(4, np.int32)),
+        {
+            "offset_dims": (),
+            "collapsed_slice_dims": (0,),
+            "start_index_map": (0,),
+            "index_vector_dim": 0,
+            "slice_sizes": (1,),
+        },
+    )
     # sorted indices may say so
-    yield Sample((x, np.array([0, 1, 1, 3], np.int32)),
-                 {"offset_dims": (1,), "collapsed_slice_dims": (0,), "start_index_map": (0,),
-                  "index_vector_dim": 1, "slice_sizes": (1, 2), "indices_are_sorted": True})
+    yield Sample(
+        (x, np.array([0, 1, 1, 3], np.int32)),
+        {
+            "offset_dims": (1,),
+            "collapsed_slice_dims": (0,),
+            "start_index_map": (0,),
+            "index_vector_dim": 1,
+            "slice_sizes": (1, 2),
+            "indices_are_sorted": True,
+        },
+    )
 
 
 def _dims_attr(kind: str, fields: Sequence[tuple[str, Sequence[int] | int]]) -> str:
@@ -307,38 +432,59 @@ def _bool(value: bool) -> str:
 
 
 def _gather_emit(em, node, operand, indices):
-    dims = _dims_attr("gather", [
-        ("offset_dims", node.attr("offset_dims")),
-        ("collapsed_slice_dims", node.attr("collapsed_slice_dims")),
-        ("start_index_map", node.attr("start_index_map")),
-        ("index_vector_dim", node.attr("index_vector_dim")),
-    ])
-    return em.simple("stablehlo.gather", node, operand, indices, attrs={
-        "dimension_numbers": dims,
-        "slice_sizes": i64_array(node.attr("slice_sizes")),
-        "indices_are_sorted": _bool(node.attr("indices_are_sorted")),
-    })
+    dims = _dims_attr(
+        "gather",
+        [
+            ("offset_dims", node.attr("offset_dims")),
+            ("collapsed_slice_dims", node.attr("collapsed_slice_dims")),
+            ("start_index_map", node.attr("start_index_map")),
+            ("index_vector_dim", node.attr("index_vector_dim")),
+        ],
+    )
+    return em.simple(
+        "stablehlo.gather",
+        node,
+        operand,
+        indices,
+        attrs={
+            "dimension_numbers": dims,
+            "slice_sizes": i64_array(node.attr("slice_sizes")),
+            "indices_are_sorted": _bool(node.attr("indices_are_sorted")),
+        },
+    )
 
 
 # scatter_add --------------------------------------------------------------------------------
 
 
-def _scatter_check(operand_shape, indices_shape, updates_shape, update_window_dims, inserted_window_dims,
-                   scatter_dims_to_operand_dims, index_vector_dim) -> None:
+def _scatter_check(
+    operand_shape,
+    indices_shape,
+    updates_shape,
+    update_window_dims,
+    inserted_window_dims,
+    scatter_dims_to_operand_dims,
+    index_vector_dim,
+) -> None:
     rank = len(operand_shape)
     if not 0 <= index_vector_dim <= len(indices_shape):
-        raise ShapeError(f"index_vector_dim {index_vector_dim} out of range for indices of rank "
-                         f"{len(indices_shape)}")
+        raise ShapeError(
+            f"index_vector_dim {index_vector_dim} out of range for indices of rank {len(indices_shape)}"
+        )
     vector = _index_vector_length(indices_shape, index_vector_dim)
     if len(scatter_dims_to_operand_dims) != vector:
-        raise ShapeError(f"scatter_dims_to_operand_dims {list(scatter_dims_to_operand_dims)} needs one "
-                         f"entry per index vector element ({vector})")
+        raise ShapeError(
+            f"scatter_dims_to_operand_dims {list(scatter_dims_to_operand_dims)} needs one "
+            f"entry per index vector element ({vector})"
+        )
     _check_axes(scatter_dims_to_operand_dims, rank, "scatter_dims_to_operand_dims", sorted_=False)
     _check_axes(update_window_dims, len(updates_shape), "update_window_dims")
     _check_axes(inserted_window_dims, rank, "inserted_window_dims")
     if len(update_window_dims) + len(inserted_window_dims) != rank:
-        raise ShapeError("every operand axis must be either inserted or an update window dim "
-                         f"({len(update_window_dims)} + {len(inserted_window_dims)} != {rank})")
+        raise ShapeError(
+            "every operand axis must be either inserted or an update window dim "
+            f"({len(update_window_dims)} + {len(inserted_window_dims)} != {rank})"
+        )
     scatter_sizes = [n for d, n in enumerate(updates_shape) if d not in update_window_dims]
     batch = _batch_shape(indices_shape, index_vector_dim)
     if scatter_sizes != batch:
@@ -346,24 +492,50 @@ def _scatter_check(operand_shape, indices_shape, updates_shape, update_window_di
     window_axes = [d for d in range(rank) if d not in inserted_window_dims]
     for dim, axis in zip(update_window_dims, window_axes):
         if updates_shape[dim] > operand_shape[axis]:
-            raise ShapeError(f"update window dim {dim} of size {updates_shape[dim]} exceeds operand axis "
-                             f"{axis} of size {operand_shape[axis]}")
+            raise ShapeError(
+                f"update window dim {dim} of size {updates_shape[dim]} exceeds operand axis "
+                f"{axis} of size {operand_shape[axis]}"
+            )
 
 
-def _scatter_infer(operand: TensorType, indices: TensorType, updates: TensorType, update_window_dims,
-                   inserted_window_dims, scatter_dims_to_operand_dims, index_vector_dim,
-                   indices_are_sorted, unique_indices) -> TensorType:
+def _scatter_infer(
+    operand: TensorType,
+    indices: TensorType,
+    updates: TensorType,
+    update_window_dims,
+    inserted_window_dims,
+    scatter_dims_to_operand_dims,
+    index_vector_dim,
+    indices_are_sorted,
+    unique_indices,
+) -> TensorType:
     _require_integer(indices, "indices")
     if updates.dtype != operand.dtype:
         raise TypeError("updates must have the operand's dtype (convert explicitly first)")
-    _scatter_check(operand.shape, indices.shape, updates.shape, tuple(update_window_dims),
-                   tuple(inserted_window_dims), tuple(scatter_dims_to_operand_dims), index_vector_dim)
+    _scatter_check(
+        operand.shape,
+        indices.shape,
+        updates.shape,
+        tuple(update_window_dims),
+        tuple(inserted_window_dims),
+        tuple(scatter_dims_to_operand_dims),
+        index_vector_dim,
+    )
     return operand
 
 
-def _scatter_reference(operand, indices, updates, update_window_dims, inserted_window_dims,
-                       scatter_dims_to_operand_dims, index_vector_dim, indices_are_sorted, unique_indices,
-                       combine=lambda old, new: old + new):
+def _scatter_reference(
+    operand,
+    indices,
+    updates,
+    update_window_dims,
+    inserted_window_dims,
+    scatter_dims_to_operand_dims,
+    index_vector_dim,
+    indices_are_sorted,
+    unique_indices,
+    combine=lambda old, new: old + new,
+):
     """StableHLO scatter, one update element at a time in order; a window that does not fit
     entirely inside the operand is skipped (what XLA does). ``combine(old, new)`` is the update
     computation (``+`` for scatter_add: duplicates accumulate)."""
@@ -388,24 +560,45 @@ def _scatter_reference(operand, indices, updates, update_window_dims, inserted_w
     return out
 
 
-def _scatter_vjp(ct, y, operand, indices, updates, update_window_dims, inserted_window_dims,
-                 scatter_dims_to_operand_dims, index_vector_dim, indices_are_sorted, unique_indices):
+def _scatter_vjp(
+    ct,
+    y,
+    operand,
+    indices,
+    updates,
+    update_window_dims,
+    inserted_window_dims,
+    scatter_dims_to_operand_dims,
+    index_vector_dim,
+    indices_are_sorted,
+    unique_indices,
+):
     rank = operand.ndim
     window_axes = [d for d in range(rank) if d not in inserted_window_dims]
     slice_sizes = [1] * rank
     for dim, axis in zip(update_window_dims, window_axes):
         slice_sizes[axis] = updates.shape[dim]
-    gathered = _apply("gather", ct, indices, offset_dims=update_window_dims,
-                      collapsed_slice_dims=inserted_window_dims, start_index_map=scatter_dims_to_operand_dims,
-                      index_vector_dim=index_vector_dim, slice_sizes=tuple(slice_sizes),
-                      indices_are_sorted=indices_are_sorted)
+    gathered = _apply(
+        "gather",
+        ct,
+        indices,
+        offset_dims=update_window_dims,
+        collapsed_slice_dims=inserted_window_dims,
+        start_index_map=scatter_dims_to_operand_dims,
+        index_vector_dim=index_vector_dim,
+        slice_sizes=tuple(slice_sizes),
+        indices_are_sorted=indices_are_sorted,
+    )
     # A skipped window (one that does not fit) contributed nothing, so its cotangent is zero;
     # gather would have clamped it onto some other window instead.
     upper = [operand.shape[d] - slice_sizes[d] for d in scatter_dims_to_operand_dims]
     lower = _along_index_vector(indices, index_vector_dim, [0] * len(upper))
     upper = _along_index_vector(indices, index_vector_dim, upper)
-    fits = _apply("and", _apply("compare", indices, lower, direction="GE"),
-                  _apply("compare", indices, upper, direction="LE"))
+    fits = _apply(
+        "and",
+        _apply("compare", indices, lower, direction="GE"),
+        _apply("compare", indices, upper, direction="LE"),
+    )
     if index_vector_dim < indices.ndim:
         fits = _apply("reduce", fits, kind="and", dimensions=(index_vector_dim,))
     scatter_dims = tuple(d for d in range(updates.ndim) if d not in update_window_dims)
@@ -416,40 +609,89 @@ def _scatter_vjp(ct, y, operand, indices, updates, update_window_dims, inserted_
 def _scatter_samples(rng):
     x = _rand(rng, (5, 3))
     # x.at[idx].add(rows): duplicate 1 accumulates, -1 and 5 are out of range and skipped
-    yield Sample((x, np.array([1, 4, 1, -1, 5], np.int32), _rand(rng, (5, 3))),
-                 {"update_window_dims": (1,), "inserted_window_dims": (0,),
-                  "scatter_dims_to_operand_dims": (0,), "index_vector_dim": 1})
+    yield Sample(
+        (x, np.array([1, 4, 1, -1, 5], np.int32), _rand(rng, (5, 3))),
+        {
+            "update_window_dims": (1,),
+            "inserted_window_dims": (0,),
+            "scatter_dims_to_operand_dims": (0,),
+            "index_vector_dim": 1,
+        },
+    )
     # point updates x.at[rows, cols].add(v) with int data
-    yield Sample((_rand(rng, (3, 4), np.int32), np.array([[0, 1], [2, 3], [0, 1], [2, 4]], np.int32),
-                  _rand(rng, (4,), np.int32)),
-                 {"update_window_dims": (), "inserted_window_dims": (0, 1),
-                  "scatter_dims_to_operand_dims": (0, 1), "index_vector_dim": 1})
+    yield Sample(
+        (
+            _rand(rng, (3, 4), np.int32),
+            np.array([[0, 1], [2, 3], [0, 1], [2, 4]], np.int32),
+            _rand(rng, (4,), np.int32),
+        ),
+        {
+            "update_window_dims": (),
+            "inserted_window_dims": (0, 1),
+            "scatter_dims_to_operand_dims": (0, 1),
+            "index_vector_dim": 1,
+        },
+    )
     # 2x2 windows: the one starting at row 3 would cross the edge and is skipped as a whole
-    yield Sample((_rand(rng, (4, 4)), np.array([[0, 0], [2, 1], [3, 0], [1, 2]], np.int64),
-                  _rand(rng, (4, 2, 2))),
-                 {"update_window_dims": (1, 2), "inserted_window_dims": (),
-                  "scatter_dims_to_operand_dims": (0, 1), "index_vector_dim": 1})
+    yield Sample(
+        (_rand(rng, (4, 4)), np.array([[0, 0], [2, 1], [3, 0], [1, 2]], np.int64), _rand(rng, (4, 2, 2))),
+        {
+            "update_window_dims": (1, 2),
+            "inserted_window_dims": (),
+            "scatter_dims_to_operand_dims": (0, 1),
+            "index_vector_dim": 1,
+        },
+    )
     # column updates with a 2-D index batch and the window dim first; float64
-    yield Sample((_rand(rng, (2, 5), np.float64), np.array([[4, 0, 4]], np.int32),
-                  _rand(rng, (2, 1, 3), np.float64)),
-                 {"update_window_dims": (0,), "inserted_window_dims": (1,),
-                  "scatter_dims_to_operand_dims": (1,), "index_vector_dim": 2,
-                  "indices_are_sorted": False, "unique_indices": False})
+    yield Sample(
+        (_rand(rng, (2, 5), np.float64), np.array([[4, 0, 4]], np.int32), _rand(rng, (2, 1, 3), np.float64)),
+        {
+            "update_window_dims": (0,),
+            "inserted_window_dims": (1,),
+            "scatter_dims_to_operand_dims": (1,),
+            "index_vector_dim": 2,
+            "indices_are_sorted": False,
+            "unique_indices": False,
+        },
+    )
     # unique, sorted indices into a vector (unsigned indices)
-    yield Sample((np.arange(6, dtype=np.float32), np.array([0, 2, 5], np.uint32),
-                  np.array([10, 20, 30], np.float32)),
-                 {"update_window_dims": (), "inserted_window_dims": (0,),
-                  "scatter_dims_to_operand_dims": (0,), "index_vector_dim": 1,
-                  "indices_are_sorted": True, "unique_indices": True})
+    yield Sample(
+        (np.arange(6, dtype=np.float32), np.array([0, 2, 5], np.uint32), np.array([10, 20, 30], np.float32)),
+        {
+            "update_window_dims": (),
+            "inserted_window_dims": (0,),
+            "scatter_dims_to_operand_dims": (0,),
+            "index_vector_dim": 1,
+            "indices_are_sorted": True,
+            "unique_indices": True,
+        },
+    )
     # nothing to scatter
-    yield Sample((_rand(rng, (3, 2)), np.zeros((0,), np.int32), np.zeros((0, 2), np.float32)),
-                 {"update_window_dims": (1,), "inserted_window_dims": (0,),
-                  "scatter_dims_to_operand_dims": (0,), "index_vector_dim": 1})
+    yield Sample(
+        (_rand(rng, (3, 2)), np.zeros((0,), np.int32), np.zeros((0, 2), np.float32)),
+        {
+            "update_window_dims": (1,),
+            "inserted_window_dims": (0,),
+            "scatter_dims_to_operand_dims": (0,),
+            "index_vector_dim": 1,
+        },
+    )
     # bfloat16 accumulation of duplicates
-    yield Sample((_rand(rng, (4,), dtypes.bfloat16), np.array([[1], [1], [3]], np.int32),
-                  _rand(rng, (3,), dtypes.bfloat16)),
-                 {"update_window_dims": (), "inserted_window_dims": (0,),
-                  "scatter_dims_to_operand_dims": (0,), "index_vector_dim": 1}, rtol=2e-2, atol=2e-2)
+    yield Sample(
+        (
+            _rand(rng, (4,), dtypes.bfloat16),
+            np.array([[1], [1], [3]], np.int32),
+            _rand(rng, (3,), dtypes.bfloat16),
+        ),
+        {
+            "update_window_dims": (),
+            "inserted_window_dims": (0,),
+            "scatter_dims_to_operand_dims": (0,),
+            "index_vector_dim": 1,
+        },
+        rtol=2e-2,
+        atol=2e-2,
+    )
 
 
 def _scatter_emit(em, node, operand, indices, updates, kind="add"):
@@ -461,17 +703,28 @@ def _scatter_emit(em, node, operand, indices, updates, kind="add"):
         return inner.op(_SCATTER_COMBINERS[kind][0], args, [scalar, scalar], [scalar])
 
     combine = em.region([scalar, scalar], body)
-    dims = _dims_attr("scatter", [
-        ("update_window_dims", node.attr("update_window_dims")),
-        ("inserted_window_dims", node.attr("inserted_window_dims")),
-        ("scatter_dims_to_operand_dims", node.attr("scatter_dims_to_operand_dims")),
-        ("index_vector_dim", node.attr("index_vector_dim")),
-    ])
-    return em.simple("stablehlo.scatter", node, operand, indices, updates, regions=[combine], attrs={
-        "scatter_dimension_numbers": dims,
-        "indices_are_sorted": _bool(node.attr("indices_are_sorted")),
-        "unique_indices": _bool(node.attr("unique_indices")),
-    })
+    dims = _dims_attr(
+        "scatter",
+        [
+            ("update_window_dims", node.attr("update_window_dims")),
+            ("inserted_window_dims", node.attr("inserted_window_dims")),
+            ("scatter_dims_to_operand_dims", node.attr("scatter_dims_to_operand_dims")),
+            ("index_vector_dim", node.attr("index_vector_dim")),
+        ],
+    )
+    return em.simple(
+        "stablehlo.scatter",
+        node,
+        operand,
+        indices,
+        updates,
+        regions=[combine],
+        attrs={
+            "scatter_dimension_numbers": dims,
+            "indices_are_sorted": _bool(node.attr("indices_are_sorted")),
+            "unique_indices": _bool(node.attr("unique_indices")),
+        },
+    )
 
 
 # scatter (general) --------------------------------------------------------------------------
@@ -486,15 +739,33 @@ _SCATTER_COMBINERS = {
 }
 
 
-def _general_scatter_infer(operand: TensorType, indices: TensorType, updates: TensorType, kind,
-                           update_window_dims, inserted_window_dims, scatter_dims_to_operand_dims,
-                           index_vector_dim, indices_are_sorted, unique_indices) -> TensorType:
+def _general_scatter_infer(
+    operand: TensorType,
+    indices: TensorType,
+    updates: TensorType,
+    kind,
+    update_window_dims,
+    inserted_window_dims,
+    scatter_dims_to_operand_dims,
+    index_vector_dim,
+    indices_are_sorted,
+    unique_indices,
+) -> TensorType:
     if kind not in _SCATTER_COMBINERS:
         raise ValueError(f"kind must be one of {', '.join(_SCATTER_COMBINERS)}, got {kind!r}")
     if kind != "set" and dtypes.is_bool(operand.dtype):
         raise TypeError(f"scatter kind {kind!r} needs numeric operands, got bool")
-    return _scatter_infer(operand, indices, updates, update_window_dims, inserted_window_dims,
-                          scatter_dims_to_operand_dims, index_vector_dim, indices_are_sorted, unique_indices)
+    return _scatter_infer(
+        operand,
+        indices,
+        updates,
+        update_window_dims,
+        inserted_window_dims,
+        scatter_dims_to_operand_dims,
+        index_vector_dim,
+        indices_are_sorted,
+        unique_indices,
+    )
 
 
 def _general_scatter_reference(operand, indices, updates, kind, **dims):
@@ -509,26 +780,52 @@ def _window_slice_sizes(operand, updates, update_window_dims, inserted_window_di
     return tuple(sizes)
 
 
-def _window_gather(x, indices, updates, update_window_dims, inserted_window_dims,
-                   scatter_dims_to_operand_dims, index_vector_dim, indices_are_sorted, **_):
+def _window_gather(
+    x,
+    indices,
+    updates,
+    update_window_dims,
+    inserted_window_dims,
+    scatter_dims_to_operand_dims,
+    index_vector_dim,
+    indices_are_sorted,
+    **_,
+):
     """``x`` read back at the places each update element was written to (shaped like updates);
     meaningful where :func:`_window_fits` holds."""
-    return _apply("gather", x, indices, offset_dims=update_window_dims,
-                  collapsed_slice_dims=inserted_window_dims, start_index_map=scatter_dims_to_operand_dims,
-                  index_vector_dim=index_vector_dim,
-                  slice_sizes=_window_slice_sizes(x, updates, update_window_dims, inserted_window_dims),
-                  indices_are_sorted=indices_are_sorted)
+    return _apply(
+        "gather",
+        x,
+        indices,
+        offset_dims=update_window_dims,
+        collapsed_slice_dims=inserted_window_dims,
+        start_index_map=scatter_dims_to_operand_dims,
+        index_vector_dim=index_vector_dim,
+        slice_sizes=_window_slice_sizes(x, updates, update_window_dims, inserted_window_dims),
+        indices_are_sorted=indices_are_sorted,
+    )
 
 
-def _window_fits(operand, indices, updates, update_window_dims, inserted_window_dims,
-                 scatter_dims_to_operand_dims, index_vector_dim, **_):
+def _window_fits(
+    operand,
+    indices,
+    updates,
+    update_window_dims,
+    inserted_window_dims,
+    scatter_dims_to_operand_dims,
+    index_vector_dim,
+    **_,
+):
     """Bool, shaped like updates: whether the element's window fits (else scatter skipped it)."""
     sizes = _window_slice_sizes(operand, updates, update_window_dims, inserted_window_dims)
     upper = [operand.shape[d] - sizes[d] for d in scatter_dims_to_operand_dims]
     lower = _along_index_vector(indices, index_vector_dim, [0] * len(upper))
     upper = _along_index_vector(indices, index_vector_dim, upper)
-    fits = _apply("and", _apply("compare", indices, lower, direction="GE"),
-                  _apply("compare", indices, upper, direction="LE"))
+    fits = _apply(
+        "and",
+        _apply("compare", indices, lower, direction="GE"),
+        _apply("compare", indices, upper, direction="LE"),
+    )
     if index_vector_dim < indices.ndim:
         fits = _apply("reduce", fits, kind="and", dimensions=(index_vector_dim,))
     scatter_dims = tuple(d for d in range(updates.ndim) if d not in update_window_dims)
@@ -544,36 +841,55 @@ def _general_scatter_vjp(ct, y, operand, indices, updates, kind, **dims):
         # Which update element won each written position: scatter element ids (1-based; 0 = none)
         # and read them back, as XLA applies duplicates in an unspecified order.
         ids = _apply("iota", dtype=np.dtype(np.int32), shape=(updates.size,), dimension=0)
-        one = _apply("broadcast_in_dim", _apply("constant", value=np.ones((), np.int32)),
-                     shape=(updates.size,), broadcast_dimensions=())
+        one = _apply(
+            "broadcast_in_dim",
+            _apply("constant", value=np.ones((), np.int32)),
+            shape=(updates.size,),
+            broadcast_dimensions=(),
+        )
         ids = _apply("reshape", _apply("add", ids, one), shape=updates.shape)
         owner = _apply("scatter", _zeros_of(operand.shape, np.int32), indices, ids, kind="set", **dims)
         untouched = _apply("compare", owner, _zeros_of(operand.shape, np.int32), direction="EQ")
-        won = _apply("and", fits, _apply("compare", _window_gather(owner, indices, updates, **dims), ids,
-                                         direction="EQ"))
-        return (_apply("select", untouched, ct, _zeros(operand)), None,
-                _apply("select", won, _window_gather(ct, indices, updates, **dims), zeros_u))
+        won = _apply(
+            "and",
+            fits,
+            _apply("compare", _window_gather(owner, indices, updates, **dims), ids, direction="EQ"),
+        )
+        return (
+            _apply("select", untouched, ct, _zeros(operand)),
+            None,
+            _apply("select", won, _window_gather(ct, indices, updates, **dims), zeros_u),
+        )
     if kind == "multiply":
         if not dims["unique_indices"]:
             from ..autodiff import GradientError  # late: autodiff is built on the op table
 
-            raise GradientError("scatter with kind='multiply' is differentiable only with "
-                                "unique_indices=True (as in XLA/JAX)")
+            raise GradientError(
+                "scatter with kind='multiply' is differentiable only with unique_indices=True (as in XLA/JAX)"
+            )
         ct_operand = _apply("scatter", ct, indices, updates, kind="multiply", **dims)
         ct_updates = _window_gather(_apply("multiply", ct, operand), indices, updates, **dims)
         return ct_operand, None, _apply("select", fits, ct_updates, zeros_u)
     # min / max: the winners share the cotangent equally (ties split it, as JAX does)
     dtype = operand.dtype
     operand_won = _apply("convert", _apply("compare", operand, y, direction="EQ"), dtype=dtype)
-    update_won = _apply("and", fits, _apply("compare", updates, _window_gather(y, indices, updates, **dims),
-                                            direction="EQ"))
+    update_won = _apply(
+        "and", fits, _apply("compare", updates, _window_gather(y, indices, updates, **dims), direction="EQ")
+    )
     update_won = _apply("convert", update_won, dtype=dtype)
     count = _apply("add", operand_won, _apply("scatter_add", _zeros(operand), indices, update_won, **dims))
-    one = _apply("broadcast_in_dim", _apply("constant", value=np.ones((), dtype)), shape=operand.shape,
-                 broadcast_dimensions=())
+    one = _apply(
+        "broadcast_in_dim",
+        _apply("constant", value=np.ones((), dtype)),
+        shape=operand.shape,
+        broadcast_dimensions=(),
+    )
     share = _apply("divide", ct, _apply("maximum", count, one))
-    return (_apply("multiply", share, operand_won), None,
-            _apply("multiply", _window_gather(share, indices, updates, **dims), update_won))
+    return (
+        _apply("multiply", share, operand_won),
+        None,
+        _apply("multiply", _window_gather(share, indices, updates, **dims), update_won),
+    )
 
 
 def _zeros_of(shape, dtype):
@@ -581,94 +897,185 @@ def _zeros_of(shape, dtype):
     return _apply("broadcast_in_dim", zero, shape=tuple(shape), broadcast_dimensions=()) if shape else zero
 
 
-_ROWS = {"update_window_dims": (1,), "inserted_window_dims": (0,), "scatter_dims_to_operand_dims": (0,),
-         "index_vector_dim": 1}
+_ROWS = {
+    "update_window_dims": (1,),
+    "inserted_window_dims": (0,),
+    "scatter_dims_to_operand_dims": (0,),
+    "index_vector_dim": 1,
+}
 
 
 def _general_scatter_samples(rng):
     # x.at[idx].set(rows), unique rows; 7 is out of range and skipped
-    yield Sample((_rand(rng, (5, 3)), np.array([3, 0, 7], np.int32), _rand(rng, (3, 3))),
-                 {"kind": "set", **_ROWS})
+    yield Sample(
+        (_rand(rng, (5, 3)), np.array([3, 0, 7], np.int32), _rand(rng, (3, 3))), {"kind": "set", **_ROWS}
+    )
     # x.at[idx].max / .min with duplicates (no ties) and a skipped window
     for kind in ("max", "min"):
-        yield Sample((_rand(rng, (5, 3)), np.array([1, 4, 1, -1], np.int32), _rand(rng, (4, 3))),
-                     {"kind": kind, **_ROWS})
+        yield Sample(
+            (_rand(rng, (5, 3)), np.array([1, 4, 1, -1], np.int32), _rand(rng, (4, 3))),
+            {"kind": kind, **_ROWS},
+        )
     # x.at[idx].multiply with unique indices (differentiable) and with duplicates on ints
-    yield Sample((_rand(rng, (6,), np.float64), np.array([[5], [0], [2]], np.int32), _rand(rng, (3,), np.float64)),
-                 {"kind": "multiply", "update_window_dims": (), "inserted_window_dims": (0,),
-                  "scatter_dims_to_operand_dims": (0,), "index_vector_dim": 1, "unique_indices": True})
-    yield Sample((_rand(rng, (3, 4), np.int32), np.array([[0, 1], [0, 1], [2, 3]], np.int32),
-                  _rand(rng, (3,), np.int32)),
-                 {"kind": "multiply", "update_window_dims": (), "inserted_window_dims": (0, 1),
-                  "scatter_dims_to_operand_dims": (0, 1), "index_vector_dim": 1})
-    yield Sample((_rand(rng, (5, 3)), np.array([1, 4, 1], np.int32), _rand(rng, (3, 3))),
-                 {"kind": "add", **_ROWS})
+    yield Sample(
+        (_rand(rng, (6,), np.float64), np.array([[5], [0], [2]], np.int32), _rand(rng, (3,), np.float64)),
+        {
+            "kind": "multiply",
+            "update_window_dims": (),
+            "inserted_window_dims": (0,),
+            "scatter_dims_to_operand_dims": (0,),
+            "index_vector_dim": 1,
+            "unique_indices": True,
+        },
+    )
+    yield Sample(
+        (
+            _rand(rng, (3, 4), np.int32),
+            np.array([[0, 1], [0, 1], [2, 3]], np.int32),
+            _rand(rng, (3,), np.int32),
+        ),
+        {
+            "kind": "multiply",
+            "update_window_dims": (),
+            "inserted_window_dims": (0, 1),
+            "scatter_dims_to_operand_dims": (0, 1),
+            "index_vector_dim": 1,
+        },
+    )
+    yield Sample(
+        (_rand(rng, (5, 3)), np.array([1, 4, 1], np.int32), _rand(rng, (3, 3))), {"kind": "add", **_ROWS}
+    )
     # 2x2 windows written with set; bool data; point writes with the index vector first
-    yield Sample((_rand(rng, (4, 4)), np.array([[0, 0], [2, 2], [3, 1]], np.int64), _rand(rng, (3, 2, 2))),
-                 {"kind": "set", "update_window_dims": (1, 2), "inserted_window_dims": (),
-                  "scatter_dims_to_operand_dims": (0, 1), "index_vector_dim": 1})
-    yield Sample((_rand(rng, (3, 4), dtypes.bool_), np.array([[0, 2], [3, 1]], np.int32),
-                  _rand(rng, (2,), dtypes.bool_)),
-                 {"kind": "set", "update_window_dims": (), "inserted_window_dims": (0, 1),
-                  "scatter_dims_to_operand_dims": (0, 1), "index_vector_dim": 0})
-    yield Sample((_rand(rng, (4,), dtypes.bfloat16), np.array([[1], [3]], np.int32),
-                  _rand(rng, (2,), dtypes.bfloat16)),
-                 {"kind": "max", "update_window_dims": (), "inserted_window_dims": (0,),
-                  "scatter_dims_to_operand_dims": (0,), "index_vector_dim": 1})
+    yield Sample(
+        (_rand(rng, (4, 4)), np.array([[0, 0], [2, 2], [3, 1]], np.int64), _rand(rng, (3, 2, 2))),
+        {
+            "kind": "set",
+            "update_window_dims": (1, 2),
+            "inserted_window_dims": (),
+            "scatter_dims_to_operand_dims": (0, 1),
+            "index_vector_dim": 1,
+        },
+    )
+    yield Sample(
+        (
+            _rand(rng, (3, 4), dtypes.bool_),
+            np.array([[0, 2], [3, 1]], np.int32),
+            _rand(rng, (2,), dtypes.bool_),
+        ),
+        {
+            "kind": "set",
+            "update_window_dims": (),
+            "inserted_window_dims": (0, 1),
+            "scatter_dims_to_operand_dims": (0, 1),
+            "index_vector_dim": 0,
+        },
+    )
+    yield Sample(
+        (
+            _rand(rng, (4,), dtypes.bfloat16),
+            np.array([[1], [3]], np.int32),
+            _rand(rng, (2,), dtypes.bfloat16),
+        ),
+        {
+            "kind": "max",
+            "update_window_dims": (),
+            "inserted_window_dims": (0,),
+            "scatter_dims_to_operand_dims": (0,),
+            "index_vector_dim": 1,
+        },
+    )
 
 
 OPS = [
     OpDef(
-        name="dynamic_slice", batch=dynamic_slice_batch, arity=None, attrs=("slice_sizes",), infer=_ds_infer,
+        name="dynamic_slice",
+        batch=dynamic_slice_batch,
+        arity=None,
+        attrs=("slice_sizes",),
+        infer=_ds_infer,
         reference=_ds_reference,
-        emit=lambda em, node, x, *starts: em.simple("stablehlo.dynamic_slice", node, x, *starts, attrs={
-            "slice_sizes": i64_array(node.attr("slice_sizes"))}),
-        samples=_ds_samples, vjp=_ds_vjp,
+        emit=lambda em, node, x, *starts: em.simple(
+            "stablehlo.dynamic_slice",
+            node,
+            x,
+            *starts,
+            attrs={"slice_sizes": i64_array(node.attr("slice_sizes"))},
+        ),
+        samples=_ds_samples,
+        vjp=_ds_vjp,
         doc="dynamic_slice(x, *starts): the block of ``slice_sizes`` at run-time scalar integer "
-            "starts (one per axis), each clamped into [0, size - slice size].",
+        "starts (one per axis), each clamped into [0, size - slice size].",
     ),
     OpDef(
-        name="dynamic_update_slice", arity=None, infer=_dus_infer, reference=_dus_reference,
+        name="dynamic_update_slice",
+        arity=None,
+        infer=_dus_infer,
+        reference=_dus_reference,
         batch=dynamic_update_slice_batch,
-        emit=lambda em, node, x, update, *starts: em.simple("stablehlo.dynamic_update_slice", node, x,
-                                                            update, *starts),
-        samples=_dus_samples, vjp=_dus_vjp,
+        emit=lambda em, node, x, update, *starts: em.simple(
+            "stablehlo.dynamic_update_slice", node, x, update, *starts
+        ),
+        samples=_dus_samples,
+        vjp=_dus_vjp,
         doc="dynamic_update_slice(x, update, *starts): ``x`` with ``update`` written at run-time "
-            "scalar integer starts (one per axis), each clamped into [0, size - update size].",
+        "scalar integer starts (one per axis), each clamped into [0, size - update size].",
     ),
     OpDef(
-        name="gather", batch=gather_batch, arity=2,
+        name="gather",
+        batch=gather_batch,
+        arity=2,
         attrs=("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes"),
         optional={"indices_are_sorted": False},
-        infer=_gather_infer, reference=_gather_reference, emit=_gather_emit, samples=_gather_samples,
+        infer=_gather_infer,
+        reference=_gather_reference,
+        emit=_gather_emit,
+        samples=_gather_samples,
         vjp=_gather_vjp,
         doc="gather(operand, indices): StableHLO gather (slices of ``slice_sizes`` at the start "
-            "positions in ``indices``; starts are clamped so each slice fits). Batching dims "
-            "(operand_batching_dims / start_indices_batching_dims) are not supported.",
+        "positions in ``indices``; starts are clamped so each slice fits). Batching dims "
+        "(operand_batching_dims / start_indices_batching_dims) are not supported.",
     ),
     OpDef(
-        name="scatter_add", batch=scatter_batch("scatter_add"), arity=3,
-        attrs=("update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
-               "index_vector_dim"),
+        name="scatter_add",
+        batch=scatter_batch("scatter_add"),
+        arity=3,
+        attrs=(
+            "update_window_dims",
+            "inserted_window_dims",
+            "scatter_dims_to_operand_dims",
+            "index_vector_dim",
+        ),
         optional={"indices_are_sorted": False, "unique_indices": False},
-        infer=_scatter_infer, reference=_scatter_reference, emit=_scatter_emit, samples=_scatter_samples,
+        infer=_scatter_infer,
+        reference=_scatter_reference,
+        emit=_scatter_emit,
+        samples=_scatter_samples,
         vjp=_scatter_vjp,
         doc="scatter_add(operand, indices, updates): StableHLO scatter with ``+`` as the update "
-            "computation; duplicate indices accumulate and a window that does not fit in the operand "
-            "is skipped. Batching dims are not supported.",
+        "computation; duplicate indices accumulate and a window that does not fit in the operand "
+        "is skipped. Batching dims are not supported.",
     ),
     OpDef(
-        name="scatter", arity=3, batch=scatter_batch("scatter"),
-        attrs=("kind", "update_window_dims", "inserted_window_dims", "scatter_dims_to_operand_dims",
-               "index_vector_dim"),
+        name="scatter",
+        arity=3,
+        batch=scatter_batch("scatter"),
+        attrs=(
+            "kind",
+            "update_window_dims",
+            "inserted_window_dims",
+            "scatter_dims_to_operand_dims",
+            "index_vector_dim",
+        ),
         optional={"indices_are_sorted": False, "unique_indices": False},
-        infer=_general_scatter_infer, reference=_general_scatter_reference,
+        infer=_general_scatter_infer,
+        reference=_general_scatter_reference,
         emit=lambda em, node, *operands: _scatter_emit(em, node, *operands, kind=node.attr("kind")),
-        samples=_general_scatter_samples, vjp=_general_scatter_vjp,
+        samples=_general_scatter_samples,
+        vjp=_general_scatter_vjp,
         doc="scatter(operand, indices, updates, kind=): StableHLO scatter whose update computation "
-            "is ``kind``: 'set' (the update replaces; among duplicate indices one unspecified update "
-            "wins), 'add', 'multiply', 'min' or 'max'. A window that does not fit in the operand is "
-            "skipped. Gradients: 'multiply' needs unique_indices; 'min'/'max' split ties evenly. "
-            "Batching dims are not supported.",
+        "is ``kind``: 'set' (the update replaces; among duplicate indices one unspecified update "
+        "wins), 'add', 'multiply', 'min' or 'max'. A window that does not fit in the operand is "
+        "skipped. Gradients: 'multiply' needs unique_indices; 'min'/'max' split ties evenly. "
+        "Batching dims are not supported.",
     ),
 ]

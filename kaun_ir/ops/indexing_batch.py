@@ -45,22 +45,45 @@ def _with_example_number(indices, batched: bool, size: int, index_vector_dim: in
     return _apply("concatenate", number, idx, dimension=vector_dim), vector_dim
 
 
-def gather_batch(batched, size, operand, indices, offset_dims, collapsed_slice_dims, start_index_map,
-                 index_vector_dim, slice_sizes, indices_are_sorted):
+def gather_batch(
+    batched,
+    size,
+    operand,
+    indices,
+    offset_dims,
+    collapsed_slice_dims,
+    start_index_map,
+    index_vector_dim,
+    slice_sizes,
+    indices_are_sorted,
+):
     """Shared indices: the batch axis is one more (leading) offset dim, a full-size window.
     Per-example indices: each index vector gains the example number, for a collapsed new axis 0."""
     if not batched[1]:
-        return _apply("gather", operand, indices, offset_dims=(0,) + shift(offset_dims),
-                      collapsed_slice_dims=shift(collapsed_slice_dims),
-                      start_index_map=shift(start_index_map),
-                      index_vector_dim=index_vector_dim, slice_sizes=(size,) + tuple(slice_sizes),
-                      indices_are_sorted=indices_are_sorted)
+        return _apply(
+            "gather",
+            operand,
+            indices,
+            offset_dims=(0,) + shift(offset_dims),
+            collapsed_slice_dims=shift(collapsed_slice_dims),
+            start_index_map=shift(start_index_map),
+            index_vector_dim=index_vector_dim,
+            slice_sizes=(size,) + tuple(slice_sizes),
+            indices_are_sorted=indices_are_sorted,
+        )
     operand = materialize([operand], [batched[0]], size)[0]
     idx, vector_dim = _with_example_number(indices, True, size, index_vector_dim)
-    return _apply("gather", operand, idx, offset_dims=shift(offset_dims),
-                  collapsed_slice_dims=(0,) + shift(collapsed_slice_dims),
-                  start_index_map=(0,) + shift(start_index_map), index_vector_dim=vector_dim,
-                  slice_sizes=(1,) + tuple(slice_sizes), indices_are_sorted=False)
+    return _apply(
+        "gather",
+        operand,
+        idx,
+        offset_dims=shift(offset_dims),
+        collapsed_slice_dims=(0,) + shift(collapsed_slice_dims),
+        start_index_map=(0,) + shift(start_index_map),
+        index_vector_dim=vector_dim,
+        slice_sizes=(1,) + tuple(slice_sizes),
+        indices_are_sorted=False,
+    )
 
 
 def scatter_batch(name: str):
@@ -68,22 +91,49 @@ def scatter_batch(name: str):
     batch axis is a leading update window dim covering the whole batch. Per-example indices: each
     index vector gains the example number (a new inserted axis 0), so examples never collide."""
 
-    def rule(batched, size, operand, indices, updates, update_window_dims, inserted_window_dims,
-             scatter_dims_to_operand_dims, index_vector_dim, indices_are_sorted, unique_indices, **extra):
+    def rule(
+        batched,
+        size,
+        operand,
+        indices,
+        updates,
+        update_window_dims,
+        inserted_window_dims,
+        scatter_dims_to_operand_dims,
+        index_vector_dim,
+        indices_are_sorted,
+        unique_indices,
+        **extra,
+    ):
         operand, updates = materialize([operand, updates], [batched[0], batched[2]], size)
         if not batched[1]:
-            return _apply(name, operand, indices, updates,
-                          update_window_dims=(0,) + shift(update_window_dims),
-                          inserted_window_dims=shift(inserted_window_dims),
-                          scatter_dims_to_operand_dims=shift(scatter_dims_to_operand_dims),
-                          index_vector_dim=index_vector_dim, indices_are_sorted=indices_are_sorted,
-                          unique_indices=unique_indices, **extra)
+            return _apply(
+                name,
+                operand,
+                indices,
+                updates,
+                update_window_dims=(0,) + shift(update_window_dims),
+                inserted_window_dims=shift(inserted_window_dims),
+                scatter_dims_to_operand_dims=shift(scatter_dims_to_operand_dims),
+                index_vector_dim=index_vector_dim,
+                indices_are_sorted=indices_are_sorted,
+                unique_indices=unique_indices,
+                **extra,
+            )
         idx, vector_dim = _with_example_number(indices, True, size, index_vector_dim)
-        return _apply(name, operand, idx, updates, update_window_dims=shift(update_window_dims),
-                      inserted_window_dims=(0,) + shift(inserted_window_dims),
-                      scatter_dims_to_operand_dims=(0,) + shift(scatter_dims_to_operand_dims),
-                      index_vector_dim=vector_dim, indices_are_sorted=False, unique_indices=unique_indices,
-                      **extra)
+        return _apply(
+            name,
+            operand,
+            idx,
+            updates,
+            update_window_dims=shift(update_window_dims),
+            inserted_window_dims=(0,) + shift(inserted_window_dims),
+            scatter_dims_to_operand_dims=(0,) + shift(scatter_dims_to_operand_dims),
+            index_vector_dim=vector_dim,
+            indices_are_sorted=False,
+            unique_indices=unique_indices,
+            **extra,
+        )
 
     rule.__doc__ = f"Batching rule of {name}: " + (scatter_batch.__doc__ or "").split(". ", 1)[1]
     return rule
@@ -109,13 +159,21 @@ def dynamic_slice_batch(batched, size, x, *starts, slice_sizes):
     gather of one block per example (gather clamps starts exactly like dynamic_slice)."""
     x = materialize([x], [batched[0]], size)[0]
     if not any(batched[1:]):
-        return _apply("dynamic_slice", x, _zero_start(starts), *starts,
-                      slice_sizes=(size,) + tuple(slice_sizes))
+        return _apply(
+            "dynamic_slice", x, _zero_start(starts), *starts, slice_sizes=(size,) + tuple(slice_sizes)
+        )
     rank = len(starts)
     idx = _start_vectors(starts, batched[1:], size)
-    return _apply("gather", x, idx, offset_dims=tuple(range(1, rank + 1)), collapsed_slice_dims=(0,),
-                  start_index_map=tuple(range(rank + 1)), index_vector_dim=1,
-                  slice_sizes=(1,) + tuple(slice_sizes))
+    return _apply(
+        "gather",
+        x,
+        idx,
+        offset_dims=tuple(range(1, rank + 1)),
+        collapsed_slice_dims=(0,),
+        start_index_map=tuple(range(rank + 1)),
+        index_vector_dim=1,
+        slice_sizes=(1,) + tuple(slice_sizes),
+    )
 
 
 def dynamic_update_slice_batch(batched, size, x, update, *starts):
@@ -134,14 +192,19 @@ def dynamic_update_slice_batch(batched, size, x, update, *starts):
         high = _apply("constant", value=np.asarray(n - u, dt))
         clamped.append(_apply("clamp", low, _convert(s, dt), high))
     idx = _start_vectors(clamped, batched[2:], size)
-    numbers = dict(update_window_dims=tuple(range(1, rank + 1)), inserted_window_dims=(0,),
-                   scatter_dims_to_operand_dims=tuple(range(rank + 1)), index_vector_dim=1)
+    numbers = dict(
+        update_window_dims=tuple(range(1, rank + 1)),
+        inserted_window_dims=(0,),
+        scatter_dims_to_operand_dims=tuple(range(rank + 1)),
+        index_vector_dim=1,
+    )
     values, target = update, x
     if dtypes.is_bool(x.dtype):  # scatter adds; bools travel as uint8
         values, target = _convert(update, np.dtype(np.uint8)), _convert(x, np.dtype(np.uint8))
     base = np.asarray(-0.0 if dtypes.is_float(values.dtype) else 0, values.dtype)
-    init = _apply("broadcast_in_dim", _apply("constant", value=base), shape=target.shape,
-                  broadcast_dimensions=())
+    init = _apply(
+        "broadcast_in_dim", _apply("constant", value=base), shape=target.shape, broadcast_dimensions=()
+    )
     scattered = _apply("scatter_add", init, idx, values, **numbers)
     one = _apply("constant", value=np.ones((), np.int32))
     zero = _apply("constant", value=np.zeros((), np.int32))
@@ -150,6 +213,15 @@ def dynamic_update_slice_batch(batched, size, x, update, *starts):
     hit = _apply("scatter_add", zeros, idx, ones, **numbers)
     mask = _apply("compare", hit, zeros, direction="GT")
     if dtypes.is_bool(x.dtype):
-        scattered = _apply("compare", scattered, _apply("broadcast_in_dim", _apply("constant", value=np.zeros(
-            (), np.uint8)), shape=x.shape, broadcast_dimensions=()), direction="NE")
+        scattered = _apply(
+            "compare",
+            scattered,
+            _apply(
+                "broadcast_in_dim",
+                _apply("constant", value=np.zeros((), np.uint8)),
+                shape=x.shape,
+                broadcast_dimensions=(),
+            ),
+            direction="NE",
+        )
     return _apply("select", mask, scattered, x)

@@ -38,8 +38,10 @@ def _result_dtype(operand_dtype, preferred_dtype) -> np.dtype:
     preferred = dtypes.canonical(preferred_dtype)
     same_kind = dtypes.is_float(preferred) == dtypes.is_float(operand_dtype)
     if not same_kind or dtypes.is_bool(preferred):
-        raise TypeError(f"preferred_dtype {dtypes.short_name(preferred)} must be of the operands' kind "
-                        f"({dtypes.short_name(operand_dtype)})")
+        raise TypeError(
+            f"preferred_dtype {dtypes.short_name(preferred)} must be of the operands' kind "
+            f"({dtypes.short_name(operand_dtype)})"
+        )
     return preferred
 
 
@@ -51,8 +53,15 @@ def _check_axes(axes, ndim: int, what: str) -> None:
         raise ShapeError(f"{what} {list(axes)} must be distinct axes of a rank-{ndim} operand")
 
 
-def _dot_infer(lhs: TensorType, rhs: TensorType, lhs_batch, rhs_batch, lhs_contracting, rhs_contracting,
-               preferred_dtype=None) -> TensorType:
+def _dot_infer(
+    lhs: TensorType,
+    rhs: TensorType,
+    lhs_batch,
+    rhs_batch,
+    lhs_contracting,
+    rhs_contracting,
+    preferred_dtype=None,
+) -> TensorType:
     lb, rb, lc, rc = map(tuple, (lhs_batch, rhs_batch, lhs_contracting, rhs_contracting))
     if lhs.dtype != rhs.dtype:
         raise TypeError("operands must have the same dtype (convert explicitly first)")
@@ -66,8 +75,10 @@ def _dot_infer(lhs: TensorType, rhs: TensorType, lhs_batch, rhs_batch, lhs_contr
     for what, la, ra in (("batch", lb, rb), ("contracting", lc, rc)):
         for a, b in zip(la, ra):
             if lhs.shape[a] != rhs.shape[b]:
-                raise ShapeError(f"{what} axes differ in size: lhs axis {a} is {lhs.shape[a]}, "
-                                 f"rhs axis {b} is {rhs.shape[b]}")
+                raise ShapeError(
+                    f"{what} axes differ in size: lhs axis {a} is {lhs.shape[a]}, "
+                    f"rhs axis {b} is {rhs.shape[b]}"
+                )
     lhs_free = [d for i, d in enumerate(lhs.shape) if i not in lb + lc]
     rhs_free = [d for i, d in enumerate(rhs.shape) if i not in rb + rc]
     shape = tuple(lhs.shape[a] for a in lb) + tuple(lhs_free) + tuple(rhs_free)
@@ -103,14 +114,22 @@ def _dot_reference(lhs, rhs, lhs_batch, rhs_batch, lhs_contracting, rhs_contract
 def _dot_emit(em, node, lhs, rhs):
     # jax's lowering leaves empty fields out of #stablehlo.dot<...>
     fields = []
-    for name, attr in (("lhs_batching_dimensions", "lhs_batch"), ("rhs_batching_dimensions", "rhs_batch"),
-                       ("lhs_contracting_dimensions", "lhs_contracting"),
-                       ("rhs_contracting_dimensions", "rhs_contracting")):
+    for name, attr in (
+        ("lhs_batching_dimensions", "lhs_batch"),
+        ("rhs_batching_dimensions", "rhs_batch"),
+        ("lhs_contracting_dimensions", "lhs_contracting"),
+        ("rhs_contracting_dimensions", "rhs_contracting"),
+    ):
         dims = node.attr(attr)
         if dims:
             fields.append(f"{name} = [{', '.join(map(str, dims))}]")
-    return em.simple("stablehlo.dot_general", node, lhs, rhs,
-                     attrs={"dot_dimension_numbers": f"#stablehlo.dot<{', '.join(fields)}>"})
+    return em.simple(
+        "stablehlo.dot_general",
+        node,
+        lhs,
+        rhs,
+        attrs={"dot_dimension_numbers": f"#stablehlo.dot<{', '.join(fields)}>"},
+    )
 
 
 def _dot_attrs(lb=(), rb=(), lc=(), rc=(), **extra):
@@ -132,12 +151,24 @@ def _dot_samples(rng):
     yield Sample((_rand(rng, (0, 4)), _rand(rng, (4, 3))), _dot_attrs(lc=(1,), rc=(0,)))
     yield Sample((_rand(rng, (3, 0)), _rand(rng, (0, 2))), _dot_attrs(lc=(1,), rc=(0,)))
     # low precision, with and without a wider result
-    yield Sample((_rand(rng, (4, 6), dtypes.bfloat16), _rand(rng, (6, 3), dtypes.bfloat16)),
-                 _dot_attrs(lc=(1,), rc=(0,)), rtol=3e-2, atol=6e-2)
-    yield Sample((_rand(rng, (4, 6), dtypes.bfloat16), _rand(rng, (6, 3), dtypes.bfloat16)),
-                 _dot_attrs(lc=(1,), rc=(0,), preferred_dtype=dtypes.float32), rtol=1e-5, atol=1e-5)
-    yield Sample((_rand(rng, (4, 6), np.float16), _rand(rng, (6, 3), np.float16)),
-                 _dot_attrs(lc=(1,), rc=(0,)), rtol=5e-3, atol=1e-2)
+    yield Sample(
+        (_rand(rng, (4, 6), dtypes.bfloat16), _rand(rng, (6, 3), dtypes.bfloat16)),
+        _dot_attrs(lc=(1,), rc=(0,)),
+        rtol=3e-2,
+        atol=6e-2,
+    )
+    yield Sample(
+        (_rand(rng, (4, 6), dtypes.bfloat16), _rand(rng, (6, 3), dtypes.bfloat16)),
+        _dot_attrs(lc=(1,), rc=(0,), preferred_dtype=dtypes.float32),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    yield Sample(
+        (_rand(rng, (4, 6), np.float16), _rand(rng, (6, 3), np.float16)),
+        _dot_attrs(lc=(1,), rc=(0,)),
+        rtol=5e-3,
+        atol=1e-2,
+    )
 
 
 # VJP rules: ``vjp(ct, out, *inputs, **attrs)`` -> one cotangent per input (see autodiff.py).
@@ -165,8 +196,9 @@ def _zeros(t):
     return _apply("broadcast_in_dim", zero, shape=t.shape, broadcast_dimensions=()) if t.shape else zero
 
 
-def _dot_operand_ct(ct, mine, other, mine_is_lhs, mine_batch, other_batch, mine_contracting,
-                    other_contracting):
+def _dot_operand_ct(
+    ct, mine, other, mine_is_lhs, mine_batch, other_batch, mine_contracting, other_contracting
+):
     """The cotangent of one dot_general operand ("mine"): ``ct`` contracted with the other operand
     over the other operand's free axes, batched over the batch axes.
 
@@ -199,12 +231,26 @@ def _dot_operand_ct(ct, mine, other, mine_is_lhs, mine_batch, other_batch, mine_
     dtype = ct.dtype  # the accumulation dtype (preferred_dtype of the forward op, if any)
     other = _converted(other, dtype)
     if layout_other_first == identity and layout_ct_first != identity:
-        result = _apply("dot_general", other, ct, lhs_batch=other_batch_sorted, rhs_batch=ct_batch,
-                        lhs_contracting=tuple(other_free), rhs_contracting=tuple(ct_other_free))
+        result = _apply(
+            "dot_general",
+            other,
+            ct,
+            lhs_batch=other_batch_sorted,
+            rhs_batch=ct_batch,
+            lhs_contracting=tuple(other_free),
+            rhs_contracting=tuple(ct_other_free),
+        )
         layout = layout_other_first
     else:
-        result = _apply("dot_general", ct, other, lhs_batch=ct_batch, rhs_batch=other_batch_sorted,
-                        lhs_contracting=tuple(ct_other_free), rhs_contracting=tuple(other_free))
+        result = _apply(
+            "dot_general",
+            ct,
+            other,
+            lhs_batch=ct_batch,
+            rhs_batch=other_batch_sorted,
+            lhs_contracting=tuple(ct_other_free),
+            rhs_contracting=tuple(other_free),
+        )
         layout = layout_ct_first
     result = _transposed(result, np.argsort(layout))
     return _converted(result, mine.dtype)
@@ -214,8 +260,10 @@ def _dot_vjp(ct, out, lhs, rhs, lhs_batch, rhs_batch, lhs_contracting, rhs_contr
     if not dtypes.is_float(lhs.dtype):
         return None, None
     lb, rb, lc, rc = map(list, (lhs_batch, rhs_batch, lhs_contracting, rhs_contracting))
-    return (_dot_operand_ct(ct, lhs, rhs, True, lb, rb, lc, rc),
-            _dot_operand_ct(ct, rhs, lhs, False, rb, lb, rc, lc))
+    return (
+        _dot_operand_ct(ct, lhs, rhs, True, lb, rb, lc, rc),
+        _dot_operand_ct(ct, rhs, lhs, False, rb, lb, rc, lc),
+    )
 
 
 # convolution ----------------------------------------------------------------------------------
@@ -232,8 +280,19 @@ def _conv_out_size(size, kernel, stride, lo, hi, lhs_dil, rhs_dil) -> int:
     return (padded - window) // stride + 1 if padded >= window else 0
 
 
-def _conv_infer(lhs: TensorType, rhs: TensorType, window_strides, padding, lhs_dilation, rhs_dilation,
-                lhs_spec, rhs_spec, out_spec, feature_group_count=1, batch_group_count=1) -> TensorType:
+def _conv_infer(
+    lhs: TensorType,
+    rhs: TensorType,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    lhs_spec,
+    rhs_spec,
+    out_spec,
+    feature_group_count=1,
+    batch_group_count=1,
+) -> TensorType:
     if lhs.dtype != rhs.dtype:
         raise TypeError("operands must have the same dtype (convert explicitly first)")
     _check_numeric(lhs, "convolution")
@@ -243,8 +302,12 @@ def _conv_infer(lhs: TensorType, rhs: TensorType, window_strides, padding, lhs_d
     _check_spec(lhs_spec, lhs.ndim, "lhs_spec")
     _check_spec(rhs_spec, rhs.ndim, "rhs_spec")
     _check_spec(out_spec, lhs.ndim, "out_spec")
-    for name, values in (("window_strides", window_strides), ("padding", padding),
-                         ("lhs_dilation", lhs_dilation), ("rhs_dilation", rhs_dilation)):
+    for name, values in (
+        ("window_strides", window_strides),
+        ("padding", padding),
+        ("lhs_dilation", lhs_dilation),
+        ("rhs_dilation", rhs_dilation),
+    ):
         if len(values) != nd:
             raise ShapeError(f"{name} needs one entry per spatial axis ({nd}), got {len(values)}")
     if any(len(p) != 2 for p in padding):
@@ -257,16 +320,31 @@ def _conv_infer(lhs: TensorType, rhs: TensorType, window_strides, padding, lhs_d
     batch, features = lhs.shape[lhs_spec[0]], lhs.shape[lhs_spec[1]]
     out_features, in_features = rhs.shape[rhs_spec[0]], rhs.shape[rhs_spec[1]]
     if features % groups or out_features % groups:
-        raise ShapeError(f"feature_group_count {groups} must divide the input features ({features}) and "
-                         f"the kernel's output features ({out_features})")
+        raise ShapeError(
+            f"feature_group_count {groups} must divide the input features ({features}) and "
+            f"the kernel's output features ({out_features})"
+        )
     if in_features * groups != features:
-        raise ShapeError(f"input has {features} features but the kernel expects {in_features} x "
-                         f"{groups} group(s) = {in_features * groups}")
+        raise ShapeError(
+            f"input has {features} features but the kernel expects {in_features} x "
+            f"{groups} group(s) = {in_features * groups}"
+        )
     if batch % bgroups or out_features % bgroups:
-        raise ShapeError(f"batch_group_count {bgroups} must divide the batch ({batch}) and the kernel's "
-                         f"output features ({out_features})")
-    spatial = [_conv_out_size(lhs.shape[lhs_spec[2 + i]], rhs.shape[rhs_spec[2 + i]], window_strides[i],
-                              *padding[i], lhs_dilation[i], rhs_dilation[i]) for i in range(nd)]
+        raise ShapeError(
+            f"batch_group_count {bgroups} must divide the batch ({batch}) and the kernel's "
+            f"output features ({out_features})"
+        )
+    spatial = [
+        _conv_out_size(
+            lhs.shape[lhs_spec[2 + i]],
+            rhs.shape[rhs_spec[2 + i]],
+            window_strides[i],
+            *padding[i],
+            lhs_dilation[i],
+            rhs_dilation[i],
+        )
+        for i in range(nd)
+    ]
     shape = [0] * lhs.ndim
     shape[out_spec[0]] = batch // bgroups
     shape[out_spec[1]] = out_features
@@ -283,16 +361,38 @@ def _dilate_and_pad(x: np.ndarray, dilation, padding) -> np.ndarray:
     spread[(slice(None), slice(None)) + tuple(slice(None, None, d) for d in dilation)] = x
     grow = [(0, 0), (0, 0)] + [(max(lo, 0), max(hi, 0)) for lo, hi in padding]
     out = np.pad(spread, grow)
-    crop = [slice(None), slice(None)] + [slice(-lo if lo < 0 else 0, n + hi if hi < 0 else None)
-                                         for n, (lo, hi) in zip(out.shape[2:], padding)]
+    crop = [slice(None), slice(None)] + [
+        slice(-lo if lo < 0 else 0, n + hi if hi < 0 else None) for n, (lo, hi) in zip(out.shape[2:], padding)
+    ]
     return out[tuple(crop)]
 
 
-def _conv_reference(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, lhs_spec, rhs_spec,
-                    out_spec, feature_group_count=1, batch_group_count=1):
-    out_type = _conv_infer(TensorType(lhs.dtype, lhs.shape), TensorType(rhs.dtype, rhs.shape), window_strides,
-                           padding, lhs_dilation, rhs_dilation, lhs_spec, rhs_spec, out_spec,
-                           feature_group_count, batch_group_count)
+def _conv_reference(
+    lhs,
+    rhs,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    lhs_spec,
+    rhs_spec,
+    out_spec,
+    feature_group_count=1,
+    batch_group_count=1,
+):
+    out_type = _conv_infer(
+        TensorType(lhs.dtype, lhs.shape),
+        TensorType(rhs.dtype, rhs.shape),
+        window_strides,
+        padding,
+        lhs_dilation,
+        rhs_dilation,
+        lhs_spec,
+        rhs_spec,
+        out_spec,
+        feature_group_count,
+        batch_group_count,
+    )
     # canonical layouts: x [N, C, spatial...], w [O, I, spatial...]
     x = _dilate_and_pad(_wide(np.transpose(lhs, lhs_spec)), lhs_dilation, padding)
     w = _wide(np.transpose(rhs, rhs_spec))
@@ -311,8 +411,10 @@ def _conv_reference(lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilatio
         xg, wg = x[bs, cs], w[os_]
         for pos in itertools.product(*(range(k) for k in w.shape[2:])):
             # the input elements that kernel position ``pos`` meets, for every output position
-            window = tuple(slice(p * d, p * d + s * (m - 1) + 1, s) for p, d, s, m in
-                           zip(pos, rhs_dilation, window_strides, out_spatial))
+            window = tuple(
+                slice(p * d, p * d + s * (m - 1) + 1, s)
+                for p, d, s, m in zip(pos, rhs_dilation, window_strides, out_spatial)
+            )
             patch = xg[(slice(None), slice(None)) + window]
             out[:, os_] += np.einsum("nc...,oc->no...", patch, wg[(slice(None), slice(None)) + pos])
     inverse = np.argsort(out_spec)  # canonical axis j lands on result axis out_spec[j]
@@ -335,17 +437,25 @@ def padding_literal(pairs) -> str:
 
 def _conv_emit(em, node, lhs, rhs):
     a = node.attr
-    numbers = (f"{_conv_letters(a('lhs_spec'), 'b', 'f')}x{_conv_letters(a('rhs_spec'), 'o', 'i')}"
-               f"->{_conv_letters(a('out_spec'), 'b', 'f')}")
-    return em.simple("stablehlo.convolution", node, lhs, rhs, attrs={
-        "dimension_numbers": f"#stablehlo.conv<{numbers}>",
-        "window_strides": i64_array(a("window_strides")),
-        "padding": padding_literal(a("padding")),
-        "lhs_dilation": i64_array(a("lhs_dilation")),
-        "rhs_dilation": i64_array(a("rhs_dilation")),
-        "feature_group_count": f"{a('feature_group_count')} : i64",
-        "batch_group_count": f"{a('batch_group_count')} : i64",
-    })
+    numbers = (
+        f"{_conv_letters(a('lhs_spec'), 'b', 'f')}x{_conv_letters(a('rhs_spec'), 'o', 'i')}"
+        f"->{_conv_letters(a('out_spec'), 'b', 'f')}"
+    )
+    return em.simple(
+        "stablehlo.convolution",
+        node,
+        lhs,
+        rhs,
+        attrs={
+            "dimension_numbers": f"#stablehlo.conv<{numbers}>",
+            "window_strides": i64_array(a("window_strides")),
+            "padding": padding_literal(a("padding")),
+            "lhs_dilation": i64_array(a("lhs_dilation")),
+            "rhs_dilation": i64_array(a("rhs_dilation")),
+            "feature_group_count": f"{a('feature_group_count')} : i64",
+            "batch_group_count": f"{a('batch_group_count')} : i64",
+        },
+    )
 
 
 def _dilated_size(n: int, dilation: int) -> int:
@@ -356,7 +466,7 @@ def _move_group(x, src: int, dst: int, groups: int):
     """Split axis ``src`` of ``x`` into (groups, rest) and fold the groups factor into axis ``dst``
     as its major part: axis sizes ``src: n -> n / groups``, ``dst: m -> groups * m``."""
     shape = list(x.shape)
-    split = shape[:src] + [groups, shape[src] // groups] + shape[src + 1:]
+    split = shape[:src] + [groups, shape[src] // groups] + shape[src + 1 :]
     y = _apply("reshape", x, shape=tuple(split))
     # ``rest`` is y's axes without the new groups axis: the original layout, so ``dst`` indexes it
     rest = [a for a in range(len(split)) if a != src]
@@ -366,8 +476,20 @@ def _move_group(x, src: int, dst: int, groups: int):
     return _apply("reshape", y, shape=tuple(shape))
 
 
-def _conv_lhs_ct(ct, lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, lhs_spec, rhs_spec,
-                 out_spec, feature_group_count, batch_group_count):
+def _conv_lhs_ct(
+    ct,
+    lhs,
+    rhs,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    lhs_spec,
+    rhs_spec,
+    out_spec,
+    feature_group_count,
+    batch_group_count,
+):
     """The input's cotangent: ``ct`` convolved with the spatially reversed kernel, its feature roles
     swapped. The forward strides become lhs dilation (holes where no window started) and the
     forward lhs dilation becomes a stride (holes of the forward input have no cotangent)."""
@@ -387,17 +509,39 @@ def _conv_lhs_ct(ct, lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilati
         before = n_window - padding[i][0] - 1
         pads.append((before, n_in + n_window - 1 - n_out - before))
     kernel = _apply("reverse", kernel, dimensions=tuple(rhs_spec[2:]))
-    result = _apply("convolution", ct, kernel, window_strides=tuple(lhs_dilation), padding=tuple(pads),
-                    lhs_dilation=tuple(window_strides), rhs_dilation=tuple(rhs_dilation), lhs_spec=out_spec,
-                    rhs_spec=(rhs_spec[1], rhs_spec[0]) + tuple(rhs_spec[2:]), out_spec=lhs_spec,
-                    feature_group_count=groups, batch_group_count=1)
+    result = _apply(
+        "convolution",
+        ct,
+        kernel,
+        window_strides=tuple(lhs_dilation),
+        padding=tuple(pads),
+        lhs_dilation=tuple(window_strides),
+        rhs_dilation=tuple(rhs_dilation),
+        lhs_spec=out_spec,
+        rhs_spec=(rhs_spec[1], rhs_spec[0]) + tuple(rhs_spec[2:]),
+        out_spec=lhs_spec,
+        feature_group_count=groups,
+        batch_group_count=1,
+    )
     if batch_group_count > 1:  # the groups came out in the features: they belong to the batch
         result = _move_group(result, lhs_spec[1], lhs_spec[0], batch_group_count)
     return result
 
 
-def _conv_rhs_ct(ct, lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilation, lhs_spec, rhs_spec,
-                 out_spec, feature_group_count, batch_group_count):
+def _conv_rhs_ct(
+    ct,
+    lhs,
+    rhs,
+    window_strides,
+    padding,
+    lhs_dilation,
+    rhs_dilation,
+    lhs_spec,
+    rhs_spec,
+    out_spec,
+    feature_group_count,
+    batch_group_count,
+):
     """The kernel's cotangent: the input convolved with ``ct`` as the kernel, batch and feature
     roles swapped (the batch is summed over). Forward strides become the kernel (``ct``) dilation
     and the forward kernel dilation becomes the stride. Feature groups become batch groups and
@@ -414,10 +558,20 @@ def _conv_rhs_ct(ct, lhs, rhs, window_strides, padding, lhs_dilation, rhs_dilati
     def swapped(spec):
         return (spec[1], spec[0]) + tuple(spec[2:])
 
-    return _apply("convolution", lhs, ct, window_strides=tuple(rhs_dilation), padding=tuple(pads),
-                  lhs_dilation=tuple(lhs_dilation), rhs_dilation=tuple(window_strides),
-                  lhs_spec=swapped(lhs_spec), rhs_spec=swapped(out_spec), out_spec=swapped(rhs_spec),
-                  feature_group_count=batch_group_count, batch_group_count=feature_group_count)
+    return _apply(
+        "convolution",
+        lhs,
+        ct,
+        window_strides=tuple(rhs_dilation),
+        padding=tuple(pads),
+        lhs_dilation=tuple(lhs_dilation),
+        rhs_dilation=tuple(window_strides),
+        lhs_spec=swapped(lhs_spec),
+        rhs_spec=swapped(out_spec),
+        out_spec=swapped(rhs_spec),
+        feature_group_count=batch_group_count,
+        batch_group_count=feature_group_count,
+    )
 
 
 def _conv_vjp(ct, out, lhs, rhs, **attrs):
@@ -441,71 +595,118 @@ OIW, OIHW, HWIO = (0, 1, 2), (0, 1, 2, 3), (3, 2, 0, 1)
 def _conv_attrs(nd, strides=None, padding=None, lhs_dil=None, rhs_dil=None, specs=None, **extra):
     ones = (1,) * nd
     lhs_spec, rhs_spec, out_spec = specs or ((NCW, OIW, NCW) if nd == 1 else (NCHW, OIHW, NCHW))
-    return {"window_strides": strides or ones, "padding": padding or ((0, 0),) * nd,
-            "lhs_dilation": lhs_dil or ones, "rhs_dilation": rhs_dil or ones,
-            "lhs_spec": lhs_spec, "rhs_spec": rhs_spec, "out_spec": out_spec, **extra}
+    return {
+        "window_strides": strides or ones,
+        "padding": padding or ((0, 0),) * nd,
+        "lhs_dilation": lhs_dil or ones,
+        "rhs_dilation": rhs_dil or ones,
+        "lhs_spec": lhs_spec,
+        "rhs_spec": rhs_spec,
+        "out_spec": out_spec,
+        **extra,
+    }
 
 
 def _conv_samples(rng):
     tol = {"rtol": 1e-4, "atol": 1e-4}
     yield Sample((_rand(rng, (2, 3, 9)), _rand(rng, (4, 3, 3))), _conv_attrs(1), **tol)
-    yield Sample((_rand(rng, (2, 3, 10)), _rand(rng, (4, 3, 3))),
-                 _conv_attrs(1, strides=(2,), padding=((1, 2),), rhs_dil=(2,)), **tol)
+    yield Sample(
+        (_rand(rng, (2, 3, 10)), _rand(rng, (4, 3, 3))),
+        _conv_attrs(1, strides=(2,), padding=((1, 2),), rhs_dil=(2,)),
+        **tol,
+    )
     yield Sample((_rand(rng, (2, 3, 7, 6)), _rand(rng, (5, 3, 3, 2))), _conv_attrs(2), **tol)
-    yield Sample((_rand(rng, (1, 2, 7, 8)), _rand(rng, (3, 2, 3, 3))),
-                 _conv_attrs(2, strides=(2, 3), padding=((1, 1), (2, 0))), **tol)
+    yield Sample(
+        (_rand(rng, (1, 2, 7, 8)), _rand(rng, (3, 2, 3, 3))),
+        _conv_attrs(2, strides=(2, 3), padding=((1, 1), (2, 0))),
+        **tol,
+    )
     # NHWC input with HWIO kernel and NCHW output, like the TensorFlow layouts
-    yield Sample((_rand(rng, (2, 6, 5, 3)), _rand(rng, (2, 3, 3, 4))),
-                 _conv_attrs(2, padding=((0, 1), (1, 1)), specs=(NHWC, HWIO, NCHW)), **tol)
+    yield Sample(
+        (_rand(rng, (2, 6, 5, 3)), _rand(rng, (2, 3, 3, 4))),
+        _conv_attrs(2, padding=((0, 1), (1, 1)), specs=(NHWC, HWIO, NCHW)),
+        **tol,
+    )
     # lhs dilation (a transposed convolution) and rhs dilation, negative padding crops
-    yield Sample((_rand(rng, (1, 2, 4, 5)), _rand(rng, (2, 2, 2, 3))),
-                 _conv_attrs(2, padding=((1, -1), (2, 2)), lhs_dil=(2, 3), rhs_dil=(1, 2)), **tol)
+    yield Sample(
+        (_rand(rng, (1, 2, 4, 5)), _rand(rng, (2, 2, 2, 3))),
+        _conv_attrs(2, padding=((1, -1), (2, 2)), lhs_dil=(2, 3), rhs_dil=(1, 2)),
+        **tol,
+    )
     # feature groups, and depthwise (one group per channel, two outputs each)
-    yield Sample((_rand(rng, (2, 4, 6, 6)), _rand(rng, (6, 2, 3, 3))), _conv_attrs(2, feature_group_count=2),
-                 **tol)
-    yield Sample((_rand(rng, (2, 3, 6, 5)), _rand(rng, (6, 1, 3, 2))),
-                 _conv_attrs(2, strides=(1, 2), padding=((1, 1), (0, 1)), feature_group_count=3), **tol)
+    yield Sample(
+        (_rand(rng, (2, 4, 6, 6)), _rand(rng, (6, 2, 3, 3))), _conv_attrs(2, feature_group_count=2), **tol
+    )
+    yield Sample(
+        (_rand(rng, (2, 3, 6, 5)), _rand(rng, (6, 1, 3, 2))),
+        _conv_attrs(2, strides=(1, 2), padding=((1, 1), (0, 1)), feature_group_count=3),
+        **tol,
+    )
     # batch groups (how the kernel gradient of a grouped convolution is written)
-    yield Sample((_rand(rng, (4, 3, 6, 5)), _rand(rng, (6, 3, 2, 2))), _conv_attrs(2, batch_group_count=2),
-                 **tol)
+    yield Sample(
+        (_rand(rng, (4, 3, 6, 5)), _rand(rng, (6, 3, 2, 2))), _conv_attrs(2, batch_group_count=2), **tol
+    )
     yield Sample((_rand(rng, (2, 3, 5), np.float64), _rand(rng, (2, 3, 2), np.float64)), _conv_attrs(1))
-    yield Sample((_rand(rng, (2, 3, 5), np.int32), _rand(rng, (2, 3, 2), np.int32)),
-                 _conv_attrs(1, padding=((1, 1),)))
-    yield Sample((_rand(rng, (1, 2, 6, 6), dtypes.bfloat16), _rand(rng, (2, 2, 3, 3), dtypes.bfloat16)),
-                 _conv_attrs(2), rtol=3e-2, atol=1e-1)
+    yield Sample(
+        (_rand(rng, (2, 3, 5), np.int32), _rand(rng, (2, 3, 2), np.int32)), _conv_attrs(1, padding=((1, 1),))
+    )
+    yield Sample(
+        (_rand(rng, (1, 2, 6, 6), dtypes.bfloat16), _rand(rng, (2, 2, 3, 3), dtypes.bfloat16)),
+        _conv_attrs(2),
+        rtol=3e-2,
+        atol=1e-1,
+    )
     # a window larger than the input gives an empty result
     yield Sample((_rand(rng, (1, 1, 2)), _rand(rng, (1, 1, 3))), _conv_attrs(1))
 
 
 OPS = [
     OpDef(
-        name="dot_general", arity=2, batch=dot_general_batch,
+        name="dot_general",
+        arity=2,
+        batch=dot_general_batch,
         attrs=("lhs_batch", "rhs_batch", "lhs_contracting", "rhs_contracting"),
-        optional={"preferred_dtype": None}, infer=_dot_infer, reference=_dot_reference, emit=_dot_emit,
-        samples=_dot_samples, vjp=_dot_vjp,
+        optional={"preferred_dtype": None},
+        infer=_dot_infer,
+        reference=_dot_reference,
+        emit=_dot_emit,
+        samples=_dot_samples,
+        vjp=_dot_vjp,
         doc="General tensor contraction: lhs_batch/rhs_batch axes pair up and are kept, lhs_contracting/"
-            "rhs_contracting axes pair up and are summed over. Result axes: batch axes, then the "
-            "remaining lhs axes, then the remaining rhs axes (each in operand order). "
-            "``preferred_dtype`` (same kind as the operands) sets a wider result/accumulation dtype. "
-            "Derivative: one dot_general per operand, laid out in the operand's axis order (a "
-            "transpose only where an operand's batch axes do not lead); with a wider result dtype "
-            "the other operand is widened and the cotangent narrowed to the operand's dtype.",
+        "rhs_contracting axes pair up and are summed over. Result axes: batch axes, then the "
+        "remaining lhs axes, then the remaining rhs axes (each in operand order). "
+        "``preferred_dtype`` (same kind as the operands) sets a wider result/accumulation dtype. "
+        "Derivative: one dot_general per operand, laid out in the operand's axis order (a "
+        "transpose only where an operand's batch axes do not lead); with a wider result dtype "
+        "the other operand is widened and the cotangent narrowed to the operand's dtype.",
     ),
     OpDef(
-        name="convolution", arity=2, batch=convolution_batch,
-        attrs=("window_strides", "padding", "lhs_dilation", "rhs_dilation", "lhs_spec", "rhs_spec",
-               "out_spec"),
+        name="convolution",
+        arity=2,
+        batch=convolution_batch,
+        attrs=(
+            "window_strides",
+            "padding",
+            "lhs_dilation",
+            "rhs_dilation",
+            "lhs_spec",
+            "rhs_spec",
+            "out_spec",
+        ),
         optional={"feature_group_count": 1, "batch_group_count": 1},
-        infer=_conv_infer, reference=_conv_reference, emit=_conv_emit, samples=_conv_samples,
+        infer=_conv_infer,
+        reference=_conv_reference,
+        emit=_conv_emit,
+        samples=_conv_samples,
         vjp=_conv_vjp,
         doc="N-d convolution (cross-correlation) of input lhs with kernel rhs. lhs_spec is (batch axis, "
-            "feature axis, spatial axes...), rhs_spec (output-feature axis, input-feature axis, spatial "
-            "axes...), out_spec (batch axis, feature axis, spatial axes...) like XLA's "
-            "ConvDimensionNumbers. padding holds a (low, high) pair per spatial axis (negative crops); "
-            "lhs_dilation spreads the input (transposed convolution), rhs_dilation the kernel. "
-            "feature_group_count splits input features and kernel outputs into groups; "
-            "batch_group_count splits the batch (group-major) and kernel outputs. Derivative: "
-            "convolutions (the input's: ct with the reversed kernel, strides turned into lhs "
-            "dilation; the kernel's: the input with ct as the kernel), like jax.",
+        "feature axis, spatial axes...), rhs_spec (output-feature axis, input-feature axis, spatial "
+        "axes...), out_spec (batch axis, feature axis, spatial axes...) like XLA's "
+        "ConvDimensionNumbers. padding holds a (low, high) pair per spatial axis (negative crops); "
+        "lhs_dilation spreads the input (transposed convolution), rhs_dilation the kernel. "
+        "feature_group_count splits input features and kernel outputs into groups; "
+        "batch_group_count splits the batch (group-major) and kernel outputs. Derivative: "
+        "convolutions (the input's: ct with the reversed kernel, strides turned into lhs "
+        "dilation; the kernel's: the input with ct as the kernel), like jax.",
     ),
 ]

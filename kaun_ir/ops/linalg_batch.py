@@ -12,21 +12,46 @@ def _apply(op, *args, **attrs):
     return apply(op, *args, **attrs)
 
 
-def dot_general_batch(batched, size, lhs, rhs, lhs_batch, rhs_batch, lhs_contracting, rhs_contracting,
-                      **extra):
+def dot_general_batch(
+    batched, size, lhs, rhs, lhs_batch, rhs_batch, lhs_contracting, rhs_contracting, **extra
+):
     """Both batched: the batch axis becomes a new leading dot batch axis. One batched: it is a
     free axis of that operand, which the result holds after the batch axes (and, for the rhs,
     after the lhs's free axes); it is moved to the front."""
     lb, rb, lc, rc = map(tuple, (lhs_batch, rhs_batch, lhs_contracting, rhs_contracting))
     if batched[0] and batched[1]:
-        return _apply("dot_general", lhs, rhs, lhs_batch=(0,) + shift(lb), rhs_batch=(0,) + shift(rb),
-                      lhs_contracting=shift(lc), rhs_contracting=shift(rc), **extra)
+        return _apply(
+            "dot_general",
+            lhs,
+            rhs,
+            lhs_batch=(0,) + shift(lb),
+            rhs_batch=(0,) + shift(rb),
+            lhs_contracting=shift(lc),
+            rhs_contracting=shift(rc),
+            **extra,
+        )
     if batched[0]:
-        out = _apply("dot_general", lhs, rhs, lhs_batch=shift(lb), rhs_batch=rb, lhs_contracting=shift(lc),
-                     rhs_contracting=rc, **extra)
+        out = _apply(
+            "dot_general",
+            lhs,
+            rhs,
+            lhs_batch=shift(lb),
+            rhs_batch=rb,
+            lhs_contracting=shift(lc),
+            rhs_contracting=rc,
+            **extra,
+        )
         return move_axis(out, len(lb), 0)
-    out = _apply("dot_general", lhs, rhs, lhs_batch=lb, rhs_batch=shift(rb), lhs_contracting=lc,
-                 rhs_contracting=shift(rc), **extra)
+    out = _apply(
+        "dot_general",
+        lhs,
+        rhs,
+        lhs_batch=lb,
+        rhs_batch=shift(rb),
+        lhs_contracting=lc,
+        rhs_contracting=shift(rc),
+        **extra,
+    )
     lhs_free = lhs.ndim - len(lb) - len(lc)
     return move_axis(out, len(lb) + lhs_free, 0)
 
@@ -36,10 +61,10 @@ def _merge(x, axis: int, groups: int = 1):
     the batch axis), inside each of its ``groups`` contiguous groups: ``(G, D/G)`` -> ``(G, B, D/G)``."""
     size, shape = x.shape[0], list(x.shape[1:])
     d = shape[axis]
-    split = shape[:axis] + [groups, d // groups] + shape[axis + 1:]
+    split = shape[:axis] + [groups, d // groups] + shape[axis + 1 :]
     x = _apply("reshape", x, shape=(size,) + tuple(split))
     x = move_axis(x, 0, axis + 1)  # now (..., G, B, D/G, ...)
-    merged = shape[:axis] + [d * size] + shape[axis + 1:]
+    merged = shape[:axis] + [d * size] + shape[axis + 1 :]
     return _apply("reshape", x, shape=tuple(merged))
 
 
@@ -48,9 +73,9 @@ def _split(y, axis: int, size: int, groups: int = 1):
     axis goes to the front."""
     shape = list(y.shape)
     d = shape[axis] // size
-    y = _apply("reshape", y, shape=tuple(shape[:axis] + [groups, size, d // groups] + shape[axis + 1:]))
+    y = _apply("reshape", y, shape=tuple(shape[:axis] + [groups, size, d // groups] + shape[axis + 1 :]))
     y = move_axis(y, axis + 1, 0)
-    return _apply("reshape", y, shape=(size,) + tuple(shape[:axis] + [d] + shape[axis + 1:]))
+    return _apply("reshape", y, shape=(size,) + tuple(shape[:axis] + [d] + shape[axis + 1 :]))
 
 
 _conv_by_loop = by_loop("convolution")

@@ -53,26 +53,39 @@ def _stop_gradient_samples(rng):
 
 OPS = [
     OpDef(
-        name="stop_gradient", arity=1, infer=lambda x: x, reference=lambda x: x,
+        name="stop_gradient",
+        arity=1,
+        infer=lambda x: x,
+        reference=lambda x: x,
         emit=lambda em, node, x: x,  # the identity: no StableHLO op at all
-        samples=_stop_gradient_samples, vjp=lambda ct, y, x: (None,), batch=elementwise("stop_gradient"),
+        samples=_stop_gradient_samples,
+        vjp=lambda ct, y, x: (None,),
+        batch=elementwise("stop_gradient"),
         doc="The identity, whose derivative is zero.",
     ),
     OpDef(
-        name="constant", arity=0, attrs=("value",), infer=_constant_infer,
+        name="constant",
+        arity=0,
+        attrs=("value",),
+        infer=_constant_infer,
         reference=lambda value: value.array,
-        emit=lambda em, node: em.op("stablehlo.constant", [], [], node.types,
-                                    {"value": dense_literal(node.attr("value").array)}),
+        emit=lambda em, node: em.op(
+            "stablehlo.constant", [], [], node.types, {"value": dense_literal(node.attr("value").array)}
+        ),
         samples=_constant_samples,
         doc="A literal array (attribute ``value``).",
         nondiff="a constant has no inputs",
         nobatch="it has no operands, so it never carries a batch axis",
     ),
     OpDef(
-        name="iota", arity=0, attrs=("dtype", "shape", "dimension"), infer=_iota_infer,
+        name="iota",
+        arity=0,
+        attrs=("dtype", "shape", "dimension"),
+        infer=_iota_infer,
         reference=_iota_reference,
-        emit=lambda em, node: em.op("stablehlo.iota", [], [], node.types,
-                                    {"iota_dimension": f"{node.attr('dimension')} : i64"}),
+        emit=lambda em, node: em.op(
+            "stablehlo.iota", [], [], node.types, {"iota_dimension": f"{node.attr('dimension')} : i64"}
+        ),
         samples=_iota_samples,
         doc="Indices 0, 1, ... along ``dimension``, broadcast to ``shape``.",
         nondiff="iota has no inputs",

@@ -12,8 +12,8 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
-from .batching import unary_leading
 from .base import OpDef, Sample, dense_literal, i64_array
+from .batching import unary_leading
 
 # kind -> (StableHLO op of the region, dtype kinds it accepts: f float, i/u integers, b bool)
 _KINDS = {
@@ -88,8 +88,14 @@ def _reduce_infer(x: TensorType, kind, dimensions) -> TensorType:
     return TensorType(x.dtype, tuple(d for i, d in enumerate(x.shape) if i not in dims))
 
 
-_UFUNCS = {"sum": np.add, "prod": np.multiply, "max": np.maximum, "min": np.minimum,
-           "and": np.bitwise_and, "or": np.bitwise_or}
+_UFUNCS = {
+    "sum": np.add,
+    "prod": np.multiply,
+    "max": np.maximum,
+    "min": np.minimum,
+    "and": np.bitwise_and,
+    "or": np.bitwise_or,
+}
 
 
 def _reduce_reference(x, kind, dimensions):
@@ -100,8 +106,9 @@ def _reduce_reference(x, kind, dimensions):
         wide = _UFUNCS[kind].reduce(x.astype(np.float64), axis=dims, initial=float(init))
         return np.asarray(wide).astype(x.dtype)
     if dtypes.is_bool(x.dtype):
-        ufunc = {"max": np.logical_or, "or": np.logical_or, "min": np.logical_and,
-                 "and": np.logical_and}[kind]
+        ufunc = {"max": np.logical_or, "or": np.logical_or, "min": np.logical_and, "and": np.logical_and}[
+            kind
+        ]
         return np.asarray(ufunc.reduce(x, axis=dims, initial=bool(init)), dtype=x.dtype)
     with np.errstate(over="ignore"):  # integer sums and products wrap around like XLA's
         out = _UFUNCS[kind].reduce(x, axis=dims, initial=init[()], dtype=x.dtype)
@@ -112,13 +119,21 @@ def _reduce_emit(em, node, x):
     kind = node.attr("kind")
     in_type = node.inputs[0].type
     scalar = TensorType(in_type.dtype, ())
-    init = em.op("stablehlo.constant", [], [], [scalar],
-                 {"value": dense_literal(init_value(kind, in_type.dtype))})[0]
+    init = em.op(
+        "stablehlo.constant", [], [], [scalar], {"value": dense_literal(init_value(kind, in_type.dtype))}
+    )[0]
     combine = _KINDS[kind][0]
-    region = em.region([scalar, scalar],
-                       lambda inner, args: inner.op(combine, args, [scalar, scalar], [scalar]))
-    return em.op("stablehlo.reduce", [x, init], [in_type, scalar], node.types,
-                 {"dimensions": i64_array(sorted(node.attr("dimensions")))}, [region])
+    region = em.region(
+        [scalar, scalar], lambda inner, args: inner.op(combine, args, [scalar, scalar], [scalar])
+    )
+    return em.op(
+        "stablehlo.reduce",
+        [x, init],
+        [in_type, scalar],
+        node.types,
+        {"dimensions": i64_array(sorted(node.attr("dimensions")))},
+        [region],
+    )
 
 
 def _kn():
@@ -188,8 +203,9 @@ def _reduce_samples(rng):
         yield Sample((rng.integers(-5, 6, size=(4, 3)).astype(np.int32),), {"kind": kind, "dimensions": (1,)})
         yield Sample((np.zeros((0,), np.int32),), {"kind": kind, "dimensions": (0,)})
     yield Sample((rng.integers(0, 9, size=(3, 5)).astype(np.uint32),), {"kind": "max", "dimensions": (1,)})
-    yield Sample((floats((4, 6), dtypes.bfloat16),), {"kind": "sum", "dimensions": (1,)},
-                 rtol=5e-2, atol=5e-2)
+    yield Sample(
+        (floats((4, 6), dtypes.bfloat16),), {"kind": "sum", "dimensions": (1,)}, rtol=5e-2, atol=5e-2
+    )
     nan = floats((3, 4))
     nan[1, 2] = np.nan
     yield Sample((nan,), {"kind": "max", "dimensions": (1,)})  # NaN propagates
@@ -227,13 +243,24 @@ def _arg_reference(x, axis, index_dtype, largest: bool):
 
 
 def _compare(em, a, b, t: TensorType, direction: str):
-    kind = ("FLOAT" if dtypes.is_float(t.dtype) else "SIGNED" if dtypes.is_integer(t.dtype)
-            and not dtypes.is_unsigned(t.dtype) else "UNSIGNED")
+    kind = (
+        "FLOAT"
+        if dtypes.is_float(t.dtype)
+        else "SIGNED"
+        if dtypes.is_integer(t.dtype) and not dtypes.is_unsigned(t.dtype)
+        else "UNSIGNED"
+    )
     pred = TensorType(dtypes.bool_, ())
-    return em.op("stablehlo.compare", [a, b], [t, t], [pred], {
-        "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
-        "compare_type": f"#stablehlo<comparison_type {kind}>",
-    })[0]
+    return em.op(
+        "stablehlo.compare",
+        [a, b],
+        [t, t],
+        [pred],
+        {
+            "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
+            "compare_type": f"#stablehlo<comparison_type {kind}>",
+        },
+    )[0]
 
 
 def _arg_emit(largest: bool):
@@ -250,13 +277,16 @@ def _arg_emit(largest: bool):
         idx_dt = node.types[0].dtype
         val_t, idx_t = TensorType(in_type.dtype, ()), TensorType(idx_dt, ())
         pred_t = TensorType(dtypes.bool_, ())
-        iota = em.op("stablehlo.iota", [], [], [TensorType(idx_dt, in_type.shape)],
-                     {"iota_dimension": f"{axis} : i64"})[0]
+        iota = em.op(
+            "stablehlo.iota", [], [], [TensorType(idx_dt, in_type.shape)], {"iota_dimension": f"{axis} : i64"}
+        )[0]
         init = _lowest(in_type.dtype) if largest else _highest(in_type.dtype)
-        init_v = em.op("stablehlo.constant", [], [], [val_t],
-                       {"value": dense_literal(np.asarray(init, in_type.dtype))})[0]
-        init_i = em.op("stablehlo.constant", [], [], [idx_t],
-                       {"value": dense_literal(np.asarray(0, idx_dt))})[0]
+        init_v = em.op(
+            "stablehlo.constant", [], [], [val_t], {"value": dense_literal(np.asarray(init, in_type.dtype))}
+        )[0]
+        init_i = em.op(
+            "stablehlo.constant", [], [], [idx_t], {"value": dense_literal(np.asarray(0, idx_dt))}
+        )[0]
 
         def body(inner, args):
             a, a_idx, b, b_idx = args
@@ -281,10 +311,14 @@ def _arg_emit(largest: bool):
 
         region = em.region([val_t, idx_t, val_t, idx_t], body, result_types=[val_t, idx_t])
         out_shape = node.types[0].shape
-        results = em.op("stablehlo.reduce", [x, iota, init_v, init_i],
-                        [in_type, TensorType(idx_dt, in_type.shape), val_t, idx_t],
-                        [TensorType(in_type.dtype, out_shape), node.types[0]],
-                        {"dimensions": i64_array([axis])}, [region])
+        results = em.op(
+            "stablehlo.reduce",
+            [x, iota, init_v, init_i],
+            [in_type, TensorType(idx_dt, in_type.shape), val_t, idx_t],
+            [TensorType(in_type.dtype, out_shape), node.types[0]],
+            {"dimensions": i64_array([axis])},
+            [region],
+        )
         return [results[1]]
 
     return emit
@@ -299,14 +333,19 @@ def _arg_samples(largest: bool):
         ties = np.array([[1, 3, 3, 0], [2, 2, 2, 2], [-1, -5, -5, 7]], np.float32)
         yield Sample((ties,), {"axis": 1})
         yield Sample((ties.T.copy(),), {"axis": 0})
-        nan = np.array([[1, np.nan, 3, np.nan], [np.inf, 2, -np.inf, 0], [-np.inf] * 4,
-                        [np.nan] * 4], np.float32)
+        nan = np.array(
+            [[1, np.nan, 3, np.nan], [np.inf, 2, -np.inf, 0], [-np.inf] * 4, [np.nan] * 4], np.float32
+        )
         yield Sample((nan,), {"axis": 1})  # the first NaN wins, like NumPy
         yield Sample((rng.integers(-3, 4, size=(3, 6)).astype(np.int32),), {"axis": 1})
-        yield Sample((np.full((2, 5), np.iinfo(np.int32).min if largest else np.iinfo(np.int32).max,
-                              np.int32),), {"axis": 1})  # every value equals the init value
-        yield Sample((rng.integers(0, 3, size=(5, 2)).astype(np.uint32),),
-                     {"axis": 0, "index_dtype": np.dtype(np.uint32)})
+        yield Sample(
+            (np.full((2, 5), np.iinfo(np.int32).min if largest else np.iinfo(np.int32).max, np.int32),),
+            {"axis": 1},
+        )  # every value equals the init value
+        yield Sample(
+            (rng.integers(0, 3, size=(5, 2)).astype(np.uint32),),
+            {"axis": 0, "index_dtype": np.dtype(np.uint32)},
+        )
         yield Sample((rng.random((3, 4)) < 0.5,), {"axis": 1})
         yield Sample((rng.standard_normal((2, 3, 4)).astype(np.float32),), {"axis": 1})
         yield Sample((rng.standard_normal((3,)).astype(np.float32),), {"axis": 0})
@@ -318,28 +357,42 @@ def _arg_samples(largest: bool):
 
 def _argop(name: str, largest: bool) -> OpDef:
     return OpDef(
-        name=name, arity=1, attrs=("axis",), batch=unary_leading(name, ("axis",)),
+        name=name,
+        arity=1,
+        attrs=("axis",),
+        batch=unary_leading(name, ("axis",)),
         optional={"index_dtype": dtypes.int32},
         infer=_arg_infer,
         reference=lambda x, axis, index_dtype: _arg_reference(x, axis, index_dtype, largest),
-        emit=_arg_emit(largest), samples=_arg_samples(largest),
-        doc=(f"Index of the {'largest' if largest else 'smallest'} element along ``axis`` "
-             f"(x: [..., n, ...] -> index_dtype[..., ...]); ties give the first index and NaN counts "
-             f"as the {'largest' if largest else 'smallest'} value (the first NaN wins), like NumPy. "
-             f"An empty axis gives 0."),
+        emit=_arg_emit(largest),
+        samples=_arg_samples(largest),
+        doc=(
+            f"Index of the {'largest' if largest else 'smallest'} element along ``axis`` "
+            f"(x: [..., n, ...] -> index_dtype[..., ...]); ties give the first index and NaN counts "
+            f"as the {'largest' if largest else 'smallest'} value (the first NaN wins), like NumPy. "
+            f"An empty axis gives 0."
+        ),
         nondiff="an index has no derivative",
     )
 
 
 OPS: list[OpDef] = [
     OpDef(
-        name="reduce", arity=1, batch=unary_leading("reduce", ("dimensions",)),
-        attrs=("kind", "dimensions"), infer=_reduce_infer,
-        reference=_reduce_reference, emit=_reduce_emit, samples=_reduce_samples, vjp=_reduce_vjp,
-        doc=("Reduce ``x`` over the axes ``dimensions`` (removed from the shape) with ``kind`` in "
-             "sum/prod/max/min/and/or. The init value is the kind's identity for the dtype "
-             "(0, 1, -inf or the minimum, +inf or the maximum, all bits set, 0), which is the "
-             "result over a size-0 axis. max/min propagate NaN; and/or are bitwise on integers."),
+        name="reduce",
+        arity=1,
+        batch=unary_leading("reduce", ("dimensions",)),
+        attrs=("kind", "dimensions"),
+        infer=_reduce_infer,
+        reference=_reduce_reference,
+        emit=_reduce_emit,
+        samples=_reduce_samples,
+        vjp=_reduce_vjp,
+        doc=(
+            "Reduce ``x`` over the axes ``dimensions`` (removed from the shape) with ``kind`` in "
+            "sum/prod/max/min/and/or. The init value is the kind's identity for the dtype "
+            "(0, 1, -inf or the minimum, +inf or the maximum, all bits set, 0), which is the "
+            "result over a size-0 axis. max/min propagate NaN; and/or are bitwise on integers."
+        ),
     ),
     _argop("argmax", largest=True),
     _argop("argmin", largest=False),

@@ -24,14 +24,19 @@ _I32 = TensorType(dtypes.int32, ())
 
 def split_operands(operands, num_consts: int, num_carry: int):
     """``(consts, carry, xs)`` of a scan's operand list."""
-    return (operands[:num_consts], operands[num_consts:num_consts + num_carry],
-            operands[num_consts + num_carry:])
+    return (
+        operands[:num_consts],
+        operands[num_consts : num_consts + num_carry],
+        operands[num_consts + num_carry :],
+    )
 
 
 def _scan_infer(*types: TensorType, regions, num_consts, num_carry, length, reverse=False, unroll=1):
     (body,) = regions
     if num_consts < 0 or num_carry < 0 or num_consts + num_carry > len(types):
-        raise ShapeError(f"num_consts={num_consts} and num_carry={num_carry} do not fit {len(types)} operands")
+        raise ShapeError(
+            f"num_consts={num_consts} and num_carry={num_carry} do not fit {len(types)} operands"
+        )
     if length < 0:
         raise ShapeError(f"length must be >= 0, got {length}")
     if unroll < 1:
@@ -42,12 +47,16 @@ def _scan_infer(*types: TensorType, regions, num_consts, num_carry, length, reve
             raise ShapeError(f"scanned operand {k} of type {x} needs a leading axis of length {length}")
     expected = tuple(consts) + tuple(carry) + tuple(TensorType(x.dtype, x.shape[1:]) for x in xs)
     if tuple(body.input_types) != expected:
-        raise ShapeError(f"body takes ({', '.join(map(str, body.input_types))}) but the scan passes "
-                         f"({', '.join(map(str, expected))})")
+        raise ShapeError(
+            f"body takes ({', '.join(map(str, body.input_types))}) but the scan passes "
+            f"({', '.join(map(str, expected))})"
+        )
     outs = tuple(body.output_types)
     if outs[:num_carry] != tuple(carry):
-        raise ShapeError(f"body returns the carry as ({', '.join(map(str, outs[:num_carry]))}) but it "
-                         f"enters as ({', '.join(map(str, carry))}): the carry must keep its types")
+        raise ShapeError(
+            f"body returns the carry as ({', '.join(map(str, outs[:num_carry]))}) but it "
+            f"enters as ({', '.join(map(str, carry))}): the carry must keep its types"
+        )
     ys = tuple(TensorType(y.dtype, (length,) + y.shape) for y in outs[num_carry:])
     return tuple(carry) + ys
 
@@ -70,22 +79,32 @@ def _scan_reference(*values, regions, num_consts, num_carry, length, reverse=Fal
 
 def _constant(em, value, dtype) -> str:
     t = TensorType(dtype, ())
-    return em.op("stablehlo.constant", [], [], [t], {"value": f"dense<{scalar_literal(value, dtype)}> : "
-                                                                f"{tensor_type(t)}"})[0]
+    return em.op(
+        "stablehlo.constant",
+        [],
+        [],
+        [t],
+        {"value": f"dense<{scalar_literal(value, dtype)}> : {tensor_type(t)}"},
+    )[0]
 
 
 def _emit_step(em, node, index: str, consts, carry, xs, ys):
     """One iteration at run-time step ``index`` (an i32 scalar): returns (carry, ys)."""
     num_consts, num_carry = node.attr("num_consts"), node.attr("num_carry")
     (body,) = node.regions
-    x_types = [v.type for v in node.inputs[num_consts + num_carry:]]
+    x_types = [v.type for v in node.inputs[num_consts + num_carry :]]
     zero = _constant(em, 0, dtypes.int32) if any(t.ndim > 1 for t in x_types + list(node.types)) else None
     slices = []
     for x, t in zip(xs, x_types):
         starts = [index] + [zero] * (t.ndim - 1)
         block = TensorType(t.dtype, (1,) + t.shape[1:])
-        piece = em.op("stablehlo.dynamic_slice", [x, *starts], [t] + [_I32] * t.ndim, [block],
-                      {"slice_sizes": "array<i64: " + ", ".join(map(str, block.shape)) + ">"})[0]
+        piece = em.op(
+            "stablehlo.dynamic_slice",
+            [x, *starts],
+            [t] + [_I32] * t.ndim,
+            [block],
+            {"slice_sizes": "array<i64: " + ", ".join(map(str, block.shape)) + ">"},
+        )[0]
         sliced = TensorType(t.dtype, t.shape[1:])
         slices.append(em.op("stablehlo.reshape", [piece], [block], [sliced])[0])
     outs = em.emit_graph(body, list(consts) + list(carry) + slices)
@@ -94,8 +113,11 @@ def _emit_step(em, node, index: str, consts, carry, xs, ys):
         block = TensorType(t.dtype, (1,) + t.shape[1:])
         piece = em.op("stablehlo.reshape", [y], [TensorType(t.dtype, t.shape[1:])], [block])[0]
         starts = [index] + [zero] * (t.ndim - 1)
-        new_ys.append(em.op("stablehlo.dynamic_update_slice", [buffer, piece, *starts],
-                            [t, block] + [_I32] * t.ndim, [t])[0])
+        new_ys.append(
+            em.op(
+                "stablehlo.dynamic_update_slice", [buffer, piece, *starts], [t, block] + [_I32] * t.ndim, [t]
+            )[0]
+        )
     return outs[:num_carry], new_ys
 
 
@@ -118,8 +140,16 @@ def _scan_emit(em, node, *operands):
     in_types = [v.type for v in node.inputs]
     c_types, h_types, x_types = split_operands(in_types, num_consts, num_carry)
     y_types = list(node.types[num_carry:])
-    ys = [em.op("stablehlo.constant", [], [], [t],
-                {"value": f"dense<{scalar_literal(0, t.dtype)}> : {tensor_type(t)}"})[0] for t in y_types]
+    ys = [
+        em.op(
+            "stablehlo.constant",
+            [],
+            [],
+            [t],
+            {"value": f"dense<{scalar_literal(0, t.dtype)}> : {tensor_type(t)}"},
+        )[0]
+        for t in y_types
+    ]
     trips = length // unroll
     state_types = [_I32] + c_types + h_types + x_types + y_types
     counter0 = _constant(em, 0, dtypes.int32)
@@ -129,14 +159,28 @@ def _scan_emit(em, node, *operands):
     def unpack(values):
         i = values[0]
         rest = values[1:]
-        return i, rest[:n_c], rest[n_c:n_c + n_h], rest[n_c + n_h:n_c + n_h + n_x], rest[n_c + n_h + n_x:]
+        return (
+            i,
+            rest[:n_c],
+            rest[n_c : n_c + n_h],
+            rest[n_c + n_h : n_c + n_h + n_x],
+            rest[n_c + n_h + n_x :],
+        )
 
     if trips:
+
         def cond(inner, args):
             bound = _constant(inner, trips * unroll, dtypes.int32)
-            return inner.op("stablehlo.compare", [args[0], bound], [_I32, _I32], [TensorType(dtypes.bool_, ())], {
-                "comparison_direction": "#stablehlo<comparison_direction LT>",
-                "compare_type": "#stablehlo<comparison_type SIGNED>"})
+            return inner.op(
+                "stablehlo.compare",
+                [args[0], bound],
+                [_I32, _I32],
+                [TensorType(dtypes.bool_, ())],
+                {
+                    "comparison_direction": "#stablehlo<comparison_direction LT>",
+                    "compare_type": "#stablehlo<comparison_type SIGNED>",
+                },
+            )
 
         def body(inner, args):
             i, c, h, x, y = unpack(args)
@@ -147,8 +191,10 @@ def _scan_emit(em, node, *operands):
             i = inner.op("stablehlo.add", [i, step], [_I32, _I32], [_I32])[0]
             return [i, *c, *h, *x, *y]
 
-        regions = [em.region(state_types, cond, [TensorType(dtypes.bool_, ())]),
-                   em.region(state_types, body, state_types)]
+        regions = [
+            em.region(state_types, cond, [TensorType(dtypes.bool_, ())]),
+            em.region(state_types, body, state_types),
+        ]
         state = em.op("stablehlo.while", state, state_types, state_types, None, regions)
     _, c, h, x, y = unpack(list(state))
     for t in range(trips * unroll, length):  # the iterations left over by unrolling, straight-line
@@ -166,18 +212,31 @@ def _scan_samples(rng):
     # a running tanh recurrence with a weight matrix closed over (a const) and per-step outputs
     w = f64(3, 3)
     body = scan_regions(_tanh_step, f64(3), f64(4, 3), consts=(w,))[0]
-    yield Sample((w, f64(3), f64(4, 3)), {"num_consts": 1, "num_carry": 1, "length": 4},
-                 regions=(body,), name="rnn")
-    yield Sample((w, f64(3), f64(4, 3)), {"num_consts": 1, "num_carry": 1, "length": 4, "reverse": True,
-                                          "unroll": 3}, regions=(body,), name="rnn-reverse-unroll")
+    yield Sample(
+        (w, f64(3), f64(4, 3)), {"num_consts": 1, "num_carry": 1, "length": 4}, regions=(body,), name="rnn"
+    )
+    yield Sample(
+        (w, f64(3), f64(4, 3)),
+        {"num_consts": 1, "num_carry": 1, "length": 4, "reverse": True, "unroll": 3},
+        regions=(body,),
+        name="rnn-reverse-unroll",
+    )
     # an integer counter in the carry, a cumulative product, no scanned inputs
     body = scan_regions(lambda c, _: ((c[0] + 1, c[1] * 1.5), c[1]), (np.int32(0), f64(2)), None, length=3)[0]
-    yield Sample((np.asarray(np.int32(0)), f64(2)), {"num_consts": 0, "num_carry": 2, "length": 3},
-                 regions=(body,), name="counter")
+    yield Sample(
+        (np.asarray(np.int32(0)), f64(2)),
+        {"num_consts": 0, "num_carry": 2, "length": 3},
+        regions=(body,),
+        name="counter",
+    )
     # float32, zero-length
     body = scan_regions(lambda h, x: (h + x, h * x), np.float32(1), np.zeros((0,), np.float32))[0]
-    yield Sample((np.asarray(np.float32(1)), np.zeros((0,), np.float32)),
-                 {"num_consts": 0, "num_carry": 1, "length": 0}, regions=(body,), name="empty")
+    yield Sample(
+        (np.asarray(np.float32(1)), np.zeros((0,), np.float32)),
+        {"num_consts": 0, "num_carry": 1, "length": 0},
+        regions=(body,),
+        name="empty",
+    )
 
 
 def _tanh_step(h, x, w):
@@ -209,21 +268,25 @@ def _scan_batch(batched, size, *operands, regions, num_consts, num_carry, length
     (body,) = regions
     n_h = num_carry
     flags = list(batched)
-    carry_flags = flags[num_consts:num_consts + n_h]
+    carry_flags = flags[num_consts : num_consts + n_h]
     while True:
         _, out_flags = batch_graph(body, flags, size)
         grown = [a or b for a, b in zip(carry_flags, out_flags[:n_h])]
         if grown == carry_flags:
             break
         carry_flags = grown
-        flags[num_consts:num_consts + n_h] = grown
+        flags[num_consts : num_consts + n_h] = grown
     _, out_flags = batch_graph(body, flags, size)
     y_flags = out_flags[n_h:]
     body_b, _ = batch_graph(body, flags, size, force=carry_flags + y_flags)
 
     def bcast(x):
-        return apply("broadcast_in_dim", x, shape=(size,) + tuple(x.shape),
-                     broadcast_dimensions=tuple(range(1, x.ndim + 1)))
+        return apply(
+            "broadcast_in_dim",
+            x,
+            shape=(size,) + tuple(x.shape),
+            broadcast_dimensions=tuple(range(1, x.ndim + 1)),
+        )
 
     def swap01(x):
         return apply("transpose", x, permutation=(1, 0) + tuple(range(2, x.ndim)))
@@ -232,8 +295,18 @@ def _scan_batch(batched, size, *operands, regions, num_consts, num_carry, length
     _, carry_b, xs_b = split_operands(list(batched), num_consts, num_carry)
     carry = [bcast(x) if f and not b else x for x, b, f in zip(carry, carry_b, carry_flags)]
     xs = [swap01(x) if b else x for x, b in zip(xs, xs_b)]
-    outs = apply("scan", *consts, *carry, *xs, regions=(body_b,), num_consts=num_consts, num_carry=num_carry,
-                 length=length, reverse=reverse, unroll=unroll)
+    outs = apply(
+        "scan",
+        *consts,
+        *carry,
+        *xs,
+        regions=(body_b,),
+        num_consts=num_consts,
+        num_carry=num_carry,
+        length=length,
+        reverse=reverse,
+        unroll=unroll,
+    )
     outs = list(outs) if isinstance(outs, tuple) else [outs]
     result = [o if f else bcast(o) for o, f in zip(outs[:n_h], carry_flags)]
     result += [swap01(o) if f else bcast(o) for o, f in zip(outs[n_h:], y_flags)]
@@ -242,9 +315,17 @@ def _scan_batch(batched, size, *operands, regions, num_consts, num_carry, length
 
 OPS = [
     OpDef(
-        name="scan", arity=None, regions=1, attrs=("num_consts", "num_carry", "length"),
-        optional={"reverse": False, "unroll": 1}, infer=_scan_infer, reference=_scan_reference,
-        emit=_scan_emit, samples=_scan_samples, vjp=_scan_vjp, vjp_forward=_scan_vjp_forward,
+        name="scan",
+        arity=None,
+        regions=1,
+        attrs=("num_consts", "num_carry", "length"),
+        optional={"reverse": False, "unroll": 1},
+        infer=_scan_infer,
+        reference=_scan_reference,
+        emit=_scan_emit,
+        samples=_scan_samples,
+        vjp=_scan_vjp,
+        vjp_forward=_scan_vjp_forward,
         batch=_scan_batch,
         doc="Loop over the leading axis of stacked operands (lowered to one ``stablehlo.while``).",
     ),

@@ -54,17 +54,31 @@ def _concat_vjp(ct, y, *xs, dimension):
         limit = list(ct.shape)
         start[dimension], limit[dimension] = offset, offset + x.shape[dimension]
         offset += x.shape[dimension]
-        out.append(_apply("slice", ct, start_indices=tuple(start), limit_indices=tuple(limit),
-                          strides=(1,) * ct.ndim))
+        out.append(
+            _apply(
+                "slice", ct, start_indices=tuple(start), limit_indices=tuple(limit), strides=(1,) * ct.ndim
+            )
+        )
     return tuple(out)
 
 
 def _pad_vjp(ct, y, x, value, low, high, interior):
     # undo the edge padding (negative padding crops), then pick every (interior+1)-th element
-    unpadded = _apply("pad", ct, _zero_scalar(ct), low=tuple(-v for v in low),
-                      high=tuple(-v for v in high), interior=(0,) * ct.ndim)
-    ct_x = _apply("slice", unpadded, start_indices=(0,) * ct.ndim, limit_indices=unpadded.shape,
-                  strides=tuple(m + 1 for m in interior))
+    unpadded = _apply(
+        "pad",
+        ct,
+        _zero_scalar(ct),
+        low=tuple(-v for v in low),
+        high=tuple(-v for v in high),
+        interior=(0,) * ct.ndim,
+    )
+    ct_x = _apply(
+        "slice",
+        unpadded,
+        start_indices=(0,) * ct.ndim,
+        limit_indices=unpadded.shape,
+        strides=tuple(m + 1 for m in interior),
+    )
     every = tuple(range(ct.ndim))
     total = _apply("reduce", ct, kind="sum", dimensions=every) if ct.ndim else ct
     inner = _apply("reduce", ct_x, kind="sum", dimensions=every) if ct.ndim else ct_x
@@ -75,8 +89,12 @@ def _pad_vjp(ct, y, x, value, low, high, interior):
 
 
 def _bid_batch(batched, size, x, shape, broadcast_dimensions):
-    return _apply("broadcast_in_dim", x, shape=(size,) + tuple(shape),
-                  broadcast_dimensions=(0,) + shift(broadcast_dimensions))
+    return _apply(
+        "broadcast_in_dim",
+        x,
+        shape=(size,) + tuple(shape),
+        broadcast_dimensions=(0,) + shift(broadcast_dimensions),
+    )
 
 
 def _reshape_batch(batched, size, x, shape):
@@ -88,8 +106,13 @@ def _transpose_batch(batched, size, x, permutation):
 
 
 def _slice_batch(batched, size, x, start_indices, limit_indices, strides):
-    return _apply("slice", x, start_indices=(0,) + tuple(start_indices),
-                  limit_indices=(size,) + tuple(limit_indices), strides=(1,) + tuple(strides))
+    return _apply(
+        "slice",
+        x,
+        start_indices=(0,) + tuple(start_indices),
+        limit_indices=(size,) + tuple(limit_indices),
+        strides=(1,) + tuple(strides),
+    )
 
 
 def _concat_batch(batched, size, *xs, dimension):
@@ -123,7 +146,9 @@ def _bid_infer(x: TensorType, shape, broadcast_dimensions) -> TensorType:
     if len(dims) != x.ndim:
         raise ShapeError(f"broadcast_dimensions {list(dims)} must list one target axis per operand axis")
     if len(set(dims)) != len(dims) or any(not 0 <= d < len(shape) for d in dims):
-        raise ShapeError(f"broadcast_dimensions {list(dims)} must be distinct axes of the result {list(shape)}")
+        raise ShapeError(
+            f"broadcast_dimensions {list(dims)} must be distinct axes of the result {list(shape)}"
+        )
     if list(dims) != sorted(dims):
         raise ShapeError(f"broadcast_dimensions {list(dims)} must be increasing (transpose first)")
     for axis, d in enumerate(dims):
@@ -205,8 +230,10 @@ def _slice_reference(x, start_indices, limit_indices, strides):
 def _slice_samples(rng):
     yield Sample((_rand(rng, (5, 6)),), {"start_indices": (1, 0), "limit_indices": (4, 6), "strides": (1, 2)})
     yield Sample((_rand(rng, (7,)),), {"start_indices": (2,), "limit_indices": (2,), "strides": (1,)})
-    yield Sample((_rand(rng, (3, 4, 5)),), {"start_indices": (0, 1, 2), "limit_indices": (3, 4, 5),
-                                            "strides": (2, 3, 1)})
+    yield Sample(
+        (_rand(rng, (3, 4, 5)),),
+        {"start_indices": (0, 1, 2), "limit_indices": (3, 4, 5), "strides": (2, 3, 1)},
+    )
 
 
 # concatenate --------------------------------------------------------------------------------
@@ -221,8 +248,9 @@ def _concat_infer(*xs: TensorType, dimension) -> TensorType:
     for x in xs[1:]:
         if x.dtype != first.dtype:
             raise TypeError("operands must have the same dtype")
-        if x.ndim != first.ndim or any(a != b for i, (a, b) in enumerate(zip(x.shape, first.shape))
-                                       if i != dimension):
+        if x.ndim != first.ndim or any(
+            a != b for i, (a, b) in enumerate(zip(x.shape, first.shape)) if i != dimension
+        ):
             raise ShapeError(f"operands must agree on every axis but {dimension}")
     total = sum(x.shape[dimension] for x in xs)
     shape = list(first.shape)
@@ -263,8 +291,10 @@ def _pad_reference(x, value, low, high, interior):
     spread[tuple(slice(None, None, m + 1) for m in interior)] = x
     pads = [(max(lo, 0), max(hi, 0)) for lo, hi in zip(low, high)]
     out = np.pad(spread, pads, constant_values=value) if x.ndim else spread
-    crop = tuple(slice(-lo if lo < 0 else 0, (out.shape[i] + hi) if hi < 0 else None)
-                 for i, (lo, hi) in enumerate(zip(low, high)))
+    crop = tuple(
+        slice(-lo if lo < 0 else 0, (out.shape[i] + hi) if hi < 0 else None)
+        for i, (lo, hi) in enumerate(zip(low, high))
+    )
     return out[crop]
 
 
@@ -293,64 +323,115 @@ def _reverse_samples(rng):
 
 OPS = [
     OpDef(
-        name="broadcast_in_dim", arity=1, attrs=("shape", "broadcast_dimensions"), infer=_bid_infer,
+        name="broadcast_in_dim",
+        arity=1,
+        attrs=("shape", "broadcast_dimensions"),
+        infer=_bid_infer,
         batch=_bid_batch,
         reference=_bid_reference,
-        emit=lambda em, node, x: em.simple("stablehlo.broadcast_in_dim", node, x, attrs={
-            "broadcast_dimensions": i64_array(node.attr("broadcast_dimensions"))}),
-        samples=_bid_samples, vjp=_bid_vjp,
+        emit=lambda em, node, x: em.simple(
+            "stablehlo.broadcast_in_dim",
+            node,
+            x,
+            attrs={"broadcast_dimensions": i64_array(node.attr("broadcast_dimensions"))},
+        ),
+        samples=_bid_samples,
+        vjp=_bid_vjp,
         doc="Broadcast to ``shape``; operand axis i maps to result axis broadcast_dimensions[i].",
     ),
     OpDef(
-        name="reshape", batch=_reshape_batch, arity=1, attrs=("shape",), infer=_reshape_infer,
+        name="reshape",
+        batch=_reshape_batch,
+        arity=1,
+        attrs=("shape",),
+        infer=_reshape_infer,
         reference=lambda x, shape: x.reshape(tuple(shape)),
         emit=lambda em, node, x: em.simple("stablehlo.reshape", node, x),
-        samples=_reshape_samples, vjp=lambda ct, y, x, shape: (_apply("reshape", ct, shape=x.shape),),
+        samples=_reshape_samples,
+        vjp=lambda ct, y, x, shape: (_apply("reshape", ct, shape=x.shape),),
         doc="Row-major reshape to ``shape`` (same number of elements).",
     ),
     OpDef(
-        name="transpose", batch=_transpose_batch, arity=1, attrs=("permutation",), infer=_transpose_infer,
+        name="transpose",
+        batch=_transpose_batch,
+        arity=1,
+        attrs=("permutation",),
+        infer=_transpose_infer,
         reference=lambda x, permutation: np.transpose(x, tuple(permutation)).copy(),
-        emit=lambda em, node, x: em.simple("stablehlo.transpose", node, x, attrs={
-            "permutation": i64_array(node.attr("permutation"))}),
-        samples=_transpose_samples, vjp=_transpose_vjp,
+        emit=lambda em, node, x: em.simple(
+            "stablehlo.transpose", node, x, attrs={"permutation": i64_array(node.attr("permutation"))}
+        ),
+        samples=_transpose_samples,
+        vjp=_transpose_vjp,
         doc="Permute axes: result axis i is operand axis permutation[i].",
     ),
     OpDef(
-        name="slice", arity=1, attrs=("start_indices", "limit_indices", "strides"), infer=_slice_infer,
+        name="slice",
+        arity=1,
+        attrs=("start_indices", "limit_indices", "strides"),
+        infer=_slice_infer,
         batch=_slice_batch,
         reference=_slice_reference,
-        emit=lambda em, node, x: em.simple("stablehlo.slice", node, x, attrs={
-            "start_indices": i64_array(node.attr("start_indices")),
-            "limit_indices": i64_array(node.attr("limit_indices")),
-            "strides": i64_array(node.attr("strides"))}),
-        samples=_slice_samples, vjp=_slice_vjp,
+        emit=lambda em, node, x: em.simple(
+            "stablehlo.slice",
+            node,
+            x,
+            attrs={
+                "start_indices": i64_array(node.attr("start_indices")),
+                "limit_indices": i64_array(node.attr("limit_indices")),
+                "strides": i64_array(node.attr("strides")),
+            },
+        ),
+        samples=_slice_samples,
+        vjp=_slice_vjp,
         doc="Static strided slice [start:limit:stride] on every axis.",
     ),
     OpDef(
-        name="concatenate", batch=_concat_batch, arity=None, attrs=("dimension",), infer=_concat_infer,
+        name="concatenate",
+        batch=_concat_batch,
+        arity=None,
+        attrs=("dimension",),
+        infer=_concat_infer,
         reference=lambda *xs, dimension: np.concatenate(xs, axis=dimension),
-        emit=lambda em, node, *xs: em.simple("stablehlo.concatenate", node, *xs, attrs={
-            "dimension": f"{node.attr('dimension')} : i64"}),
-        samples=_concat_samples, vjp=_concat_vjp,
+        emit=lambda em, node, *xs: em.simple(
+            "stablehlo.concatenate", node, *xs, attrs={"dimension": f"{node.attr('dimension')} : i64"}
+        ),
+        samples=_concat_samples,
+        vjp=_concat_vjp,
         doc="Join operands along ``dimension``.",
     ),
     OpDef(
-        name="pad", batch=_pad_batch, arity=2, attrs=("low", "high", "interior"), infer=_pad_infer,
+        name="pad",
+        batch=_pad_batch,
+        arity=2,
+        attrs=("low", "high", "interior"),
+        infer=_pad_infer,
         reference=_pad_reference,
-        emit=lambda em, node, x, v: em.simple("stablehlo.pad", node, x, v, attrs={
-            "edge_padding_low": i64_array(node.attr("low")),
-            "edge_padding_high": i64_array(node.attr("high")),
-            "interior_padding": i64_array(node.attr("interior"))}),
-        samples=_pad_samples, vjp=_pad_vjp,
+        emit=lambda em, node, x, v: em.simple(
+            "stablehlo.pad",
+            node,
+            x,
+            v,
+            attrs={
+                "edge_padding_low": i64_array(node.attr("low")),
+                "edge_padding_high": i64_array(node.attr("high")),
+                "interior_padding": i64_array(node.attr("interior")),
+            },
+        ),
+        samples=_pad_samples,
+        vjp=_pad_vjp,
         doc="pad(x, value): edge padding low/high (negative crops) and interior padding.",
     ),
     OpDef(
-        name="reverse", arity=1, attrs=("dimensions",), infer=_reverse_infer,
+        name="reverse",
+        arity=1,
+        attrs=("dimensions",),
+        infer=_reverse_infer,
         batch=unary_leading("reverse", ("dimensions",)),
         reference=lambda x, dimensions: np.flip(x, tuple(dimensions)).copy() if dimensions else x.copy(),
-        emit=lambda em, node, x: em.simple("stablehlo.reverse", node, x, attrs={
-            "dimensions": i64_array(node.attr("dimensions"))}),
+        emit=lambda em, node, x: em.simple(
+            "stablehlo.reverse", node, x, attrs={"dimensions": i64_array(node.attr("dimensions"))}
+        ),
         samples=_reverse_samples,
         vjp=lambda ct, y, x, dimensions: (_apply("reverse", ct, dimensions=dimensions),),
         doc="Reverse the order of elements along ``dimensions``.",

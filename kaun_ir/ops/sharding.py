@@ -31,22 +31,27 @@ def check_spec(shape: tuple[int, ...], mesh, spec, what: str = "sharding") -> No
     if len(sizes) != len(mesh):
         raise ShapeError(f"{what}: mesh axis names repeat in {mesh}")
     if len(spec) > len(shape):
-        raise ShapeError(f"{what}: spec {spec} has {len(spec)} entries but the array has rank "
-                         f"{len(shape)} (shape {shape})")
+        raise ShapeError(
+            f"{what}: spec {spec} has {len(spec)} entries but the array has rank {len(shape)} (shape {shape})"
+        )
     used: set[str] = set()
     for dim, axes in enumerate(spec):
         ways = 1
         for axis in axes:
             if axis not in sizes:
-                raise ShapeError(f"{what}: spec {spec} names mesh axis {axis!r}, but the mesh has only "
-                                 f"{', '.join(repr(a) for a in sizes) or 'no axes'}")
+                raise ShapeError(
+                    f"{what}: spec {spec} names mesh axis {axis!r}, but the mesh has only "
+                    f"{', '.join(repr(a) for a in sizes) or 'no axes'}"
+                )
             if axis in used:
                 raise ShapeError(f"{what}: spec {spec} uses mesh axis {axis!r} twice")
             used.add(axis)
             ways *= sizes[axis]
         if shape[dim] % ways:
-            raise ShapeError(f"{what}: dimension {dim} of shape {shape} (size {shape[dim]}) is not "
-                             f"divisible by {ways}, the size of mesh axes {axes}")
+            raise ShapeError(
+                f"{what}: dimension {dim} of shape {shape} (size {shape[dim]}) is not "
+                f"divisible by {ways}, the size of mesh axes {axes}"
+            )
 
 
 def sdy_mesh(mesh) -> str:
@@ -91,18 +96,28 @@ def _batch(batched, size, x, mesh, spec):
 def _samples(rng):
     # One device suffices to compile these (the test process has one); the multi-device
     # behaviour is tested in subprocesses with virtual CPU devices (tests/test_sharding.py).
-    yield Sample((rng.standard_normal((4, 3)).astype("float32"),),
-                 {"mesh": (("data", 1),), "spec": (("data",), ())})
-    yield Sample((rng.standard_normal((2, 6)).astype("float32"),),
-                 {"mesh": (("data", 1), ("model", 1)), "spec": ((), ("model", "data"))})
+    yield Sample(
+        (rng.standard_normal((4, 3)).astype("float32"),), {"mesh": (("data", 1),), "spec": (("data",), ())}
+    )
+    yield Sample(
+        (rng.standard_normal((2, 6)).astype("float32"),),
+        {"mesh": (("data", 1), ("model", 1)), "spec": ((), ("model", "data"))},
+    )
     yield Sample((rng.integers(0, 5, (3,)).astype("int32"),), {"mesh": (("x", 1),), "spec": ()})
 
 
 OPS = [
     OpDef(
-        name="sharding_constraint", arity=1, attrs=("mesh", "spec"), infer=_infer,
-        reference=lambda x, mesh, spec: x, emit=_emit, samples=_samples, vjp=_vjp, batch=_batch,
+        name="sharding_constraint",
+        arity=1,
+        attrs=("mesh", "spec"),
+        infer=_infer,
+        reference=lambda x, mesh, spec: x,
+        emit=_emit,
+        samples=_samples,
+        vjp=_vjp,
+        batch=_batch,
         doc="The identity, annotated with how its value is split over a device mesh (attributes "
-            "``mesh`` = ((axis, size), ...) and ``spec`` = per-dimension tuples of axis names).",
+        "``mesh`` = ((axis, size), ...) and ``spec`` = per-dimension tuples of axis names).",
     ),
 ]

@@ -50,12 +50,18 @@ def _reference(x, axis, descending, index_dtype):
 
 
 def _compare(em, a, b, t: TensorType, direction: str):
-    kind = ("FLOAT" if dtypes.is_float(t.dtype) else "UNSIGNED" if dtypes.is_unsigned(t.dtype) else "SIGNED")
+    kind = "FLOAT" if dtypes.is_float(t.dtype) else "UNSIGNED" if dtypes.is_unsigned(t.dtype) else "SIGNED"
     pred = TensorType(dtypes.bool_, ())
-    return em.op("stablehlo.compare", [a, b], [t, t], [pred], {
-        "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
-        "compare_type": f"#stablehlo<comparison_type {kind}>",
-    })[0]
+    return em.op(
+        "stablehlo.compare",
+        [a, b],
+        [t, t],
+        [pred],
+        {
+            "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
+            "compare_type": f"#stablehlo<comparison_type {kind}>",
+        },
+    )[0]
 
 
 def _emit(em, node, x):
@@ -85,8 +91,14 @@ def _emit(em, node, x):
         return [before]
 
     region = em.region([val_s, val_s, idx_s, idx_s], body, result_types=[pred_t])
-    return em.op("stablehlo.sort", [x, iota], [in_type, idx_t], [node.types[0], idx_t],
-                 {"dimension": f"{axis} : i64", "is_stable": "true"}, [region])
+    return em.op(
+        "stablehlo.sort",
+        [x, iota],
+        [in_type, idx_t],
+        [node.types[0], idx_t],
+        {"dimension": f"{axis} : i64", "is_stable": "true"},
+        [region],
+    )
 
 
 def _vjp(cts, outs, x, axis, descending, index_dtype):
@@ -114,8 +126,10 @@ def _samples(rng):
         yield Sample((nan,), {"axis": 1, "descending": descending})
         ints = rng.integers(-4, 5, size=(3, 7)).astype(np.int32)
         yield Sample((ints,), {"axis": 1, "descending": descending})
-        yield Sample((rng.integers(0, 9, size=(5, 2)).astype(np.uint32),),
-                     {"axis": 0, "descending": descending, "index_dtype": np.dtype(np.int64)})
+        yield Sample(
+            (rng.integers(0, 9, size=(5, 2)).astype(np.uint32),),
+            {"axis": 0, "descending": descending, "index_dtype": np.dtype(np.int64)},
+        )
         cube = rng.standard_normal((2, 3, 5)).astype(np.float64)
         yield Sample((cube,), {"axis": 2, "descending": descending})
     yield Sample((rng.standard_normal((5,)).astype(np.float32),), {"axis": 0, "descending": False})
@@ -124,13 +138,22 @@ def _samples(rng):
 
 OPS = [
     OpDef(
-        name="sort", arity=1, attrs=("axis",), optional={"descending": False, "index_dtype": dtypes.int32},
-        infer=_infer, reference=_reference, emit=_emit, samples=_samples, vjp=_vjp,
+        name="sort",
+        arity=1,
+        attrs=("axis",),
+        optional={"descending": False, "index_dtype": dtypes.int32},
+        infer=_infer,
+        reference=_reference,
+        emit=_emit,
+        samples=_samples,
+        vjp=_vjp,
         batch=unary_leading("sort", ("axis",)),
-        doc=("``x`` sorted along ``axis`` (ascending, or ``descending``) and the permutation that sorts "
-             "it, ``(values, indices)`` with ``values = take_along_axis(x, indices, axis)``. Stable: equal "
-             "values keep their order in both directions. NaN sorts after every number ascending and "
-             "before every number descending. Lowered to ``stablehlo.sort``."),
+        doc=(
+            "``x`` sorted along ``axis`` (ascending, or ``descending``) and the permutation that sorts "
+            "it, ``(values, indices)`` with ``values = take_along_axis(x, indices, axis)``. Stable: equal "
+            "values keep their order in both directions. NaN sorts after every number ascending and "
+            "before every number descending. Lowered to ``stablehlo.sort``."
+        ),
     ),
 ]
 

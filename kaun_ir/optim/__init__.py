@@ -19,9 +19,37 @@ schedule evaluated on the traced step count so the compiled step never retraces)
 from . import schedule
 from .algorithms import adagrad, adam, adamw, rmsprop, sgd
 from .compose import chain
-from .core import (Algorithm, State, apply_updates, clip_by_global_norm, global_norm, init, slot_dtype,
-                   state_of_trees, state_to_trees, step, update)
+from .core import (
+    Algorithm,
+    State,
+    apply_updates,
+    clip_by_global_norm,
+    global_norm,
+    init,
+    slot_dtype,
+    state_of_trees,
+    state_to_trees,
+    step,
+    update,
+)
 
-__all__ = ["Algorithm", "State", "init", "step", "update", "apply_updates", "global_norm",
-           "clip_by_global_norm", "chain", "slot_dtype", "state_to_trees", "state_of_trees", "sgd", "adam",
-           "adamw", "rmsprop", "adagrad", "schedule"]
+__all__ = [
+    "Algorithm",
+    "State",
+    "init",
+    "step",
+    "update",
+    "apply_updates",
+    "global_norm",
+    "clip_by_global_norm",
+    "chain",
+    "slot_dtype",
+    "state_to_trees",
+    "state_of_trees",
+    "sgd",
+    "adam",
+    "adamw",
+    "rmsprop",
+    "adagrad",
+    "schedule",
+]

@@ -12,7 +12,8 @@ step as scalars and cast once per parameter dtype; only the per-element work is 
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +33,9 @@ def _kn():
 # ------------------------------------------------------------------------ validation
 
 
-def _number(opt: str, name: str, value: Any, low: float = 0.0, high: float | None = None,
-            high_open: bool = True) -> float:
+def _number(
+    opt: str, name: str, value: Any, low: float = 0.0, high: float | None = None, high_open: bool = True
+) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"optim.{opt}: {name} must be a number, got {value!r}")
     value = float(value)
@@ -113,8 +115,10 @@ def _leaves_like(params: Any, tree: Any, what: str, opt: str) -> list:
     for (path, p), leaf in pairs:
         if kn.shape_of(p) != kn.shape_of(leaf):
             where = f"at {path!r}" if path else "at the root"
-            raise ShapeError(f"optim.{opt}: {what} {where} have shape {_shape_text(kn.shape_of(leaf))}, "
-                             f"the parameter {_shape_text(kn.shape_of(p))}")
+            raise ShapeError(
+                f"optim.{opt}: {what} {where} have shape {_shape_text(kn.shape_of(leaf))}, "
+                f"the parameter {_shape_text(kn.shape_of(p))}"
+            )
         leaves.append(leaf)
     return leaves
 
@@ -134,8 +138,9 @@ def _state_dtype_arg(opt: str, state_dtype: Any) -> Any:
         return None
     dtype = dtypes.canonical(state_dtype)
     if not dtypes.is_float(dtype):
-        raise ValueError(f"optim.{opt}: state_dtype must be a floating-point dtype, got "
-                         f"{dtypes.short_name(dtype)}")
+        raise ValueError(
+            f"optim.{opt}: state_dtype must be a floating-point dtype, got {dtypes.short_name(dtype)}"
+        )
     return dtype
 
 
@@ -182,8 +187,9 @@ def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False, state_dtype: Any
     def step(t, trees, params, grads):
         scalars = _Scalars(neg_lr=_scale(_learning_rate(lr, t), -1.0))
         if not momentum:
-            return _map_leaves("sgd", lambda p, g: (kn.multiply(scalars("neg_lr", g), g),),
-                               params, grads, trees, 1)[0], ()
+            return _map_leaves(
+                "sgd", lambda p, g: (kn.multiply(scalars("neg_lr", g), g),), params, grads, trees, 1
+            )[0], ()
 
         def leaf(p, g, v):
             g = _in(v, g)
@@ -200,8 +206,16 @@ def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False, state_dtype: Any
     return Algorithm(init, step, "sgd", hyper, ("trace",) if momentum else ())
 
 
-def _adam_like(name: str, lr: Any, b1: float, b2: float, eps: float, weight_decay: float,
-               mask: Any = None, state_dtype: Any = None) -> Algorithm:
+def _adam_like(
+    name: str,
+    lr: Any,
+    b1: float,
+    b2: float,
+    eps: float,
+    weight_decay: float,
+    mask: Any = None,
+    state_dtype: Any = None,
+) -> Algorithm:
     from .masks import decay_mask
 
     lr = _learning_rate_arg(name, lr)
@@ -222,9 +236,11 @@ def _adam_like(name: str, lr: Any, b1: float, b2: float, eps: float, weight_deca
         # bias corrections, once per step: mu_hat = mu / (1 - b1**t), nu_hat = nu / (1 - b2**t)
         correction1 = kn.subtract(1.0, kn.power(np.float32(b1), t_float))
         correction2 = kn.subtract(1.0, kn.power(np.float32(b2), t_float))
-        scalars = _Scalars(neg_step=kn.divide(_scale(lr_t, -1.0), correction1),
-                           inv_correction2=kn.divide(1.0, correction2),
-                           neg_decay=_scale(lr_t, -weight_decay))
+        scalars = _Scalars(
+            neg_step=kn.divide(_scale(lr_t, -1.0), correction1),
+            inv_correction2=kn.divide(1.0, correction2),
+            neg_decay=_scale(lr_t, -weight_decay),
+        )
 
         decays = iter(masked(params) if weight_decay else ())
 
@@ -251,8 +267,9 @@ def _adam_like(name: str, lr: Any, b1: float, b2: float, eps: float, weight_deca
     return Algorithm(init, step, name, hyper, ("mu", "nu"))
 
 
-def adam(lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-         state_dtype: Any = None) -> Algorithm:
+def adam(
+    lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, state_dtype: Any = None
+) -> Algorithm:
     """Adam (optax ``adam`` with ``eps_root=0``; PyTorch ``Adam``).
 
     Slots ``mu``, ``nu``: ``mu = b1*mu + (1-b1)*g``, ``nu = b2*nu + (1-b2)*g**2``, then
@@ -267,8 +284,15 @@ def adam(lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
     return _adam_like("adam", lr, b1, b2, eps, 0.0, None, state_dtype)
 
 
-def adamw(lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
-          weight_decay: float = 0.01, mask: Any = None, state_dtype: Any = None) -> Algorithm:
+def adamw(
+    lr: Any,
+    b1: float = 0.9,
+    b2: float = 0.999,
+    eps: float = 1e-8,
+    weight_decay: float = 0.01,
+    mask: Any = None,
+    state_dtype: Any = None,
+) -> Algorithm:
     """Adam with decoupled weight decay (optax ``adamw``, whose default decay is 1e-4; PyTorch
     ``AdamW``'s default 0.01 is used here): ``update = -lr * (adam_direction + weight_decay *
     param)``.
@@ -281,8 +305,9 @@ def adamw(lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8,
     return _adam_like("adamw", lr, b1, b2, eps, weight_decay, mask, state_dtype)
 
 
-def rmsprop(lr: Any, decay: float = 0.9, eps: float = 1e-8, momentum: float = 0.0,
-            state_dtype: Any = None) -> Algorithm:
+def rmsprop(
+    lr: Any, decay: float = 0.9, eps: float = 1e-8, momentum: float = 0.0, state_dtype: Any = None
+) -> Algorithm:
     """RMSProp with optax's semantics (``optax.rmsprop`` with ``centered=False``).
 
     Slot ``nu``: ``nu = decay*nu + (1-decay)*g**2`` (starting at 0), ``u = -lr * g /
@@ -327,8 +352,9 @@ def rmsprop(lr: Any, decay: float = 0.9, eps: float = 1e-8, momentum: float = 0.
     return Algorithm(init, step, "rmsprop", hyper, ("nu", "trace") if momentum else ("nu",))
 
 
-def adagrad(lr: Any, eps: float = 1e-8, initial_accumulator_value: float = 0.1,
-            state_dtype: Any = None) -> Algorithm:
+def adagrad(
+    lr: Any, eps: float = 1e-8, initial_accumulator_value: float = 0.1, state_dtype: Any = None
+) -> Algorithm:
     """Adagrad (optax ``adagrad``; its default ``eps`` is 1e-7, ours 1e-8 as in API.md).
 
     Slot ``sum_of_squares``, starting at ``initial_accumulator_value`` (0.1 like optax and

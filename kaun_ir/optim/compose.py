@@ -27,8 +27,10 @@ def chain(*transforms: Algorithm) -> Algorithm:
         raise ValueError("optim.chain: give at least one optimiser or transformation")
     for i, alg in enumerate(transforms):
         if not isinstance(alg, Algorithm):
-            raise TypeError(f"optim.chain: argument {i} must be an optim algorithm or transformation (e.g. "
-                            f"optim.clip_by_global_norm(1.0), optim.adam(1e-3)), got {type(alg).__name__}")
+            raise TypeError(
+                f"optim.chain: argument {i} must be an optim algorithm or transformation (e.g. "
+                f"optim.clip_by_global_norm(1.0), optim.adam(1e-3)), got {type(alg).__name__}"
+            )
     sizes = [len(alg.slots) for alg in transforms]
 
     def init(params):
@@ -36,15 +38,16 @@ def chain(*transforms: Algorithm) -> Algorithm:
         for alg, size in zip(transforms, sizes):
             own = tuple(alg.init(params))
             if len(own) != size:
-                raise ValueError(f"optim.chain: {alg.name}.init returned {len(own)} trees for slots "
-                                 f"{alg.slots}")
+                raise ValueError(
+                    f"optim.chain: {alg.name}.init returned {len(own)} trees for slots {alg.slots}"
+                )
             trees.extend(own)
         return tuple(trees)
 
     def step(t, trees, params, grads):
         updates, new_trees, start = grads, [], 0
         for alg, size in zip(transforms, sizes):
-            updates, own = alg.step(t, tuple(trees[start:start + size]), params, updates)
+            updates, own = alg.step(t, tuple(trees[start : start + size]), params, updates)
             new_trees.extend(own)
             start += size
         return updates, tuple(new_trees)

@@ -13,8 +13,9 @@ here is pure and works
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -22,8 +23,18 @@ from .. import dtypes, ptree
 from ..api import op_function
 from ..ir.builder import current_builder
 
-__all__ = ["Algorithm", "State", "init", "step", "update", "apply_updates", "global_norm",
-           "clip_by_global_norm", "state_to_trees", "state_of_trees"]
+__all__ = [
+    "Algorithm",
+    "State",
+    "init",
+    "step",
+    "update",
+    "apply_updates",
+    "global_norm",
+    "clip_by_global_norm",
+    "state_to_trees",
+    "state_of_trees",
+]
 
 _INT32_MAX = np.iinfo(np.int32).max
 
@@ -85,8 +96,9 @@ class State(tuple):
 
 def _check_algorithm(alg: Any, where: str) -> None:
     if not isinstance(alg, Algorithm):
-        raise TypeError(f"optim.{where}: expected an optim.Algorithm (e.g. optim.adam(1e-3)), got "
-                        f"{type(alg).__name__}")
+        raise TypeError(
+            f"optim.{where}: expected an optim.Algorithm (e.g. optim.adam(1e-3)), got {type(alg).__name__}"
+        )
 
 
 def _as_state(alg: Algorithm, state: Any, where: str) -> State:
@@ -96,8 +108,9 @@ def _as_state(alg: Algorithm, state: Any, where: str) -> State:
     count, trees = state
     if not isinstance(trees, (tuple, list)) or len(trees) != len(alg.slots):
         have = len(trees) if isinstance(trees, (tuple, list)) else type(trees).__name__
-        raise ValueError(f"optim.{where}: {alg.name} keeps {len(alg.slots)} trees {alg.slots}, "
-                         f"the state holds {have}")
+        raise ValueError(
+            f"optim.{where}: {alg.name} keeps {len(alg.slots)} trees {alg.slots}, the state holds {have}"
+        )
     return state if isinstance(state, State) else State(count, trees)
 
 
@@ -141,8 +154,9 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
     import kaun_ir as kn
 
     if _tracing():
-        return ptree.map(lambda p: kn.full(kn.shape_of(p), value, slot_dtype(kn.dtype_of(p), state_dtype)),
-                         params)
+        return ptree.map(
+            lambda p: kn.full(kn.shape_of(p), value, slot_dtype(kn.dtype_of(p), state_dtype)), params
+        )
     from ..runtime import xla
     from ..tensor import type_of
 

@@ -21,12 +21,21 @@ reaches the peak on the 10th. To reproduce an optax run exactly, give optax
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["Schedule", "constant", "cosine_decay", "warmup_cosine", "warmup_linear", "linear",
-           "exponential_decay", "piecewise_constant"]
+__all__ = [
+    "Schedule",
+    "constant",
+    "cosine_decay",
+    "warmup_cosine",
+    "warmup_linear",
+    "linear",
+    "exponential_decay",
+    "piecewise_constant",
+]
 
 
 class Schedule:
@@ -119,8 +128,10 @@ def linear(init_value: float, end_value: float, steps: int) -> Schedule:
     init_value = _float("linear", "init_value", init_value)
     end_value = _float("linear", "end_value", end_value)
     steps = _positive_int("linear", "steps", steps)
-    return Schedule(lambda n, xp: _linear_ramp(n, xp, init_value, end_value, steps),
-                    _describe("linear", init_value=init_value, end_value=end_value, steps=steps))
+    return Schedule(
+        lambda n, xp: _linear_ramp(n, xp, init_value, end_value, steps),
+        _describe("linear", init_value=init_value, end_value=end_value, steps=steps),
+    )
 
 
 def cosine_decay(init_value: float, decay_steps: int, alpha: float = 0.0) -> Schedule:
@@ -135,8 +146,9 @@ def cosine_decay(init_value: float, decay_steps: int, alpha: float = 0.0) -> Sch
     def fn(n, xp):
         return init_value * ((1.0 - alpha) * _half_cosine(n, xp, decay_steps) + alpha)
 
-    return Schedule(fn, _describe("cosine_decay", init_value=init_value, decay_steps=decay_steps,
-                                  alpha=alpha))
+    return Schedule(
+        fn, _describe("cosine_decay", init_value=init_value, decay_steps=decay_steps, alpha=alpha)
+    )
 
 
 def warmup_linear(init_value: float, peak_value: float, warmup_steps: int) -> Schedule:
@@ -147,15 +159,21 @@ def warmup_linear(init_value: float, peak_value: float, warmup_steps: int) -> Sc
     init_value = _float("warmup_linear", "init_value", init_value)
     peak_value = _float("warmup_linear", "peak_value", peak_value)
     warmup_steps = _positive_int("warmup_linear", "warmup_steps", warmup_steps, allow_zero=True)
-    description = _describe("warmup_linear", init_value=init_value, peak_value=peak_value,
-                            warmup_steps=warmup_steps)
+    description = _describe(
+        "warmup_linear", init_value=init_value, peak_value=peak_value, warmup_steps=warmup_steps
+    )
     if warmup_steps == 0:
         return Schedule(lambda n, xp: xp.full_like(n, peak_value), description)
     return Schedule(lambda n, xp: _linear_ramp(n, xp, init_value, peak_value, warmup_steps), description)
 
 
-def warmup_cosine(init_value: float, peak_value: float, warmup_steps: int, decay_steps: int | None = None,
-                  end_value: float = 0.0) -> Schedule:
+def warmup_cosine(
+    init_value: float,
+    peak_value: float,
+    warmup_steps: int,
+    decay_steps: int | None = None,
+    end_value: float = 0.0,
+) -> Schedule:
     """Warm-up to ``peak_value``, in one of two forms.
 
     - ``decay_steps=None`` (Kaun's ``warmup_cosine``): a half-cosine ramp from ``init_value``
@@ -177,13 +195,16 @@ def warmup_cosine(init_value: float, peak_value: float, warmup_steps: int, decay
         def ramp(n, xp):
             return init_value + rise * (1.0 - _half_cosine(xp.maximum(n, 0), xp, warmup_steps))
 
-        return Schedule(ramp, _describe(name, init_value=init_value, peak_value=peak_value,
-                                        warmup_steps=warmup_steps))
+        return Schedule(
+            ramp, _describe(name, init_value=init_value, peak_value=peak_value, warmup_steps=warmup_steps)
+        )
     warmup_steps = _positive_int(name, "warmup_steps", warmup_steps, allow_zero=True)
     decay_steps = _positive_int(name, "decay_steps", decay_steps)
     if decay_steps <= warmup_steps:
-        raise ValueError(f"schedule.{name}: decay_steps ({decay_steps}) counts the warm-up too and "
-                         f"must be greater than warmup_steps ({warmup_steps})")
+        raise ValueError(
+            f"schedule.{name}: decay_steps ({decay_steps}) counts the warm-up too and "
+            f"must be greater than warmup_steps ({warmup_steps})"
+        )
     cosine_steps = decay_steps - warmup_steps
 
     def warm_then_decay(n, xp):
@@ -193,13 +214,22 @@ def warmup_cosine(init_value: float, peak_value: float, warmup_steps: int, decay
         warm = _linear_ramp(n, xp, init_value, peak_value, warmup_steps)
         return xp.where(n < warmup_steps, warm, decay)
 
-    return Schedule(warm_then_decay, _describe(name, init_value=init_value, peak_value=peak_value,
-                                               warmup_steps=warmup_steps, decay_steps=decay_steps,
-                                               end_value=end_value))
+    return Schedule(
+        warm_then_decay,
+        _describe(
+            name,
+            init_value=init_value,
+            peak_value=peak_value,
+            warmup_steps=warmup_steps,
+            decay_steps=decay_steps,
+            end_value=end_value,
+        ),
+    )
 
 
-def exponential_decay(init_value: float, decay_rate: float, decay_steps: int,
-                      staircase: bool = False) -> Schedule:
+def exponential_decay(
+    init_value: float, decay_rate: float, decay_steps: int, staircase: bool = False
+) -> Schedule:
     """``init_value * decay_rate ** (step / decay_steps)``; with ``staircase`` the exponent is
     rounded down, so the value drops once every ``decay_steps`` steps (optax
     ``exponential_decay(init_value, transition_steps=decay_steps, decay_rate, staircase)``).
@@ -218,8 +248,12 @@ def exponential_decay(init_value: float, decay_rate: float, decay_steps: int,
             exponent = xp.floor(exponent)
         return init_value * xp.power(decay_rate, exponent)
 
-    return Schedule(fn, _describe(name, init_value=init_value, decay_rate=decay_rate,
-                                  decay_steps=decay_steps, staircase=staircase))
+    return Schedule(
+        fn,
+        _describe(
+            name, init_value=init_value, decay_rate=decay_rate, decay_steps=decay_steps, staircase=staircase
+        ),
+    )
 
 
 def piecewise_constant(boundaries: Sequence[int], values: Sequence[float]) -> Schedule:
@@ -235,8 +269,10 @@ def piecewise_constant(boundaries: Sequence[int], values: Sequence[float]) -> Sc
     boundaries = [_positive_int(name, "every boundary", b, allow_zero=True) for b in boundaries]
     values = [_float(name, "every value", v) for v in values]
     if len(values) != len(boundaries) + 1:
-        raise ValueError(f"schedule.{name}: {len(boundaries)} boundaries need {len(boundaries) + 1} "
-                         f"values, got {len(values)}")
+        raise ValueError(
+            f"schedule.{name}: {len(boundaries)} boundaries need {len(boundaries) + 1} "
+            f"values, got {len(values)}"
+        )
     if any(b >= c for b, c in zip(boundaries, boundaries[1:])):
         raise ValueError(f"schedule.{name}: boundaries must be strictly increasing, got {boundaries}")
 

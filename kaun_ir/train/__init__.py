@@ -34,6 +34,24 @@ from .io import load, save, state_of_tree, state_to_tree
 from .loop import EarlyStop, fit, forward_graph, predict, step, step_executable, step_graph, steps
 from .state import State, Trainer, TrainerCache, init, make, make_state, vars  # noqa: A004
 
-__all__ = ["Trainer", "TrainerCache", "State", "EarlyStop", "make", "init", "make_state", "vars", "step",
-           "steps", "fit", "predict", "save", "load", "state_to_tree", "state_of_tree", "step_graph",
-           "forward_graph", "step_executable"]
+__all__ = [
+    "Trainer",
+    "TrainerCache",
+    "State",
+    "EarlyStop",
+    "make",
+    "init",
+    "make_state",
+    "vars",
+    "step",
+    "steps",
+    "fit",
+    "predict",
+    "save",
+    "load",
+    "state_to_tree",
+    "state_of_tree",
+    "step_graph",
+    "forward_graph",
+    "step_executable",
+]

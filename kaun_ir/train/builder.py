@@ -10,7 +10,8 @@ first three are donated), ``loss`` (one of the callables of :mod:`.capture`), ``
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -25,8 +26,19 @@ from .state import State, Trainer
 __all__ = ["step_body", "block_body", "compiled_step", "compiled_block", "step_args", "loss_call"]
 
 
-def step_body(trainer: Trainer, params, state, opt_state, key, x, targets: tuple, ctx: dict, loss: Callable,
-              training: bool, dtype) -> tuple:
+def step_body(
+    trainer: Trainer,
+    params,
+    state,
+    opt_state,
+    key,
+    x,
+    targets: tuple,
+    ctx: dict,
+    loss: Callable,
+    training: bool,
+    dtype,
+) -> tuple:
     """One training step, traced: forward, loss, own-IR autodiff, optimiser update. Returns
     ``(loss, new_params, new_state, new_opt_state)``."""
     alg = trainer.optimizer
@@ -62,8 +74,19 @@ def step_body(trainer: Trainer, params, state, opt_state, key, x, targets: tuple
     return loss_value, new_params, new_state, tuple(new_opt)
 
 
-def block_body(trainer: Trainer, params, state, opt_state, key, xs, targets: tuple, ctx: dict, loss: Callable,
-               training: bool, dtype) -> tuple:
+def block_body(
+    trainer: Trainer,
+    params,
+    state,
+    opt_state,
+    key,
+    xs,
+    targets: tuple,
+    ctx: dict,
+    loss: Callable,
+    training: bool,
+    dtype,
+) -> tuple:
     """``K = xs.shape[0]`` training steps in one ``while`` op: step ``i`` trains on ``xs[i]`` and
     row ``i`` of every target array. Each iteration is exactly :func:`step_body` (its gradient
     is traced inside the loop body, so the loop itself needs no derivative; its dropout key is
@@ -97,7 +120,6 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
     per trainer and kept in its cache under ``attr``."""
     compiled = getattr(trainer.cache, attr)
     if compiled is None:
-        from .. import passes
         from ..runtime import jit
 
         def traced(params, state, opt_state, key, x, targets, ctx, loss, training, dtype):
@@ -111,10 +133,17 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
         else:  # one SPMD program over the mesh: batch split, parameters laid out by the policy
             from ..sharding_policy import step_shardings
 
-            ins, outs = step_shardings(trainer.mesh, trainer.param_sharding, trainer.data_axis,
-                                       block=attr == "block")
-            compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline, mesh=trainer.mesh,
-                           in_shardings=ins, out_shardings=outs)
+            ins, outs = step_shardings(
+                trainer.mesh, trainer.param_sharding, trainer.data_axis, block=attr == "block"
+            )
+            compiled = jit(
+                traced,
+                donate_argnums=(0, 1, 2),
+                pipeline=pipeline,
+                mesh=trainer.mesh,
+                in_shardings=ins,
+                out_shardings=outs,
+            )
         setattr(trainer.cache, attr, compiled)
     return compiled
 
@@ -163,8 +192,18 @@ def global_batch(trainer: Trainer, x: Any, arrays: tuple, block: bool = False) -
 def step_args(st: State, x: Any, targets: tuple, loss: Callable, training: bool, ctx: dict | None) -> tuple:
     """The arguments of the compiled step (or block) for this call."""
     v = st.vars
-    return (v.params, v.state, tuple(st.opt_state), st.key, x, tuple(targets), dict(ctx or {}), loss,
-            bool(training), v.dtype)
+    return (
+        v.params,
+        v.state,
+        tuple(st.opt_state),
+        st.key,
+        x,
+        tuple(targets),
+        dict(ctx or {}),
+        loss,
+        bool(training),
+        v.dtype,
+    )
 
 
 def loss_call(trainer: Trainer, targets: tuple, where: str) -> tuple[Callable, tuple]:
@@ -172,13 +211,17 @@ def loss_call(trainer: Trainer, targets: tuple, where: str) -> tuple[Callable, t
     or a closure's :class:`LossSpec` and lifted arrays (``Probed`` is decided by the caller)."""
     if trainer.loss is not None:
         if len(targets) == 1 and callable(targets[0]) and not hasattr(targets[0], "shape"):
-            raise TypeError(f"train.{where}: this trainer was made with loss=, so pass the targets "
-                            f"(train.{where}(trainer, st, x, *targets)), not a loss function")
+            raise TypeError(
+                f"train.{where}: this trainer was made with loss=, so pass the targets "
+                f"(train.{where}(trainer, st, x, *targets)), not a loss function"
+            )
         return Explicit(trainer.loss), tuple(targets)
     if len(targets) != 1 or not callable(targets[0]):
-        raise TypeError(f"train.{where}: this trainer has no loss function: pass a callable "
-                        f"loss_fn(outputs) -> scalar, train.{where}(trainer, st, x, loss_fn), or make "
-                        "the trainer with train.make(model, optimizer, loss=fn) and pass the targets")
+        raise TypeError(
+            f"train.{where}: this trainer has no loss function: pass a callable "
+            f"loss_fn(outputs) -> scalar, train.{where}(trainer, st, x, loss_fn), or make "
+            "the trainer with train.make(model, optimizer, loss=fn) and pass the targets"
+        )
     spec = LossSpec(targets[0])
     return spec, tuple(spec.arrays)
 
@@ -190,17 +233,23 @@ def output_types(trainer: Trainer, st: State, x: Any, training: bool, ctx: dict 
 
     v = st.vars
     leaves, treedef = tree.flatten((v.params, v.state, x, dict(ctx or {})))
-    sig = (treedef, tuple((tuple(np.shape(a)), np.dtype(getattr(a, "dtype", np.asarray(a).dtype)))
-                          for a in leaves), bool(training), v.dtype)
+    sig = (
+        treedef,
+        tuple((tuple(np.shape(a)), np.dtype(getattr(a, "dtype", np.asarray(a).dtype))) for a in leaves),
+        bool(training),
+        v.dtype,
+    )
     cached = trainer.cache.output_types.get(sig)
     if cached is None:
+
         def forward(params, state, x, ctx):
             ctx = dict(ctx)
             from .. import random as krandom
 
             ctx["rng"] = krandom.key(0)
-            return layer.apply(trainer.model, layer.Vars(params, state, v.dtype), x, training=training,
-                               ctx=ctx)[0]
+            return layer.apply(
+                trainer.model, layer.Vars(params, state, v.dtype), x, training=training, ctx=ctx
+            )[0]
 
         traced = trace_flat(forward, (v.params, v.state, x, dict(ctx or {})), {})
         out_leaves = [ShapeDtype(o.type.shape, o.type.dtype) for o in traced.graph.outputs]
@@ -208,8 +257,9 @@ def output_types(trainer: Trainer, st: State, x: Any, training: bool, ctx: dict 
     return cached
 
 
-def probe_call(trainer: Trainer, st: State, x: Any, fn: Callable, training: bool, ctx: dict | None
-               ) -> tuple[Probed, tuple]:
+def probe_call(
+    trainer: Trainer, st: State, x: Any, fn: Callable, training: bool, ctx: dict | None
+) -> tuple[Probed, tuple]:
     """The probing path of a closure that cannot be lifted (see :mod:`.capture`)."""
     from .capture import probe
 

@@ -26,7 +26,8 @@ from __future__ import annotations
 import functools
 import types
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -39,8 +40,23 @@ __all__ = ["Explicit", "LossSpec", "Probed", "Unlifted", "probe", "warn_opaque"]
 
 # Objects from these packages are taken to be fixed code (functions, modules, classes); a user
 # function is looked into instead (its closure, defaults and the globals it names).
-_LIBRARY_ROOTS = frozenset({"kaun_ir", "numpy", "jax", "jaxlib", "ml_dtypes", "math", "operator",
-                            "functools", "builtins", "optax", "typing", "itertools", "collections"})
+_LIBRARY_ROOTS = frozenset(
+    {
+        "kaun_ir",
+        "numpy",
+        "jax",
+        "jaxlib",
+        "ml_dtypes",
+        "math",
+        "operator",
+        "functools",
+        "builtins",
+        "optax",
+        "typing",
+        "itertools",
+        "collections",
+    }
+)
 _SCALARS = (type(None), bool, int, float, complex, str, bytes)
 _MAX_DEPTH = 6
 
@@ -88,8 +104,14 @@ def _function_parts(fn: types.FunctionType) -> list:
     return [cells, fn.__defaults__, fn.__kwdefaults__, names, values]
 
 
-_CODE_TYPES = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType,
-               functools.partial)
+_CODE_TYPES = (
+    types.ModuleType,
+    type,
+    types.FunctionType,
+    types.BuiltinFunctionType,
+    types.MethodType,
+    functools.partial,
+)
 
 
 def _liftable(value: Any) -> bool:
@@ -140,8 +162,12 @@ def _static(value: Any, depth: int, seen: set) -> Any:
             return ("builtin", value)
         raise Opaque(f"the bound method {value.__qualname__} of a {type(owner).__name__}")
     if isinstance(value, functools.partial) and depth < _MAX_DEPTH:
-        return ("partial", _static(value.func, depth + 1, seen), _static(value.args, depth + 1, seen),
-                _static(value.keywords, depth + 1, seen))
+        return (
+            "partial",
+            _static(value.func, depth + 1, seen),
+            _static(value.args, depth + 1, seen),
+            _static(value.keywords, depth + 1, seen),
+        )
     if _is_library(kind) and _hashable(value):  # e.g. a kn.layer.Layer or an optimiser record
         return ("object", value)
     raise Opaque(f"a {kind.__name__} object (its attributes can change)")
@@ -235,8 +261,13 @@ class LossSpec:
         if any(isinstance(leaf, Tensor) for leaf in tree.flatten(globals_)[0]):
             namespace = dict(namespace)  # a copy of the module namespace with the traced arrays in it
             namespace.update(zip(names, globals_))
-        fn = types.FunctionType(self.fn.__code__, namespace, self.fn.__name__, defaults,
-                                tuple(types.CellType(value) for value in cells))
+        fn = types.FunctionType(
+            self.fn.__code__,
+            namespace,
+            self.fn.__name__,
+            defaults,
+            tuple(types.CellType(value) for value in cells),
+        )
         fn.__kwdefaults__ = kwdefaults
         return fn
 
@@ -289,14 +320,18 @@ class Probed:
             try:
                 return next(found)
             except StopIteration:
-                raise RuntimeError("train.step: the loss function read more arrays while the step was "
-                                   "traced than when it was probed; it must be deterministic") from None
+                raise RuntimeError(
+                    "train.step: the loss function read more arrays while the step was "
+                    "traced than when it was probed; it must be deterministic"
+                ) from None
 
         with constant_hook(substitute):
             value = self.fn(outputs)
         if used[0] != len(arrays):
-            raise RuntimeError("train.step: the loss function read fewer arrays while the step was traced "
-                               "than when it was probed; it must be deterministic")
+            raise RuntimeError(
+                "train.step: the loss function read fewer arrays while the step was traced "
+                "than when it was probed; it must be deterministic"
+            )
         return value
 
     def __hash__(self):
@@ -347,4 +382,5 @@ def warn_opaque(fn: Callable, why: str) -> None:
         "Pass the targets explicitly instead: trainer = train.make(model, optimizer, loss=fn) with "
         "fn(outputs, *targets), then train.step(trainer, st, x, *targets); or let the closure hold "
         "its arrays directly (a closure variable, a default argument or functools.partial).",
-        stacklevel=4)
+        stacklevel=4,
+    )

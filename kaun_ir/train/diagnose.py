@@ -32,12 +32,17 @@ def raise_if_foreign_state(trainer: Trainer, st: State, where: str, err: Excepti
     got = {path: tuple(np.shape(leaf)) for path, leaf in tree.paths(st.vars.params)}
     problems = [f"parameter {path or '<root>'!r} missing" for path in want if path not in got]
     problems += [f"unexpected parameter {path or '<root>'!r}" for path in got if path not in want]
-    problems += [f"parameter {path!r} has shape {list(got[path])}, the model expects {list(shape)}"
-                 for path, shape in want.items() if path in got and got[path] != shape]
+    problems += [
+        f"parameter {path!r} has shape {list(got[path])}, the model expects {list(shape)}"
+        for path, shape in want.items()
+        if path in got and got[path] != shape
+    ]
     if problems:
-        raise ValueError(f"train.{where}: the training state does not match the model: "
-                         f"{'; '.join(problems[:3])}{' ...' if len(problems) > 3 else ''} "
-                         f"(was the state made by train.init of another model?)") from err
+        raise ValueError(
+            f"train.{where}: the training state does not match the model: "
+            f"{'; '.join(problems[:3])}{' ...' if len(problems) > 3 else ''} "
+            f"(was the state made by train.init of another model?)"
+        ) from err
 
 
 def warn_if_independent(loss_value: Any, params: Any) -> None:
@@ -57,6 +62,9 @@ def warn_if_independent(loss_value: Any, params: Any) -> None:
             continue
         seen.add(id(node))
         stack.extend(node.inputs)
-    warnings.warn("train.step: the loss does not depend on the model's parameters, so every gradient is "
-                  "zero and training changes nothing (does the loss use the model's output?)",
-                  UserWarning, stacklevel=2)
+    warnings.warn(
+        "train.step: the loss does not depend on the model's parameters, so every gradient is "
+        "zero and training changes nothing (does the loss use the model's output?)",
+        UserWarning,
+        stacklevel=2,
+    )

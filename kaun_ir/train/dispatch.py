@@ -60,8 +60,9 @@ def _loss_key(loss) -> Any:
     return "explicit" if isinstance(loss, Explicit) else loss.key
 
 
-def record(trainer: Trainer, route, st: State, new: State, loss, x: Any, arrays: tuple, training: bool,
-           outs: list) -> None:
+def record(
+    trainer: Trainer, route, st: State, new: State, loss, x: Any, arrays: tuple, training: bool, outs: list
+) -> None:
     """After a general step: file its route for the fast path and give ``new`` its flat arrays."""
     array_types = xla.array_types()
     if type(x) not in array_types or any(type(a) not in array_types for a in arrays):
@@ -116,8 +117,9 @@ def fast_step(trainer: Trainer, st: State, flat: tuple, x: Any, targets: tuple, 
     # the state's leaves are outputs of this executable: already on its device, right dtypes
     outs = route.run(leaves + route.place([x, *arrays], meta.n_state))
     loss_value, params, state, (count, trees) = route.unflatten(outs)
-    new = State(layer.Vars(params, state, st.vars.dtype), optim.State(count, trees), st.step + 1, st.key,
-                st.optimizer)
+    new = State(
+        layer.Vars(params, state, st.vars.dtype), optim.State(count, trees), st.step + 1, st.key, st.optimizer
+    )
     new_leaves = outs[1:]
     new_leaves.append(leaves[-1])  # the base key, already on the device
     new.cache.flat = (meta.out_struct, new_leaves)

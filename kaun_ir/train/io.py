@@ -20,9 +20,13 @@ __all__ = ["state_to_tree", "state_of_tree", "save", "load", "load_like"]
 def state_to_tree(st: State) -> dict:
     """A plain tree of the whole training state (for ``kn.checkpoint``)."""
     count, trees = optim.state_to_trees(st.opt_state)
-    return {"params": st.vars.params, "state": st.vars.state,
-            "optimizer": {"count": count, "trees": list(trees)},
-            "step": np.asarray(st.step, np.int64), "key": st.key}
+    return {
+        "params": st.vars.params,
+        "state": st.vars.state,
+        "optimizer": {"count": count, "trees": list(trees)},
+        "step": np.asarray(st.step, np.int64),
+        "key": st.key,
+    }
 
 
 def state_of_tree(trainer: Trainer, data: dict, dtype=None) -> State:
@@ -30,8 +34,13 @@ def state_of_tree(trainer: Trainer, data: dict, dtype=None) -> State:
     dt = dtypes.canonical(dtype) if dtype is not None else _dtype_of_params(data["params"])
     saved = data["optimizer"]
     opt = optim.state_of_trees(trainer.optimizer, saved["count"], tuple(saved["trees"]))
-    return State(layer.Vars(data["params"], data["state"], dt), opt, int(np.asarray(data["step"])),
-                 data["key"], describe_optimizer(trainer.optimizer))
+    return State(
+        layer.Vars(data["params"], data["state"], dt),
+        opt,
+        int(np.asarray(data["step"])),
+        data["key"],
+        describe_optimizer(trainer.optimizer),
+    )
 
 
 def _dtype_of_params(params) -> np.dtype:
@@ -55,12 +64,14 @@ def save(path: str, st: State, metadata: dict | None = None) -> str:
 def _check_optimizer(path: str, want: str, where: str) -> None:
     saved = checkpoint.metadata(path).get(checkpoint.OPTIMIZER_KEY, "")
     if saved and want and saved != want:
-        raise ValueError(f"{where}: {path} holds a training state of the optimiser {saved}, but this "
-                         f"trainer's optimiser is {want}; resume with the optimiser that wrote it, or keep "
-                         "only the parameters and start a fresh optimiser state: "
-                         "fresh = train.init(trainer); "
-                         "params = checkpoint.load(path, like={'params': fresh.vars.params})['params']; "
-                         "st = train.make_state(trainer, layer.with_params(fresh.vars, params))")
+        raise ValueError(
+            f"{where}: {path} holds a training state of the optimiser {saved}, but this "
+            f"trainer's optimiser is {want}; resume with the optimiser that wrote it, or keep "
+            "only the parameters and start a fresh optimiser state: "
+            "fresh = train.init(trainer); "
+            "params = checkpoint.load(path, like={'params': fresh.vars.params})['params']; "
+            "st = train.make_state(trainer, layer.with_params(fresh.vars, params))"
+        )
 
 
 def load(path: str, trainer: Trainer, like: State | None = None) -> State:
@@ -82,5 +93,10 @@ def load_like(path: str, like: State) -> State:
     _check_optimizer(path, like.optimizer, "checkpoint.load")
     data = checkpoint.load(path, like=state_to_tree(like))
     count, trees = data["optimizer"]["count"], tuple(data["optimizer"]["trees"])
-    return State(layer.Vars(data["params"], data["state"], like.vars.dtype), optim.State(count, trees),
-                 int(np.asarray(data["step"])), data["key"], like.optimizer)
+    return State(
+        layer.Vars(data["params"], data["state"], like.vars.dtype),
+        optim.State(count, trees),
+        int(np.asarray(data["step"])),
+        data["key"],
+        like.optimizer,
+    )

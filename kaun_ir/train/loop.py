@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -18,9 +19,11 @@ from .state import State, Trainer, check_state
 __all__ = ["EarlyStop", "step", "steps", "fit", "predict", "step_graph", "forward_graph", "step_executable"]
 
 
-_NOT_HELD = ("it uses NumPy or device arrays that the closure does not hold itself: reached through an "
-             "object, a class or another function, or built inside the loss; build constants with kn "
-             "functions")
+_NOT_HELD = (
+    "it uses NumPy or device arrays that the closure does not hold itself: reached through an "
+    "object, a class or another function, or built inside the loss; build constants with kn "
+    "functions"
+)
 
 
 class EarlyStop(Exception):
@@ -29,8 +32,9 @@ class EarlyStop(Exception):
 
 def _new_state(trainer: Trainer, st: State, params, state, opt_state, steps_taken: int) -> State:
     new_opt = optim.state_of_trees(trainer.optimizer, opt_state[0], opt_state[1])
-    return State(layer.Vars(params, state, st.vars.dtype), new_opt, st.step + steps_taken, st.key,
-                 st.optimizer)
+    return State(
+        layer.Vars(params, state, st.vars.dtype), new_opt, st.step + steps_taken, st.key, st.optimizer
+    )
 
 
 def _prepare(trainer: Trainer, st: State, x: Any, targets: tuple, training: bool, ctx, where: str):
@@ -42,8 +46,9 @@ def _prepare(trainer: Trainer, st: State, x: Any, targets: tuple, training: bool
     return loss, arrays
 
 
-def step(trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = True,
-         ctx: dict | None = None) -> tuple[Any, State]:
+def step(
+    trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = True, ctx: dict | None = None
+) -> tuple[Any, State]:
     """One training step: ``(loss, new_state)``.
 
     Explicit form (a trainer made with ``loss=fn``): ``train.step(trainer, st, x, *targets)``
@@ -82,8 +87,9 @@ def step(trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = Tr
     return loss_value, new
 
 
-def _run_block(trainer: Trainer, st: State, xs: Any, loss, stacked: tuple, training: bool,
-               ctx: dict | None) -> tuple[Any, State]:
+def _run_block(
+    trainer: Trainer, st: State, xs: Any, loss, stacked: tuple, training: bool, ctx: dict | None
+) -> tuple[Any, State]:
     compiled = builder.compiled_block(trainer)
     if trainer.mesh is not None:
         xs, stacked = builder.global_batch(trainer, xs, stacked, block=True)
@@ -95,15 +101,18 @@ def _block_loss(trainer: Trainer, targets: tuple, where: str):
     """The loss and stacked arrays of a block; the closure form must be liftable."""
     loss, arrays = builder.loss_call(trainer, targets, where)
     if isinstance(loss, LossSpec) and not builder.is_liftable(trainer, loss):
-        raise ValueError(f"train.{where}: the loss function reads data that cannot be made an input "
-                         f"({loss.opaque or _NOT_HELD}); blocks of steps need its arrays as inputs: "
-                         "use train.make(..., loss=fn) and pass the stacked targets, or a plain function "
-                         "or functools.partial holding the stacked arrays directly")
+        raise ValueError(
+            f"train.{where}: the loss function reads data that cannot be made an input "
+            f"({loss.opaque or _NOT_HELD}); blocks of steps need its arrays as inputs: "
+            "use train.make(..., loss=fn) and pass the stacked targets, or a plain function "
+            "or functools.partial holding the stacked arrays directly"
+        )
     return loss, arrays
 
 
-def steps(trainer: Trainer, st: State, xs: Any, *targets: Any, training: bool = True,
-          ctx: dict | None = None) -> tuple[Any, State]:
+def steps(
+    trainer: Trainer, st: State, xs: Any, *targets: Any, training: bool = True, ctx: dict | None = None
+) -> tuple[Any, State]:
     """``K = xs.shape[0]`` training steps in ONE executable (a ``while`` loop on the device):
     ``(losses, new_state)`` with ``losses: f32[K]``, equal to ``K`` calls of :func:`step`.
 
@@ -116,14 +125,18 @@ def steps(trainer: Trainer, st: State, xs: Any, *targets: Any, training: bool = 
     check_state(st, "steps")
     k = getattr(xs, "shape", (None,))[0] if getattr(xs, "ndim", 0) else None
     if not isinstance(k, int) or k < 1:
-        raise ValueError(f"train.steps: xs must be an array with a leading axis of K >= 1 batches, "
-                         f"got shape {getattr(xs, 'shape', None)}")
+        raise ValueError(
+            f"train.steps: xs must be an array with a leading axis of K >= 1 batches, "
+            f"got shape {getattr(xs, 'shape', None)}"
+        )
     loss, stacked = _block_loss(trainer, targets, "steps")
     bad = [tuple(np.shape(a)) for a in tree.flatten(stacked)[0] if not np.ndim(a) or np.shape(a)[0] != k]
     if bad:
         what = "target" if trainer.loss is not None else "array the loss_fn captures"
-        raise ValueError(f"train.steps: every {what} needs a leading axis of K = {k} (one row per step); "
-                         f"got shape(s) {bad}")
+        raise ValueError(
+            f"train.steps: every {what} needs a leading axis of K = {k} (one row per step); "
+            f"got shape(s) {bad}"
+        )
     return _run_block(trainer, st, xs, loss, stacked, training, ctx)
 
 
@@ -193,18 +206,29 @@ class _Progress:
 def _batch(trainer: Trainer, item: Any) -> tuple:
     if trainer.loss is not None:
         if not isinstance(item, tuple) or not item:
-            raise TypeError("train.fit: data must yield (x, *targets) tuples (this trainer has loss=), got "
-                            f"{type(item).__name__}")
+            raise TypeError(
+                "train.fit: data must yield (x, *targets) tuples (this trainer has loss=), got "
+                f"{type(item).__name__}"
+            )
         return item
     if not (isinstance(item, tuple) and len(item) == 2 and callable(item[1])):
-        raise TypeError("train.fit: data must yield (x, loss_fn) pairs (or make the trainer with "
-                        "train.make(model, optimizer, loss=fn) and yield (x, *targets) tuples)")
+        raise TypeError(
+            "train.fit: data must yield (x, loss_fn) pairs (or make the trainer with "
+            "train.make(model, optimizer, loss=fn) and yield (x, *targets) tuples)"
+        )
     return item
 
 
-def fit(trainer: Trainer, st: State, data: Iterable, report: Callable | None = None,
-        ctx: dict | None = None, progress: bool | None = None, steps_per_call: int = 1,
-        report_every: int = 1) -> State:
+def fit(
+    trainer: Trainer,
+    st: State,
+    data: Iterable,
+    report: Callable | None = None,
+    ctx: dict | None = None,
+    progress: bool | None = None,
+    steps_per_call: int = 1,
+    report_every: int = 1,
+) -> State:
     """Run :func:`step` over ``data`` and return the final state. ``data`` is an iterable (e.g. a
     ``kn.data`` pipeline) of ``(x, *targets)`` tuples for a trainer made with ``loss=``, or of
     ``(x, loss_fn)`` pairs in the closure form.
@@ -319,8 +343,9 @@ def predict(trainer: Trainer, st: State, x: Any, ctx: dict | None = None) -> Any
 # ------------------------------------------------------------------------- inspection
 
 
-def _inspect(trainer: Trainer, st: State, x: Any, targets: tuple, training: bool, ctx, where: str,
-             use: Callable) -> Any:
+def _inspect(
+    trainer: Trainer, st: State, x: Any, targets: tuple, training: bool, ctx, where: str, use: Callable
+) -> Any:
     """``use(args)`` on the compiled step's arguments for these inputs (as :func:`step` would
     choose them, including the fall-back for closures that read data they do not hold)."""
     check_state(st, where)
@@ -333,8 +358,15 @@ def _inspect(trainer: Trainer, st: State, x: Any, targets: tuple, training: bool
         return use(builder.step_args(st, x, arrays, loss, training, ctx))
 
 
-def step_graph(trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = True,
-               ctx: dict | None = None, optimized: bool = False):
+def step_graph(
+    trainer: Trainer,
+    st: State,
+    x: Any,
+    *targets: Any,
+    training: bool = True,
+    ctx: dict | None = None,
+    optimized: bool = False,
+):
     """The IR of the training step for these inputs (the targets, or the loss closure, as for
     :func:`step`): as traced (forward, the autodiff pass's backward and the optimiser update in
     one graph) or, with ``optimized=True``, after the pipeline that runs before lowering.
@@ -344,18 +376,21 @@ def step_graph(trainer: Trainer, st: State, x: Any, *targets: Any, training: boo
     compiled = builder.compiled_step(trainer)
     if optimized:
         return _inspect(trainer, st, x, targets, training, ctx, "step_graph", lambda a: compiled.graph(*a))
-    return _inspect(trainer, st, x, targets, training, ctx, "step_graph",
-                    lambda a: trace_flat(compiled.f, a, {}).graph)
+    return _inspect(
+        trainer, st, x, targets, training, ctx, "step_graph", lambda a: trace_flat(compiled.f, a, {}).graph
+    )
 
 
-def step_executable(trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = True,
-                    ctx: dict | None = None):
+def step_executable(
+    trainer: Trainer, st: State, x: Any, *targets: Any, training: bool = True, ctx: dict | None = None
+):
     """The compiled executable (``kn.runtime.Executable``: ``.mlir``, ``.hlo_text()``,
     ``.pipeline``, ``.memory_analysis()``) :func:`step` runs for these inputs; compiled if
     needed, nothing executed, ``st`` not consumed."""
     compiled = builder.compiled_step(trainer)
-    return _inspect(trainer, st, x, targets, training, ctx, "step_executable",
-                    lambda a: compiled.executable(*a))
+    return _inspect(
+        trainer, st, x, targets, training, ctx, "step_executable", lambda a: compiled.executable(*a)
+    )
 
 
 def forward_graph(trainer: Trainer, st: State, x: Any, training: bool = False, ctx: dict | None = None):
@@ -364,7 +399,8 @@ def forward_graph(trainer: Trainer, st: State, x: Any, training: bool = False, c
     from ..trace import trace
 
     def forward(params, state, x):
-        return layer.apply(trainer.model, layer.Vars(params, state, st.vars.dtype), x,
-                           training=training, ctx=ctx)[0]
+        return layer.apply(
+            trainer.model, layer.Vars(params, state, st.vars.dtype), x, training=training, ctx=ctx
+        )[0]
 
     return trace(forward, st.vars.params, st.vars.state, x)

@@ -3,13 +3,23 @@ changes from step to step), with the functions that make them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from .. import dtypes, layer, optim, random, rng, tree
 
-__all__ = ["Trainer", "State", "TrainerCache", "make", "init", "make_state", "vars", "check_state",
-           "describe_optimizer"]
+__all__ = [
+    "Trainer",
+    "State",
+    "TrainerCache",
+    "make",
+    "init",
+    "make_state",
+    "vars",
+    "check_state",
+    "describe_optimizer",
+]
 
 
 class TrainerCache:
@@ -94,10 +104,19 @@ class State:
     cache: StateCache = field(default_factory=StateCache, init=False, repr=False, compare=False)
 
 
-def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None = None, *,
-         pipeline: str | None = None, mesh: Any = None, data_axis: str = "data",
-         param_sharding: Any = None, remat: Any = None, remat_depth: int = 1,
-         precision: Any = None) -> Trainer:
+def make(
+    model: layer.Layer,
+    optimizer: optim.Algorithm,
+    loss: Callable | None = None,
+    *,
+    pipeline: str | None = None,
+    mesh: Any = None,
+    data_axis: str = "data",
+    param_sharding: Any = None,
+    remat: Any = None,
+    remat_depth: int = 1,
+    precision: Any = None,
+) -> Trainer:
     """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``).
 
     ``loss``: ``loss(outputs, *targets) -> scalar``, the explicit-targets form (preferred):
@@ -130,8 +149,10 @@ def make(model: layer.Layer, optimizer: optim.Algorithm, loss: Callable | None =
     if not isinstance(optimizer, optim.Algorithm):
         raise TypeError(f"train.make: optimizer must be a kn.optim algorithm, got {type(optimizer).__name__}")
     if loss is not None and not callable(loss):
-        raise TypeError(f"train.make: loss must be a function loss(outputs, *targets) -> scalar, got "
-                        f"{type(loss).__name__}")
+        raise TypeError(
+            f"train.make: loss must be a function loss(outputs, *targets) -> scalar, got "
+            f"{type(loss).__name__}"
+        )
     if pipeline is not None:
         from .. import passes
 
@@ -175,8 +196,9 @@ def make_state(trainer: Trainer, vars: layer.Vars) -> State:
     if trainer.mesh is not None:
         from ..sharding_policy import place_state
 
-        params, opt_state = place_state(trainer.mesh, trainer.param_sharding, trainer.data_axis,
-                                        vars.params, opt_state)
+        params, opt_state = place_state(
+            trainer.mesh, trainer.param_sharding, trainer.data_axis, vars.params, opt_state
+        )
         vars = layer.Vars(params, vars.state, vars.dtype)
     return State(vars, opt_state, 0, _base_key(), describe_optimizer(trainer.optimizer))
 
@@ -199,5 +221,7 @@ def check_state(st: Any, where: str) -> None:
         raise TypeError(f"train.{where}: st must be a train.State (from train.init), got {type(st).__name__}")
     leaves = tree.flatten(st.vars.params)[0]
     if leaves and callable(getattr(leaves[0], "is_deleted", None)) and leaves[0].is_deleted():
-        raise ValueError(f"train.{where}: this train.State was consumed by an earlier train.step (its "
-                         "buffers were donated to XLA); use the state that step returned")
+        raise ValueError(
+            f"train.{where}: this train.State was consumed by an earlier train.step (its "
+            "buffers were donated to XLA); use the state that step returned"
+        )
