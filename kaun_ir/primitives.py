@@ -7,7 +7,7 @@ batching rules or the reasons it has none), and registered with :func:`register`
     my_op = kn.primitives.register(kn.ops.OpDef(name="my_op", ...))
     y = kn.primitives.call("my_op", x, alpha=0.5)
 
-The emission can be written by hand (``em.op(...)``, see ``kaun_ir/ops/base.py``) or built from
+The emission can be written by hand (``em.op(...)``, see ``kaun_ir/ops/emit.py``) or built from
 existing ops with :func:`emit_from`: either inlined, or as one ``stablehlo.composite`` whose
 decomposition is a private function of the module, so tools downstream still see one op.
 ``kaun_ir.testing.check_op`` runs the generated op-table tests on a registered op.
@@ -108,7 +108,7 @@ def decomposition(fn: Callable, node) -> Graph:
 
 
 def _composite_attr(key: str, value: Any, op: str) -> str:
-    from .ops.base import i64_array, scalar_literal
+    from .ops.emit import i64_array, scalar_literal
 
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from kaun_ir.ir.core import Graph
-from kaun_ir.ops.base import Emitter, tensor_type
-from kaun_ir.ops.sharding import sdy_mesh, sdy_sharding
+from kaun_ir.ops.emit import Emitter, sdy_mesh, sdy_sharding, tensor_type
 
 
 def lower(

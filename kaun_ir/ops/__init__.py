@@ -20,7 +20,8 @@ from . import (
     sort,
     window,
 )
-from .base import Emitter, OpDef, Sample
+from .base import OpDef, Sample
+from .emit import Emitter
 
 _FAMILIES = (
     elementwise,

@@ -15,7 +15,8 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
-from .base import OpDef, Sample, i64_array
+from .base import OpDef, Sample
+from .emit import i64_array
 from .indexing_batch import dynamic_slice_batch, dynamic_update_slice_batch, gather_batch, scatter_batch
 
 

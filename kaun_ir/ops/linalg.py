@@ -10,7 +10,8 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
-from .base import OpDef, Sample, i64_array
+from .base import OpDef, Sample
+from .emit import i64_array
 from .linalg_batch import convolution_batch, dot_general_batch
 
 

@@ -7,8 +7,9 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
-from .base import OpDef, Sample, dense_literal
+from .base import OpDef, Sample
 from .batching import elementwise
+from .emit import dense_literal
 
 
 def _constant_infer(value) -> TensorType:

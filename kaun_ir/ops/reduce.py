@@ -12,8 +12,9 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
-from .base import OpDef, Sample, dense_literal, i64_array
+from .base import OpDef, Sample
 from .batching import unary_leading
+from .emit import dense_literal, i64_array
 
 # kind -> (StableHLO op of the region, dtype kinds it accepts: f float, i/u integers, b bool)
 _KINDS = {

@@ -17,7 +17,8 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
-from .base import OpDef, Sample, scalar_literal, tensor_type
+from .base import OpDef, Sample
+from .emit import scalar_literal, tensor_type
 
 _I32 = TensorType(dtypes.int32, ())
 

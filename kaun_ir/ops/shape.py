@@ -6,8 +6,9 @@ import numpy as np
 
 from ..errors import ShapeError
 from ..ir.core import TensorType
-from .base import OpDef, Sample, i64_array
+from .base import OpDef, Sample
 from .batching import materialize, shift, unary_leading
+from .emit import i64_array
 
 
 def _apply(op, *args, **attrs):

@@ -18,6 +18,7 @@ from __future__ import annotations
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
+from .emit import sdy_mesh, sdy_sharding
 
 
 def check_spec(shape: tuple[int, ...], mesh, spec, what: str = "sharding") -> None:
@@ -52,18 +53,6 @@ def check_spec(shape: tuple[int, ...], mesh, spec, what: str = "sharding") -> No
                 f"{what}: dimension {dim} of shape {shape} (size {shape[dim]}) is not "
                 f"divisible by {ways}, the size of mesh axes {axes}"
             )
-
-
-def sdy_mesh(mesh) -> str:
-    """Shardy's mesh attribute body: ``<["data"=2, "model"=4]>``."""
-    return "<[" + ", ".join(f'"{name}"={int(size)}' for name, size in mesh) + "]>"
-
-
-def sdy_sharding(spec, rank: int, mesh_ref: str) -> str:
-    """``#sdy.sharding<@mesh, [{"data"}, {}]>``; dimensions past ``spec`` are unsplit and closed."""
-    dims = [tuple(spec[d]) if d < len(spec) else () for d in range(rank)]
-    body = ", ".join("{" + ", ".join(f'"{a}"' for a in axes) + "}" for axes in dims)
-    return f"#sdy.sharding<{mesh_ref}, [{body}]>"
 
 
 def _infer(x: TensorType, mesh, spec) -> TensorType:

@@ -9,8 +9,9 @@ import numpy as np
 from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
-from .base import OpDef, Sample, dense_literal, i64_array
+from .base import OpDef, Sample
 from .batching import by_loop, materialize
+from .emit import dense_literal, i64_array
 from .linalg import padding_literal
 
 _KINDS = {
