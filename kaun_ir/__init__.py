@@ -30,7 +30,6 @@ from . import (  # noqa: E402  # noqa: E402  (both build on the core above)  # n
     sharding,
     testing,
     train,
-    tree,
 )
 from .autodiff import GradientError, grad, stop_gradient, value_and_grad, vjp
 from .batching import BatchingError, vmap  # noqa: E402

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, tree
+from . import _tree as tree
+from . import dtypes
 from .errors import KaunError
 from .ir.builder import _STATE, Builder, current_builder, source_scope
 from .ir.core import Graph, Node, TensorType, Value
@@ -353,7 +354,7 @@ def grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -
 
 
 def _eager_or_traced(inner: Callable, f: Callable) -> Callable:
-    from .api import op_function
+    from ._api import op_function
 
     inner.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
     inner.__doc__ = f"Derivative of {getattr(f, '__name__', 'f')} computed by kaun_ir's autodiff."

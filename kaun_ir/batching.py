@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import tree
+from . import _tree as tree
 from .autodiff import _PathScope
 from .errors import KaunError
 from .ir.builder import Builder, current_builder
@@ -274,7 +274,7 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None
     def inner(*args, **kwargs):
         return _vmapped(f, in_axes, out_axes, axis_size, args, kwargs)
 
-    from .api import op_function
+    from ._api import op_function
 
     inner.__name__ = f"vmap_{getattr(f, '__name__', 'f')}"
     inner.__doc__ = f"{getattr(f, '__name__', 'f')} mapped over a batch axis by kaun_ir's vmap."

@@ -8,8 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from . import tree
-from .api import op_function
+from . import _tree as tree
+from ._api import op_function
 from .errors import ShapeError
 from .ir.builder import Builder
 from .ir.core import Graph, TensorType

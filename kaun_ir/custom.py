@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tree
+from . import _tree as tree
 from .errors import KaunError
 from .ir.builder import Builder, current_builder
 from .ir.core import Graph, TensorType

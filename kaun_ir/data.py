@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tree as _tree
+from . import _tree
 
 __all__ = [
     "Data",

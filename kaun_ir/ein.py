@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .api import op_function
+from ._api import op_function
 from .einspec import Affine, Axis, Fixed, RowVar, Spec, SpecError, parse, pointer
 from .errors import ShapeError
 from .ir.builder import current_path

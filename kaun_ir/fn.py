@@ -1,6 +1,6 @@
 """Neural-network functions with PyTorch's conventions (``torch.nn.functional``): convolutions
 and pooling over channels-first inputs, and the activation functions of
-:mod:`kaun_ir.activations` (re-exported here: ``kn.fn.relu``, ``kn.fn.gelu``, ...).
+:mod:`kaun_ir._activations` (re-exported here: ``kn.fn.relu``, ``kn.fn.gelu``, ...).
 
 Inputs are ``[N, C, spatial...]`` (or unbatched ``[C, spatial...]``), weights ``[O, C/groups,
 kernel...]``. Convolutions lower to the ``convolution`` primitive, pools to ``reduce_window``.
@@ -14,12 +14,14 @@ from typing import Any
 
 import numpy as np
 
-from . import activations, dtypes, nn
-from .activations import *  # noqa: F401,F403 - kn.fn.relu etc.
-from .api import op_function
+from . import _activations as activations
+from . import _nn as nn
+from . import dtypes
+from ._activations import *  # noqa: F401,F403 - kn.fn.relu etc.
+from ._api import op_function
+from ._nn import *  # noqa: F401,F403 - kn.fn.layer_norm, kn.fn.dropout, kn.fn.dot_product_attention ...
 from .errors import ShapeError
 from .ir.builder import current_path
-from .nn import *  # noqa: F401,F403 - kn.fn.layer_norm, kn.fn.dropout, kn.fn.dot_product_attention ...
 from .numeric import add, astype, divide, ones, reshape
 from .tensor import apply, type_of
 

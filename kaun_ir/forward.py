@@ -22,7 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, tree
+from . import _tree as tree
+from . import dtypes
 from .autodiff import GradientError, differentiable, gradient_graph
 from .ir.builder import Builder, current_builder
 from .ir.core import Graph, Value

@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes, random
-from .api import op_function
+from ._api import op_function
 from .numeric import astype, broadcast_to, clip, erf
 
 __all__ = [

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from . import tree
+from . import _tree as tree
 from .autodiff import GradientError, differentiable
 from .autodiff import _normalize_argnums as _argnums  # one argnums rule for grad and the Jacobians
 from .batching import vmap
@@ -50,7 +50,7 @@ def _basis(types, dtype) -> list[np.ndarray]:
 
 
 def _eager(inner: Callable, name: str) -> Callable:
-    from .api import op_function
+    from ._api import op_function
 
     inner.__name__ = name
     return op_function(inner)

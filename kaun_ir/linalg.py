@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .api import op_function
+from ._api import op_function
 from .errors import ShapeError
 from .ir.builder import current_path
 from .numeric import astype, broadcast_shapes, broadcast_to, multiply, reshape, transpose

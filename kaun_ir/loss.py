@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .api import op_function
+from ._api import op_function
 from .errors import ShapeError
 
 __all__ = ["cross_entropy", "cross_entropy_sparse", "binary_cross_entropy", "mse", "mae", "huber"]

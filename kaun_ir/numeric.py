@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .api import op_function
+from ._api import op_function
 from .errors import ShapeError
 from .ir.builder import current_path
 from .tensor import Tensor, apply, type_of

@@ -130,6 +130,6 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
 
 def loss_scale_of(opt_state: Any) -> Any:
     """The current loss scale in the state ``(count, trees)`` of a :func:`loss_scaled` optimiser."""
-    from . import tree
+    from . import _tree as tree
 
     return tree.flatten(opt_state[1][-2])[0][0]

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import tree as _tree
+from . import _tree
 
 __all__ = [
     "map",
@@ -71,7 +71,7 @@ def _check_key(key: Any, prefix: str) -> None:
 
 
 def _check_treedef(treedef: Any, prefix: str = "") -> None:
-    """Validate the dict keys recorded in a tree definition (see ``kaun_ir.tree``)."""
+    """Validate the dict keys recorded in a tree definition (see ``kaun_ir._tree``)."""
     if treedef == _tree.LEAF:
         return
     kind = treedef[0]

@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 
 from . import dtypes
-from .api import op_function
+from ._api import op_function
 from .errors import ShapeError
 from .numeric import abs as absolute
 from .numeric import (

@@ -16,7 +16,7 @@ import math
 from typing import Any
 
 from . import dtypes
-from .api import op_function
+from ._api import op_function
 from .autodiff import stop_gradient
 from .errors import ShapeError
 from .numeric import astype, divide, dtype_of, exp, log, multiply, reshape, shape_of, sqrt, subtract, where

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from . import tree
+from . import _tree as tree
 from .runtime.mesh import REPLICATED, Mesh, Spec, as_spec, use
 from .sharding_policy import Rules, attention_rules, fsdp_spec, mlp_rules, param_specs, rules
 from .tensor import Tensor, apply

@@ -134,7 +134,7 @@ def mlp_rules(up: str, down: str, axis: str = "model") -> list:
 def _opt_specs(opt_state: Any, params: Any, pspecs: Any) -> Any:
     """The optimiser state's specs: trees shaped like the parameters follow them, the rest
     (the step counter) is replicated."""
-    from . import tree
+    from . import _tree as tree
 
     _, pdef = tree.flatten(params)
 
@@ -158,7 +158,7 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
     memo: dict = {}
 
     def specs_of(params):
-        from . import tree
+        from . import _tree as tree
 
         leaves, treedef = tree.flatten(params)
         key = (treedef, tuple(tuple(leaf.shape) for leaf in leaves))
@@ -167,7 +167,7 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
         return memo[key]
 
     def ins(params, state, opt_state, key, x, targets, *rest, **kwargs):
-        from . import tree
+        from . import _tree as tree
 
         pspecs = specs_of(params)
         axis = 1 if block else 0
@@ -209,7 +209,7 @@ def check_training_layout(mesh: Any, data_axis: str, policy: Any) -> None:
 
 def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state: Any) -> tuple:
     """``(params, opt_state)`` as global arrays laid out by ``policy`` on ``mesh``."""
-    from . import tree
+    from . import _tree as tree
     from .runtime import xla
 
     pspecs = param_specs(params, mesh, policy, data_axis)
@@ -235,7 +235,7 @@ def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state:
 
 def _spec_leaves(specs: Any, values: Any) -> list:
     """One spec per array leaf of ``values`` from a spec tree (a spec covers its whole subtree)."""
-    from . import tree
+    from . import _tree as tree
 
     out = []
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import dtypes
-from .api import op_function
+from ._api import op_function
 from .numeric import shape_of
 from .tensor import apply
 

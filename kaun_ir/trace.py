@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, tree
+from . import _tree as tree
+from . import dtypes
 from .ir.builder import Builder
 from .ir.core import Graph, TensorType
 from .tensor import Tensor, to_value, type_of

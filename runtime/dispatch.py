@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kaun_ir import tree
+from kaun_ir import _tree as tree
 
 from . import xla
 

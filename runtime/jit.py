@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kaun_ir import tree
+from kaun_ir import _tree as tree
 from kaun_ir.tensor import Tensor
 from kaun_ir.trace import is_array_leaf, leaf_type, trace_flat
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kaun_ir import tree
+from kaun_ir import _tree as tree
 from kaun_ir.trace import is_array_leaf
 
 from . import xla

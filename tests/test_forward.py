@@ -40,7 +40,7 @@ def _layer_norm(np_):
 
 
 def _close(got, want, tol=1e-10):
-    got_leaves, want_leaves = kn.tree.flatten(got)[0], jax.tree_util.tree_leaves(want)
+    got_leaves, want_leaves = kn._tree.flatten(got)[0], jax.tree_util.tree_leaves(want)
     assert len(got_leaves) == len(want_leaves)
     for g, w in zip(got_leaves, want_leaves):
         assert np.shape(g) == np.shape(w)

@@ -16,7 +16,8 @@ import pytest
 from passutil import assert_bit_identical, random_inputs, same_snapshot, snapshot
 
 import kaun_ir as kn
-from kaun_ir import layer, loss, optim, passes, rng, train, tree
+from kaun_ir import _tree as tree
+from kaun_ir import layer, loss, optim, passes, rng, train
 from kaun_ir.ir import parse
 from kaun_ir.ir.interp import interpret
 

@@ -327,9 +327,9 @@ def test_grad_inside_jit(dtype):
 
 def sgd_step(params, grads, lr):
     """``params - lr * grads`` leaf by leaf, with kaun_ir's tree helpers."""
-    leaves, treedef = kn.tree.flatten(params)
-    g_leaves, _ = kn.tree.flatten(grads)
-    return kn.tree.unflatten(treedef, [p - lr * g for p, g in zip(leaves, g_leaves)])
+    leaves, treedef = kn._tree.flatten(params)
+    g_leaves, _ = kn._tree.flatten(grads)
+    return kn._tree.unflatten(treedef, [p - lr * g for p, g in zip(leaves, g_leaves)])
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])

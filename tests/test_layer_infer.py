@@ -99,7 +99,7 @@ def _assert_same_vars(a: layer.Vars, b: layer.Vars):
 
 
 def tree_structure(t):
-    return kn.tree.flatten(t)[1]
+    return kn._tree.flatten(t)[1]
 
 
 @pytest.mark.parametrize("name,explicit,inferred,shape", MODELS, ids=[m[0] for m in MODELS])

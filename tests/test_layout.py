@@ -82,7 +82,7 @@ def net():
         },
     }
     x = rng.standard_normal((2, 1, 8, 8)).astype(np.float32)
-    return params, x, kn.tree.flatten((params, x))[0]
+    return params, x, kn._tree.flatten((params, x))[0]
 
 
 @pytest.mark.parametrize("prefer", ["none", "nchw", "nhwc"])
@@ -111,8 +111,8 @@ def test_cnn_nhwc_runs_on_xla(net):
     want = np.asarray(kn.jit(cnn, pipeline="canonicalize,cse,dce")(params, x))
     got = np.asarray(kn.jit(cnn, pipeline="layout{prefer=nhwc},cse,dce")(params, x))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    gw = kn.tree.flatten(kn.jit(kn.grad(loss), pipeline="cse,dce")(params, x))[0]
-    gg = kn.tree.flatten(kn.jit(kn.grad(loss), pipeline="layout{prefer=nhwc},cse,dce")(params, x))[0]
+    gw = kn._tree.flatten(kn.jit(kn.grad(loss), pipeline="cse,dce")(params, x))[0]
+    gg = kn._tree.flatten(kn.jit(kn.grad(loss), pipeline="layout{prefer=nhwc},cse,dce")(params, x))[0]
     for a, b in zip(gw, gg):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
 

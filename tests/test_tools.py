@@ -222,7 +222,8 @@ def test_export_mlirbc_runs_like_jit(capsys, tmp_path):
     from kaun_ir.runtime import xla
 
     import kaun_ir as kn
-    from kaun_ir import layer, rng, tree
+    from kaun_ir import _tree as tree
+    from kaun_ir import layer, rng
 
     path = tmp_path / "mlp.mlirbc"
     rc, out, err = run_cli(capsys, "export", "kaun_ir.tools.examples:mlp", "-o", str(path), "--list-inputs")

@@ -19,7 +19,8 @@ import pytest
 from kaun_ir.tools import demo
 
 import kaun_ir as kn
-from kaun_ir import data, datasets, layer, loss, metric, optim, rng, train, tree
+from kaun_ir import _tree as tree
+from kaun_ir import data, datasets, layer, loss, metric, optim, rng, train
 from kaun_ir.ir.interp import interpret
 
 # ------------------------------------------------------------------------------ helpers

@@ -6,7 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kaun_ir import checkpoint, layer, loss, optim, rng, train, tree
+from kaun_ir import _tree as tree
+from kaun_ir import checkpoint, layer, loss, optim, rng, train
 
 X = np.random.default_rng(1).normal(size=(6, 5)).astype(np.float32)
 Y = np.array([0, 1, 2, 0, 1, 2], np.int32)

@@ -223,7 +223,8 @@ def _kaun_state(trainer, setup: Setup):
     """A training state holding ``setup.params`` on the device."""
     from kaun_ir.runtime import xla
 
-    from kaun_ir import layer, train, tree
+    from kaun_ir import _tree as tree
+    from kaun_ir import layer, train
 
     device = xla.default_device()
     leaves, treedef = tree.flatten(setup.params)
@@ -417,7 +418,7 @@ class TorchRunner:
         import torch
         import torch.nn.functional as F
 
-        from kaun_ir import tree
+        from kaun_ir import _tree as tree
 
         workload, cfg = setup.workload, setup.cfg
         leaves, treedef = tree.flatten(setup.params)

@@ -63,8 +63,9 @@ def _cnn_model(cfg: dict):
 def _token_embedding(vocab: int, seq: int, dim: int):
     """Token ids ``[B, T]`` -> ``[B, T, dim]``: learned token rows plus learned positions.
     Parameters ``{"tokens": [vocab, dim], "positions": [seq, dim]}``."""
+    from kaun_ir import _nn as nn
     from kaun_ir import init as initializers
-    from kaun_ir import layer, nn
+    from kaun_ir import layer
 
     def init_(dt):
         return layer.Vars(
@@ -374,7 +375,7 @@ def initial_params(structure: Any, seed: int) -> Any:
     Weights get ``normal / sqrt(fan_in)`` (fan_in: ``in`` of ``[in, out]``, ``in*kh*kw`` of an
     OIHW conv kernel), norm scales ``1 + 0.1 * normal``, biases ``0.01 * normal``.
     """
-    from kaun_ir import tree
+    from kaun_ir import _tree as tree
 
     r = np.random.default_rng(seed)
     leaves, treedef = tree.flatten(structure)

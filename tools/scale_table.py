@@ -41,7 +41,8 @@ def _model(args):
 
 def _abstract_state(trainer):
     """A ``train.State`` of ``kn.ShapeDtype`` leaves: shapes only, nothing allocated or run."""
-    from kaun_ir import dtypes, layer, optim, train, tree
+    from kaun_ir import _tree as tree
+    from kaun_ir import dtypes, layer, optim, train
     from kaun_ir.trace import ShapeDtype, trace_flat
 
     def shapes():

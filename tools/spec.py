@@ -193,7 +193,8 @@ def _is_optimizer(x) -> bool:
 
 def abstract_vars(model, dtype=None):
     """``(params, state)`` of ``model`` as trees of ``kn.ShapeDtype``, by tracing its ``init``."""
-    from kaun_ir import dtypes, layer, rng, tree
+    from kaun_ir import _tree as tree
+    from kaun_ir import dtypes, layer, rng
     from kaun_ir.trace import ShapeDtype, trace_flat
 
     dtype = dtype or dtypes.float32
@@ -279,7 +280,7 @@ class Subject:
     def _summed(self):
         """The function with its first output leaf summed to a scalar (what ``autodiff`` needs)."""
         import kaun_ir as kn
-        from kaun_ir import tree
+        from kaun_ir import _tree as tree
 
         fn = self.fn
 
@@ -299,7 +300,8 @@ class Subject:
 
     def _abstract_state(self):
         """A ``train.State`` whose leaves are ``kn.ShapeDtype``: nothing runs on XLA."""
-        from kaun_ir import dtypes, layer, optim, train, tree
+        from kaun_ir import _tree as tree
+        from kaun_ir import dtypes, layer, optim, train
         from kaun_ir.trace import ShapeDtype, trace_flat
 
         trainer = self._trainer()

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import dtypes, nn
+from .. import _nn as nn
+from .. import dtypes
 from .. import init as initializers
 from ..errors import ShapeError
 from ..ir.builder import current_path, scope

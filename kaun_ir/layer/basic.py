@@ -16,7 +16,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import activations, dtypes, fn, nn, rng
+from .. import _activations as activations
+from .. import _nn as nn
+from .. import dtypes, fn, rng
 from .. import init as initializers
 from ..autodiff import stop_gradient
 from ..errors import ShapeError

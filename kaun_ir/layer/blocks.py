@@ -185,7 +185,7 @@ def tied_embedding(
         return Vars(params, {"body": bv.state}, dt)
 
     def apply_(params, state, ids, *, training, ctx):
-        from ..nn import embedding
+        from .._nn import embedding
 
         t = type_of(ids)
         if not dtypes.is_integer(t.dtype):

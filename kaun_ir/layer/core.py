@@ -42,7 +42,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes, random, rng, tree
+from .. import _tree as tree
+from .. import dtypes, random, rng
 from ..ir.builder import current_builder, scope
 from ..numeric import astype, dtype_of
 from ..trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes
-from ..activations import relu
+from .._activations import relu
 from ..control import scan
 from ..errors import ShapeError
 from ..ir.builder import current_path, scope

@@ -8,7 +8,8 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .. import dtypes, ptree, tree
+from .. import _tree as tree
+from .. import dtypes, ptree
 from ..ir.cost import node_cost
 from ..tensor import type_of
 

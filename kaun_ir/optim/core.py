@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import dtypes, ptree
-from ..api import op_function
+from .._api import op_function
 from ..ir.builder import current_builder
 
 __all__ = [

@@ -15,7 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import layer, optim, random, tree
+from .. import _tree as tree
+from .. import layer, optim, random
 from ..autodiff import value_and_grad
 from ..ir.builder import scope as ir_scope
 from ..numeric import astype, dtype_of

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import tree
+from .. import _tree as tree
 from ..ir.builder import Builder
 from ..tensor import Tensor, constant_hook, to_value, type_of
 from ..trace import ShapeDtype, is_array_leaf, leaf_type

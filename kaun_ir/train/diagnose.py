@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import layer, rng, tree
+from .. import _tree as tree
+from .. import layer, rng
 from .state import State, Trainer
 
 

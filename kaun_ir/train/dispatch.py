@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import layer, optim, tree
+from .. import _tree as tree
+from .. import layer, optim
 from ..runtime import xla
 from ..trace import is_array_leaf
 from .capture import Explicit, LossSpec

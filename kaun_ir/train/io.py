@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import checkpoint, dtypes, layer, optim, tree
+from .. import _tree as tree
+from .. import checkpoint, dtypes, layer, optim
 from .state import State, Trainer, check_state, describe_optimizer
 
 __all__ = ["state_to_tree", "state_of_tree", "save", "load", "load_like"]

@@ -10,7 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import layer, optim, tree
+from .. import _tree as tree
+from .. import layer, optim
 from . import builder, dispatch
 from .capture import LossSpec, Probed, Unlifted, warn_opaque
 from .diagnose import raise_if_foreign_state

@@ -7,7 +7,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import dtypes, layer, optim, random, rng, tree
+from .. import _tree as tree
+from .. import dtypes, layer, optim, random, rng
 
 __all__ = [
     "Trainer",

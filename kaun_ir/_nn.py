@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import dtypes, random
-from .api import op_function
+from ._api import op_function
 from .errors import ShapeError
 from .indexing import take
 from .ir.builder import current_path

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 
 from . import dtypes
-from .api import op_function
+from ._api import op_function
 from .numeric import abs, astype, dtype_of, erf, exp, expm1, log1p, maximum, where
 from .numeric import sigmoid as _sigmoid
 from .numeric import tanh as _tanh
