@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from kaun_ir.fileio import atomic_write
 
-from . import disk_cache, dispatch, stages
+from . import disk_cache, dispatch, pipelines, stages
 from .dispatch import Route, RouteCache
 from .executable import Executable, compile, stats
 from .jax_export import to_jax_export
@@ -58,6 +58,7 @@ __all__ = [
     "jit",
     "lower",
     "parse_mlir",
+    "pipelines",
     "stages",
     "stats",
     "to_jax_export",

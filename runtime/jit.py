@@ -126,10 +126,10 @@ class Jitted:
     @property
     def pipeline(self) -> str:
         """The pipeline the next compilation runs (the environment is read at compile time)."""
-        from kaun_ir import passes
+        from .pipelines import jit_pipeline
 
         requested = self._pipeline() if callable(self._pipeline) else self._pipeline
-        return passes.jit_pipeline(None if requested is None else str(requested))
+        return jit_pipeline(None if requested is None else str(requested))
 
     def _entry(self, args, kwargs, key) -> Route:
         """The cache entry of ``key``, compiled by exactly one thread; the others wait for it."""
@@ -230,7 +230,8 @@ def jit(
     ``pipeline``: the pass pipeline run before lowering, e.g. ``"cse,dce"`` or ``""`` for none
     (a string, a ``kn.passes.Pipeline``, or a zero-argument callable returning one, called at
     each compilation). Default: ``$KAUN_IR_PIPELINE`` if set when compiling, else
-    ``kn.passes.default_jit_pipeline()`` (per backend). ``executable(...).pipeline`` records what ran.
+    ``kn.runtime.pipelines.default_jit_pipeline()`` (per backend). ``executable(...).pipeline``
+    records what ran.
     Inside another trace, a jitted function is traced through (inlined).
 
     ``device``: run on this device (default: the first); arrays on another device are moved.

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
+from kaun_ir.runtime import pipelines
 
 import kaun_ir as kn
 from kaun_ir import passes
@@ -309,7 +310,7 @@ def test_max_pool_network_gradient_with_the_cpu_defaults_matches_jax():
         )
         return (pooled**2).sum()
 
-    pipeline = passes.default_train_pipeline("cpu")
+    pipeline = pipelines.default_train_pipeline("cpu")
     jitted = kn.jit(kn.grad(loss), pipeline=pipeline)
     got = np.asarray(jitted(w, x))
     counts = jitted.graph(w, x).op_counts()
@@ -452,41 +453,42 @@ def test_lower_conv_leaves_other_convolutions_alone():
 
 
 def test_default_pipelines_per_backend():
-    cpu = passes.default_train_pipeline("cpu")
-    assert cpu == f"{passes.DEFAULT_TRAIN_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
+    cpu = pipelines.default_train_pipeline("cpu")
+    assert cpu == f"{pipelines.DEFAULT_TRAIN_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES}"
     assert "lower-pool" in cpu and "layout{prefer=nhwc}" in cpu and "lower-conv" not in cpu
     assert (
-        passes.default_jit_pipeline("cpu") == f"{passes.DEFAULT_JIT_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
+        pipelines.default_jit_pipeline("cpu")
+        == f"{pipelines.DEFAULT_JIT_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES}"
     )
     for backend in ("gpu", "tpu"):
-        assert passes.default_train_pipeline(backend) == passes.DEFAULT_TRAIN_PIPELINE
-        assert passes.default_jit_pipeline(backend) == passes.DEFAULT_JIT_PIPELINE
-    for text in (cpu, passes.default_jit_pipeline("cpu")):
+        assert pipelines.default_train_pipeline(backend) == pipelines.DEFAULT_TRAIN_PIPELINE
+        assert pipelines.default_jit_pipeline(backend) == pipelines.DEFAULT_JIT_PIPELINE
+    for text in (cpu, pipelines.default_jit_pipeline("cpu")):
         assert str(passes.Pipeline.parse(text)) == text  # canonical, so exe.pipeline records it as is
 
 
 def test_the_backend_decides_and_the_environment_overrides(monkeypatch):
-    monkeypatch.delenv(passes.TRAIN_PIPELINE_ENV, raising=False)
-    monkeypatch.delenv(passes.JIT_PIPELINE_ENV, raising=False)
+    monkeypatch.delenv(pipelines.TRAIN_PIPELINE_ENV, raising=False)
+    monkeypatch.delenv(pipelines.JIT_PIPELINE_ENV, raising=False)
     monkeypatch.setenv("KAUN_IR_BACKEND", "cpu")
-    assert passes.train_pipeline() == passes.default_train_pipeline("cpu")
-    assert passes.jit_pipeline() == passes.default_jit_pipeline("cpu")
+    assert pipelines.train_pipeline() == pipelines.default_train_pipeline("cpu")
+    assert pipelines.jit_pipeline() == pipelines.default_jit_pipeline("cpu")
     monkeypatch.setenv("KAUN_IR_BACKEND", "gpu")  # only read here, nothing is started
-    assert passes.train_pipeline() == passes.DEFAULT_TRAIN_PIPELINE
-    assert passes.jit_pipeline() == passes.DEFAULT_JIT_PIPELINE
+    assert pipelines.train_pipeline() == pipelines.DEFAULT_TRAIN_PIPELINE
+    assert pipelines.jit_pipeline() == pipelines.DEFAULT_JIT_PIPELINE
     monkeypatch.setenv("KAUN_IR_BACKEND", "cpu")
     # the switch: an explicit pipeline or the environment variable wins (the backend is not asked)
-    import kaun_ir.runtime
+    from kaun_ir.runtime import xla
 
     def no_backend():
         raise AssertionError("the backend was asked for")
 
-    monkeypatch.setattr(kaun_ir.runtime, "backend_name", no_backend)
-    monkeypatch.setenv(passes.TRAIN_PIPELINE_ENV, passes.DEFAULT_TRAIN_PIPELINE)
-    assert passes.train_pipeline() == passes.DEFAULT_TRAIN_PIPELINE
-    assert passes.train_pipeline("cse") == "cse"
-    monkeypatch.setenv(passes.JIT_PIPELINE_ENV, "")
-    assert passes.jit_pipeline() == ""
+    monkeypatch.setattr(xla, "backend_name", no_backend)
+    monkeypatch.setenv(pipelines.TRAIN_PIPELINE_ENV, pipelines.DEFAULT_TRAIN_PIPELINE)
+    assert pipelines.train_pipeline() == pipelines.DEFAULT_TRAIN_PIPELINE
+    assert pipelines.train_pipeline("cse") == "cse"
+    monkeypatch.setenv(pipelines.JIT_PIPELINE_ENV, "")
+    assert pipelines.jit_pipeline() == ""
 
 
 def test_cnn_training_with_the_cpu_default_matches_the_plain_pipeline():
@@ -506,8 +508,8 @@ def test_cnn_training_with_the_cpu_default_matches_the_plain_pipeline():
     )
     losses = {}
     for name, pipeline in (
-        ("cpu", passes.default_train_pipeline("cpu")),
-        ("plain", passes.DEFAULT_TRAIN_PIPELINE),
+        ("cpu", pipelines.default_train_pipeline("cpu")),
+        ("plain", pipelines.DEFAULT_TRAIN_PIPELINE),
     ):
         trainer = train.make(model, optim.adam(1e-2), pipeline=pipeline)
         with kn.rng.scope(0):

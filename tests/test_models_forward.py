@@ -110,7 +110,7 @@ def test_cnn_forward_matches_jax(rng):
     kn.runtime.parse_mlir(mlir)
     assert "stablehlo.convolution" in mlir
     # with the backend-neutral pipeline (no pooling rewrite) the pools stay reduce_window ops
-    neutral = kn.jit(cnn, pipeline=kn.passes.DEFAULT_JIT_PIPELINE)
+    neutral = kn.jit(cnn, pipeline=kn.runtime.pipelines.DEFAULT_JIT_PIPELINE)
     assert "stablehlo.reduce_window" in neutral.lower(params, x)
     np.testing.assert_allclose(np.asarray(neutral(params, x)), np.asarray(out), rtol=1e-4, atol=1e-5)
     # the NumPy reference interpreter agrees with XLA on the optimised graph

@@ -24,6 +24,7 @@ import sys
 import numpy as np
 import pytest
 from filecheck import check
+from kaun_ir.runtime import pipelines
 
 import kaun_ir as kn
 from kaun_ir import passes
@@ -545,14 +546,15 @@ def _dup_fn(x):
 def test_jit_default_pipeline_env_override_and_explicit(monkeypatch):
     x = np.ones(3, F32)
     monkeypatch.delenv("KAUN_IR_PIPELINE", raising=False)
-    assert passes.DEFAULT_JIT_PIPELINE == "canonicalize,fold,cse,dce"
+    assert pipelines.DEFAULT_JIT_PIPELINE == "canonicalize,fold,cse,dce"
     # the backend's default: the neutral one plus, on CPU, the convolution/pooling passes
-    assert passes.default_jit_pipeline("gpu") == passes.DEFAULT_JIT_PIPELINE
+    assert pipelines.default_jit_pipeline("gpu") == pipelines.DEFAULT_JIT_PIPELINE
     assert (
-        passes.default_jit_pipeline("cpu") == f"{passes.DEFAULT_JIT_PIPELINE},{passes.CPU_CONVOLUTION_PASSES}"
+        pipelines.default_jit_pipeline("cpu")
+        == f"{pipelines.DEFAULT_JIT_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES}"
     )
     exe = kn.jit(_dup_fn).executable(x)
-    assert exe.pipeline == passes.default_jit_pipeline() and exe.graph.op_counts()["exponential"] == 1
+    assert exe.pipeline == pipelines.default_jit_pipeline() and exe.graph.op_counts()["exponential"] == 1
 
     jitted = kn.jit(_dup_fn)  # decorated before the variable is set: read at compile time
     monkeypatch.setenv("KAUN_IR_PIPELINE", "")
@@ -584,11 +586,11 @@ def test_train_pipeline_keyword_and_env(monkeypatch):
             st = train.init(trainer)
         return train.step_executable(trainer, st, x, lambda y: loss.cross_entropy_sparse(y, labels))
 
-    assert passes.DEFAULT_TRAIN_PIPELINE == "canonicalize,fold,cse,dce"
-    assert passes.default_train_pipeline("tpu") == passes.DEFAULT_TRAIN_PIPELINE
+    assert pipelines.DEFAULT_TRAIN_PIPELINE == "canonicalize,fold,cse,dce"
+    assert pipelines.default_train_pipeline("tpu") == pipelines.DEFAULT_TRAIN_PIPELINE
     assert (
         step_executable(train.make(layer.linear(3, 2), optim.sgd(0.1))).pipeline
-        == passes.default_train_pipeline()
+        == pipelines.default_train_pipeline()
     )
     trainer = train.make(layer.linear(3, 2), optim.sgd(0.1), pipeline=" dce ")
     assert trainer.pipeline == "dce"

@@ -19,7 +19,7 @@ import kaun_ir as kn
 def _run_imported(module, args):
     graph = kn.ir.from_stablehlo(module)
     graph.verify()
-    optimized = kn.passes.run(graph, kn.passes.default_jit_pipeline())
+    optimized = kn.passes.run(graph, kn.runtime.pipelines.default_jit_pipeline())
     leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(args)]
     return graph, kn.runtime.compile(optimized)(*leaves)
 

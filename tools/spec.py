@@ -26,7 +26,7 @@ autodiff     the ``autodiff`` pass applied to ``(params, state, x) -> sum(y)`` f
              (output 0 must be a float scalar). For a training setup: the whole training step
              (forward, backward, optimiser update) as ``train.step_graph`` traces it
 optimized    ``autodiff``'s graph for training setups, else ``traced``'s, after the default
-             pipeline (``kn.passes.train_pipeline()`` / ``jit_pipeline()``)
+             pipeline (``kn.runtime.pipelines.train_pipeline()`` / ``jit_pipeline()``)
 stablehlo    the optimized graph lowered to StableHLO text
 hlo          XLA's optimised HLO after compiling the StableHLO
 ===========  ===================================================================================
@@ -268,14 +268,16 @@ class Subject:
         return passes.run(self._summed(), "autodiff")
 
     def _optimized(self):
+        from kaun_ir.runtime.pipelines import jit_pipeline, train_pipeline
+
         from kaun_ir import passes
 
         if self.kind == "train":
             return passes.run(
                 self.stage_graph("autodiff"),
-                passes.train_pipeline(getattr(self._trainer(), "pipeline", None)),
+                train_pipeline(getattr(self._trainer(), "pipeline", None)),
             )
-        return passes.run(self.stage_graph("traced"), passes.jit_pipeline())
+        return passes.run(self.stage_graph("traced"), jit_pipeline())
 
     def _summed(self):
         """The function with its first output leaf summed to a scalar (what ``autodiff`` needs)."""

@@ -153,9 +153,9 @@ def _step_pipeline(trainer: Trainer) -> str:
     """The step's pipeline: ``trainer.pipeline`` (or the default), after the ``remat`` pass when
     the trainer rematerialises (it needs the step's forward/backward structure, before fusion)
     and the ``mixed-precision`` pass when it has a precision policy."""
-    from .. import passes
+    from ..runtime.pipelines import train_pipeline
 
-    pipeline = passes.train_pipeline(trainer.pipeline)
+    pipeline = train_pipeline(trainer.pipeline)
     if trainer.precision is not None:  # before the default passes, which clean up the casts
         pipeline = f"mixed-precision{{compute={trainer.precision.name}}},{pipeline}"
     if trainer.remat is None:

@@ -60,7 +60,7 @@ class Trainer:
     #: ``loss(outputs, *targets) -> scalar`` (explicit form), or None (closure form)
     loss: Callable | None = None
     #: the pass pipeline of the compiled step; None: ``$KAUN_IR_TRAIN_PIPELINE`` when compiling,
-    #: else ``kn.passes.default_train_pipeline()``
+    #: else ``kn.runtime.pipelines.default_train_pipeline()``
     pipeline: str | None = None
     #: the device mesh the step is partitioned over (``kn.sharding.mesh``), or None: one device
     mesh: Any = None
@@ -125,7 +125,7 @@ def make(
     compiled step. Without it, each ``train.step`` takes a loss closure ``loss_fn(outputs)``.
     ``pipeline``: the pass pipeline run on the training step before lowering (e.g.
     ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
-    ``kn.passes.default_train_pipeline()``.
+    ``kn.runtime.pipelines.default_train_pipeline()``.
 
     ``mesh`` (``kn.sharding.mesh``): train on every device of the mesh, one SPMD program
     partitioned by XLA. The batch (``x`` and the targets) is split along its first dimension
