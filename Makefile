@@ -18,7 +18,10 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test]"
 	@touch $(STAMP)
 
+# The style gate first (ruff's lint rules and formatting, configured in pyproject.toml), then the suite.
 test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --ignore=tests/test_interop_torch.py
 
 # The tests that need the `interop` extra (PyTorch, transformers) and the long import tests;

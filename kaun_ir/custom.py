@@ -277,7 +277,8 @@ class custom_jvp(_Custom):  # noqa: N801 - a decorator, named like jax's
 
 
 def sample_regions(kind: str, x: np.ndarray) -> tuple[Graph, ...]:
-    """Regions of the op-table samples: softplus with a custom VJP (twice the true one), or with a custom JVP."""
+    """Regions of the op-table samples: softplus with a custom VJP (twice the true one), or with a
+    custom JVP."""
     from . import numeric as n
 
     def softplus(v):

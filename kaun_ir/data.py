@@ -330,7 +330,7 @@ def stack(elements: list) -> Any:
     """
     flat = [_tree.flatten(e) for e in elements]
     treedef = flat[0][1]
-    for leaves, other in flat[1:]:
+    for _, other in flat[1:]:
         if other != treedef:
             raise ValueError("data.batch: the elements of a batch have different structures")
     paths = [p for p, _ in _tree.paths(elements[0])]

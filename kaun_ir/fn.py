@@ -14,22 +14,85 @@ from typing import Any
 
 import numpy as np
 
-from . import _activations as activations
-from . import _nn as nn
 from . import dtypes
-from ._activations import *  # noqa: F401,F403 - kn.fn.relu etc.
+from ._activations import (
+    celu,
+    elu,
+    gelu,
+    gelu_approx,
+    hard_sigmoid,
+    hard_silu,
+    hard_swish,
+    hard_tanh,
+    leaky_relu,
+    log_sigmoid,
+    mish,
+    relu,
+    relu6,
+    selu,
+    sigmoid,
+    silu,
+    softplus,
+    softsign,
+    swish,
+    tanh,
+)
 from ._api import op_function
-from ._nn import *  # noqa: F401,F403 - kn.fn.layer_norm, kn.fn.dropout, kn.fn.dot_product_attention ...
+from ._nn import (
+    batch_norm,
+    batch_stats,
+    causal_mask,
+    dot_product_attention,
+    dropout,
+    embedding,
+    layer_norm,
+    rms_norm,
+    rope,
+)
 from .errors import ShapeError
 from .ir.builder import current_path
 from .numeric import add, astype, divide, ones, reshape
 from .tensor import apply, type_of
 
-__all__ = (
-    ["conv1d", "conv2d", "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d"]
-    + activations.__all__
-    + nn.__all__
-)
+__all__ = [
+    "conv1d",
+    "conv2d",
+    "max_pool1d",
+    "max_pool2d",
+    "avg_pool1d",
+    "avg_pool2d",
+    # the activation functions (kn.fn.relu ...)
+    "relu",
+    "relu6",
+    "leaky_relu",
+    "elu",
+    "selu",
+    "celu",
+    "gelu",
+    "gelu_approx",
+    "silu",
+    "swish",
+    "softplus",
+    "softsign",
+    "mish",
+    "log_sigmoid",
+    "sigmoid",
+    "tanh",
+    "hard_sigmoid",
+    "hard_tanh",
+    "hard_swish",
+    "hard_silu",
+    # normalisation, dropout, embedding, attention (kn.fn.layer_norm ...)
+    "batch_norm",
+    "batch_stats",
+    "layer_norm",
+    "rms_norm",
+    "dropout",
+    "embedding",
+    "dot_product_attention",
+    "causal_mask",
+    "rope",
+]
 
 
 def _where() -> str:

@@ -105,8 +105,8 @@ def remat(f: Callable, policy: Any = "nothing") -> Callable:
     patterns). Same value and, up to XLA's fusion choices, the same gradients bit for bit.
 
     The nodes of ``f`` get the layer-path component ``remat:<policy>:<k>`` (the ``k``-th call in
-    the trace; the IR shows the segment) and ``kn.grad`` / ``kn.vjp`` recompute the segment's residuals where the backward
-    pass first needs them.
+    the trace; the IR shows the segment) and ``kn.grad`` / ``kn.vjp`` recompute the segment's
+    residuals where the backward pass first needs them.
     """
     spec = as_policy(policy).spec.replace(".", "/")  # a path component holds no dot
 

@@ -232,13 +232,11 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
             )
         dtype = np.dtype(template.dtype)
         if xla.is_device_array(template):
-            out.append(
-                xla.array_from_callback(
-                    shape,
-                    template.sharding,
-                    lambda idx, key=key, entry=entry: _assemble(files, key, entry, idx).astype(dtype),
-                )
-            )
+            # the defaults bind this entry's values: a callback must not see a later iteration's
+            def piece(idx, key=key, entry=entry, dtype=dtype):
+                return _assemble(files, key, entry, idx).astype(dtype)
+
+            out.append(xla.array_from_callback(shape, template.sharding, piece))
         else:
             whole = tuple(slice(0, n) for n in shape)
             out.append(_assemble(files, key, entry, whole).astype(dtype))

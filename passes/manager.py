@@ -284,7 +284,8 @@ class PrintAfterAll(Instrumentation):
 
 
 class PrintAfterChange(Instrumentation):
-    """After each pass that changed the textual IR, print a unified diff of it (``--print-ir-after-change``)."""
+    """After each pass that changed the textual IR, print a unified diff of it
+    (``--print-ir-after-change``)."""
 
     def __init__(self, stream=None, context: int = 3):
         self.stream, self.context = stream, context

@@ -43,7 +43,7 @@ def spec_at(spec_tree: Any, path: str, where: str) -> Spec | None:
             raise ValueError(
                 f"{where}: the sharding tree has no entry for {path!r} (it is "
                 f"{type(node).__name__}); give a spec, None, or a tree shaped like the value"
-            )
+            ) from None
     if not _is_spec(node):
         raise ValueError(
             f"{where}: the sharding tree continues below the array at {path or 'the root'!r} "

@@ -381,43 +381,43 @@ add("init", "variance-scale", lambda: init.variance_scaling(-1.0), ValueError, r
 add("init", "uniform-range", lambda: init.uniform((1.0, 0.0))(kn.random.key(0), (2,)), ValueError, r"uniform")
 
 # ------------------------------------------------------------------ optimisers
-O = "optim"
+OPT = "optim"
 P = {"w": np.ones(2, F32)}
-add(O, "sgd-negative-momentum", lambda: optim.sgd(0.1, momentum=-0.5), ValueError, r"momentum")
-add(O, "adam-b1", lambda: optim.adam(0.1, b1=1.5), ValueError, r"b1")
-add(O, "adam-eps", lambda: optim.adam(0.1, eps=-1.0), ValueError, r"eps")
-add(O, "lr-string", lambda: optim.sgd("fast"), TypeError, r"lr")
-add(O, "lr-nan", lambda: optim.sgd(float("nan")), ValueError, r"lr")
-add(O, "adamw-decay", lambda: optim.adamw(0.1, weight_decay=-1.0), ValueError, r"weight_decay")
-add(O, "rmsprop-decay", lambda: optim.rmsprop(0.1, decay=2.0), ValueError, r"decay")
-add(O, "init-not-algorithm", lambda: optim.init("adam", P), TypeError, r"optim|Algorithm")
+add(OPT, "sgd-negative-momentum", lambda: optim.sgd(0.1, momentum=-0.5), ValueError, r"momentum")
+add(OPT, "adam-b1", lambda: optim.adam(0.1, b1=1.5), ValueError, r"b1")
+add(OPT, "adam-eps", lambda: optim.adam(0.1, eps=-1.0), ValueError, r"eps")
+add(OPT, "lr-string", lambda: optim.sgd("fast"), TypeError, r"lr")
+add(OPT, "lr-nan", lambda: optim.sgd(float("nan")), ValueError, r"lr")
+add(OPT, "adamw-decay", lambda: optim.adamw(0.1, weight_decay=-1.0), ValueError, r"weight_decay")
+add(OPT, "rmsprop-decay", lambda: optim.rmsprop(0.1, decay=2.0), ValueError, r"decay")
+add(OPT, "init-not-algorithm", lambda: optim.init("adam", P), TypeError, r"optim|Algorithm")
 add(
-    O,
+    OPT,
     "step-grad-structure",
     lambda: optim.update(optim.sgd(0.1), optim.init(optim.sgd(0.1), P), P, {"v": np.ones(2, F32)}),
     ValueError,
     r"w|v|structure",
 )
 add(
-    O,
+    OPT,
     "step-grad-shape",
     lambda: optim.update(optim.sgd(0.1), optim.init(optim.sgd(0.1), P), P, {"w": np.ones(3, F32)}),
     (ValueError, kn.ShapeError),
     r"w|shape",
 )
 add(
-    O,
+    OPT,
     "apply_updates-structure",
     lambda: optim.apply_updates(P, [np.ones(2, F32)]),
     ValueError,
     r"structure|dict|list",
 )
-add(O, "clip-negative", lambda: optim.clip_by_global_norm(-1.0, P), ValueError, r"max_norm")
-add(O, "schedule-steps", lambda: optim.schedule.cosine_decay(0.1, 0), ValueError, r"decay_steps")
-add(O, "schedule-warmup", lambda: optim.schedule.warmup_cosine(0.1, 1.0, -5), ValueError, r"warmup_steps")
-add(O, "schedule-rate", lambda: optim.schedule.exponential_decay(0.1, 0.0, 10), ValueError, r"decay_rate")
+add(OPT, "clip-negative", lambda: optim.clip_by_global_norm(-1.0, P), ValueError, r"max_norm")
+add(OPT, "schedule-steps", lambda: optim.schedule.cosine_decay(0.1, 0), ValueError, r"decay_steps")
+add(OPT, "schedule-warmup", lambda: optim.schedule.warmup_cosine(0.1, 1.0, -5), ValueError, r"warmup_steps")
+add(OPT, "schedule-rate", lambda: optim.schedule.exponential_decay(0.1, 0.0, 10), ValueError, r"decay_rate")
 add(
-    O,
+    OPT,
     "state_of_trees-count",
     lambda: optim.state_of_trees(optim.adam(0.1), 1, []),
     ValueError,

@@ -52,9 +52,9 @@ def _bad_files(tmp_path, good):
 def test_every_bad_file_gets_an_error_naming_the_file(tmp_path, good, reader):
     for what, (path, pattern) in _bad_files(tmp_path, good).items():
         call = {
-            "load": lambda: checkpoint.load(path),
-            "load_raw": lambda: checkpoint.load_raw(path),
-            "load_like": lambda: checkpoint.load(path, like=TREE),
+            "load": lambda path=path: checkpoint.load(path),
+            "load_raw": lambda path=path: checkpoint.load_raw(path),
+            "load_like": lambda path=path: checkpoint.load(path, like=TREE),
         }[reader]
         with pytest.raises(checkpoint.CheckpointError) as info:
             call()

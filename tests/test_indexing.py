@@ -141,7 +141,7 @@ def test_take_along_axis_errors():
 )
 def test_one_hot_matches_jax(labels, dtype, axis):
     want = np.asarray(jax.nn.one_hot(labels, 5, dtype=dtype, axis=axis))
-    check(kn.jit(lambda l: kn.one_hot(l, 5, dtype=dtype, axis=axis))(labels), want)
+    check(kn.jit(lambda lab: kn.one_hot(lab, 5, dtype=dtype, axis=axis))(labels), want)
     check(kn.one_hot(labels, 5, dtype=dtype, axis=axis), want)
 
 

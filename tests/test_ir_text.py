@@ -248,7 +248,7 @@ def test_extreme_values_of_64_bit_and_small_types():
         np.array([True, False]),
     ]
     for value in cases:
-        got = roundtrip(kn.trace(lambda: value)).nodes[0].attr("value").array
+        got = roundtrip(kn.trace(lambda: value)).nodes[0].attr("value").array  # noqa: B023 - traced at once
         assert got.tobytes() == value.tobytes(), value
 
 

@@ -70,7 +70,7 @@ def _jvp_by_jacrev(fn, xs, ts):
     outs = primal if isinstance(primal, (tuple, list)) else (primal,)
     rows = blocks if isinstance(primal, (tuple, list)) else (blocks,)
     tangent = []
-    for out, row in zip(outs, rows):
+    for _, row in zip(outs, rows):
         total = 0
         for x, t, block in zip(xs, ts, row):
             total = total + np.tensordot(np.asarray(block), t, axes=np.ndim(x))

@@ -43,9 +43,9 @@ def _check(f, jax_f, args, tol=1e-10, grad_tol=1e-8):
     (_, ys), grads = kn.value_and_grad(loss, argnums=argnums, has_aux=True)(*args)
     jax_value_and_grad = jax.jit(jax.value_and_grad(jax_loss, argnums=argnums, has_aux=True))
     (_, want_ys), want_grads = _x64(jax_value_and_grad)(*args)
-    for i, (y, w) in enumerate(zip(ys, want_ys)):
+    for y, w in zip(ys, want_ys):
         _close(y, w, tol)
-    for i, (g, w) in enumerate(zip(grads, want_grads)):
+    for g, w in zip(grads, want_grads):
         _close(g, w, grad_tol)
 
 

@@ -58,7 +58,7 @@ def test_blocks_equal_single_steps_bit_for_bit(dropout):
     assert [s for s, _ in seen5] == list(range(1, 11))
     assert [s for s, _ in seen1] == [s for s, _ in seen5]
     # bit-for-bit on the XLA CPU backend: same ops per step, same order, same keys
-    np.testing.assert_array_equal([l for _, l in seen1], [l for _, l in seen5])
+    np.testing.assert_array_equal([loss for _, loss in seen1], [loss for _, loss in seen5])
     assert single.step == fused.step == 10
     for a, b in zip(_host(single), _host(fused)):
         np.testing.assert_array_equal(a, b)
@@ -70,7 +70,7 @@ def test_final_partial_block_runs_as_single_steps():
     _, single, seen1 = _run(1, 7)
     trainer, fused, seen3 = _run(3, 7)
     assert [s for s, _ in seen3] == list(range(1, 8))
-    np.testing.assert_array_equal([l for _, l in seen1], [l for _, l in seen3])
+    np.testing.assert_array_equal([loss for _, loss in seen1], [loss for _, loss in seen3])
     for a, b in zip(_host(single), _host(fused)):
         np.testing.assert_array_equal(a, b)
     assert trainer.cache.block.trace_count == 1

@@ -146,7 +146,6 @@ def test_vmap_matches_jax_vmap(name, index, sample):
     }
     inputs = [_widen(a) for a in sample.inputs]
     rng = np.random.default_rng(index + 100)
-    n = len(inputs)
     # operand k is mapped along its last axis when k is even, not mapped when k % 3 == 1 (the
     # first operand is always mapped)
     in_axes = tuple(None if (k % 3 == 1) else (np.ndim(a) if k % 2 == 0 else 0) for k, a in enumerate(inputs))

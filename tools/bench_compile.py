@@ -122,7 +122,8 @@ def format_report(rows: list[dict]) -> str:
         s = row["seconds"]
         xla = s.get("xla-compile", 0.0) + s.get("xla-load", 0.0)
         lines.append(
-            f"| {row['case']} | {ours['nodes_traced']} → {ours['nodes_optimised']} | {s.get('trace', 0):.2f} | "
+            f"| {row['case']} | {ours['nodes_traced']} → {ours['nodes_optimised']} | "
+            f"{s.get('trace', 0):.2f} | "
             f"{s.get('passes', 0):.2f} | {s.get('lower', 0):.2f} | {xla:.2f}"
             f"{' (cache)' if 'xla-load' in s else ''} | {row['own_nodes_per_s']:,.0f} | "
             f"{ours['first_step_s']:.2f} | {theirs['first_step_s']:.2f} | {row['ratio_vs_jax']:.2f} | "

@@ -102,7 +102,7 @@ def _train(name, model, splits, args, out):
             trainer,
             st,
             _batches(x_train, y_train, args.batch_size, args.seed * 1000 + epoch),
-            report=lambda step, loss, state: losses.append(loss),
+            report=lambda step, loss, state: losses.append(loss),  # noqa: B023 - fit calls it within this epoch
         )
         accuracy = metric.accuracy(np.asarray(train.predict(trainer, st, x_test)), y_test)
         if epoch == 1 or epoch % 5 == 0 or epoch == args.epochs:

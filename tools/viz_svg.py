@@ -249,7 +249,8 @@ def svg(model: dict, standalone: bool = True, overlay: dict | None = None) -> st
     if overlay is None:
         for group, color in colors.items():
             out.append(
-                f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="10" height="10" fill="{color}" stroke="#9ca3af"/>'
+                f'<rect x="{x:.1f}" y="{_MARGIN - 6}" width="10" height="10" fill="{color}" '
+                'stroke="#9ca3af"/>'
             )
             out.append(f'<text x="{x + 14:.1f}" y="{_MARGIN + 3}">{html.escape(group)}</text>')
             x += 24 + len(group) * _CHAR_W

@@ -90,8 +90,6 @@ __all__ = [
     "gru",
     "lstm",
     "recurrent_from_torch",
-]
-__all__ += [
     "residual",
     "global_avg_pool",
     "adaptive_avg_pool1d",

@@ -213,8 +213,6 @@ def _dot_operand_ct(
     other_free = [a for a in range(other.ndim) if a not in other_batch + other_contracting]
     # where each operand's free axes sit in the output (and so in ct)
     lhs_free_count = len(mine_free) if mine_is_lhs else len(other_free)
-    first = nb if mine_is_lhs else nb + lhs_free_count
-    ct_mine_free = list(range(first, first + len(mine_free)))
     first = nb + lhs_free_count if mine_is_lhs else nb
     ct_other_free = list(range(first, first + len(other_free)))
 
