@@ -1,0 +1,391 @@
+"""The package's layers, and a check that every import points down (see docs/architecture.md).
+
+Every import statement of the package is read with ``ast`` (module level and inside functions,
+relative imports resolved), each module is placed on a layer by the tables below, and an import
+that reaches a higher layer fails the test unless it is on ``ALLOWED_UPWARD`` with its reason.
+Module-level import cycles may only shrink: a strongly connected component that is not inside
+one of ``KNOWN_CYCLES`` fails.
+
+The tables are the single source of the layer order; ``docs/architecture.md`` carries a copy of
+them that a test compares (``python tests/test_layering.py --write-doc`` rewrites it), and
+``python tests/test_layering.py`` prints the current upward imports and cycles.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import pathlib
+import re
+import sys
+from typing import NamedTuple
+
+import networkx as nx
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "architecture.md"
+
+# Source folders and the import names pyproject.toml gives them.
+SOURCE_DIRS = {
+    "kaun_ir": "kaun_ir",
+    "passes": "kaun_ir.passes",
+    "runtime": "kaun_ir.runtime",
+    "tools": "kaun_ir.tools",
+}
+
+# Bottom to top; a module may import its own layer and the layers below it.
+LAYERS = ("foundation", "ir", "ops", "surface", "passes", "runtime", "api", "namespace", "tools")
+
+LAYER_MEANING = {
+    "foundation": "errors, dtypes, atomic files, tree flattening: no kaun_ir imports",
+    "ir": "the SSA IR: types, nodes, graphs, builder, text form, verifier, interpreter",
+    "ops": "the op table: one declaration per op (shape rule, NumPy reference, VJP, emission)",
+    "surface": "tracing: Tensor, trace, the NumPy-style functions, graph transformations",
+    "passes": "Graph -> Graph passes and the pass manager",
+    "runtime": "lowering to StableHLO, jaxlib, compile caches, kn.jit, devices and meshes",
+    "api": "user API: layers, optimisers, training, losses, data, checkpoints, sharding",
+    "namespace": "the kaun_ir package itself (`import kaun_ir as kn`), which re-exports the rest",
+    "tools": "the kaun-ir command line",
+}
+
+# A subpackage entry places every module inside it (a new file there needs no entry).
+SUBPACKAGES = {
+    "kaun_ir.ir": "ir",
+    "kaun_ir.ops": "ops",
+    "kaun_ir.passes": "passes",
+    "kaun_ir.runtime": "runtime",
+    "kaun_ir.layer": "api",
+    "kaun_ir.optim": "api",
+    "kaun_ir.train": "api",
+    "kaun_ir.models": "api",
+    "kaun_ir.datasets": "api",
+    "kaun_ir.tools": "tools",
+}
+
+# Every module directly in kaun_ir/ needs an entry: that folder holds the bottom and the top.
+MODULES = {
+    "kaun_ir": "namespace",
+    # foundation
+    "kaun_ir.errors": "foundation",
+    "kaun_ir.dtypes": "foundation",
+    "kaun_ir.fileio": "foundation",
+    "kaun_ir._tree": "foundation",
+    # surface: what a traced function is written with
+    "kaun_ir.tensor": "surface",
+    "kaun_ir.trace": "surface",
+    "kaun_ir._api": "surface",
+    "kaun_ir.numeric": "surface",
+    "kaun_ir.indexing": "surface",
+    "kaun_ir.linalg": "surface",
+    "kaun_ir.reductions": "surface",
+    "kaun_ir.sorting": "surface",
+    "kaun_ir.einspec": "surface",
+    "kaun_ir.ein": "surface",
+    "kaun_ir.primitives": "surface",
+    "kaun_ir.random": "surface",
+    "kaun_ir.fn": "surface",
+    "kaun_ir._nn": "surface",
+    "kaun_ir._activations": "surface",
+    # surface: transformations (the passes build on their graph-level halves)
+    "kaun_ir.autodiff": "surface",
+    "kaun_ir.batching": "surface",
+    "kaun_ir.forward": "surface",
+    "kaun_ir.jacobian": "surface",
+    "kaun_ir.custom": "surface",
+    "kaun_ir.control": "surface",
+    "kaun_ir.scan_grad": "surface",
+    "kaun_ir.rematerialize": "surface",
+    # user API
+    "kaun_ir.ptree": "api",
+    "kaun_ir.rng": "api",
+    "kaun_ir.init": "api",
+    "kaun_ir.loss": "api",
+    "kaun_ir.metric": "api",
+    "kaun_ir.precision": "api",
+    "kaun_ir.data": "api",
+    "kaun_ir.checkpoint": "api",
+    "kaun_ir.checkpoint_mapping": "api",
+    "kaun_ir.sharded_checkpoint": "api",
+    "kaun_ir.sharding": "api",
+    "kaun_ir.sharding_policy": "api",
+    "kaun_ir.distributed": "api",
+    "kaun_ir.debug": "api",
+    "kaun_ir.testing": "api",
+}
+
+# Upward imports that stay, for now: (importer, imported, why). Keep it short; when a change
+# removes one of these imports, delete its entry (the test says which entries are stale).
+ALLOWED_UPWARD = [
+    # ir -> higher: the IR core needs the op table to parse, verify and interpret a graph
+    (
+        "kaun_ir.ir",
+        "kaun_ir.runtime.stablehlo_import",
+        "ir.from_stablehlo reads MLIR, which only the runtime may",
+    ),
+    ("kaun_ir.ir.core", "kaun_ir.tools.viz_svg", "Graph._repr_svg_ draws with the viewer's renderer"),
+    ("kaun_ir.ir.interp", "kaun_ir.ops", "the interpreter runs each op's NumPy reference"),
+    ("kaun_ir.ir.text", "kaun_ir.ops", "the parser checks op names and result types against the table"),
+    ("kaun_ir.ir.verify", "kaun_ir.ops", "the verifier re-runs each op's type rule"),
+    # ops -> surface: derivative and batching rules written with the tracing surface
+    ("kaun_ir.ops.batching", "kaun_ir.tensor", "batching rules build nodes with tensor.apply"),
+    ("kaun_ir.ops.batching", "kaun_ir", "batching rules use kn.* composites"),
+    ("kaun_ir.ops.control", "kaun_ir.control", "test samples trace loop bodies with control's tracer"),
+    ("kaun_ir.ops.control", "kaun_ir.batching", "while's batching rule batches its body graph"),
+    ("kaun_ir.ops.control", "kaun_ir.tensor", "while's batching rule builds nodes with tensor.apply"),
+    ("kaun_ir.ops.custom", "kaun_ir.tensor", "custom_vjp/jvp rules inline their graphs as Tensors"),
+    ("kaun_ir.ops.custom", "kaun_ir.autodiff", "custom_jvp's VJP differentiates its JVP graph"),
+    ("kaun_ir.ops.custom", "kaun_ir.batching", "custom ops batch their region graphs"),
+    ("kaun_ir.ops.custom", "kaun_ir.custom", "test samples come from custom's region builders"),
+    ("kaun_ir.ops.elementwise", "kaun_ir", "VJP rules use kn.sign, kn.where, kn.astype ..."),
+    ("kaun_ir.ops.indexing", "kaun_ir.tensor", "VJP rules build nodes with tensor.apply"),
+    ("kaun_ir.ops.indexing", "kaun_ir.autodiff", "scatter-multiply's VJP raises GradientError"),
+    ("kaun_ir.ops.indexing_batch", "kaun_ir.tensor", "batching rules build nodes with tensor.apply"),
+    ("kaun_ir.ops.linalg", "kaun_ir.tensor", "VJP rules build nodes with tensor.apply"),
+    ("kaun_ir.ops.linalg_batch", "kaun_ir.tensor", "batching rules build nodes with tensor.apply"),
+    ("kaun_ir.ops.reduce", "kaun_ir", "VJP rules use kn.* composites"),
+    ("kaun_ir.ops.reduce", "kaun_ir.tensor", "VJP rules build nodes with tensor.apply"),
+    ("kaun_ir.ops.scan", "kaun_ir.control", "test samples trace scan bodies with control's tracer"),
+    ("kaun_ir.ops.scan", "kaun_ir.numeric", "the test sample's step function uses tanh"),
+    ("kaun_ir.ops.scan", "kaun_ir.scan_grad", "scan's VJP is built by scan_grad"),
+    ("kaun_ir.ops.scan", "kaun_ir.batching", "scan's batching rule batches its body graph"),
+    ("kaun_ir.ops.scan", "kaun_ir.tensor", "scan's batching rule builds nodes with tensor.apply"),
+    ("kaun_ir.ops.shape", "kaun_ir.tensor", "VJP rules build nodes with tensor.apply"),
+    ("kaun_ir.ops.sharding", "kaun_ir.tensor", "VJP and batching rules build nodes with tensor.apply"),
+    ("kaun_ir.ops.sort", "kaun_ir.indexing", "sort's VJP uses take_along_axis"),
+    ("kaun_ir.ops.sort", "kaun_ir.tensor", "sort's VJP builds nodes with tensor.apply"),
+    ("kaun_ir.ops.window", "kaun_ir.tensor", "VJP rules build nodes with tensor.apply"),
+    # surface -> runtime: outside a trace, functions and transformations compile with kn.jit
+    ("kaun_ir._api", "kaun_ir.runtime.jit", "op_function compiles concrete calls with kn.jit"),
+    ("kaun_ir.autodiff", "kaun_ir.runtime.jit", "grad/vjp on concrete arrays compile with kn.jit"),
+    (
+        "kaun_ir.custom",
+        "kaun_ir.runtime.jit",
+        "custom_vjp/jvp functions on concrete arrays compile with kn.jit",
+    ),
+    ("kaun_ir.forward", "kaun_ir.runtime.jit", "jvp/linearize on concrete arrays compile with kn.jit"),
+    ("kaun_ir.jacobian", "kaun_ir.runtime.jit", "hvp on concrete arrays compiles with kn.jit"),
+    ("kaun_ir.tensor", "kaun_ir", "Tensor methods forward to the kn.* functions"),
+    ("kaun_ir.tensor", "kaun_ir.runtime.xla", "foreign arrays become jax.Arrays through the adapter"),
+    ("kaun_ir.tensor", "kaun_ir.runtime", "eager primitives compile through the runtime"),
+    # passes -> runtime: the default choices depend on the backend
+    ("kaun_ir.passes.layout", "kaun_ir.runtime", "layout's target=auto asks for the backend name"),
+    ("kaun_ir.passes.manager", "kaun_ir.runtime", "the default pipeline depends on the backend"),
+    # api -> namespace: modules reaching for kn.* instead of the defining module
+    ("kaun_ir.loss", "kaun_ir", "losses use kn.* functions"),
+    ("kaun_ir.models.decoder", "kaun_ir", "the decoder uses kn.* functions"),
+    ("kaun_ir.models.generate", "kaun_ir", "generation uses kn.* functions"),
+    ("kaun_ir.optim.algorithms", "kaun_ir", "update rules use kn.* functions"),
+    ("kaun_ir.optim.core", "kaun_ir", "traced optimiser steps use kn.* functions"),
+    ("kaun_ir.optim.schedule", "kaun_ir", "traced schedules use kn.* functions"),
+    ("kaun_ir.precision", "kaun_ir", "loss scaling uses kn.* functions"),
+]
+
+# Module-level import cycles of today; a new cycle, or one that grows, fails the test.
+KNOWN_CYCLES: list[frozenset[str]] = []
+
+
+class Import(NamedTuple):
+    importer: str
+    imported: str
+    path: str
+    line: int
+    module_level: bool
+
+
+class Package(NamedTuple):
+    modules: dict[str, pathlib.Path]
+    imports: list[Import]
+
+
+def _module_name(directory: str, path: pathlib.Path) -> tuple[str, bool]:
+    """The import name of a source file, and whether it is a package's ``__init__``."""
+    parts = list(path.relative_to(ROOT / directory).with_suffix("").parts)
+    is_package = parts[-1] == "__init__"
+    if is_package:
+        parts = parts[:-1]
+    return ".".join([SOURCE_DIRS[directory], *parts]), is_package
+
+
+def _resolve(modules: dict, name: str) -> str:
+    """The package module an import name refers to: the longest prefix that is a module."""
+    parts = name.split(".")
+    while parts and ".".join(parts) not in modules:
+        parts.pop()
+    return ".".join(parts)
+
+
+def _import_nodes(node: ast.AST, module_level: bool = True):
+    """``(import statement, runs at import time?)`` for every import below ``node``."""
+    for child in ast.iter_child_nodes(node):
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            yield from _import_nodes(child, False)
+            continue
+        if isinstance(child, (ast.Import, ast.ImportFrom)):
+            yield child, module_level
+        yield from _import_nodes(child, module_level)
+
+
+def _imports_of(name: str, path: pathlib.Path, is_package: bool, modules: dict) -> list[Import]:
+    """The imports of package modules in one source file."""
+    where = str(path.relative_to(ROOT))
+    here = name.split(".") if is_package else name.split(".")[:-1]
+    found = []
+    for node, module_level in _import_nodes(ast.parse(path.read_text(encoding="utf-8"), where)):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        else:
+            source = node.module or ""
+            if node.level:
+                source = ".".join(here[: len(here) - (node.level - 1)] + ([source] if source else []))
+            # ``from pkg import sub`` imports the submodule; ``from pkg import name`` the package
+            targets = [f"{source}.{alias.name}" for alias in node.names]
+        for target in targets:
+            if target.split(".")[0] == "kaun_ir":
+                found.append(Import(name, _resolve(modules, target), where, node.lineno, module_level))
+    return found
+
+
+@functools.cache
+def package() -> Package:
+    """Every module of the package and every import of another package module, with its place."""
+    files = {}
+    for directory in SOURCE_DIRS:
+        for path in sorted((ROOT / directory).rglob("*.py")):
+            name, is_package = _module_name(directory, path)
+            files[name] = (path, is_package)
+    modules = {name: path for name, (path, _) in files.items()}
+    imports = [edge for name, spec in files.items() for edge in _imports_of(name, *spec, modules)]
+    return Package(modules, imports)
+
+
+def layer_of(module: str) -> str | None:
+    """The layer of a module from the tables, or None when it has no entry."""
+    if module in MODULES:
+        return MODULES[module]
+    owners = [prefix for prefix in SUBPACKAGES if module == prefix or module.startswith(prefix + ".")]
+    return SUBPACKAGES[max(owners, key=len)] if owners else None
+
+
+def upward_imports() -> list[Import]:
+    """Imports whose target sits on a higher layer than the importer (any nesting level)."""
+    rank = {layer: index for index, layer in enumerate(LAYERS)}
+    return [
+        edge
+        for edge in package().imports
+        if layer_of(edge.importer) and layer_of(edge.imported)
+        if rank[layer_of(edge.imported)] > rank[layer_of(edge.importer)]
+    ]
+
+
+def import_cycles(module_level_only: bool = True) -> list[set[str]]:
+    """Strongly connected components (more than one module) of the import graph, largest first."""
+    graph = nx.DiGraph()
+    graph.add_edges_from(
+        (edge.importer, edge.imported)
+        for edge in package().imports
+        if edge.importer != edge.imported and (edge.module_level or not module_level_only)
+    )
+    components = [set(c) for c in nx.strongly_connected_components(graph) if len(c) > 1]
+    return sorted(components, key=lambda c: (-len(c), sorted(c)))
+
+
+def _describe(edge: Import) -> str:
+    where = "module level" if edge.module_level else "in a function"
+    return (
+        f"{edge.path}:{edge.line}: {edge.importer} ({layer_of(edge.importer)}) imports "
+        f"{edge.imported} ({layer_of(edge.imported)}), {where}"
+    )
+
+
+def test_every_module_has_a_layer():
+    missing = sorted(name for name in package().modules if layer_of(name) is None)
+    assert not missing, (
+        "modules without a layer; add each to MODULES in tests/test_layering.py (and run "
+        "`python tests/test_layering.py --write-doc`): " + ", ".join(missing)
+    )
+
+
+def test_tables_name_real_layers_and_modules():
+    assert set(MODULES.values()) | set(SUBPACKAGES.values()) <= set(LAYERS)
+    assert set(LAYER_MEANING) == set(LAYERS)
+    gone = sorted(set(MODULES) - set(package().modules)) + sorted(set(SUBPACKAGES) - set(package().modules))
+    assert not gone, f"layer table entries for modules that no longer exist: {gone}"
+
+
+def test_imports_point_down():
+    allowed = {(importer, imported) for importer, imported, _ in ALLOWED_UPWARD}
+    bad = [_describe(edge) for edge in upward_imports() if (edge.importer, edge.imported) not in allowed]
+    assert not bad, (
+        "imports that reach a higher layer (see docs/architecture.md for what each layer may import; "
+        "move the helper down, or let the lower layer expose a hook the upper one fills):\n" + "\n".join(bad)
+    )
+
+
+def test_allow_list_is_short_current_and_explained():
+    current = {(edge.importer, edge.imported) for edge in upward_imports()}
+    pairs = [(importer, imported) for importer, imported, _ in ALLOWED_UPWARD]
+    assert len(pairs) == len(set(pairs)), "ALLOWED_UPWARD lists an import twice"
+    stale = [pair for pair in pairs if pair not in current]
+    assert not stale, f"ALLOWED_UPWARD entries that no longer reach upward; delete them: {stale}"
+    assert all(why.strip() for _, _, why in ALLOWED_UPWARD), "every allowed upward import says why"
+
+
+def test_module_level_import_cycles_only_shrink():
+    new = [sorted(c) for c in import_cycles() if not any(c <= known for known in KNOWN_CYCLES)]
+    assert not new, f"new or grown module-level import cycles: {new}"
+
+
+def render_doc_table() -> str:
+    """The layer table of docs/architecture.md, from the tables above."""
+    lines = ["| Layer | Holds | Modules |", "|---|---|---|"]
+    for layer in reversed(LAYERS):
+        names = sorted(name + "/" for name, placed in SUBPACKAGES.items() if placed == layer)
+        names += sorted(name for name, placed in MODULES.items() if placed == layer)
+        shown = ", ".join(
+            f"`{name.removeprefix('kaun_ir.') if name != 'kaun_ir' else name}`" for name in names
+        )
+        lines.append(f"| {layer} | {LAYER_MEANING[layer]} | {shown} |")
+    return "\n".join(lines)
+
+
+DOC_START = "<!-- layer table: generated by `python tests/test_layering.py --write-doc` -->"
+DOC_END = "<!-- end of layer table -->"
+
+
+def _doc_with_table(text: str) -> str:
+    pattern = re.compile(re.escape(DOC_START) + ".*?" + re.escape(DOC_END), re.S)
+    return pattern.sub(lambda _: f"{DOC_START}\n{render_doc_table()}\n{DOC_END}", text)
+
+
+def test_architecture_doc_has_the_current_layer_table():
+    text = DOC.read_text(encoding="utf-8")
+    assert DOC_START in text and DOC_END in text, "docs/architecture.md lost its layer-table markers"
+    assert _doc_with_table(text) == text, (
+        "docs/architecture.md's layer table differs from tests/test_layering.py; "
+        "run `python tests/test_layering.py --write-doc`"
+    )
+
+
+def report() -> str:
+    """Upward imports and cycles of the tree as it stands (for notes and reviews)."""
+    up = upward_imports()
+    lines = [
+        f"modules: {len(package().modules)}, imports of package modules: {len(package().imports)}",
+        f"upward imports: {len(up)} ({sum(e.module_level for e in up)} at module level, "
+        f"{sum(not e.module_level for e in up)} in functions), "
+        f"{len({(e.importer, e.imported) for e in up})} module pairs; allow-list: {len(ALLOWED_UPWARD)}",
+    ]
+    for label, only in (("module-level", True), ("all", False)):
+        cycles = import_cycles(only)
+        lines.append(f"{label} import cycles: {len(cycles)}, sizes {[len(c) for c in cycles]}")
+    lines += [_describe(edge) for edge in up]
+    for cycle in import_cycles():
+        lines.append("cycle: " + " ".join(sorted(cycle)))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["--write-doc"]:
+        DOC.write_text(_doc_with_table(DOC.read_text(encoding="utf-8")), encoding="utf-8")
+    else:
+        print(report())
