@@ -167,9 +167,8 @@ ALLOWED_UPWARD = [
     ("kaun_ir.tensor", "kaun_ir", "Tensor methods forward to the kn.* functions"),
     ("kaun_ir.tensor", "kaun_ir.runtime.xla", "foreign arrays become jax.Arrays through the adapter"),
     ("kaun_ir.tensor", "kaun_ir.runtime", "eager primitives compile through the runtime"),
-    # passes -> runtime: the default choices depend on the backend
+    # passes -> runtime: the default choice depends on the backend
     ("kaun_ir.passes.layout", "kaun_ir.runtime", "layout's target=auto asks for the backend name"),
-    ("kaun_ir.passes.manager", "kaun_ir.runtime", "the default pipeline depends on the backend"),
     # api -> namespace: modules reaching for kn.* instead of the defining module
     ("kaun_ir.loss", "kaun_ir", "losses use kn.* functions"),
     ("kaun_ir.models.decoder", "kaun_ir", "the decoder uses kn.* functions"),
