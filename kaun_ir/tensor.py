@@ -1,8 +1,8 @@
 """Symbolic tensors (what user code sees while tracing) and ``apply``, the one way ops are made.
 
 ``apply("add", x, y)`` inside a trace appends a node to the active builder and returns Tensors;
-outside any trace, with concrete operands, it runs the single op through XLA (compiled once
-per op signature and cached) and returns ``jax.Array``s.
+outside any trace, with concrete operands, it runs the single op through the runtime (compiled
+once per op signature and cached there; see ``install_runtime``) and returns ``jax.Array``s.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from . import dtypes
-from .ir.builder import _STATE, Builder, current_builder, infer_or_raise
-from .ir.core import Graph, Node, TensorType, Value
+from .ir.builder import _STATE, Builder, current_builder
+from .ir.core import Graph, TensorType, Value
 from .ops import TABLE
 from .ops import get as get_op
 
@@ -276,9 +276,7 @@ def is_foreign_array(x: Any) -> bool:
 
 def from_foreign(x: Any):
     """A foreign array as a ``jax.Array`` sharing its memory where DLPack allows (no copy on CPU)."""
-    from kaun_ir.runtime import xla  # late: the runtime is built on this module
-
-    return xla.from_dlpack(x)
+    return _runtime().from_dlpack(x)
 
 
 def concrete_array(x: Any) -> np.ndarray:
@@ -359,7 +357,7 @@ def apply(op: str, *operands: Any, regions: tuple[Graph, ...] = (), **attrs: Any
                     f"a {x.type} tensor from a trace that has already finished was used; tensors must "
                     "not escape the function being traced (return them instead)"
                 )
-        outs = _eager(opdef, operands, attrs, regions)
+        outs = _runtime().run_op(opdef, operands, attrs, regions)
         return outs[0] if len(outs) == 1 else tuple(outs)
     values = [to_value(builder, x) for x in operands]
     outs = builder.add(opdef, values, attrs, regions)
@@ -367,21 +365,26 @@ def apply(op: str, *operands: Any, regions: tuple[Graph, ...] = (), **attrs: Any
     return tensors[0] if len(tensors) == 1 else tensors
 
 
-_EAGER: dict[tuple, Any] = {}
+class _Runtime:
+    """What the runtime (a layer above this module) installs here: ``run_op(opdef, operands,
+    attrs, regions) -> list`` runs one primitive on concrete operands (compiled and cached by the
+    runtime), ``from_dlpack(x)`` takes a foreign array. Installed when ``kaun_ir.runtime`` is
+    imported, which ``import kaun_ir`` does."""
+
+    run_op: Callable | None = None
+    from_dlpack: Callable | None = None
 
 
-def _eager(opdef, operands, attrs, regions) -> list:
-    """Run one primitive on concrete operands through XLA (compiled once per signature)."""
-    from kaun_ir import runtime
+_RUNTIME = _Runtime()
 
-    types = [type_of(x) for x in operands]
-    attrs = opdef.check_attrs(attrs)
-    out_types = infer_or_raise(opdef, types, attrs, "", regions)
-    args = Graph.arguments(types)
-    node = Node(opdef.name, args, attrs, out_types, regions)
-    key = (node.op, node.attrs, tuple(types), tuple(r.text() for r in regions))
-    exe = _EAGER.get(key)
-    if exe is None:
-        exe = runtime.compile(Graph(args, node.outputs, [node], name=opdef.name))
-        _EAGER[key] = exe
-    return list(exe(*operands))
+
+def install_runtime(run_op: Callable, from_dlpack: Callable) -> None:
+    """Called by ``kaun_ir.runtime`` on import: how concrete operands are computed on."""
+    _RUNTIME.run_op = run_op
+    _RUNTIME.from_dlpack = from_dlpack
+
+
+def _runtime() -> _Runtime:
+    if _RUNTIME.run_op is None:
+        raise RuntimeError("no runtime is installed to compute on concrete arrays: import kaun_ir first")
+    return _RUNTIME

@@ -5,16 +5,22 @@ Imported as ``kaun_ir.runtime``; jaxlib is only touched through the ``xla`` adap
 
 from __future__ import annotations
 
+from kaun_ir import tensor as _tensor
 from kaun_ir.fileio import atomic_write
 
-from . import disk_cache, dispatch, pipelines, stages
+from . import compilation, disk_cache, dispatch, pipelines, stages, xla
+from .compilation import compile_graph as compile
+from .compilation import stats
 from .dispatch import Route, RouteCache
-from .executable import Executable, compile, stats
+from .executable import Executable
 from .jax_export import to_jax_export
 from .jit import Jitted, jit
 from .lower import lower
 from .mesh import Mesh, Spec
 from .xla import backend_name, parse_mlir
+
+# the eager path of ``kaun_ir.tensor.apply`` (a layer below) computes through this runtime
+_tensor.install_runtime(compilation.run_op, xla.from_dlpack)
 
 
 def devices():
@@ -50,6 +56,7 @@ __all__ = [
     "RouteCache",
     "Spec",
     "backend_name",
+    "compilation",
     "compile",
     "devices",
     "dispatch",

@@ -1,68 +1,17 @@
-"""Compiled executables: compile a graph once per (StableHLO text, device), run it on arrays."""
+"""Compiled executables: a graph lowered and XLA-compiled (through ``compilation.compile_mlir``,
+which caches the XLA program), run on arrays."""
 
 from __future__ import annotations
 
-import hashlib
-import os
-import time
 from collections.abc import Sequence
 
 from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
-from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.ir.core import Graph, TensorType
 
-from . import disk_cache, finite, stages, xla
+from . import finite, stages, xla
+from .compilation import compile_mlir
 from .lower import lower
-
-_CACHE: dict[str, object] = {}
-
-
-class Stats:
-    """Counters for tests and benchmarks: how many XLA compilations happened in this process."""
-
-    compiles = 0
-    cache_hits = 0
-
-
-stats = Stats()
-
-
-def fingerprint(mlir_text: str, device, devices: Sequence = ()) -> str:
-    digest = hashlib.sha256(mlir_text.encode())
-    for d in devices or (device,):
-        digest.update(f"|{d.platform}:{d.id}".encode())
-    return digest.hexdigest()
-
-
-def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence = ()) -> object:
-    """XLA-compile StableHLO text for ``device`` (or, partitioned, for ``devices`` in mesh order),
-    cached by fingerprint; CompileError on failure."""
-    key = fingerprint(mlir_text, device, devices)
-    loaded = _CACHE.get(key)
-    if loaded is not None:
-        stats.cache_hits += 1
-        return loaded
-    hits = disk_cache.counters.hits
-    start = time.perf_counter()
-    try:
-        loaded = xla.compile_partitioned(mlir_text, devices) if devices else xla.compile(mlir_text, device)
-    except Exception as err:  # jaxlib raises its own XlaRuntimeError / ValueError types
-        path = os.path.join(repro_dir(), f"{key[:16]}.mlir")
-        header = (
-            f"// kaun_ir compile failure repro\n// pipeline: {pipeline or '(none)'}\n"
-            f"// device: {device.platform}\n// error: {str(err).splitlines()[0] if str(err) else err!r}\n"
-        )
-        atomic_write(path, header + mlir_text)
-        raise CompileError(
-            f"XLA could not compile the module ({type(err).__name__}: "
-            f"{str(err).splitlines()[0] if str(err) else ''}); "
-            f"StableHLO written to {path}"
-        ) from None
-    stages.add("xla-load" if disk_cache.counters.hits > hits else "xla-compile", time.perf_counter() - start)
-    stats.compiles += 1
-    _CACHE[key] = loaded
-    return loaded
 
 
 class Executable:
@@ -209,31 +158,6 @@ class Executable:
     def cost_analysis(self) -> dict:
         """XLA's cost estimate (``flops``, ``bytes accessed``, ...)."""
         return xla.cost_analysis(self.loaded)
-
-
-def compile(
-    graph: Graph,
-    device=None,
-    donate: Sequence[int] = (),
-    pipeline: str = "",
-    mesh=None,
-    in_specs: Sequence | None = None,
-    out_specs: Sequence | None = None,
-) -> Executable:
-    """Lower and XLA-compile ``graph`` (cached by StableHLO fingerprint + devices).
-
-    ``device``: the device to run on (default: the first). ``mesh`` (a ``kn.sharding.mesh``):
-    partition over the mesh instead, with ``in_specs`` / ``out_specs`` one partition spec (or
-    None) per graph input / output: inputs default to replicated, outputs to XLA's choice."""
-    return Executable(
-        graph,
-        device=device,
-        donate=donate,
-        pipeline=pipeline,
-        mesh=mesh,
-        in_specs=in_specs,
-        out_specs=out_specs,
-    )
 
 
 def _moving_devices(run, device):

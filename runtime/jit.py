@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from kaun_ir import _tree as tree
 from kaun_ir.tensor import Tensor
-from kaun_ir.trace import is_array_leaf, leaf_type, trace_flat
+from kaun_ir.trace import is_array_leaf, leaf_type
 
-from . import explain, stages, xla
-from .dispatch import Route, RouteCache
+from . import explain, xla
+from .compilation import FunctionCache, compile_function
+from .dispatch import Route
 from .executable import Executable
 
 
@@ -57,18 +56,18 @@ class Jitted:
         self.device = device
         self.mesh = mesh
         self.in_shardings, self.out_shardings = in_shardings, out_shardings
-        self.trace_count = 0
-        self._cache: dict[Any, Route] = {}
-        #: repeated-signature dispatch (see ``kaun_ir.runtime.dispatch``): calls whose arguments
-        #: are all plain arrays (no containers, no kwargs) skip tree flattening, keyed by
-        #: ``(type, shape, dtype)`` per argument; other callers (``kn.train``) file routes here too
-        self.routes = RouteCache()
-        # First compilation of a signature happens once however many threads call at once: one
-        # lock per signature being compiled; other signatures compile in parallel.
-        self._lock = threading.Lock()
-        self._compiling: dict[Any, threading.Lock] = {}
-        self._array_types = xla.array_types()
+        #: the compiled routes by signature, and (``routes``) by fast-path key: calls whose
+        #: arguments are all plain arrays (no containers, no kwargs) skip tree flattening, keyed
+        #: by ``(type, shape, dtype)`` per argument; other callers (``kn.train``) file routes
+        #: there too. Creating the wrapper starts nothing: no XLA client, no device lookup.
+        self._compiled = FunctionCache()
+        self.routes = self._compiled.routes
         functools.update_wrapper(self, f)
+
+    @property
+    def trace_count(self) -> int:
+        """How many times ``f`` was traced (one per distinct signature)."""
+        return self._compiled.trace_count
 
     def _signature(self, args, kwargs):
         leaves, treedef = tree.flatten((args, kwargs))
@@ -103,8 +102,8 @@ class Jitted:
         key, leaves, arrays = self._signature(args, kwargs)
         if key is None:  # called inside another trace: trace through (inline)
             return self.f(*args, **kwargs)
-        route = self._cache.get(key) or self._entry(args, kwargs, key)
-        if not kwargs and self.mesh is None and all(type(a) in self._array_types for a in args):
+        route = self._compiled.get(key) or self._entry(args, kwargs, key)
+        if not kwargs and self.mesh is None and all(type(a) in xla.array_types() for a in args):
             self.routes.put(tuple([(type(a), a.shape, a.dtype) for a in args]), route)
         try:
             return route.unflatten(route.run(route.place(arrays)))
@@ -121,7 +120,7 @@ class Jitted:
         key, leaves, arrays = self._signature(args, kwargs)
         if key is None:
             return None, None
-        return self._cache.get(key) or self._entry(args, kwargs, key), arrays
+        return self._compiled.get(key) or self._entry(args, kwargs, key), arrays
 
     @property
     def pipeline(self) -> str:
@@ -132,18 +131,8 @@ class Jitted:
         return jit_pipeline(None if requested is None else str(requested))
 
     def _entry(self, args, kwargs, key) -> Route:
-        """The cache entry of ``key``, compiled by exactly one thread; the others wait for it."""
-        with self._lock:
-            lock = self._compiling.setdefault(key, threading.Lock())
-        try:
-            with lock:
-                entry = self._cache.get(key)
-                if entry is None:
-                    entry = self._compile(args, kwargs, key)
-        finally:
-            with self._lock:
-                self._compiling.pop(key, None)
-        return entry
+        """The route of signature ``key``, compiled by exactly one thread; the others wait for it."""
+        return self._compiled.entry(key, lambda: self._compile(args, kwargs, key))
 
     def _compile(self, args, kwargs, key) -> Route:
         from kaun_ir import passes
@@ -152,34 +141,30 @@ class Jitted:
         if explain.enabled():
             explain.log(
                 getattr(self.f, "__qualname__", repr(self.f)),
-                self.trace_count + 1,
-                list(self._cache),
+                self._compiled.trace_count + 1,
+                self._compiled.signatures(),
                 key,
                 args,
                 kwargs,
             )
-        from .mesh import use
-
-        with use(self.mesh), stages.stage("trace") as nodes:  # constraints refer to the mesh compiled for
-            traced = trace_flat(self.f, args, kwargs)
-            nodes[0] = len(traced.graph.nodes)
-        with self._lock:
-            self.trace_count += 1
-        graph = (
-            passes.run(traced.graph, pipeline, stages.pass_instrumentations()) if pipeline else traced.graph
-        )
-        donate = self._donated_inputs(args, traced.array_positions)
-        specs = {}
+        shardings = None
         if self.mesh is not None:
             from . import sharding_args
 
-            specs = sharding_args.resolve(self, args, kwargs, traced, len(graph.inputs), len(graph.outputs))
-        exe = Executable(
-            graph, device=self.device, donate=donate, pipeline=str(pipeline), mesh=self.mesh, **specs
+            def shardings(traced, n_inputs, n_outputs):
+                return sharding_args.resolve(self, args, kwargs, traced, n_inputs, n_outputs)
+
+        return compile_function(
+            self.f,
+            args,
+            kwargs,
+            pipeline,
+            device=self.device,
+            mesh=self.mesh,
+            donated_positions=lambda positions: self._donated_inputs(args, positions),
+            shardings=shardings,
+            cache=self._compiled,
         )
-        entry = Route(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
-        self._cache[key] = entry
-        return entry
 
     def _donated_inputs(self, args, positions) -> list[int]:
         if not self.donate_argnums:
@@ -193,23 +178,23 @@ class Jitted:
     def graph(self, *args, **kwargs):
         """The IR after the pipeline for this signature (traces and compiles if needed)."""
         key, _, _ = self._signature(args, kwargs)
-        entry = self._cache.get(key) or self._entry(args, kwargs, key)
+        entry = self._compiled.get(key) or self._entry(args, kwargs, key)
         return entry.executable.graph
 
     def lower(self, *args, **kwargs) -> str:
         """The StableHLO text for this signature."""
         key, _, _ = self._signature(args, kwargs)
-        entry = self._cache.get(key) or self._entry(args, kwargs, key)
+        entry = self._compiled.get(key) or self._entry(args, kwargs, key)
         return entry.executable.mlir
 
     def executables(self) -> list[Executable]:
         """The executables compiled so far, one per traced signature, oldest first."""
-        return [route.executable for route in list(self._cache.values())]
+        return [route.executable for route in self._compiled.values()]
 
     def executable(self, *args, **kwargs) -> Executable:
         """The compiled executable for this signature."""
         key, _, _ = self._signature(args, kwargs)
-        return (self._cache.get(key) or self._entry(args, kwargs, key)).executable
+        return (self._compiled.get(key) or self._entry(args, kwargs, key)).executable
 
 
 def jit(

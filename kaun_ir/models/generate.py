@@ -19,8 +19,6 @@ import numpy as np
 from .. import dtypes
 from .decoder import DecoderConfig, empty_cache, forward
 
-_COMPILED: dict = {}
-
 
 def _kn():
     import kaun_ir
@@ -57,11 +55,15 @@ def sample(logits, key, temperature, greedy: bool, top_k: int | None):
 
 
 def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
-    """The (prefill, decode) pair of ``kn.jit`` functions for one model config and sampling mode."""
+    """The (prefill, decode) pair of ``kn.jit`` functions for one model config and sampling mode,
+    kept for the process by the runtime."""
+    from ..runtime import compilation
+
+    return compilation.shared(("generate", cfg, greedy, top_k), lambda: _make_functions(cfg, greedy, top_k))
+
+
+def _make_functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
     kn = _kn()
-    key = (cfg, greedy, top_k)
-    if key in _COMPILED:
-        return _COMPILED[key]
 
     def prefill(params, cache, ids, length, rng_key, temperature):
         logits, cache = forward(cfg, params, ids, cache, kn.astype(0, kn.int32))
@@ -75,9 +77,7 @@ def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
         step_key = kn.random.fold_in(rng_key, position)
         return sample(logits[:, 0, :], step_key, temperature, greedy, top_k), cache
 
-    pair = (kn.jit(prefill), kn.jit(decode, donate_argnums=(1,)))
-    _COMPILED[key] = pair
-    return pair
+    return kn.jit(prefill), kn.jit(decode, donate_argnums=(1,))
 
 
 def cache_length(cfg: DecoderConfig, needed: int) -> int:
@@ -159,4 +159,8 @@ def ptree_leaves(tree):
 def executables(model) -> int:
     """How many executables generation has compiled for ``model``'s config so far."""
     cfg = getattr(model, "config", model)
-    return sum(fn.trace_count for key, pair in _COMPILED.items() if key[0] == cfg for fn in pair)
+    from ..runtime import compilation
+
+    return sum(
+        fn.trace_count for key, pair in compilation.shared_items("generate") if key[1] == cfg for fn in pair
+    )

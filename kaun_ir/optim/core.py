@@ -118,17 +118,12 @@ def _tracing() -> bool:
     return current_builder() is not None
 
 
-_COMPILED: dict[str, Any] = {}
-
-
 def _compiled(name: str, fn: Callable) -> Any:
-    """One ``kn.jit`` per entry point; the algorithm is a static (hashable) argument."""
-    jitted = _COMPILED.get(name)
-    if jitted is None:
-        from ..runtime import jit
+    """One process-wide ``kn.jit`` per entry point, kept by the runtime; the algorithm is a
+    static (hashable) argument of it, so each algorithm gets its own executable."""
+    from ..runtime import compilation, jit
 
-        jitted = _COMPILED[name] = jit(fn)
-    return jitted
+    return compilation.shared(("optim", name), lambda: jit(fn))
 
 
 _LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)
@@ -157,14 +152,15 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
         return ptree.map(
             lambda p: kn.full(kn.shape_of(p), value, slot_dtype(kn.dtype_of(p), state_dtype)), params
         )
-    from ..runtime import xla
+    from ..runtime import compilation
     from ..tensor import type_of
 
     def fill(leaf):
         t = type_of(leaf)
         dtype = slot_dtype(t.dtype, state_dtype)
-        device = next(iter(leaf.devices())) if xla.is_device_array(leaf) else xla.default_device()
-        return xla.to_device(np.full(t.shape, value, dtype), dtype, device)
+        # on the parameter's own device
+        device = next(iter(leaf.devices())) if compilation.is_device_array(leaf) else None
+        return compilation.put(np.full(t.shape, value, dtype), dtype, device)
 
     return ptree.map(fill, params)
 
@@ -174,9 +170,9 @@ def _zero_count() -> Any:
         import kaun_ir as kn
 
         return kn.zeros((), kn.int32)
-    from ..runtime import xla
+    from ..runtime import compilation
 
-    return xla.to_device(np.zeros((), np.int32), dtypes.int32, xla.default_device())
+    return compilation.put(np.zeros((), np.int32), dtypes.int32)
 
 
 # ------------------------------------------------------------------------------ the API
@@ -349,15 +345,15 @@ def state_of_trees(alg: Algorithm, count: Any, trees: Any) -> State:
 
         count = kn.astype(count, kn.int32)
     else:
-        from ..runtime import xla
+        from ..runtime import compilation
 
-        if xla.is_device_array(count) and count.shape == () and count.dtype == np.int32:
+        if compilation.is_device_array(count) and count.shape == () and count.dtype == np.int32:
             pass  # already what a state holds; reading it back would wait for the device
         else:
             host = np.asarray(count)
             if host.shape != () or host.dtype.kind not in "iu":
                 raise TypeError(f"optim.state_of_trees: count must be an integer scalar, got {count!r}")
-            count = xla.to_device(host.astype(np.int32), dtypes.int32, xla.default_device())
+            count = compilation.put(host.astype(np.int32), dtypes.int32)
     if isinstance(trees, dict) or not isinstance(trees, (tuple, list)):
         raise TypeError(f"optim.state_of_trees: trees must be a tuple or list, got {type(trees).__name__}")
     return _as_state(alg, (count, tuple(trees)), "state_of_trees")

@@ -16,7 +16,7 @@ import numpy as np
 
 from .. import _tree as tree
 from .. import layer, optim
-from ..runtime import xla
+from ..runtime import compilation
 from ..trace import is_array_leaf
 from .capture import Explicit, LossSpec
 from .state import State, Trainer
@@ -65,7 +65,7 @@ def record(
     trainer: Trainer, route, st: State, new: State, loss, x: Any, arrays: tuple, training: bool, outs: list
 ) -> None:
     """After a general step: file its route for the fast path and give ``new`` its flat arrays."""
-    array_types = xla.array_types()
+    array_types = compilation.array_types()
     if type(x) not in array_types or any(type(a) not in array_types for a in arrays):
         return
     dtype = st.vars.dtype
@@ -111,7 +111,7 @@ def fast_step(trainer: Trainer, st: State, flat: tuple, x: Any, targets: tuple, 
     route = compiled.routes.get(("train", struct, loss_key, bool(training), sig))
     if route is None:
         return None
-    array_types = xla.array_types()
+    array_types = compilation.array_types()
     if type(x) not in array_types or any(type(a) not in array_types for a in arrays):
         return None
     meta = route.meta
