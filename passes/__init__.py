@@ -23,6 +23,7 @@ from . import (  # noqa: F401  (forward mode and batching, see docs/transforms.m
     pool_lowering,
     remat,
     vmap,
+    winograd_conv,
 )  # noqa: F401
 from .manager import (
     Instrumentation,
