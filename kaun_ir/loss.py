@@ -13,17 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
+from . import dtypes, indexing, numeric, reductions
 from ._api import op_function
 from .errors import ShapeError
 
 __all__ = ["cross_entropy", "cross_entropy_sparse", "binary_cross_entropy", "mse", "mae", "huber"]
-
-
-def _kn():
-    import kaun_ir
-
-    return kaun_ir
 
 
 def _shape_text(shape) -> str:
@@ -31,13 +25,11 @@ def _shape_text(shape) -> str:
 
 
 def _float(x: Any) -> Any:
-    kn = _kn()
-    return x if dtypes.is_float(kn.dtype_of(x)) else kn.astype(x, kn.float32)
+    return x if dtypes.is_float(numeric.dtype_of(x)) else numeric.astype(x, dtypes.float32)
 
 
 def _same_shape(name: str, what: tuple[str, str], a: Any, b: Any) -> None:
-    kn = _kn()
-    sa, sb = kn.shape_of(a), kn.shape_of(b)
+    sa, sb = numeric.shape_of(a), numeric.shape_of(b)
     if sa != sb:
         raise ShapeError(
             f"loss.{name}: {what[0]} {_shape_text(sa)} and {what[1]} {_shape_text(sb)} "
@@ -47,14 +39,13 @@ def _same_shape(name: str, what: tuple[str, str], a: Any, b: Any) -> None:
 
 def _pair(name: str, what: tuple[str, str], predictions: Any, targets: Any) -> tuple[Any, Any]:
     """Predictions as float and targets in the same dtype, after the shape check."""
-    kn = _kn()
     _same_shape(name, what, predictions, targets)
     predictions = _float(predictions)
-    return predictions, kn.astype(targets, kn.dtype_of(predictions))
+    return predictions, numeric.astype(targets, numeric.dtype_of(predictions))
 
 
 def _class_axis(name: str, logits: Any) -> None:
-    if len(_kn().shape_of(logits)) == 0:
+    if len(numeric.shape_of(logits)) == 0:
         raise ShapeError(f"loss.{name}: logits must have a class axis (shape [..., C]), got a scalar")
 
 
@@ -66,11 +57,12 @@ def cross_entropy(logits, one_hot):
     ``mean(-sum(one_hot * log_softmax(logits), axis=-1))`` over the leading axes
     (optax ``softmax_cross_entropy(...).mean()``, PyTorch ``cross_entropy`` with probabilities).
     """
-    kn = _kn()
     _class_axis("cross_entropy", logits)
     logits, targets = _pair("cross_entropy", ("logits", "one_hot"), logits, one_hot)
-    per_example = kn.negative(kn.sum(kn.multiply(targets, kn.log_softmax(logits, axis=-1)), axis=-1))
-    return kn.mean(per_example)
+    per_example = numeric.negative(
+        reductions.sum(numeric.multiply(targets, reductions.log_softmax(logits, axis=-1)), axis=-1)
+    )
+    return reductions.mean(per_example)
 
 
 def _check_labels_on_host(labels: Any, num_classes: int) -> None:
@@ -86,26 +78,27 @@ def _check_labels_on_host(labels: Any, num_classes: int) -> None:
 
 @op_function
 def _cross_entropy_sparse(logits, labels):
-    kn = _kn()
     _class_axis("cross_entropy_sparse", logits)
-    shape = kn.shape_of(logits)
-    if kn.shape_of(labels) != shape[:-1]:
+    shape = numeric.shape_of(logits)
+    if numeric.shape_of(labels) != shape[:-1]:
         raise ShapeError(
-            f"loss.cross_entropy_sparse: labels {_shape_text(kn.shape_of(labels))} must have "
+            f"loss.cross_entropy_sparse: labels {_shape_text(numeric.shape_of(labels))} must have "
             f"the logits' shape without the class axis, {_shape_text(shape[:-1])} (logits "
             f"{_shape_text(shape)})"
         )
-    if not dtypes.is_integer(kn.dtype_of(labels)):
+    if not dtypes.is_integer(numeric.dtype_of(labels)):
         raise TypeError(
-            f"loss.cross_entropy_sparse: labels must be integers, got {kn.dtype_of(labels)} "
+            f"loss.cross_entropy_sparse: labels must be integers, got {numeric.dtype_of(labels)} "
             "(use loss.cross_entropy for one-hot or soft targets)"
         )
     logits = _float(logits)
     # the one-hot product (rather than a gather) keeps the forward and backward pass elementwise,
     # which XLA fuses with the softmax; a label outside [0, C) selects nothing (zero loss)
-    picked = kn.one_hot(labels, shape[-1], dtype=kn.dtype_of(logits))
-    per_example = kn.negative(kn.sum(kn.multiply(picked, kn.log_softmax(logits, axis=-1)), axis=-1))
-    return kn.mean(per_example)
+    picked = indexing.one_hot(labels, shape[-1], dtype=numeric.dtype_of(logits))
+    per_example = numeric.negative(
+        reductions.sum(numeric.multiply(picked, reductions.log_softmax(logits, axis=-1)), axis=-1)
+    )
+    return reductions.mean(per_example)
 
 
 def cross_entropy_sparse(logits, labels):
@@ -116,10 +109,9 @@ def cross_entropy_sparse(logits, labels):
     ``softmax_cross_entropy_with_integer_labels(...).mean()``, PyTorch ``cross_entropy``).
     NumPy labels out of range raise ``ValueError``; inside a trace such a label contributes 0.
     """
-    kn = _kn()
     if isinstance(labels, list):
         labels = np.asarray(labels)
-    shape = kn.shape_of(logits)
+    shape = numeric.shape_of(logits)
     if shape:
         _check_labels_on_host(labels, shape[-1])
     return _cross_entropy_sparse(logits, labels)
@@ -134,29 +126,27 @@ def binary_cross_entropy(logits, labels):
     log(1 - sigmoid(x)))`` (optax ``sigmoid_binary_cross_entropy(...).mean()``, PyTorch
     ``binary_cross_entropy_with_logits``).
     """
-    kn = _kn()
     x, y = _pair("binary_cross_entropy", ("logits", "labels"), logits, labels)
-    per_element = kn.add(
-        kn.subtract(kn.maximum(x, 0.0), kn.multiply(x, y)), kn.log1p(kn.exp(kn.negative(kn.abs(x))))
+    per_element = numeric.add(
+        numeric.subtract(numeric.maximum(x, 0.0), numeric.multiply(x, y)),
+        numeric.log1p(numeric.exp(numeric.negative(numeric.abs(x)))),
     )
-    return kn.mean(per_element)
+    return reductions.mean(per_element)
 
 
 @op_function
 def mse(predictions, targets):
     """Mean squared error: ``[...]`` and ``[...]`` (same shape) -> scalar ``mean((p - t)**2)``."""
-    kn = _kn()
     p, t = _pair("mse", ("predictions", "targets"), predictions, targets)
-    error = kn.subtract(p, t)
-    return kn.mean(kn.multiply(error, error))
+    error = numeric.subtract(p, t)
+    return reductions.mean(numeric.multiply(error, error))
 
 
 @op_function
 def mae(predictions, targets):
     """Mean absolute error: ``[...]`` and ``[...]`` (same shape) -> scalar ``mean(|p - t|)``."""
-    kn = _kn()
     p, t = _pair("mae", ("predictions", "targets"), predictions, targets)
-    return kn.mean(kn.abs(kn.subtract(p, t)))
+    return reductions.mean(numeric.abs(numeric.subtract(p, t)))
 
 
 @op_function
@@ -164,11 +154,14 @@ def huber(predictions, targets, delta=1.0):
     """Huber loss: ``[...]`` and ``[...]`` (same shape) -> scalar mean of ``0.5 * e**2`` where
     ``|e| <= delta`` and ``delta * (|e| - 0.5 * delta)`` beyond, ``e = p - t`` (optax
     ``huber_loss(...).mean()``; PyTorch ``huber_loss``). ``delta > 0``."""
-    kn = _kn()
     if isinstance(delta, (int, float)) and not delta > 0:
         raise ValueError(f"loss.huber: delta must be > 0, got {delta}")
     p, t = _pair("huber", ("predictions", "targets"), predictions, targets)
-    abs_error = kn.abs(kn.subtract(p, t))
-    quadratic = kn.minimum(abs_error, delta)
-    linear = kn.subtract(abs_error, quadratic)
-    return kn.mean(kn.add(kn.multiply(0.5, kn.multiply(quadratic, quadratic)), kn.multiply(delta, linear)))
+    abs_error = numeric.abs(numeric.subtract(p, t))
+    quadratic = numeric.minimum(abs_error, delta)
+    linear = numeric.subtract(abs_error, quadratic)
+    return reductions.mean(
+        numeric.add(
+            numeric.multiply(0.5, numeric.multiply(quadratic, quadratic)), numeric.multiply(delta, linear)
+        )
+    )

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, ptree
+from . import dtypes, numeric, ptree, reductions
 from .optim.core import Algorithm
 
 __all__ = ["Policy", "as_policy", "loss_scaled", "loss_scale_of"]
@@ -80,7 +80,6 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
     a step with a non-finite gradient changes nothing but the scale (see the module docstring).
     Two slots are added: ``loss_scale`` and ``finite_steps``, trees of scalars shaped like the
     parameter tree (every leaf holds the same value)."""
-    import kaun_ir as kn
 
     from .tensor import apply
 
@@ -95,23 +94,26 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
 
     def step(t, trees, params, grads):
         inner, scale_tree, finite_tree = tuple(trees[:n_inner]), trees[n_inner], trees[n_inner + 1]
-        scale = kn.ptree.flatten(scale_tree)[0][0]
-        finite_steps = kn.ptree.flatten(finite_tree)[0][0]
-        grads = ptree.map(lambda g: kn.astype(g / kn.astype(scale, kn.dtype_of(g)), kn.dtype_of(g)), grads)
+        scale = ptree.flatten(scale_tree)[0][0]
+        finite_steps = ptree.flatten(finite_tree)[0][0]
+        grads = ptree.map(
+            lambda g: numeric.astype(g / numeric.astype(scale, numeric.dtype_of(g)), numeric.dtype_of(g)),
+            grads,
+        )
         ok = None
-        for g in kn.ptree.flatten(grads)[0]:
-            leaf_ok = kn.all(apply("is_finite", g))
+        for g in ptree.flatten(grads)[0]:
+            leaf_ok = reductions.all(apply("is_finite", g))
             ok = leaf_ok if ok is None else ok & leaf_ok
         updates, new_inner = alg.step(t, inner, params, grads)
-        updates = ptree.map(lambda u: kn.where(ok, u, kn.zeros_like(u)), updates)
+        updates = ptree.map(lambda u: numeric.where(ok, u, numeric.zeros_like(u)), updates)
         new_inner = tuple(
-            ptree.map2(lambda new, old: kn.where(ok, new, old), n, o) for n, o in zip(new_inner, inner)
+            ptree.map2(lambda new, old: numeric.where(ok, new, old), n, o) for n, o in zip(new_inner, inner)
         )
         if dynamic:
             grown = finite_steps + 1
             double = grown >= policy.growth_interval
-            new_scale = kn.where(ok, kn.where(double, scale * 2.0, scale), scale * 0.5)
-            new_finite = kn.where(ok, kn.where(double, 0, grown), 0).astype(kn.int32)
+            new_scale = numeric.where(ok, numeric.where(double, scale * 2.0, scale), scale * 0.5)
+            new_finite = numeric.where(ok, numeric.where(double, 0, grown), 0).astype(dtypes.int32)
         else:
             new_scale, new_finite = scale, finite_steps
         return updates, new_inner + (

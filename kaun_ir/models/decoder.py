@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, fn, indexing, linalg, numeric
 from .. import init as initializers
 from ..ir.builder import scope
 from ..layer.core import Layer, Vars
@@ -82,12 +82,6 @@ class DecoderConfig:
     @property
     def head_size(self) -> int:
         return self.head_dim or self.dim // self.num_heads
-
-
-def _kn():
-    import kaun_ir
-
-    return kaun_ir
 
 
 # ------------------------------------------------------------------------------ parameters
@@ -155,59 +149,55 @@ def init_params(cfg: DecoderConfig, dtype=dtypes.float32, abstract: bool = False
 
 
 def _dense(p, x):
-    kn = _kn()
-    y = kn.matmul(x, p["weight"])
+    y = linalg.matmul(x, p["weight"])
     return y + p["bias"] if "bias" in p else y
 
 
 def _norm(cfg: DecoderConfig, p, x):
-    kn = _kn()
     if cfg.norm == "rms":
-        return kn.fn.rms_norm(x, p["scale"], cfg.norm_eps)
-    return kn.fn.layer_norm(x, p["scale"], p.get("bias"), cfg.norm_eps)
+        return fn.rms_norm(x, p["scale"], cfg.norm_eps)
+    return fn.layer_norm(x, p["scale"], p.get("bias"), cfg.norm_eps)
 
 
 def _mlp(cfg: DecoderConfig, p, x):
-    kn = _kn()
     if cfg.mlp == "swiglu":
-        return _dense(p["down"], kn.fn.silu(_dense(p["gate"], x)) * _dense(p["up"], x))
-    act = kn.fn.gelu_approx if cfg.mlp == "gelu_tanh" else kn.fn.gelu
+        return _dense(p["down"], fn.silu(_dense(p["gate"], x)) * _dense(p["up"], x))
+    act = fn.gelu_approx if cfg.mlp == "gelu_tanh" else fn.gelu
     return _dense(p["proj"], act(_dense(p["fc"], x)))
 
 
 def _attention(cfg: DecoderConfig, p, x, positions, cache, cache_pos):
     """Self-attention of ``x [B, T, D]``; with ``cache = (k [B, S, K, hd], v)`` the new keys and
     values are written at ``cache_pos`` and queries attend to cache positions up to their own."""
-    kn = _kn()
     batch, seq_len, _ = x.shape
     hd = cfg.head_size
     with scope("query"):
-        q = kn.reshape(_dense(p["query"], x), (batch, seq_len, cfg.num_heads, hd))
+        q = numeric.reshape(_dense(p["query"], x), (batch, seq_len, cfg.num_heads, hd))
     with scope("key"):
-        k = kn.reshape(_dense(p["key"], x), (batch, seq_len, cfg.num_kv_heads, hd))
+        k = numeric.reshape(_dense(p["key"], x), (batch, seq_len, cfg.num_kv_heads, hd))
     with scope("value"):
-        v = kn.reshape(_dense(p["value"], x), (batch, seq_len, cfg.num_kv_heads, hd))
+        v = numeric.reshape(_dense(p["value"], x), (batch, seq_len, cfg.num_kv_heads, hd))
     if cfg.positions == "rope":
         with scope("rope"):
-            q = kn.fn.rope(q, positions, base=cfg.rope_theta)
-            k = kn.fn.rope(k, positions, base=cfg.rope_theta)
+            q = fn.rope(q, positions, base=cfg.rope_theta)
+            k = fn.rope(k, positions, base=cfg.rope_theta)
     new_cache = None
     with scope("attention"):
         if cache is None:
-            out = kn.fn.dot_product_attention(q, k, v, is_causal=True)
+            out = fn.dot_product_attention(q, k, v, is_causal=True)
         else:
             cache_k, cache_v = cache
-            zero = kn.astype(0, kn.int32)
+            zero = numeric.astype(0, dtypes.int32)
             start = [zero, cache_pos, zero, zero]
-            cache_k = kn.dynamic_update_slice(cache_k, kn.astype(k, cache_k.dtype), start)
-            cache_v = kn.dynamic_update_slice(cache_v, kn.astype(v, cache_v.dtype), start)
-            keys = kn.arange(cache_k.shape[1], dtype=kn.int32)
+            cache_k = indexing.dynamic_update_slice(cache_k, numeric.astype(k, cache_k.dtype), start)
+            cache_v = indexing.dynamic_update_slice(cache_v, numeric.astype(v, cache_v.dtype), start)
+            keys = numeric.arange(cache_k.shape[1], dtype=dtypes.int32)
             # query t sits at cache_pos + t and sees keys 0 .. cache_pos + t
-            allowed = kn.expand_dims(keys, 0) <= kn.expand_dims(positions, -1)  # [T, S]
-            out = kn.fn.dot_product_attention(q, cache_k, cache_v, mask=allowed)
+            allowed = numeric.expand_dims(keys, 0) <= numeric.expand_dims(positions, -1)  # [T, S]
+            out = fn.dot_product_attention(q, cache_k, cache_v, mask=allowed)
             new_cache = (cache_k, cache_v)
     with scope("out"):
-        out = _dense(p["out"], kn.reshape(out, (batch, seq_len, cfg.num_heads * hd)))
+        out = _dense(p["out"], numeric.reshape(out, (batch, seq_len, cfg.num_heads * hd)))
     return out, new_cache
 
 
@@ -218,16 +208,15 @@ def forward(cfg: DecoderConfig, params, ids, cache=None, cache_pos=None):
     ``(k, v)`` per layer, each ``[B, S, K, hd]``) and an int32 scalar ``cache_pos``: positions
     ``cache_pos .. cache_pos+T-1``; returns ``(logits, new_cache)``.
     """
-    kn = _kn()
     seq_len = ids.shape[1]
-    positions = kn.arange(seq_len, dtype=kn.int32)
+    positions = numeric.arange(seq_len, dtype=dtypes.int32)
     if cache is not None:
         positions = positions + cache_pos
     with scope("embed"):
-        x = kn.fn.embedding(params["embed"]["weight"], ids)
+        x = fn.embedding(params["embed"]["weight"], ids)
     if cfg.positions == "learned":
         with scope("positions"):
-            x = x + kn.fn.embedding(params["positions"]["weight"], positions)
+            x = x + fn.embedding(params["positions"]["weight"], positions)
     new_cache = []
     for i, p in enumerate(params["layers"]):
         with scope(f"layers.{i}"):
@@ -247,9 +236,9 @@ def forward(cfg: DecoderConfig, params, ids, cache=None, cache_pos=None):
         x = _norm(cfg, params["norm"], x)
     with scope("lm_head"):
         if cfg.tie_embeddings:
-            logits = kn.einsum("btd,vd->btv", x, params["embed"]["weight"])
+            logits = linalg.einsum("btd,vd->btv", x, params["embed"]["weight"])
         else:
-            logits = kn.matmul(x, params["lm_head"]["weight"])
+            logits = linalg.matmul(x, params["lm_head"]["weight"])
     return logits if cache is None else (logits, new_cache)
 
 
@@ -266,8 +255,7 @@ def decoder(cfg: DecoderConfig, name: str = "decoder") -> Layer:
         return Vars(init_params(cfg, dt), [], dt)
 
     def apply_(params, state, ids, *, training, ctx):
-        kn = _kn()
-        t = kn.fn.type_of(ids)
+        t = fn.type_of(ids)
         if t.ndim != 2 or not dtypes.is_integer(t.dtype):
             raise TypeError(f"{name}: expected integer token ids [B, T], got {t}")
         if cfg.positions == "learned" and t.shape[1] > cfg.max_positions:

@@ -16,42 +16,35 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
+from .. import dtypes, indexing, numeric, random, reductions
+from ..runtime.jit import jit
 from .decoder import DecoderConfig, empty_cache, forward
-
-
-def _kn():
-    import kaun_ir
-
-    return kaun_ir
 
 
 def top_k_threshold(logits, k: int):
     """Per row of ``logits [B, V]``, the k-th largest value ``[B, 1]`` (duplicates counted)."""
-    kn = _kn()
     vocab = logits.shape[-1]
     remaining = logits
     value = None
     for _ in range(k):  # k argmax sweeps: exact with ties, cheap for the small k used in sampling
-        index = kn.argmax(remaining, axis=-1)
-        chosen = kn.one_hot(index, vocab, dtype=dtypes.bool_)
-        value = kn.max(kn.where(chosen, remaining, -np.inf), axis=-1, keepdims=True)
-        remaining = kn.where(chosen, -np.inf, remaining)
+        index = reductions.argmax(remaining, axis=-1)
+        chosen = indexing.one_hot(index, vocab, dtype=dtypes.bool_)
+        value = reductions.max(numeric.where(chosen, remaining, -np.inf), axis=-1, keepdims=True)
+        remaining = numeric.where(chosen, -np.inf, remaining)
     return value
 
 
 def sample(logits, key, temperature, greedy: bool, top_k: int | None):
     """Next token ids ``[B]`` (int32) from last-position logits ``[B, V]``."""
-    kn = _kn()
-    logits = kn.astype(logits, kn.float32)
+    logits = numeric.astype(logits, dtypes.float32)
     if greedy:
-        return kn.astype(kn.argmax(logits, axis=-1), kn.int32)
+        return numeric.astype(reductions.argmax(logits, axis=-1), dtypes.int32)
     scaled = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
-        scaled = kn.where(scaled >= top_k_threshold(scaled, top_k), scaled, -np.inf)
-    uniform = kn.random.uniform(key, scaled.shape, minval=np.finfo(np.float32).tiny, maxval=1.0)
-    gumbel = -kn.log(-kn.log(uniform))
-    return kn.astype(kn.argmax(scaled + gumbel, axis=-1), kn.int32)
+        scaled = numeric.where(scaled >= top_k_threshold(scaled, top_k), scaled, -np.inf)
+    uniform = random.uniform(key, scaled.shape, minval=np.finfo(np.float32).tiny, maxval=1.0)
+    gumbel = -numeric.log(-numeric.log(uniform))
+    return numeric.astype(reductions.argmax(scaled + gumbel, axis=-1), dtypes.int32)
 
 
 def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
@@ -63,21 +56,20 @@ def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
 
 
 def _make_functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
-    kn = _kn()
 
     def prefill(params, cache, ids, length, rng_key, temperature):
-        logits, cache = forward(cfg, params, ids, cache, kn.astype(0, kn.int32))
+        logits, cache = forward(cfg, params, ids, cache, numeric.astype(0, dtypes.int32))
         batch, _, vocab = logits.shape
-        zero = kn.astype(0, kn.int32)
-        last = kn.dynamic_slice(logits, [zero, length - 1, zero], (batch, 1, vocab))
-        return sample(kn.reshape(last, (batch, vocab)), rng_key, temperature, greedy, top_k), cache
+        zero = numeric.astype(0, dtypes.int32)
+        last = indexing.dynamic_slice(logits, [zero, length - 1, zero], (batch, 1, vocab))
+        return sample(numeric.reshape(last, (batch, vocab)), rng_key, temperature, greedy, top_k), cache
 
     def decode(params, cache, token, position, rng_key, temperature):
-        logits, cache = forward(cfg, params, kn.reshape(token, (token.shape[0], 1)), cache, position)
-        step_key = kn.random.fold_in(rng_key, position)
+        logits, cache = forward(cfg, params, numeric.reshape(token, (token.shape[0], 1)), cache, position)
+        step_key = random.fold_in(rng_key, position)
         return sample(logits[:, 0, :], step_key, temperature, greedy, top_k), cache
 
-    return kn.jit(prefill), kn.jit(decode, donate_argnums=(1,))
+    return jit(prefill), jit(decode, donate_argnums=(1,))
 
 
 def cache_length(cfg: DecoderConfig, needed: int) -> int:
@@ -108,7 +100,6 @@ def generate(
     followed by the new tokens, int32 ``[B, T + max_new_tokens]`` (``[T + ...]`` for a 1-D
     prompt).
     """
-    kn = _kn()
     cfg = getattr(model, "config", model)
     params = model.params if params is None else params
     if not isinstance(cfg, DecoderConfig):
@@ -137,7 +128,7 @@ def generate(
     cache = empty_cache(cfg, batch, size, dtype)
     padded = np.zeros((batch, size), np.int32)
     padded[:, :length] = ids
-    rng_key = kn.random.key(seed)
+    rng_key = random.key(seed)
     temp = np.float32(temperature if temperature > 0 else 1.0)
     out = [ids.astype(np.int32)]
     if max_new_tokens:

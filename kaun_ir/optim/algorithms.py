@@ -17,17 +17,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes, ptree
+from .. import dtypes, numeric, ptree
 from ..errors import ShapeError
 from .core import Algorithm, filled_like
 
 __all__ = ["sgd", "adam", "adamw", "rmsprop", "adagrad"]
-
-
-def _kn():
-    import kaun_ir
-
-    return kaun_ir
 
 
 # ------------------------------------------------------------------------ validation
@@ -76,24 +70,22 @@ class _Scalars:
         self.cast: dict = {}
 
     def __call__(self, name: str, like: Any) -> Any:
-        kn = _kn()
         value = self.values[name]
         if isinstance(value, float):  # a Python float adapts to the leaf's dtype by itself
             return value
-        key = (name, kn.dtype_of(like))
+        key = (name, numeric.dtype_of(like))
         if key not in self.cast:
-            self.cast[key] = kn.astype(value, key[1])
+            self.cast[key] = numeric.astype(value, key[1])
         return self.cast[key]
 
 
 def _scale(value: Any, factor: float) -> Any:
     """``value * factor`` for a Python float or a scalar Tensor."""
-    return value * factor if isinstance(value, (float, int)) else _kn().multiply(value, factor)
+    return value * factor if isinstance(value, (float, int)) else numeric.multiply(value, factor)
 
 
 def _step_float(t: Any) -> Any:
-    kn = _kn()
-    return kn.astype(t, kn.float32)
+    return numeric.astype(t, dtypes.float32)
 
 
 # ------------------------------------------------------------------- leaf-wise mapping
@@ -105,7 +97,6 @@ def _shape_text(shape) -> str:
 
 def _leaves_like(params: Any, tree: Any, what: str, opt: str) -> list:
     """``tree``'s leaves, checked to have ``params``' structure and shapes."""
-    kn = _kn()
     try:
         ptree.map2(lambda a, b: None, params, tree)
     except ValueError as err:
@@ -113,11 +104,11 @@ def _leaves_like(params: Any, tree: Any, what: str, opt: str) -> list:
     pairs = zip(ptree.flatten_with_paths(params), ptree.leaves(tree))
     leaves = []
     for (path, p), leaf in pairs:
-        if kn.shape_of(p) != kn.shape_of(leaf):
+        if numeric.shape_of(p) != numeric.shape_of(leaf):
             where = f"at {path!r}" if path else "at the root"
             raise ShapeError(
-                f"optim.{opt}: {what} {where} have shape {_shape_text(kn.shape_of(leaf))}, "
-                f"the parameter {_shape_text(kn.shape_of(p))}"
+                f"optim.{opt}: {what} {where} have shape {_shape_text(numeric.shape_of(leaf))}, "
+                f"the parameter {_shape_text(numeric.shape_of(p))}"
             )
         leaves.append(leaf)
     return leaves
@@ -146,20 +137,17 @@ def _state_dtype_arg(opt: str, state_dtype: Any) -> Any:
 
 def _in(like: Any, x: Any) -> Any:
     """``x`` in ``like``'s dtype (the slot dtype the arithmetic runs in)."""
-    kn = _kn()
-    return kn.astype(x, kn.dtype_of(like))
+    return numeric.astype(x, numeric.dtype_of(like))
 
 
 def _out(p: Any, u: Any) -> Any:
     """An update in its parameter's dtype."""
-    kn = _kn()
-    return kn.astype(u, kn.dtype_of(p))
+    return numeric.astype(u, numeric.dtype_of(p))
 
 
 def _ema(decay: float, new: Any, old: Any) -> Any:
     """``(1 - decay) * new + decay * old`` (optax's moment update)."""
-    kn = _kn()
-    return kn.add(kn.multiply(1.0 - decay, new), kn.multiply(decay, old))
+    return numeric.add(numeric.multiply(1.0 - decay, new), numeric.multiply(decay, old))
 
 
 # ------------------------------------------------------------------------ optimisers
@@ -179,7 +167,6 @@ def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False, state_dtype: Any
     if nesterov and momentum == 0.0:
         raise ValueError("optim.sgd: nesterov=True needs momentum > 0")
     state_dtype = _state_dtype_arg("sgd", state_dtype)
-    kn = _kn()
 
     def init(params):
         return (filled_like(params, 0.0, state_dtype),) if momentum else ()
@@ -188,14 +175,14 @@ def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False, state_dtype: Any
         scalars = _Scalars(neg_lr=_scale(_learning_rate(lr, t), -1.0))
         if not momentum:
             return _map_leaves(
-                "sgd", lambda p, g: (kn.multiply(scalars("neg_lr", g), g),), params, grads, trees, 1
+                "sgd", lambda p, g: (numeric.multiply(scalars("neg_lr", g), g),), params, grads, trees, 1
             )[0], ()
 
         def leaf(p, g, v):
             g = _in(v, g)
-            v = kn.add(g, kn.multiply(momentum, v))
-            direction = kn.add(g, kn.multiply(momentum, v)) if nesterov else v
-            return _out(p, kn.multiply(scalars("neg_lr", g), direction)), v
+            v = numeric.add(g, numeric.multiply(momentum, v))
+            direction = numeric.add(g, numeric.multiply(momentum, v)) if nesterov else v
+            return _out(p, numeric.multiply(scalars("neg_lr", g), direction)), v
 
         updates, velocity = _map_leaves("sgd", leaf, params, grads, trees, 2)
         return updates, (velocity,)
@@ -225,7 +212,6 @@ def _adam_like(
     weight_decay = _number(name, "weight_decay", weight_decay)
     state_dtype = _state_dtype_arg(name, state_dtype)
     masked = decay_mask(name, mask)
-    kn = _kn()
 
     def init(params):
         return filled_like(params, 0.0, state_dtype), filled_like(params, 0.0, state_dtype)
@@ -234,11 +220,11 @@ def _adam_like(
         lr_t = _learning_rate(lr, t)
         t_float = _step_float(t)
         # bias corrections, once per step: mu_hat = mu / (1 - b1**t), nu_hat = nu / (1 - b2**t)
-        correction1 = kn.subtract(1.0, kn.power(np.float32(b1), t_float))
-        correction2 = kn.subtract(1.0, kn.power(np.float32(b2), t_float))
+        correction1 = numeric.subtract(1.0, numeric.power(np.float32(b1), t_float))
+        correction2 = numeric.subtract(1.0, numeric.power(np.float32(b2), t_float))
         scalars = _Scalars(
-            neg_step=kn.divide(_scale(lr_t, -1.0), correction1),
-            inv_correction2=kn.divide(1.0, correction2),
+            neg_step=numeric.divide(_scale(lr_t, -1.0), correction1),
+            inv_correction2=numeric.divide(1.0, correction2),
             neg_decay=_scale(lr_t, -weight_decay),
         )
 
@@ -247,11 +233,11 @@ def _adam_like(
         def leaf(p, g, mu, nu):
             g = _in(mu, g)  # the moments' dtype: float32 for float16/bfloat16 parameters
             mu = _ema(b1, g, mu)
-            nu = _ema(b2, kn.multiply(g, g), nu)
-            root = kn.sqrt(kn.multiply(nu, scalars("inv_correction2", g)))
-            u = kn.multiply(scalars("neg_step", g), kn.divide(mu, kn.add(root, eps)))
+            nu = _ema(b2, numeric.multiply(g, g), nu)
+            root = numeric.sqrt(numeric.multiply(nu, scalars("inv_correction2", g)))
+            u = numeric.multiply(scalars("neg_step", g), numeric.divide(mu, numeric.add(root, eps)))
             if weight_decay and next(decays):
-                u = kn.add(u, kn.multiply(scalars("neg_decay", g), _in(g, p)))
+                u = numeric.add(u, numeric.multiply(scalars("neg_decay", g), _in(g, p)))
             return _out(p, u), mu, nu
 
         updates, mu, nu = _map_leaves(name, leaf, params, grads, trees, 3)
@@ -322,7 +308,6 @@ def rmsprop(
     eps = _number("rmsprop", "eps", eps)
     momentum = _number("rmsprop", "momentum", momentum)
     state_dtype = _state_dtype_arg("rmsprop", state_dtype)
-    kn = _kn()
 
     def init(params):
         trees = (filled_like(params, 0.0, state_dtype),)
@@ -333,11 +318,13 @@ def rmsprop(
 
         def leaf(p, g, nu, *trace):
             g = _in(nu, g)
-            nu = _ema(decay, kn.multiply(g, g), nu)
-            u = kn.multiply(scalars("neg_lr", g), kn.multiply(kn.rsqrt(kn.add(nu, eps)), g))
+            nu = _ema(decay, numeric.multiply(g, g), nu)
+            u = numeric.multiply(
+                scalars("neg_lr", g), numeric.multiply(numeric.rsqrt(numeric.add(nu, eps)), g)
+            )
             if not momentum:
                 return _out(p, u), nu
-            velocity = kn.add(u, kn.multiply(momentum, trace[0]))
+            velocity = numeric.add(u, numeric.multiply(momentum, trace[0]))
             return _out(p, velocity), nu, velocity
 
         if not momentum:
@@ -365,7 +352,6 @@ def adagrad(
     eps = _number("adagrad", "eps", eps)
     initial = _number("adagrad", "initial_accumulator_value", initial_accumulator_value)
     state_dtype = _state_dtype_arg("adagrad", state_dtype)
-    kn = _kn()
 
     def init(params):
         return (filled_like(params, initial, state_dtype),)
@@ -375,9 +361,9 @@ def adagrad(
 
         def leaf(p, g, total):
             g = _in(total, g)
-            total = kn.add(kn.multiply(g, g), total)
-            inv_root = kn.where(kn.greater(total, 0.0), kn.rsqrt(kn.add(total, eps)), 0.0)
-            return _out(p, kn.multiply(scalars("neg_lr", g), kn.multiply(inv_root, g))), total
+            total = numeric.add(numeric.multiply(g, g), total)
+            inv_root = numeric.where(numeric.greater(total, 0.0), numeric.rsqrt(numeric.add(total, eps)), 0.0)
+            return _out(p, numeric.multiply(scalars("neg_lr", g), numeric.multiply(inv_root, g))), total
 
         updates, total = _map_leaves("adagrad", leaf, params, grads, trees, 2)
         return updates, (total,)

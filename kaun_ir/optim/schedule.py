@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from .. import dtypes, numeric
+
 __all__ = [
     "Schedule",
     "constant",
@@ -60,11 +62,9 @@ def _prepare(step):
     from kaun_ir.tensor import Tensor
 
     if isinstance(step, Tensor):
-        import kaun_ir as kn
-
-        if not (kn.dtypes.is_integer(step.dtype) or kn.dtypes.is_float(step.dtype)):
+        if not (dtypes.is_integer(step.dtype) or dtypes.is_float(step.dtype)):
             raise TypeError(f"schedule: the step must be an integer scalar, got a {step.type} tensor")
-        return kn.astype(step, kn.float32), kn, _traced_result
+        return numeric.astype(step, dtypes.float32), numeric, _traced_result
     n = np.asarray(step)
     if n.dtype.kind not in "iuf":
         raise TypeError(f"schedule: the step must be an integer, got {step!r}")
@@ -72,9 +72,7 @@ def _prepare(step):
 
 
 def _traced_result(value):
-    import kaun_ir as kn
-
-    return kn.astype(value, kn.float32)
+    return numeric.astype(value, dtypes.float32)
 
 
 def _host_result(value):
