@@ -19,8 +19,8 @@ from . import _tree as tree
 from . import dtypes
 from .errors import KaunError
 from .ir.builder import _STATE, Builder, current_builder, source_scope
+from .ir.clone import copy_nodes
 from .ir.core import Graph, Node, TensorType, Value
-from .ir.rewrite import copy_nodes
 from .ops import TABLE
 from .tensor import Tensor, apply
 

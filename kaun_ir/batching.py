@@ -22,8 +22,8 @@ from . import _tree as tree
 from .autodiff import _PathScope
 from .errors import KaunError
 from .ir.builder import Builder, current_builder
+from .ir.clone import copy_nodes
 from .ir.core import Graph, TensorType, Value
-from .ir.rewrite import copy_nodes
 from .ops import TABLE
 from .tensor import Tensor, apply, to_value
 

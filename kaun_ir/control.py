@@ -12,8 +12,8 @@ from . import _tree as tree
 from ._api import op_function
 from .errors import ShapeError
 from .ir.builder import Builder
+from .ir.clone import rebind
 from .ir.core import Graph, TensorType
-from .ir.rewrite import rebind
 from .tensor import Tensor, apply, to_value, type_of
 
 __all__ = ["scan", "while_loop", "fori_loop"]

@@ -26,8 +26,8 @@ from . import _tree as tree
 from . import dtypes
 from .autodiff import GradientError, differentiable, gradient_graph
 from .ir.builder import Builder, current_builder
+from .ir.clone import copy_nodes
 from .ir.core import Graph, Value
-from .ir.rewrite import copy_nodes
 from .tensor import Tensor, apply, to_value, type_of
 
 

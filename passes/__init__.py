@@ -12,37 +12,31 @@ from . import (  # noqa: F401  (forward mode and batching, see docs/transforms.m
     autodiff,
     canonicalize,
     check_finite,
-    conv_lowering,
     cse,
     dce,
     fold,
     fuse_optimizer,
     jvp,
     layout,
+    lower_conv,
+    lower_pool,
     mixed_precision,
-    pool_lowering,
     remat,
     vmap,
     winograd_conv,
 )  # noqa: F401
-from .manager import (
+from .instrumentation import (
     Instrumentation,
-    PassCrash,
-    PassManager,
     PassRun,
     PassStatistics,
-    PassStep,
-    PassVerificationError,
-    Pipeline,
-    PipelineError,
     PrintAfterAll,
     PrintAfterChange,
     Statistics,
     Timing,
-    load_module,
-    run,
 )
-from .registry import REGISTRY, PassInfo, PassOption, available, parse_pipeline, register, statistic
+from .manager import VERIFY_EACH_ENV, PassCrash, PassManager, PassVerificationError, run
+from .pipeline import PassStep, Pipeline, PipelineError, parse_pipeline
+from .registry import REGISTRY, PassInfo, PassOption, available, register, statistic
 
 __all__ = [
     "Instrumentation",
@@ -61,8 +55,8 @@ __all__ = [
     "REGISTRY",
     "Statistics",
     "Timing",
+    "VERIFY_EACH_ENV",
     "available",
-    "load_module",
     "parse_pipeline",
     "register",
     "run",

@@ -12,7 +12,7 @@ str. The pass is always called as ``fn(graph, **options)`` with every declared o
 (defaults for those the pipeline does not set). Passes without options are called as ``fn(graph)``.
 
 A pass may report counters (``"rewrites applied"``, ...) with :func:`statistic`; they show up in
-``kaun-ir opt --stats`` and in :class:`kaun_ir.passes.manager.Statistics`. Outside a pass
+``kaun-ir opt --stats`` and in :class:`kaun_ir.passes.instrumentation.Statistics`. Outside a pass
 manager run with statistics enabled, :func:`statistic` does nothing.
 """
 
@@ -159,14 +159,3 @@ def collecting(counters: dict | None):
 
 def stop_collecting(token) -> None:
     _COUNTERS.reset(token)
-
-
-def parse_pipeline(pipeline: str) -> list[str]:
-    """``"cse, dce"`` -> ``["cse", "dce"]`` (pass names only; options are checked but dropped).
-
-    Unknown names raise ValueError listing the known ones. See :class:`Pipeline` for the
-    full form with options.
-    """
-    from .manager import Pipeline
-
-    return [step.name for step in Pipeline.parse(pipeline).steps]

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from filecheck import check
 from kaun_ir.runtime import pipelines
+from kaun_ir.tools.opt import load_module
 
 import kaun_ir as kn
 from kaun_ir import passes
@@ -85,6 +86,21 @@ def _register_option_passes():
 
 
 # ------------------------------------------------------------------------- the registry
+
+
+def test_each_built_in_pass_lives_in_a_file_named_after_it():
+    import importlib
+
+    builtin = {n: i for n, i in passes.REGISTRY.items() if i.fn.__module__.startswith("kaun_ir.passes.")}
+    assert {"autodiff", "cse", "dce", "lower-pool", "lower-conv", "fuse-optimizer"} <= set(builtin)
+    for name, info in builtin.items():
+        assert info.fn.__module__ == "kaun_ir.passes." + name.replace("-", "_"), name
+    # and every module of passes/ that registers a pass is named after one
+    package = pathlib.Path(passes.__file__).parent
+    for path in package.glob("*.py"):
+        module = importlib.import_module(f"kaun_ir.passes.{path.stem}")
+        registered = [n for n, i in passes.REGISTRY.items() if i.fn.__module__ == module.__name__]
+        assert registered in ([], [path.stem.replace("_", "-")]), (path.name, registered)
 
 
 def test_register_contract_options_are_always_filled(scratch):
@@ -408,10 +424,11 @@ def test_statistics_count_ops_added(scratch):
 
 
 def test_verify_each_names_the_pass_that_broke_the_ir():
-    passes.load_module(str(TESTS / "broken_passes.py"))
+    load_module(str(TESTS / "broken_passes.py"))
     log = []
     graph = parse(DUPS)
-    broken = passes.run(graph, "cse,break-types,dce")  # without verification nobody notices here
+    # without verification nobody notices here
+    broken = passes.run(graph, "cse,break-types,dce", verify_each=False)
     with pytest.raises(IRError):
         broken.verify()
     with pytest.raises(
@@ -425,10 +442,35 @@ def test_verify_each_names_the_pass_that_broke_the_ir():
 
 
 def test_verify_each_checks_the_input_too():
-    passes.load_module(str(TESTS / "broken_passes.py"))
-    bad = passes.run(parse(DUPS), "break-types")
+    load_module(str(TESTS / "broken_passes.py"))
+    bad = passes.run(parse(DUPS), "break-types", verify_each=False)
     with pytest.raises(passes.PassVerificationError, match=r"the input IR \(before any pass\) is invalid"):
         passes.run(bad, "dce", verify_each=True)
+
+
+def test_verify_each_follows_the_environment_unless_given(monkeypatch):
+    load_module(str(TESTS / "broken_passes.py"))
+    graph = parse(DUPS)
+    monkeypatch.setenv(passes.VERIFY_EACH_ENV, "1")
+    with pytest.raises(passes.PassVerificationError, match=r"pass break-types \(#1\)"):
+        passes.run(graph, "break-types")
+    with pytest.raises(IRError):
+        passes.run(graph, "break-types", verify_each=False).verify()  # explicit wins
+    monkeypatch.setenv(passes.VERIFY_EACH_ENV, "0")
+    assert not passes.PassManager("dce").verify_each
+    with pytest.raises(passes.PassVerificationError):
+        passes.run(graph, "break-types", verify_each=True)
+    monkeypatch.delenv(passes.VERIFY_EACH_ENV)
+    assert not passes.PassManager("dce").verify_each
+    monkeypatch.setenv(passes.VERIFY_EACH_ENV, "yes")
+    with pytest.raises(ValueError, match="KAUN_IR_VERIFY_EACH='yes'"):
+        passes.PassManager("dce")
+    # the command line follows it too (without --verify-each)
+    monkeypatch.setenv(passes.VERIFY_EACH_ENV, "1")
+    status, _, stderr = run_cli(
+        ["opt", "--load", str(TESTS / "broken_passes.py"), "-p", "break-types"], stdin=DUPS
+    )
+    assert status == 1 and "the IR produced by pass break-types (#1) is invalid" in stderr
 
 
 def test_stop_after_runs_only_the_first_passes():
@@ -448,7 +490,7 @@ def test_stop_after_runs_only_the_first_passes():
 
 def test_a_crash_writes_a_reproducer_that_reproduces_it(tmp_path, monkeypatch):
     monkeypatch.setenv("KAUN_IR_REPRO_DIR", str(tmp_path))
-    module = passes.load_module(str(TESTS / "broken_passes.py"))
+    module = load_module(str(TESTS / "broken_passes.py"))
     log = []
     graph = parse(DUPS)
     with pytest.raises(passes.PassCrash) as info:
@@ -502,7 +544,7 @@ def _env(repro_dir):
 
 def test_reproducer_keeps_options_and_quotes_the_pipeline(tmp_path, monkeypatch, scratch):
     monkeypatch.setenv("KAUN_IR_REPRO_DIR", str(tmp_path))
-    passes.load_module(str(TESTS / "broken_passes.py"))
+    load_module(str(TESTS / "broken_passes.py"))
     _register_option_passes()
     with pytest.raises(passes.PassCrash) as info:
         passes.run(parse(DUPS), "crash{divisor=0},t-fuse{horizontal=true max_group=2}")
@@ -688,7 +730,7 @@ def test_opt_load_module_that_fails(tmp_path):
 
 
 def test_list_passes_shows_options_and_defaults():
-    passes.load_module(str(TESTS / "broken_passes.py"))
+    load_module(str(TESTS / "broken_passes.py"))
     status, stdout, _ = run_cli(["opt", "--list-passes"])
     assert status == 0
     lines = stdout.splitlines()

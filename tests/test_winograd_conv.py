@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 from jax import lax
+from kaun_ir.runtime import pipelines
 
 import kaun_ir as kn
 from kaun_ir import passes
@@ -194,7 +195,7 @@ def test_cnn_training_with_winograd_matches_the_direct_convolutions():
             layer.linear(8 * 4 * 4, 10),
         ]
     )
-    cpu = passes.default_train_pipeline("cpu")
+    cpu = pipelines.default_train_pipeline("cpu")
     losses = {}
     for name, pipeline in (("direct", cpu), ("winograd", f"{cpu},winograd-conv,cse,dce")):
         trainer = train.make(model, optim.adam(1e-2), loss=loss.cross_entropy_sparse, pipeline=pipeline)

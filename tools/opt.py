@@ -8,6 +8,7 @@ a clean file. See docs/passes.md.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -80,6 +81,31 @@ def list_passes(out) -> None:
             out.write(f"    {spelled:20s} {option.help} (default: {option.spell(option.default)})\n")
 
 
+def load_module(spec: str):
+    """Import ``spec`` — a module name (``mypkg.passes``) or a path to a ``.py`` file — so the
+    passes it registers become available (``kaun-ir opt --load``). Returns the module."""
+    import importlib.util
+
+    if spec.endswith(".py") or os.sep in spec or (os.altsep and os.altsep in spec):
+        path = os.path.abspath(spec)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"--load: no such file: {spec}")
+        name = os.path.splitext(os.path.basename(path))[0]
+        existing = sys.modules.get(name)
+        if existing is not None and os.path.abspath(getattr(existing, "__file__", "") or "") == path:
+            return existing
+        module_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[name] = module  # so the passes' __module__ resolves (reproducers, pickling)
+        try:
+            module_spec.loader.exec_module(module)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+        return module
+    return importlib.import_module(spec)
+
+
 def run(args: argparse.Namespace) -> int:
     from kaun_ir import passes
     from kaun_ir.errors import KaunError
@@ -92,7 +118,7 @@ def run(args: argparse.Namespace) -> int:
 
     for module in args.load:
         try:
-            passes.load_module(module)
+            load_module(module)
         except Exception as err:  # an ImportError, or whatever the module raised while loading
             return error(f"--load {module}: {type(err).__name__}: {err}")
     if args.list_passes:
@@ -138,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
         )
         graph = from_stablehlo(text) if is_mlir else parse(text)
         manager = passes.PassManager(
-            pipeline, instrumentations, verify_each=args.verify_each, stop_after=args.stop_after
+            pipeline, instrumentations, verify_each=args.verify_each or None, stop_after=args.stop_after
         )
         graph = manager.run(graph)
     except (KaunError, ValueError, TypeError) as err:

@@ -67,7 +67,7 @@ def _while_batch(batched, size, *carried, regions):
     is false keeps its values (a select per carried value), as ``jax.vmap`` does."""
     from ..batching import batch_graph
     from ..ir.builder import Builder
-    from ..ir.rewrite import copy_nodes
+    from ..ir.clone import copy_nodes
     from ..tensor import Tensor, apply
 
     cond, body = regions

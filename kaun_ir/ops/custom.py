@@ -81,7 +81,7 @@ def _emit(em, node, *operands):
 def _inline(graph, args):
     """``graph`` copied into the active trace with ``args`` (Tensors) as its inputs."""
     from ..ir.builder import current_builder
-    from ..ir.rewrite import copy_nodes
+    from ..ir.clone import copy_nodes
     from ..tensor import Tensor, to_value
 
     builder = current_builder()

@@ -39,7 +39,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.ir.core import Graph, Node, Value
 
-from .conv_lowering import PassOptionError
+from .lower_conv import PassOptionError
 from .registry import register, statistic
 from .rewrite import Rewriter, RuleTable, apply_rules
 
