@@ -8,12 +8,25 @@ traceback unless ``--debug`` is given (anywhere on the command line).
 from __future__ import annotations
 
 import argparse
+import importlib
+import re
 import sys
 
-from . import bench, demo, dump, export, import_cmd, opt, viz
-from .spec import plain
-
 DEBUG = False  # set by main() from --debug: commands re-raise instead of printing one line
+
+# Each command: the module under kaun_ir.tools that implements it (``add_parser`` and ``run``)
+# and its one-line summary. ``kaun-ir --help`` lists them without importing any, and
+# ``kaun-ir COMMAND ...`` imports only that one (tests/test_tools.py checks the summaries
+# against the modules' own).
+COMMANDS = {
+    "demo": ("demo", "train an MLP and a CNN on digits (or, with 'lm', a char-level GPT on Shakespeare)"),
+    "opt": ("opt", "run a pass pipeline over textual IR (.kir) or imported StableHLO (.mlir/.mlirbc)"),
+    "dump": ("dump", "print a model's IR at one stage, write all stages, or report statistics"),
+    "export": ("export", "write a model as StableHLO (.mlir text or .mlirbc portable artifact)"),
+    "import": ("import_cmd", "import a StableHLO module (.mlir/.mlirbc) as textual IR (.kir)"),
+    "viz": ("viz", "draw a model's IR graph (.dot, .svg, .png, .json, .html)"),
+    "bench": ("bench", "training-step speed of kaun_ir vs JAX + optax (and PyTorch)"),
+}
 
 
 class Parser(argparse.ArgumentParser):
@@ -23,7 +36,9 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(commands=None) -> argparse.ArgumentParser:
+    """The ``kaun-ir`` parser with the full sub-parsers of ``commands`` (default: all of them);
+    the other commands get a placeholder that only knows the command's summary."""
     parser = Parser(
         prog="kaun-ir",
         description="kaun_ir: trace models into an own IR, transform it with passes, "
@@ -37,19 +52,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="on an error, show the full Python traceback (also accepted after COMMAND)",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
-    demo.add_parser(sub)
-    opt.add_parser(sub)
-    dump.add_parser(sub)
-    export.add_parser(sub)
-    import_cmd.add_parser(sub)
-    viz.add_parser(sub)
-    bench.add_parser(sub)
+    for name, (module, summary) in COMMANDS.items():
+        if commands is None or name in commands:
+            importlib.import_module(f"{__package__}.{module}").add_parser(sub)
+        else:
+            sub.add_parser(name, help=summary)
     for command in [parser, *sub.choices.values()]:  # help text for a terminal, not reST
         command.description = plain(command.description)
         command.epilog = plain(command.epilog)
         for action in command._actions:
             action.help = plain(action.help)
     return parser
+
+
+def plain(text: str | None) -> str | None:
+    """Docstring text for a terminal: reST markup (````code````, :func:`name`) removed."""
+    if not text:
+        return text
+    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
+    return re.sub(r"``([^`]+)``", r"\1", text)
+
+
+def _named_command(argv: list[str]) -> str | None:
+    """The command on the command line: its first argument that is not an option."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 def describe(err: BaseException) -> str:
@@ -76,11 +102,14 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]
-    parser = build_parser()
+    parser = build_parser(commands=[_named_command(argv)])
     args = parser.parse_args(argv)
     if args.command is None:
         parser.print_help()
         return 2
+    import kaun_ir
+
+    kaun_ir._load_all()  # deferred while this command started (kaun_ir/__init__.py)
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

@@ -68,6 +68,7 @@ def examples_help() -> str:
     import inspect
 
     from . import examples
+    from .cli import plain
 
     lines = ["Bundled examples (try: kaun-ir dump kaun_ir.tools.examples:mlp --stage optimized):"]
     for name, fn in inspect.getmembers(examples, inspect.isfunction):
@@ -81,16 +82,6 @@ def examples_help() -> str:
         summary = plain((fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
         lines.append(f"  kaun_ir.tools.examples:{name:26s} {summary}")
     return "\n".join(lines) + "\n"
-
-
-def plain(text: str | None) -> str | None:
-    """Docstring text for a terminal: reST markup (````code````, :func:`name`) removed."""
-    if not text:
-        return text
-    import re
-
-    text = re.sub(r":[a-z]+:`~?([^`]+)`", r"\1", text)
-    return re.sub(r"``([^`]+)``", r"\1", text)
 
 
 class SpecError(ValueError):
