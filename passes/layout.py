@@ -38,8 +38,9 @@ Two phases, both exact (a transpose only permutes elements, so results are bit-i
 ``prefer``: ``auto`` (what is fastest on ``target``, for inference or for gradient graphs:
 ``AUTO_LAYOUT``), ``nchw``, ``nhwc``, or ``none`` (phase 1
 only). ``target``: ``cpu``, ``gpu`` or ``auto``; a pass is ``Graph -> Graph`` and does not know
-where the graph will run, so ``target=auto`` asks ``kaun_ir.runtime.backend_name()`` (lazily,
-only when ``prefer=auto``). The choice for auto is measured, see ``AUTO_LAYOUT``.
+where the graph will run, so ``target=auto`` asks the runtime's backend
+(``kaun_ir.runtime.backend_name()``, through :func:`kaun_ir.passes.target.backend`; only when
+``prefer=auto``). The choice for auto is measured, see ``AUTO_LAYOUT``.
 
 A pass result with more transposes than its input would be a pessimisation: the pass then
 returns its input unchanged (phase 1) or the phase-1 result (phase 2 must not add transposes
@@ -56,6 +57,7 @@ from kaun_ir.ir.core import Graph, Node, Value
 from .canonicalize import RULES as CANONICAL_RULES
 from .registry import register, statistic
 from .rewrite import DEFAULT_MAX_SWEEPS, RewriteError, Rewriter, RuleTable, _sweep
+from .target import backend
 
 # What prefer=auto picks per target, for (inference graphs, graphs with gradient convolutions).
 # Measured on the ``cnn`` workload (batch 64, 1x28x28, conv3x3 32 + relu + maxpool 2, conv3x3 64 +
@@ -452,9 +454,7 @@ def resolve(prefer: str, target: str, training: bool = False) -> str:
     if prefer != "auto":
         return prefer
     if target == "auto":
-        from kaun_ir.runtime import backend_name
-
-        target = backend_name()
+        target = backend()
     return AUTO_LAYOUT.get(target, ("none", "none"))[1 if training else 0]
 
 

@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from kaun_ir.passes import target
+
 #: What ``kn.jit`` runs before lowering on any backend: exact clean-ups (see docs/passes.md).
 #: The default actually used depends on the backend: :func:`default_jit_pipeline`.
 DEFAULT_JIT_PIPELINE = "canonicalize,fold,cse,dce"
@@ -59,6 +61,10 @@ def train_pipeline(explicit: str | None = None) -> str:
     """The pipeline ``kn.train`` uses: ``explicit``, else ``$KAUN_IR_TRAIN_PIPELINE``, else
     :func:`default_train_pipeline` for the runtime's backend."""
     return _choose(explicit, TRAIN_PIPELINE_ENV, default_train_pipeline)
+
+
+# the passes ask the runtime which backend ``target=auto`` means (they may not import the runtime)
+target.set_backend_query(lambda: _backend(None))
 
 
 def _choose(explicit: str | None, env: str, default: Callable[[], str]) -> str:

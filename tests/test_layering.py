@@ -165,8 +165,6 @@ ALLOWED_UPWARD = [
     ("kaun_ir.forward", "kaun_ir.runtime.jit", "jvp/linearize on concrete arrays compile with kn.jit"),
     ("kaun_ir.jacobian", "kaun_ir.runtime.jit", "hvp on concrete arrays compiles with kn.jit"),
     ("kaun_ir.tensor", "kaun_ir", "Tensor methods forward to the kn.* functions"),
-    # passes -> runtime: the default choice depends on the backend
-    ("kaun_ir.passes.layout", "kaun_ir.runtime", "layout's target=auto asks for the backend name"),
     # api -> namespace: reaching for kn.* instead of the defining module
     ("kaun_ir.optim.core", "kaun_ir", "traced optimiser steps use kn.* functions"),
 ]

@@ -218,6 +218,15 @@ def test_shared_transpose_is_not_duplicated():
     assert transposes(out) == 1
 
 
+def test_target_auto_asks_the_runtime_for_its_backend(monkeypatch):
+    # the runtime installed its answer when it was imported; only the variable is read here
+    monkeypatch.setenv("KAUN_IR_BACKEND", "gpu")
+    assert layout_pass.resolve("auto", "auto", training=True) == "nhwc"
+    monkeypatch.setenv("KAUN_IR_BACKEND", "cpu")
+    assert layout_pass.resolve("auto", "auto", training=True) == "nchw"
+    assert layout_pass.resolve("nhwc", "auto", training=True) == "nhwc"  # asked only for auto
+
+
 def test_options():
     assert layout_pass.resolve("auto", "cpu") == "nhwc"  # measured: inference
     assert layout_pass.resolve("auto", "cpu", training=True) == "nchw"  # measured: training
