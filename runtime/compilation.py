@@ -39,7 +39,7 @@ from typing import Any
 from kaun_ir.errors import CompileError
 from kaun_ir.fileio import atomic_write, repro_dir
 
-from . import disk_cache, finite, stages, xla
+from . import disk_cache, finite, gc_pause, graph_cache, stages, xla
 from .dispatch import Route, RouteCache
 
 __all__ = [
@@ -242,15 +242,19 @@ def compile_function(
     from .mesh import use
 
     parsed = passes.Pipeline.parse(pipeline)  # unknown passes fail before tracing
-    with use(mesh), stages.stage("trace") as nodes:  # constraints refer to the mesh compiled for
-        traced = trace_flat(f, args, kwargs)
-        nodes[0] = len(traced.graph.nodes)
-    if cache is not None:
-        cache.count_trace()
-    graph = passes.run(traced.graph, parsed, stages.pass_instrumentations()) if parsed else traced.graph
-    donate = donated_positions(traced.array_positions) if donated_positions else []
-    specs = shardings(traced, len(graph.inputs), len(graph.outputs)) if mesh is not None else {}
-    exe = compile_graph(graph, device=device, donate=donate, pipeline=str(parsed), mesh=mesh, **specs)
+    # the collector's sweeps of the growing graphs cost more the larger the model (gc_pause)
+    with gc_pause.paused():
+        with use(mesh), stages.stage("trace") as nodes:  # constraints refer to the mesh compiled for
+            traced = trace_flat(f, args, kwargs)
+            nodes[0] = len(traced.graph.nodes)
+        if cache is not None:
+            cache.count_trace()
+        # the passes' result comes from disk when KAUN_IR_CACHE_DIR holds it (graph_cache)
+        instrumentations = stages.pass_instrumentations()
+        graph = graph_cache.run_pipeline(traced.graph, parsed, instrumentations) if parsed else traced.graph
+        donate = donated_positions(traced.array_positions) if donated_positions else []
+        specs = shardings(traced, len(graph.inputs), len(graph.outputs)) if mesh is not None else {}
+        exe = compile_graph(graph, device=device, donate=donate, pipeline=str(parsed), mesh=mesh, **specs)
     return Route(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
 
 

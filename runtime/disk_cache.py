@@ -31,6 +31,7 @@ from kaun_ir.fileio import atomic_write
 ENV = "KAUN_IR_CACHE_DIR"
 _FORMAT = "kaun_ir-xla-cache-1"
 _SUFFIX = ".xlaexe"
+GRAPH_SUFFIX = ".kirgraph"  # the pass pipeline's results (kaun_ir.runtime.graph_cache)
 
 
 class Counters:
@@ -143,14 +144,15 @@ def _warn_once(kind: str, message: str) -> None:
 
 
 def clear() -> int:
-    """Remove every entry of the cache directory (if set); returns how many files were removed."""
+    """Remove every entry of the cache directory (if set), the optimised graphs of
+    :mod:`kaun_ir.runtime.graph_cache` included; returns how many files were removed."""
     root = directory()
     removed = 0
     if root is None or not os.path.isdir(root):
         return 0
     for folder, _, names in os.walk(root):
         for name in names:
-            if name.endswith(_SUFFIX) or name.endswith(".tmp"):
+            if name.endswith((_SUFFIX, GRAPH_SUFFIX, ".tmp")):
                 os.unlink(os.path.join(folder, name))
                 removed += 1
     return removed

@@ -52,4 +52,6 @@ def test_bench_compile_reports_both_sides(capsys):
     assert 0 < ours["nodes_optimised"] <= ours["nodes_traced"]
     assert ours["stablehlo_ops"] > 0 and row["jax"]["stablehlo_ops"] > 0
     assert row["ratio_vs_jax"] == ours["first_step_s"] / row["jax"]["first_step_s"]
+    assert ours["first_step_cpu_s"] > 0 and row["jax"]["first_step_cpu_s"] > 0
+    assert row["cpu_ratio_vs_jax"] == ours["first_step_cpu_s"] / row["jax"]["first_step_cpu_s"]
     assert main(["bench", "--compile", "--layers", "2,x"]) == 2

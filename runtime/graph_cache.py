@@ -1,0 +1,322 @@
+"""The pass pipeline's output kept on disk: a second process skips the passes for a graph it traced.
+
+With ``KAUN_IR_CACHE_DIR`` set (the directory of :mod:`kaun_ir.runtime.disk_cache`), every
+compilation that runs a pass pipeline over a traced graph first looks for the optimised graph
+under ``graphs/`` in that directory, and stores it there after running the passes. The XLA cache
+then answers the compilation of the (unchanged) StableHLO lowered from it, so a second process
+pays only for tracing, a load of each and lowering.
+
+The key is a SHA-256 of everything the passes' result depends on:
+
+- the traced graph itself, in a canonical form (every op, attribute, type, layer path and source
+  line, the values wired by position, regions included): a graph that differs in anything
+  misses;
+- the pipeline with every option resolved (defaults included);
+- the source code of kaun_ir (every ``.py`` file of the ``kaun_ir`` package, ``passes`` and
+  ``runtime`` included), so an edited or upgraded pass never serves an old result;
+- the runtime's backend (``layout{target=auto}`` asks for it), the NumPy, jaxlib and Python
+  versions (constant folding runs NumPy) and the format version of this cache.
+
+Only pipelines made of kaun_ir's own passes are cached: the code of a pass registered by the user
+is not part of the key, so such a pipeline always runs. Entries hold plain data (strings,
+numbers, bytes, tuples) read back by an unpickler that refuses every class, so an entry cannot run
+code; an entry that cannot be read (truncated, another format) is removed and the passes run,
+with one warning. Writes are atomic (:func:`kaun_ir.fileio.atomic_write`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pickle
+import platform
+import sys
+import time
+import warnings
+
+from kaun_ir import dtypes
+from kaun_ir.fileio import atomic_write
+from kaun_ir.ir.core import ArrayAttr, Graph, Node, TensorType, Value
+
+from . import disk_cache, stages
+
+_FORMAT = "kaun_ir-graph-cache-1"
+SUFFIX = disk_cache.GRAPH_SUFFIX  # so disk_cache.clear() removes these too
+_FOLDER = "graphs"
+
+
+class Counters:
+    """How the graph cache answered in this process: ``hits`` (the passes were skipped),
+    ``misses`` (the passes ran and their result was stored), ``errors`` (unreadable entries
+    removed, or stores that failed), ``bypassed`` (pipelines with passes from outside kaun_ir)."""
+
+    hits = 0
+    misses = 0
+    errors = 0
+    bypassed = 0
+
+
+counters = Counters()
+
+
+def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
+    """``passes.run(graph, pipeline, instrumentations)``, answered from the cache when it is on.
+
+    On a hit the passes do not run, so ``instrumentations`` see nothing; the time of the lookup is
+    recorded as the stage ``pass-cache`` (:mod:`kaun_ir.runtime.stages`), and so is the time of
+    computing the key and storing the result on a miss."""
+    from kaun_ir import passes
+
+    root = disk_cache.directory()
+    if root is None or not _cacheable(pipeline):
+        if root is not None:
+            counters.bypassed += 1
+        return passes.run(graph, pipeline, instrumentations)
+    start = time.perf_counter()
+    path = _entry(root, key(graph, pipeline))
+    loaded = _load(path, graph)
+    if loaded is not None:
+        counters.hits += 1
+        stages.add("pass-cache", time.perf_counter() - start, len(loaded.nodes))
+        return loaded
+    overhead = time.perf_counter() - start
+    result = passes.run(graph, pipeline, instrumentations)
+    start = time.perf_counter()
+    counters.misses += 1
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        atomic_write(path, pickle.dumps((_FORMAT, encode(result)), protocol=pickle.HIGHEST_PROTOCOL))
+    except Exception as err:  # a full disk or a read-only directory must not fail a compilation
+        counters.errors += 1
+        _warn_once(
+            "store", f"kaun_ir: could not store an optimised graph in {root} ({type(err).__name__}: {err})"
+        )
+    stages.add("pass-cache", overhead + time.perf_counter() - start, None)
+    return result
+
+
+def _cacheable(pipeline) -> bool:
+    """Whether every pass of ``pipeline`` is kaun_ir's own (its code is part of the key)."""
+    from kaun_ir.passes import Pipeline
+    from kaun_ir.passes.registry import REGISTRY
+
+    for step in Pipeline.parse(pipeline).steps:
+        module = getattr(REGISTRY[step.name].fn, "__module__", "") or ""
+        if not module.startswith("kaun_ir."):
+            return False
+    return True
+
+
+def key(graph: Graph, pipeline) -> str:
+    """The hex key of running ``pipeline`` over ``graph`` with this kaun_ir, backend and NumPy."""
+    import numpy as np
+    from jaxlib import xla_client as xc
+    from kaun_ir.passes import Pipeline
+
+    from .xla import backend_name
+
+    steps = [(step.name, sorted(step.resolved_options().items())) for step in Pipeline.parse(pipeline).steps]
+    digest = hashlib.sha256()
+    for part in (
+        _FORMAT,
+        code_fingerprint(),
+        backend_name(),
+        np.__version__,
+        getattr(xc, "_version", ""),
+        sys.version,
+        platform.machine(),
+        sys.byteorder,
+        repr(steps),
+    ):
+        digest.update(str(part).encode())
+        digest.update(b"\0")
+    digest.update(repr(encode(graph)).encode())
+    return digest.hexdigest()
+
+
+_CODE: list[str] = []
+
+
+def code_fingerprint() -> str:
+    """A SHA-256 of every ``.py`` file of the installed kaun_ir (computed once per process)."""
+    if not _CODE:
+        import kaun_ir
+        from kaun_ir import passes, runtime
+
+        digest = hashlib.sha256()
+        roots = sorted({os.path.abspath(p) for pkg in (kaun_ir, passes, runtime) for p in pkg.__path__})
+        for root in roots:
+            for folder, subfolders, names in os.walk(root):
+                subfolders.sort()
+                for name in sorted(names):
+                    if name.endswith(".py"):
+                        path = os.path.join(folder, name)
+                        digest.update(os.path.relpath(path, root).encode() + b"\0")
+                        with open(path, "rb") as handle:
+                            digest.update(handle.read())
+                        digest.update(b"\0")
+        _CODE.append(digest.hexdigest())
+    return _CODE[0]
+
+
+# ----------------------------------------------------------------------- graph <-> plain data
+#
+# A graph becomes nested tuples of strings, numbers and bytes: values are numbered in definition
+# order (arguments first), a node refers to its inputs by number. ``repr`` of that form is the
+# canonical text hashed into the key (cheaper than the printed IR, and it holds the source lines
+# the printer leaves out); pickled, it is the entry. Attribute values are frozen (tuples, never
+# lists or bytes), so a tuple starting with a bytes tag can only be one of ours: dtypes and arrays.
+
+
+def encode(graph: Graph) -> tuple:
+    """``graph`` as nested tuples of plain values (see the comment above)."""
+    numbers: dict[int, int] = {}
+    for value in graph.inputs:
+        numbers[id(value)] = len(numbers)
+    nodes = []
+    for node in graph.nodes:
+        inputs = tuple(numbers[id(v)] for v in node.inputs)
+        for value in node.outputs:
+            numbers[id(value)] = len(numbers)
+        nodes.append(
+            (
+                node.op,
+                inputs,
+                tuple((name, _encode_attr(value)) for name, value in node.attrs),
+                tuple(_encode_type(t) for t in node.types),
+                node.path,
+                node.source,
+                tuple(encode(region) for region in node.regions),
+            )
+        )
+    return (
+        graph.name,
+        graph.input_names,
+        tuple(_encode_type(v.type) for v in graph.inputs),
+        tuple(nodes),
+        tuple(numbers[id(v)] for v in graph.outputs),
+    )
+
+
+def _encode_type(t: TensorType) -> tuple:
+    return (dtypes.short_name(t.dtype), t.shape)
+
+
+def _encode_attr(value):
+    if isinstance(value, tuple):
+        return tuple(_encode_attr(v) for v in value)
+    if isinstance(value, ArrayAttr):
+        array = value.array
+        return (b"a", dtypes.short_name(array.dtype), array.shape, array.tobytes())
+    if isinstance(value, (str, bool, int, float)) or value is None:
+        return value
+    return (b"d", dtypes.short_name(value))  # freeze_attr keeps only dtypes besides the above
+
+
+#: the slots decode() fills in; a test fails when Node grows a slot this module does not know
+NODE_SLOTS = ("op", "inputs", "attrs", "regions", "path", "source", "outputs", "_key")
+
+
+def decode(data: tuple) -> Graph:
+    """The graph :func:`encode` turned into ``data``."""
+    types: dict[tuple, TensorType] = {}
+
+    def tensor_type(encoded):
+        found = types.get(encoded)
+        if found is None:
+            found = types[encoded] = TensorType(dtypes.from_short_name(encoded[0]), encoded[1])
+        return found
+
+    return _decode(data, tensor_type)
+
+
+def _decode(data: tuple, tensor_type) -> Graph:
+    name, input_names, input_types, encoded_nodes, outputs = data
+    values: list[Value] = list(Graph.arguments([tensor_type(t) for t in input_types]))
+    nodes = []
+    for op, inputs, attrs, out_types, path, source, regions in encoded_nodes:
+        # built without Node.__init__: the attributes are already frozen and sorted, and
+        # re-freezing them is most of the cost of reading a graph back
+        node = Node.__new__(Node)
+        node.op = op
+        node.inputs = tuple(values[i] for i in inputs)
+        node.attrs = tuple((k, _decode_attr(v)) for k, v in attrs)
+        node.regions = tuple(_decode(region, tensor_type) for region in regions)
+        node.path = path
+        node.source = source
+        node.outputs = tuple(Value(node, i, tensor_type(t)) for i, t in enumerate(out_types))
+        node._key = None
+        values.extend(node.outputs)
+        nodes.append(node)
+    return Graph(values[: len(input_types)], [values[i] for i in outputs], nodes, name, input_names)
+
+
+def _decode_attr(value):
+    if isinstance(value, tuple):
+        if value and type(value[0]) is bytes:
+            if value[0] == b"a":
+                import numpy as np
+
+                _, short, shape, data = value
+                array = np.frombuffer(data, dtype=dtypes.from_short_name(short)).reshape(shape)
+                return ArrayAttr(array)
+            return dtypes.from_short_name(value[1])
+        return tuple(_decode_attr(v) for v in value)
+    return value
+
+
+# ----------------------------------------------------------------------- entries on disk
+
+
+def _entry(root: str, cache_key: str) -> str:
+    return os.path.join(root, _FOLDER, cache_key[:2], cache_key + SUFFIX)
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Reads only plain data: any class or function reference in an entry is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"unexpected object {module}.{name} in a graph cache entry")
+
+
+def _load(path: str, traced: Graph) -> Graph | None:
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        counters.errors += 1
+        _warn_once("read", f"kaun_ir: cannot read the graph cache entry {path} ({err}); running the passes")
+        return None
+    try:
+        fmt, encoded = _PlainUnpickler(io.BytesIO(data)).load()
+        if fmt != _FORMAT:
+            raise ValueError(f"format {fmt!r}")
+        graph = decode(encoded)
+        # the passes keep the signature; an entry that does not is not the result of this graph
+        if graph.input_types != traced.input_types or len(graph.outputs) != len(traced.outputs):
+            raise ValueError("signature differs from the traced graph's")
+        return graph
+    except Exception as err:
+        counters.errors += 1
+        _warn_once(
+            "corrupt",
+            f"kaun_ir: removed an unreadable graph cache entry {path} ({type(err).__name__}); "
+            "running the passes",
+        )
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+        return None
+
+
+_warned: set[str] = set()
+
+
+def _warn_once(kind: str, message: str) -> None:
+    if kind not in _warned:
+        _warned.add(kind)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
