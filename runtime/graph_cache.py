@@ -141,11 +141,12 @@ _CODE: list[str] = []
 def code_fingerprint() -> str:
     """A SHA-256 of every ``.py`` file of the installed kaun_ir (computed once per process)."""
     if not _CODE:
-        import kaun_ir
-        from kaun_ir import passes, runtime
+        from kaun_ir import errors, passes
 
         digest = hashlib.sha256()
-        roots = sorted({os.path.abspath(p) for pkg in (kaun_ir, passes, runtime) for p in pkg.__path__})
+        # the package folders of kaun_ir (subpackages included), its passes and this runtime
+        modules = (errors, passes, sys.modules[__name__])
+        roots = sorted({os.path.dirname(os.path.abspath(m.__file__)) for m in modules})
         for root in roots:
             for folder, subfolders, names in os.walk(root):
                 subfolders.sort()
@@ -158,6 +159,11 @@ def code_fingerprint() -> str:
                         digest.update(b"\0")
         _CODE.append(digest.hexdigest())
     return _CODE[0]
+
+
+if disk_cache.directory() is not None:
+    # fingerprint the code as it is imported, not as it may be on disk later (edited meanwhile)
+    code_fingerprint()
 
 
 # ----------------------------------------------------------------------- graph <-> plain data
