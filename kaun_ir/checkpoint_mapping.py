@@ -112,6 +112,7 @@ class MappedSource:
         self.keys = set(self.source_of)
 
     def get(self, path: str) -> np.ndarray:
+        """The array stored under the (renamed) ``path``; ``ValueError`` naming some keys when none is."""
         if path not in self.source_of:
             near = sorted(self.keys)[:8]
             raise ValueError(
@@ -122,6 +123,7 @@ class MappedSource:
         return np.ascontiguousarray(np.transpose(arr)) if self._transpose(path) else arr
 
     def close(self) -> None:
+        """Nothing to release: the arrays are held in memory."""
         pass
 
 

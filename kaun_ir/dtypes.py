@@ -77,18 +77,22 @@ def from_short_name(name: str) -> np.dtype:
 
 
 def is_float(dtype) -> bool:
+    """Whether ``dtype`` is one of the floating-point dtypes (float16, bfloat16, float32, float64)."""
     return np.dtype(dtype) in FLOATS
 
 
 def is_integer(dtype) -> bool:
+    """Whether ``dtype`` is a signed or unsigned integer dtype (not bool)."""
     return np.dtype(dtype) in INTEGERS
 
 
 def is_unsigned(dtype) -> bool:
+    """Whether ``dtype`` is an unsigned integer dtype."""
     return np.dtype(dtype) in UNSIGNED
 
 
 def is_bool(dtype) -> bool:
+    """Whether ``dtype`` is bool."""
     return np.dtype(dtype) == bool_
 
 
@@ -123,6 +127,7 @@ def result_type(*dtypes) -> np.dtype:
 
 
 def default_float() -> np.dtype:
+    """The dtype of floating-point values that have none of their own (float32)."""
     return float32
 
 

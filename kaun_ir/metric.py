@@ -162,31 +162,41 @@ def _metric(name: str, preds, targets, average, num_classes, numerator, denomina
     return _average(per_class, support, present, average)
 
 
-_DOC = """{title}
+def precision(preds: Any, targets: Any, average: str | None = "macro", num_classes: int | None = None):
+    """Precision: of the examples predicted as class c, the fraction that are c.
 
     preds and targets as for :func:`accuracy` (scores ``[N, C]`` or labels ``[N]``; labels or
-    one-hot ``[N, C]``). Per class c: {formula}, 0 when the denominator is 0.
+    one-hot ``[N, C]``). Per class c: ``tp / (tp + fp)``, 0 when the denominator is 0.
     ``average``: ``"macro"`` (unweighted mean over the classes that occur in preds or targets,
     like scikit-learn), ``"micro"`` (from the totals over all classes), ``"weighted"`` (mean
     weighted by each class's number of targets), or ``None`` (a NumPy array with one score per
     class ``0 .. num_classes-1``). ``num_classes`` defaults to ``C`` of a ``[N, C]`` input, else
     to the largest label + 1. Returns a float.
     """
-
-
-def precision(preds: Any, targets: Any, average: str | None = "macro", num_classes: int | None = None):
     return _metric(
         "precision", preds, targets, average, num_classes, lambda tp, fp, fn: tp, lambda tp, fp, fn: tp + fp
     )
 
 
 def recall(preds: Any, targets: Any, average: str | None = "macro", num_classes: int | None = None):
+    """Recall: of the examples of class c, the fraction predicted as c.
+
+    Per class c: ``tp / (tp + fn)``, 0 when the denominator is 0. The arguments, ``average``
+    (``"macro"``, ``"micro"``, ``"weighted"`` or ``None`` for per-class scores) and
+    ``num_classes`` are as for :func:`precision`. Returns a float.
+    """
     return _metric(
         "recall", preds, targets, average, num_classes, lambda tp, fp, fn: tp, lambda tp, fp, fn: tp + fn
     )
 
 
 def f1(preds: Any, targets: Any, average: str | None = "macro", num_classes: int | None = None):
+    """F1: the harmonic mean of precision and recall.
+
+    Per class c: ``2 tp / (2 tp + fp + fn)``, 0 when the denominator is 0. The arguments,
+    ``average`` (``"macro"``, ``"micro"``, ``"weighted"`` or ``None`` for per-class scores) and
+    ``num_classes`` are as for :func:`precision`. Returns a float.
+    """
     return _metric(
         "f1",
         preds,
@@ -196,18 +206,6 @@ def f1(preds: Any, targets: Any, average: str | None = "macro", num_classes: int
         lambda tp, fp, fn: 2 * tp,
         lambda tp, fp, fn: 2 * tp + fp + fn,
     )
-
-
-precision.__doc__ = _DOC.format(
-    title="Precision: of the examples predicted as class c, the fraction that are c.",
-    formula="``tp / (tp + fp)``",
-)
-recall.__doc__ = _DOC.format(
-    title="Recall: of the examples of class c, the fraction predicted as c.", formula="``tp / (tp + fn)``"
-)
-f1.__doc__ = _DOC.format(
-    title="F1: the harmonic mean of precision and recall.", formula="``2 tp / (2 tp + fp + fn)``"
-)
 
 
 # ------------------------------------------------------------------------------ tracker
@@ -276,6 +274,7 @@ class Tracker:
         return self._entry(name)[2]
 
     def names(self) -> list[str]:
+        """The names observed so far, in first-observed order."""
         return list(self._sums)
 
     def summary(self) -> Summary:

@@ -29,10 +29,12 @@ def _is_weak(x: Any) -> bool:
 
 
 def shape_of(x: Any) -> tuple[int, ...]:
+    """The shape of a Tensor, jax.Array, NumPy array or Python scalar, as a tuple of ints."""
     return type_of(x).shape
 
 
 def dtype_of(x: Any) -> np.dtype:
+    """The dtype of a Tensor, jax.Array, NumPy array or Python scalar."""
     return type_of(x).dtype
 
 

@@ -214,54 +214,70 @@ class Tensor:
         return self._n().transpose(self)
 
     def reshape(self, *shape):
+        """``kn.reshape(self, shape)``; the shape may also be given as separate ints."""
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
         return self._n().reshape(self, shape)
 
     def transpose(self, *axes):
+        """``kn.transpose(self, axes)``; no axes reverses them, as NumPy."""
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
         return self._n().transpose(self, axes or None)
 
     def astype(self, dtype):
+        """``kn.astype(self, dtype)``."""
         return self._n().astype(self, dtype)
 
     def sum(self, axis=None, keepdims=False):
+        """``kn.sum(self, axis, keepdims)``."""
         return self._n().sum(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims=False):
+        """``kn.mean(self, axis, keepdims)``."""
         return self._n().mean(self, axis=axis, keepdims=keepdims)
 
     def max(self, axis=None, keepdims=False):
+        """``kn.max(self, axis, keepdims)``."""
         return self._n().max(self, axis=axis, keepdims=keepdims)
 
     def min(self, axis=None, keepdims=False):
+        """``kn.min(self, axis, keepdims)``."""
         return self._n().min(self, axis=axis, keepdims=keepdims)
 
     def prod(self, axis=None, keepdims=False):
+        """``kn.prod(self, axis, keepdims)``."""
         return self._n().prod(self, axis=axis, keepdims=keepdims)
 
     def var(self, axis=None, keepdims=False):
+        """``kn.var(self, axis, keepdims)``."""
         return self._n().var(self, axis=axis, keepdims=keepdims)
 
     def std(self, axis=None, keepdims=False):
+        """``kn.std(self, axis, keepdims)``."""
         return self._n().std(self, axis=axis, keepdims=keepdims)
 
     def all(self, axis=None, keepdims=False):
+        """``kn.all(self, axis, keepdims)``."""
         return self._n().all(self, axis=axis, keepdims=keepdims)
 
     def any(self, axis=None, keepdims=False):
+        """``kn.any(self, axis, keepdims)``."""
         return self._n().any(self, axis=axis, keepdims=keepdims)
 
     def argmax(self, axis=None, keepdims=False):
+        """``kn.argmax(self, axis, keepdims)``."""
         return self._n().argmax(self, axis=axis, keepdims=keepdims)
 
     def argmin(self, axis=None, keepdims=False):
+        """``kn.argmin(self, axis, keepdims)``."""
         return self._n().argmin(self, axis=axis, keepdims=keepdims)
 
     def flatten(self):
+        """The elements as one axis (``kn.reshape(self, (-1,))``)."""
         return self._n().reshape(self, (-1,))
 
 
 def is_tensor(x: Any) -> bool:
+    """Whether ``x`` is a Tensor of a trace (rather than a concrete array or a number)."""
     return isinstance(x, Tensor)
 
 

@@ -39,6 +39,7 @@ def is_array_leaf(x: Any) -> bool:
 
 
 def leaf_type(x: Any) -> TensorType:
+    """The ``TensorType`` of an argument leaf: a ``ShapeDtype`` or a concrete array-like value."""
     if isinstance(x, ShapeDtype):
         return TensorType(x.dtype, x.shape)
     return type_of(x)

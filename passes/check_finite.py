@@ -43,6 +43,8 @@ class Site:
     backward_of: str | None  # the forward op whose derivative this node computes, or None
 
     def describe(self) -> str:
+        """Where the first non-finite value appeared, for the error message: the op, forward or
+        backward pass, and its layer path."""
         if self.op == "input":
             return f"argument {self.path or '?'} of the compiled function"
         what = (

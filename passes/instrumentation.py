@@ -68,6 +68,7 @@ class PrintAfterAll(Instrumentation):
         self.stream = stream
 
     def after(self, pass_, graph, result, seconds):
+        """Print the IR the pass produced, under a header naming the pass."""
         out = self.stream or _stderr()
         out.write(_header(f"After {pass_}") + result.text())
         out.flush()
@@ -81,6 +82,7 @@ class PrintAfterChange(Instrumentation):
         self.stream, self.context = stream, context
 
     def after(self, pass_, graph, result, seconds):
+        """Print a unified diff of the IR before and after the pass, if the pass changed it."""
         import difflib
 
         before, after = graph.text(), result.text()
@@ -105,9 +107,11 @@ class Timing(Instrumentation):
         self.times: list[tuple[str, float]] = []
 
     def after(self, pass_, graph, result, seconds):
+        """Record the pass's wall time."""
         self.times.append((str(pass_), seconds))
 
     def report(self) -> str:
+        """The wall time of each pass and the total, as a table (like MLIR's ``-mlir-timing``)."""
         total = sum(s for _, s in self.times)
         lines = [
             _rule("Execution time report"),
@@ -144,9 +148,12 @@ class Statistics(Instrumentation):
         self._before: dict[str, int] = {}
 
     def before(self, pass_, graph):
+        """Remember the op counts of the graph the pass receives."""
         self._before = graph.op_counts()
 
     def after(self, pass_, graph, result, seconds):
+        """Record the node counts before and after the pass, the ops it added or removed and its
+        counters."""
         before, after = self._before, result.op_counts()
         added = {op: after.get(op, 0) - before.get(op, 0) for op in sorted(set(after) | set(before))}
         self.records.append(
@@ -161,6 +168,7 @@ class Statistics(Instrumentation):
         )
 
     def report(self) -> str:
+        """Every recorded pass with its node counts, op changes and counters, as text."""
         lines = [_rule("Pass statistics report")]
         for rec in self.records:
             lines.append(f"{rec.name}")

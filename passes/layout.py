@@ -117,6 +117,7 @@ ELEMENTWISE = {
 
 
 def inverse(perm) -> tuple[int, ...]:
+    """The inverse permutation: ``transpose(transpose(x, perm), inverse(perm)) == x``."""
     out = [0] * len(perm)
     for i, p in enumerate(perm):
         out[p] = i
@@ -124,6 +125,7 @@ def inverse(perm) -> tuple[int, ...]:
 
 
 def is_identity(perm) -> bool:
+    """Whether ``perm`` leaves every axis where it is."""
     return tuple(perm) == tuple(range(len(perm)))
 
 

@@ -74,6 +74,8 @@ class Pipeline:
 
     @classmethod
     def parse(cls, text: str | Pipeline) -> Pipeline:
+        """The pipeline a textual description (``"cse,dce"``, ``"fold{max_elements=8},dce"``)
+        names; a Pipeline is returned as it is. ``PipelineError`` pointing at the first bad character."""
         if isinstance(text, Pipeline):
             return text
         if not isinstance(text, str):

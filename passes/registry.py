@@ -158,4 +158,5 @@ def collecting(counters: dict | None):
 
 
 def stop_collecting(token) -> None:
+    """Stop collecting the pass counters started with the ``token`` that ``start_collecting`` returned."""
     _COUNTERS.reset(token)

@@ -83,6 +83,7 @@ class RuleTable:
     by_op: dict[str, list[Rule]] = field(default_factory=dict)
 
     def add(self, rule: Rule) -> Rule:
+        """Register ``rule`` for its op; returns it."""
         self.by_op.setdefault(rule.op, []).append(rule)
         return rule
 
@@ -100,6 +101,7 @@ class RuleTable:
         return wrap
 
     def for_op(self, op: str) -> list[Rule]:
+        """The rules registered for ``op``, in registration order (empty if none)."""
         return self.by_op.get(op, [])
 
     def rules(self) -> list[Rule]:
@@ -107,6 +109,7 @@ class RuleTable:
         return [r for rules in self.by_op.values() for r in rules]
 
     def names(self) -> list[str]:
+        """The rule names, each once, in registration order."""
         seen: dict[str, None] = {}
         for r in self.rules():
             seen.setdefault(r.name)

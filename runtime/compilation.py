@@ -186,6 +186,7 @@ class FunctionCache:
         self._compiling: dict[Any, threading.Lock] = {}
 
     def get(self, key: Any) -> Route | None:
+        """The route cached for ``key``, or None."""
         return self.by_signature.get(key)
 
     def entry(self, key: Any, build: Callable[[], Route]) -> Route:

@@ -54,6 +54,8 @@ class Spec:
         return f"Spec({', '.join(parts)})"
 
     def padded(self, rank: int) -> tuple[tuple[str, ...], ...]:
+        """The spec's per-dimension axes for an array of ``rank`` dimensions (unnamed trailing
+        dimensions are not split)."""
         return self.dims + ((),) * (rank - len(self.dims))
 
 

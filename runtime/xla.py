@@ -278,12 +278,14 @@ def initialize_distributed(
 
 
 def distributed_initialized() -> bool:
+    """Whether this process has joined a multi-process run (:func:`initialize_distributed`)."""
     import jax
 
     return bool(jax.distributed.is_initialized())
 
 
 def shutdown_distributed() -> None:
+    """Leave the multi-process run (and stop the coordination service in process 0)."""
     import jax
 
     jax.distributed.shutdown()
@@ -425,6 +427,7 @@ def array_types() -> tuple[type, ...]:
 
 
 def is_device_array(x) -> bool:
+    """Whether ``x`` is a ``jax.Array`` (an array held by an XLA device)."""
     return isinstance(x, _jax().Array)
 
 
@@ -536,6 +539,7 @@ def _host_put(device):
 
 
 def to_host(x) -> np.ndarray:
+    """A device array's data as a NumPy array (copied to the host)."""
     return np.asarray(x)
 
 

@@ -74,6 +74,7 @@ def _user_source() -> str:
 
 
 def describe_operands(types: Sequence[TensorType]) -> str:
+    """Operand types for an error message: ``a and b`` for two, ``a, b, c`` otherwise."""
     return " and ".join(map(str, types)) if len(types) == 2 else ", ".join(map(str, types))
 
 
@@ -109,6 +110,7 @@ class Builder:
         assert popped is self, "trace builders were exited out of order"
 
     def add_input(self, type: TensorType) -> Value:
+        """A new graph input of ``type``, appended after the existing ones."""
         value = Value(None, len(self.inputs), type)
         self.inputs.append(value)
         return value

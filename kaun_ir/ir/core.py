@@ -156,6 +156,7 @@ class Node:
         return dict(self.attrs)
 
     def attr(self, name: str, default: Any = None) -> Any:
+        """The value of attribute ``name``, or ``default`` when the node has none of that name."""
         for key, value in self.attrs:
             if key == name:
                 return value

@@ -27,6 +27,7 @@ _INLINE_LIMIT = 32  # constants with more elements are printed as hex bytes
 
 
 def format_scalar(value, dtype) -> str:
+    """A scalar of ``dtype`` as the textual IR writes it (``true``, ``3``, ``1.5``, ``inf``)."""
     if np.dtype(dtype) == dtypes.bool_:
         return "true" if bool(value) else "false"
     if np.dtype(dtype) in dtypes.INTEGERS:
@@ -35,6 +36,7 @@ def format_scalar(value, dtype) -> str:
 
 
 def format_attr(value: Any) -> str:
+    """An attribute value as the textual IR writes it (the inverse of the parser's attribute rule)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if value is None:

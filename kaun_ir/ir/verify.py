@@ -7,6 +7,8 @@ from .core import Graph
 
 
 def verify(graph: Graph, _outer: str = "") -> None:
+    """Check the graph's invariants (SSA order, operand types as the op table infers them,
+    regions, outputs); raises ``IRError`` naming the first node that breaks one."""
     from ..ops import TABLE
 
     where = f"{_outer}@{graph.name}"

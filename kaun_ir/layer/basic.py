@@ -108,6 +108,8 @@ def rate_in_unit_interval(value: Any, arg: str, layer: str) -> float:
 
 
 def positive_float(value: Any, arg: str, layer: str) -> float:
+    """``value`` as a float, or ``ValueError`` naming the layer and the argument unless it is a
+    positive number."""
     is_number = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
     if not is_number or not value > 0:
         raise ValueError(f"layer.{layer}: {arg} must be a positive number, got {value!r}")

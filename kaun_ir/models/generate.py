@@ -142,6 +142,7 @@ def generate(
 
 
 def ptree_leaves(tree):
+    """The leaves of a parameter tree in flattening order."""
     from .. import ptree
 
     return ptree.flatten(tree)[0]

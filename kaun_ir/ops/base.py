@@ -93,6 +93,8 @@ class OpDef:
     def infer_types(
         self, types: Sequence[TensorType], attrs: dict[str, Any], regions: Sequence[Any] = ()
     ) -> tuple[TensorType, ...]:
+        """The result types of this op for operand ``types``, ``attrs`` and ``regions``; ``TypeError``
+        for a wrong operand or region count, the op's own errors for bad types or attributes."""
         if self.arity is not None and len(types) != self.arity:
             raise TypeError(f"{self.name} takes {self.arity} operand(s), got {len(types)}")
         if len(regions) != self.regions:
@@ -107,6 +109,7 @@ class OpDef:
     def run_reference(
         self, arrays: Sequence[np.ndarray], attrs: dict[str, Any], regions: Sequence[Any] = ()
     ) -> tuple[np.ndarray, ...]:
+        """Run the op's NumPy reference implementation; returns its results as a tuple of arrays."""
         out = (
             self.reference(*arrays, regions=tuple(regions), **attrs)
             if self.regions

@@ -30,6 +30,7 @@ def i64_array(values: Iterable[int]) -> str:
 
 
 def bool_array(values: Iterable[bool]) -> str:
+    """A list of bools in MLIR attribute syntax (``array<i1: true, false>``)."""
     vals = ["true" if v else "false" for v in values]
     return f"array<i1: {', '.join(vals)}>" if vals else "array<i1>"
 
@@ -83,6 +84,7 @@ class Emitter:
         self._function_names: dict[str, str] = {}
 
     def fresh(self, prefix: str = "") -> str:
+        """A new SSA value name (``%<prefix><n>``), unique within the whole module."""
         self._root.counter += 1
         return f"%{prefix}{self._root.counter}"
 

@@ -364,6 +364,7 @@ def probe(fn: Callable, output_types: Any) -> Probed:
 
 
 def output_spec(leaves: list) -> list:
+    """``ShapeDtype`` s with the shapes and dtypes of ``leaves``."""
     return [ShapeDtype(tuple(leaf.shape), leaf.dtype) for leaf in leaves]
 
 
