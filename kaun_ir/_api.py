@@ -1,4 +1,10 @@
-"""The decorator that makes a kaun_ir function work both while tracing and on concrete arrays."""
+"""The decorator that makes a kaun_ir function work both while tracing and on concrete arrays,
+and the ``kn.jit`` the tracing surface compiles concrete calls with.
+
+The runtime sits a layer above the surface (docs/architecture.md), so the surface does not import
+it: ``kaun_ir.runtime`` installs its ``jit`` here when it is imported, which ``import kaun_ir``
+does before any user code runs.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,22 @@ import functools
 from collections.abc import Callable
 
 from .ir.builder import current_builder
+
+_installed_jit: Callable | None = None
+
+
+def install_jit(jit_function: Callable) -> None:
+    """Called by ``kaun_ir.runtime`` on import: the ``kn.jit`` that :func:`jit` forwards to."""
+    global _installed_jit
+    _installed_jit = jit_function
+
+
+def jit(fn: Callable, **options) -> Callable:
+    """``kn.jit(fn, **options)``, for the surface's concrete-array paths (``op_function``,
+    ``grad``, ``vjp``, ``jvp`` ... called outside a trace)."""
+    if _installed_jit is None:
+        raise RuntimeError("no runtime is installed to compile with: import kaun_ir first")
+    return _installed_jit(fn, **options)
 
 
 def op_function(fn: Callable) -> Callable:
@@ -23,8 +45,6 @@ def op_function(fn: Callable) -> Callable:
         if current_builder() is not None:
             return fn(*args, **kwargs)
         if compiled is None:
-            from kaun_ir.runtime import jit
-
             compiled = jit(fn)
         return compiled(*args, **kwargs)
 

@@ -367,7 +367,7 @@ def vjp(f: Callable, *primals) -> tuple[Any, Callable]:
     ``f`` may return any tree of float arrays; the cotangent has the same structure. Outside a
     trace, ``vjp_fn`` runs one compiled graph (cached per cotangent signature).
     """
-    from .runtime import jit
+    from ._api import jit
 
     out = jit(f)(*primals)
     backward_compiled = None

@@ -100,7 +100,7 @@ class _Custom:
             return self.fun(*args)
         if current_builder() is None:  # concrete arguments: compile (once per signature)
             if self._jitted is None:
-                from .runtime import jit
+                from ._api import jit
 
                 self._jitted = jit(self._traced)
             return self._jitted(*args)

@@ -149,7 +149,7 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
     _check_tangents(primals, tangents)
     if current_builder() is not None:
         return _jvp_traced(f, primals, tangents)
-    from .runtime import jit
+    from ._api import jit
 
     return jit(lambda p, t: _jvp_traced(f, p, t))(primals, tangents)
 
@@ -160,7 +160,7 @@ def linearize(f: Callable, *primals) -> tuple[Any, Callable]:
     ``f_jvp`` is compiled once (per tangent signature) and can be called with many tangents; it
     recomputes the forward values the tangent needs inside its compiled graph.
     """
-    from .runtime import jit
+    from ._api import jit
 
     out = jit(f)(*primals) if current_builder() is None else f(*primals)
     compiled = None

@@ -165,7 +165,7 @@ def hvp(f: Callable, primals: Sequence, tangents: Sequence):
     primals = tuple(primals)
     gradient = grad(f, argnums=tuple(range(len(primals))))
     if current_builder() is None:
-        from .runtime import jit
+        from ._api import jit
 
         return jit(lambda p, t: jvp(gradient, p, t)[1])(primals, tuple(tangents))
     return jvp(gradient, primals, tuple(tangents))[1]

@@ -98,11 +98,22 @@ class Tensor:
             "with kn.where(mask, v, x) or kn.dynamic_update_slice(x, v, start)"
         )
 
-    # -- the NumPy-style surface (implemented in numeric.py) -----------------------------------
+    # -- the NumPy-style surface (numeric.py, reductions.py, linalg.py) -----------------------
+    # Those modules build on this one, so they are imported on first use.
     def _n(self):
-        import kaun_ir  # the whole function namespace (numeric, linalg, reductions, indexing)
+        from . import numeric
 
-        return kaun_ir
+        return numeric
+
+    def _reductions(self):
+        from . import reductions
+
+        return reductions
+
+    def _linalg(self):
+        from . import linalg
+
+        return linalg
 
     def __add__(self, other):
         return self._n().add(self, other)
@@ -147,10 +158,10 @@ class Tensor:
         return self._n().power(other, self)
 
     def __matmul__(self, other):
-        return self._n().matmul(self, other)
+        return self._linalg().matmul(self, other)
 
     def __rmatmul__(self, other):
-        return self._n().matmul(other, self)
+        return self._linalg().matmul(other, self)
 
     def __neg__(self):
         return self._n().negative(self)
@@ -229,47 +240,47 @@ class Tensor:
 
     def sum(self, axis=None, keepdims=False):
         """``kn.sum(self, axis, keepdims)``."""
-        return self._n().sum(self, axis=axis, keepdims=keepdims)
+        return self._reductions().sum(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims=False):
         """``kn.mean(self, axis, keepdims)``."""
-        return self._n().mean(self, axis=axis, keepdims=keepdims)
+        return self._reductions().mean(self, axis=axis, keepdims=keepdims)
 
     def max(self, axis=None, keepdims=False):
         """``kn.max(self, axis, keepdims)``."""
-        return self._n().max(self, axis=axis, keepdims=keepdims)
+        return self._reductions().max(self, axis=axis, keepdims=keepdims)
 
     def min(self, axis=None, keepdims=False):
         """``kn.min(self, axis, keepdims)``."""
-        return self._n().min(self, axis=axis, keepdims=keepdims)
+        return self._reductions().min(self, axis=axis, keepdims=keepdims)
 
     def prod(self, axis=None, keepdims=False):
         """``kn.prod(self, axis, keepdims)``."""
-        return self._n().prod(self, axis=axis, keepdims=keepdims)
+        return self._reductions().prod(self, axis=axis, keepdims=keepdims)
 
     def var(self, axis=None, keepdims=False):
         """``kn.var(self, axis, keepdims)``."""
-        return self._n().var(self, axis=axis, keepdims=keepdims)
+        return self._reductions().var(self, axis=axis, keepdims=keepdims)
 
     def std(self, axis=None, keepdims=False):
         """``kn.std(self, axis, keepdims)``."""
-        return self._n().std(self, axis=axis, keepdims=keepdims)
+        return self._reductions().std(self, axis=axis, keepdims=keepdims)
 
     def all(self, axis=None, keepdims=False):
         """``kn.all(self, axis, keepdims)``."""
-        return self._n().all(self, axis=axis, keepdims=keepdims)
+        return self._reductions().all(self, axis=axis, keepdims=keepdims)
 
     def any(self, axis=None, keepdims=False):
         """``kn.any(self, axis, keepdims)``."""
-        return self._n().any(self, axis=axis, keepdims=keepdims)
+        return self._reductions().any(self, axis=axis, keepdims=keepdims)
 
     def argmax(self, axis=None, keepdims=False):
         """``kn.argmax(self, axis, keepdims)``."""
-        return self._n().argmax(self, axis=axis, keepdims=keepdims)
+        return self._reductions().argmax(self, axis=axis, keepdims=keepdims)
 
     def argmin(self, axis=None, keepdims=False):
         """``kn.argmin(self, axis, keepdims)``."""
-        return self._n().argmin(self, axis=axis, keepdims=keepdims)
+        return self._reductions().argmin(self, axis=axis, keepdims=keepdims)
 
     def flatten(self):
         """The elements as one axis (``kn.reshape(self, (-1,))``)."""

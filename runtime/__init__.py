@@ -5,6 +5,7 @@ Imported as ``kaun_ir.runtime``; jaxlib is only touched through the ``xla`` adap
 
 from __future__ import annotations
 
+from kaun_ir import _api
 from kaun_ir import tensor as _tensor
 from kaun_ir.fileio import atomic_write
 
@@ -21,6 +22,8 @@ from .xla import backend_name, parse_mlir
 
 # the eager path of ``kaun_ir.tensor.apply`` (a layer below) computes through this runtime
 _tensor.install_runtime(compilation.run_op, xla.from_dlpack)
+# and the surface's functions and transformations compile concrete calls with this kn.jit
+_api.install_jit(jit)
 
 
 def devices():

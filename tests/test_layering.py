@@ -154,17 +154,6 @@ ALLOWED_UPWARD = [
     ("kaun_ir.ops.sort", "kaun_ir.indexing", "sort's VJP uses take_along_axis"),
     ("kaun_ir.ops.sort", "kaun_ir.tensor", "sort's VJP builds nodes with tensor.apply"),
     ("kaun_ir.ops.window", "kaun_ir.tensor", "VJP rules build nodes with tensor.apply"),
-    # surface -> runtime: outside a trace, functions and transformations compile with kn.jit
-    ("kaun_ir._api", "kaun_ir.runtime.jit", "op_function compiles concrete calls with kn.jit"),
-    ("kaun_ir.autodiff", "kaun_ir.runtime.jit", "grad/vjp on concrete arrays compile with kn.jit"),
-    (
-        "kaun_ir.custom",
-        "kaun_ir.runtime.jit",
-        "custom_vjp/jvp functions on concrete arrays compile with kn.jit",
-    ),
-    ("kaun_ir.forward", "kaun_ir.runtime.jit", "jvp/linearize on concrete arrays compile with kn.jit"),
-    ("kaun_ir.jacobian", "kaun_ir.runtime.jit", "hvp on concrete arrays compiles with kn.jit"),
-    ("kaun_ir.tensor", "kaun_ir", "Tensor methods forward to the kn.* functions"),
     # api -> namespace: reaching for kn.* instead of the defining module
     ("kaun_ir.optim.core", "kaun_ir", "traced optimiser steps use kn.* functions"),
 ]
