@@ -5,6 +5,7 @@ jaxlib's C++ INFO lines stay off the terminal."""
 from __future__ import annotations
 
 import os
+import pathlib
 import re
 import subprocess
 import sys
@@ -52,6 +53,12 @@ def test_the_summaries_of_the_command_table_are_the_commands_own():
     helps = {a.dest: a.help for a in subparsers._choices_actions}
     assert list(helps) == list(cli.COMMANDS)
     assert helps == {name: cli.plain(summary) for name, (_, summary) in cli.COMMANDS.items()}
+
+
+def test_the_readme_names_every_command():
+    readme = (pathlib.Path(__file__).resolve().parents[1] / "README.md").read_text()
+    row = next(line for line in readme.splitlines() if line.startswith("| tools |"))
+    assert [name for name in cli.COMMANDS if f"`{name}`" not in row] == []
 
 
 def test_help_imports_none_of_the_framework():

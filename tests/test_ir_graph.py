@@ -164,7 +164,7 @@ def test_to_networkx_structure_and_attributes():
     x = np.ones((2, 3), F32)
     graph = kn.trace(layered, x, x)
     dg = graph.to_networkx()
-    assert isinstance(dg, nx.DiGraph)
+    assert isinstance(dg, nx.MultiDiGraph)  # one edge per operand (docs/ir.md)
     n_ops = len(graph.nodes)
     assert [n.op for n in graph.nodes] == ["add", "reshape", "exponential"]
     assert dg.number_of_nodes() == 2 + n_ops + 2

@@ -311,7 +311,8 @@ class Graph:
         return self
 
     def to_networkx(self):
-        """A ``networkx.DiGraph``: one node per argument, op and output, edges along values."""
+        """A ``networkx.MultiDiGraph``: one node per argument, op and output, one edge per operand
+        (see :func:`kaun_ir.ir.nx.to_networkx`)."""
         from .nx import to_networkx
 
         return to_networkx(self)

@@ -6,11 +6,13 @@ from .core import Graph
 
 
 def to_networkx(graph: Graph):
-    """A ``networkx.DiGraph`` with one node per graph input, op and output.
+    """A ``networkx.MultiDiGraph`` with one node per graph input, op and output, and one edge
+    per operand (``x * x`` gives two edges between the same nodes, keyed 0 and 1).
 
     Node ids: ``"arg<i>"``, ``"n<k>"`` (k = position in ``graph.nodes``), ``"out<i>"``. Op nodes
     carry ``op``, ``types`` (text), ``attrs`` (dict), ``path`` (layer path) and ``source``;
-    edges carry ``type`` and ``index`` (result index at the source, operand index at the target).
+    edges carry ``type``, ``index`` (the operand position at the target) and ``result`` (the
+    result index at the source).
     """
     import networkx as nx
 
