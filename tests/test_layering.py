@@ -344,6 +344,16 @@ def test_architecture_doc_has_the_current_layer_table():
     )
 
 
+def test_architecture_doc_names_files_that_exist():
+    """The tour and the picture name source files; a rename must update them."""
+    named = set(
+        re.findall(r"`((?:kaun_ir|passes|runtime|tools|tests|docs)/[\w/]+\.(?:py|md))`", DOC.read_text())
+    )
+    assert named, "docs/architecture.md names no files"
+    missing = sorted(path for path in named if not (ROOT / path).exists())
+    assert not missing, f"docs/architecture.md names files that do not exist: {missing}"
+
+
 def report() -> str:
     """Upward imports and cycles of the tree as it stands (for notes and reviews)."""
     up = upward_imports()
