@@ -14,9 +14,12 @@ from kaun_ir.tools.bench_workloads import WORKLOADS
 from kaun_ir.tools.cli import main
 
 TORCH_OK, TORCH_LINE = bench.torch_status()
+#: transformer12 is the transformer's code at other sizes (test_transformer12_is_the_transformer):
+#: its small run would test nothing new
+TESTED = [name for name in WORKLOADS if name != "transformer12"]
 
 
-@pytest.mark.parametrize("name", list(WORKLOADS))
+@pytest.mark.parametrize("name", TESTED)
 def test_every_implementation_reaches_the_same_loss(name):
     result = bench.bench_workload(name, steps=4, rounds=0, small=True, steps_per_call=2)
     entries = result["implementations"]
@@ -62,7 +65,7 @@ def test_torch_is_left_out_with_a_reason_when_not_importable(monkeypatch, capsys
     assert "| torch |" not in out and f"PyTorch: {line}" in out
 
 
-@pytest.mark.parametrize("name", list(WORKLOADS))
+@pytest.mark.parametrize("name", TESTED)
 def test_torch_forward_matches_the_jax_reference(name):
     """PyTorch eager computes the reference's network over the same weights (layouts, GELU,
     layer norm, causal attention), and other weights give other logits (not vacuous)."""
@@ -219,3 +222,37 @@ def test_variant_rows_mixed_precision_and_remat():
     # rematerialisation recomputes, it does not change the arithmetic; bfloat16 products do, a little
     assert losses["kaun_ir[remat=nothing]"] == losses["kaun_ir"]
     np.testing.assert_allclose(losses["kaun_ir[bfloat16]"], losses["kaun_ir"], rtol=bench.MIXED_LOSS_RTOL)
+
+
+def test_resnet_running_statistics_agree():
+    """The ResNet's batch norms update their running statistics alike in kaun_ir, JAX and
+    PyTorch (momentum 0.1 of the new batch, unbiased running variance), and they moved."""
+    from kaun_ir import tree
+
+    setup = bench.Setup("resnet", small=True)
+    runners = [bench.KaunRunner(setup), bench.JaxRunner.of(setup)]
+    if TORCH_OK:
+        runners.append(bench.TorchRunner(setup))
+    for runner in runners:
+        for _ in range(2):
+            runner.call()
+    kaun, jax_, *torch_ = runners
+    expected = [np.asarray(a) for a in tree.flatten(jax_.opt_state[1])[0]]
+    initial = tree.flatten(setup.layer_state)[0]
+    assert len(expected) == 2 * 6 and all(np.abs(e - i).max() > 1e-3 for e, i in zip(expected, initial))
+    for got in [kaun.state.vars.state, *(t.layer_state for t in torch_)]:
+        leaves = [np.asarray(a) for a in tree.flatten(got)[0]]
+        assert len(leaves) == len(expected)
+        for g, e in zip(leaves, expected):
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-6)
+
+
+def test_transformer12_is_the_transformer():
+    a, b = WORKLOADS["transformer12"], WORKLOADS["transformer"]
+    assert (a.kaun_model, a.jax_forward, a.torch_forward, a.batch) == (
+        b.kaun_model,
+        b.jax_forward,
+        b.torch_forward,
+        b.batch,
+    )
+    assert a.full["layers"] == 12 and a.full["dim"] == 256

@@ -298,3 +298,24 @@ def test_random_transpose_graphs(seed):
     out = run(graph, "layout,cse,dce")
     assert_same(graph, out, args)
     assert transposes(out) <= transposes(graph)
+
+
+def test_deep_batch_norm_chain_converges():
+    """A transpose moves about one op per sweep, so a deep network needs more sweeps than a
+    fixed bound of 64: ten conv + batch norm + ReLU layers with their gradient (83 sweeps)."""
+    rng = np.random.default_rng(3)
+    ws = [rng.standard_normal((3, 3, 3, 3)).astype(np.float32) / 4 for _ in range(10)]
+    x = rng.standard_normal((2, 3, 5, 5)).astype(np.float32)
+
+    def deep_loss(ws, x):
+        h = x
+        for w in ws:
+            h = kn.fn.conv2d(h, w, None, padding=1)
+            h = kn.maximum(kn.nn.batch_norm(h, None, None, *kn.nn.batch_stats(h)), 0.0)
+        return kn.mean(h * h)
+
+    graph = run(kn.trace(kn.grad(deep_loss), ws, x), "canonicalize,cse,dce")
+    stats = kn.passes.Statistics()
+    out = kn.passes.run(graph, "layout{prefer=nhwc}", instrumentations=[stats])
+    assert stats.records[0].counters["convolutions re-laid out"] == 29
+    assert_same(graph, out, kn.tree.flatten((ws, x))[0])

@@ -189,6 +189,16 @@ class Setup:
             #: the kaun_ir variables (their parameters are replaced by ``params``)
             self.fresh = layer.init(self.workload.kaun_model(self.cfg))
         self.params = initial_params(self.fresh.params, SEED + 1)
+        #: the initial layer state (batch norm's running statistics) as NumPy arrays: every
+        #: implementation copies it, since kaun_ir and JAX donate the state they are given
+        self.layer_state = _numpy_tree(self.fresh.state)
+
+
+def _numpy_tree(t: Any) -> Any:
+    from kaun_ir import tree
+
+    leaves, treedef = tree.flatten(t)
+    return tree.unflatten(treedef, [np.array(a) for a in leaves])
 
 
 # ------------------------------------------------------------------------------ kaun_ir side
@@ -227,9 +237,15 @@ def _kaun_state(trainer, setup: Setup):
     from kaun_ir import layer, train
 
     device = xla.default_device()
-    leaves, treedef = tree.flatten(setup.params)
-    on_device = tree.unflatten(treedef, [xla.to_device(np.array(a), a.dtype, device) for a in leaves])
-    return train.make_state(trainer, layer.with_params(setup.fresh, on_device))
+
+    def on_device(t):
+        leaves, treedef = tree.flatten(t)
+        return tree.unflatten(treedef, [xla.to_device(np.array(a), a.dtype, device) for a in leaves])
+
+    fresh = layer.with_state(
+        layer.with_params(setup.fresh, on_device(setup.params)), on_device(setup.layer_state)
+    )
+    return train.make_state(trainer, fresh)
 
 
 class KaunRunner:
@@ -331,7 +347,8 @@ def _jax_optax_optimizer(spec: tuple):
 def make_jax_step(workload: Workload, cfg: dict):
     """The reference step: ``jax.jit`` of loss + ``jax.grad`` + optax update, params and
     optimiser state donated. Returns ``(step, optimizer)``; ``step(params, opt_state, x, y) ->
-    (loss, params, opt_state)``."""
+    (loss, params, opt_state)``. For a ``stateful`` workload ``opt_state`` is the pair
+    ``(optax state, layer state)`` (batch norm's running statistics, updated by the step)."""
     import jax
     import optax
 
@@ -346,7 +363,19 @@ def make_jax_step(workload: Workload, cfg: dict):
         updates, opt_state = opt.update(grads, opt_state, params)
         return value, optax.apply_updates(params, updates), opt_state
 
-    return jax.jit(step, donate_argnums=(0, 1)), opt
+    def stateful_loss_of(params, layer_state, x, y):
+        logits, layer_state = workload.jax_forward(params, x, cfg, state=layer_state)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean(), layer_state
+
+    def stateful_step(params, opt_state, x, y):
+        opt_state, layer_state = opt_state
+        (value, layer_state), grads = jax.value_and_grad(stateful_loss_of, has_aux=True)(
+            params, layer_state, x, y
+        )
+        updates, opt_state = opt.update(grads, opt_state, params)
+        return value, optax.apply_updates(params, updates), (opt_state, layer_state)
+
+    return jax.jit(stateful_step if workload.stateful else step, donate_argnums=(0, 1)), opt
 
 
 class JaxRunner:
@@ -355,18 +384,20 @@ class JaxRunner:
     name = "jax"
     steps_per_call = 1
 
-    def __init__(self, workload: Workload, cfg: dict, params: Any, batches: list):
+    def __init__(self, workload: Workload, cfg: dict, params: Any, batches: list, layer_state: Any = None):
         import jax
 
         self.jax_step, opt = make_jax_step(workload, cfg)
         self.params = jax.device_put(jax.tree_util.tree_map(np.array, params))
         self.opt_state = opt.init(self.params)
+        if workload.stateful:  # the layer state travels with the optimiser state (make_jax_step)
+            self.opt_state = (self.opt_state, jax.device_put(jax.tree_util.tree_map(np.array, layer_state)))
         self.batches = [(jax.device_put(x), jax.device_put(y)) for x, y in batches]
         self.count = 0
 
     @classmethod
     def of(cls, setup: Setup) -> JaxRunner:
-        return cls(setup.workload, setup.cfg, setup.params, setup.batches)
+        return cls(setup.workload, setup.cfg, setup.params, setup.batches, setup.layer_state)
 
     def call(self):
         x, y = self.batches[self.count % NUM_BATCHES]
@@ -436,7 +467,12 @@ class TorchRunner:
             return torch.from_numpy(a.astype(np.int64) if a.dtype.kind in "iu" else np.array(a))
 
         self.batches = [(as_torch(x), as_torch(y)) for x, y in setup.batches]
-        self.forward = lambda x: workload.torch_forward(self.params, x, cfg)
+        if workload.stateful:  # running statistics, updated in place by the forward
+            state_leaves, state_def = tree.flatten(setup.layer_state)
+            self.layer_state = tree.unflatten(state_def, [torch.tensor(np.array(a)) for a in state_leaves])
+            self.forward = lambda x: workload.torch_forward(self.params, x, cfg, state=self.layer_state)
+        else:
+            self.forward = lambda x: workload.torch_forward(self.params, x, cfg)
         self.cross_entropy = F.cross_entropy
         self.count = 0
 

@@ -11,7 +11,11 @@ Every workload describes one training problem with fixed synthetic data and fixe
   with ``torch.Tensor`` leaves (``x @ W + b`` on the ``[in, out]`` weights; OIHW/NCHW are
   PyTorch's own conv layouts), used when ``torch`` is importable;
 - ``batch(cfg, seed)`` makes the fixed batch ``(x, labels)``;
-- ``optimizer`` names the optimiser (same hyper-parameters on both sides).
+- ``optimizer`` names the optimiser (same hyper-parameters on both sides);
+- ``stateful``: the model has layer state (batch norm's running statistics). Its forwards then
+  take a ``state=`` tree shaped like kaun_ir's layer state: the JAX forward returns ``(logits,
+  new_state)`` and the PyTorch forward updates the state's tensors in place (without it, both
+  return the logits only).
 
 ``cfg`` holds the sizes; ``SMALL`` configurations keep the tests fast.
 """
@@ -24,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
+from . import bench_resnet
 
 # ------------------------------------------------------------------------------ kaun_ir models
 
@@ -303,6 +309,7 @@ class Workload:
     #: timer noise) and K of the fused kaun_ir[K] row (0: no fused row by default)
     steps: int = 32
     steps_per_call: int = 16
+    stateful: bool = False
 
 
 def _image_cfg(batch: int, x_rest: tuple, **extra) -> dict:
@@ -363,6 +370,38 @@ WORKLOADS: dict[str, Workload] = {
             ("adamw", 1e-3, 0.01),
             full={"layers": 4, "dim": 128, "heads": 4, "seq": 64, "batch": 16, "vocab": 512},
             small={"layers": 2, "dim": 16, "heads": 2, "seq": 8, "batch": 2, "vocab": 32},
+        ),
+        Workload(
+            "resnet",
+            "ResNet NCHW 3x32x32: 3x3 stem 16 + BN, BasicBlocks (conv3x3+BN+ReLU, conv3x3+BN, "
+            "shortcut) 16, 32/2, 64/2, global average pool, dense 10; batch 16, Adam 1e-3",
+            bench_resnet.kaun_model,
+            bench_resnet.jax_forward,
+            bench_resnet.torch_forward,
+            _image_batch,
+            ("adam", 1e-3),
+            full=_image_cfg(16, (3, 32, 32), channels=(16, 32, 64), blocks=1),
+            small=_image_cfg(4, (3, 8, 8), channels=(4, 8), blocks=1),
+            # PyTorch's kernels round differently and batch norm + Adam amplify it: its loss
+            # drifts from JAX's by ~4e-4 after 16 steps and ~1e-3 after 32 (kaun_ir: ~1e-7)
+            steps=16,
+            # convolutions inside a while loop are slow on XLA CPU (see cnn)
+            steps_per_call=0,
+            stateful=True,
+        ),
+        Workload(
+            "transformer12",
+            "decoder-only transformer: 12 layers, d_model 256, 8 heads, seq 64, batch 4, "
+            "vocab 512, causal, pre-LN, GELU MLP 4x; AdamW 1e-3 (decay 0.01)",
+            _transformer_model,
+            transformer_jax_forward,
+            transformer_torch_forward,
+            _token_batch,
+            ("adamw", 1e-3, 0.01),
+            full={"layers": 12, "dim": 256, "heads": 8, "seq": 64, "batch": 4, "vocab": 512},
+            small={"layers": 2, "dim": 16, "heads": 4, "seq": 8, "batch": 2, "vocab": 32},
+            steps=8,
+            steps_per_call=0,
         ),
     ]
 }
