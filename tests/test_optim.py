@@ -304,6 +304,9 @@ def test_errors():
         optim.adam("fast")
     with pytest.raises(ValueError, match="max_norm"):
         optim.clip_by_global_norm(0.0, params)
+    trees = state[1]
+    with pytest.raises(TypeError, match=r"count must be an integer scalar, got f32\[\]"):
+        optim.step(alg, (np.float32(1.0), trees), params, params)
 
 
 def test_algorithm_record():

@@ -56,7 +56,6 @@ def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
 
 
 def _make_functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
-
     def prefill(params, cache, ids, length, rng_key, temperature):
         logits, cache = forward(cfg, params, ids, cache, numeric.astype(0, dtypes.int32))
         batch, _, vocab = logits.shape

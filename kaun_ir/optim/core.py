@@ -19,9 +19,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes, ptree
+from .. import dtypes, numeric, ptree, reductions
 from .._api import op_function
 from ..ir.builder import current_builder
+from ..tensor import Tensor, type_of
 
 __all__ = [
     "Algorithm",
@@ -146,14 +147,12 @@ def slot_dtype(param_dtype: Any, state_dtype: Any = None) -> np.dtype:
 def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
     """A tree like ``params`` filled with ``value`` in each leaf's :func:`slot_dtype` (symbolic
     while tracing, else device arrays)."""
-    import kaun_ir as kn
-
     if _tracing():
         return ptree.map(
-            lambda p: kn.full(kn.shape_of(p), value, slot_dtype(kn.dtype_of(p), state_dtype)), params
+            lambda p: numeric.full(numeric.shape_of(p), value, slot_dtype(numeric.dtype_of(p), state_dtype)),
+            params,
         )
     from ..runtime import compilation
-    from ..tensor import type_of
 
     def fill(leaf):
         t = type_of(leaf)
@@ -167,9 +166,7 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
 
 def _zero_count() -> Any:
     if _tracing():
-        import kaun_ir as kn
-
-        return kn.zeros((), kn.int32)
+        return numeric.zeros((), dtypes.int32)
     from ..runtime import compilation
 
     return compilation.put(np.zeros((), np.int32), dtypes.int32)
@@ -189,14 +186,12 @@ def init(alg: Algorithm, params: Any) -> State:
 
 
 def _step_traced(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
-    import kaun_ir as kn
-
     count, trees = _as_state(alg, state, "step")
-    if kn.shape_of(count) != () or not dtypes.is_integer(kn.dtype_of(count)):
-        raise TypeError(f"optim.step: count must be an integer scalar, got {kn.type_of(count)}")
-    count = kn.astype(count, kn.int32)
+    if numeric.shape_of(count) != () or not dtypes.is_integer(numeric.dtype_of(count)):
+        raise TypeError(f"optim.step: count must be an integer scalar, got {type_of(count)}")
+    count = numeric.astype(count, dtypes.int32)
     # saturate instead of wrapping around (like optax.safe_increment)
-    t = kn.where(kn.less(count, _INT32_MAX), kn.add(count, 1), count)
+    t = numeric.where(numeric.less(count, _INT32_MAX), numeric.add(count, 1), count)
     updates, new_trees = alg.step(t, tuple(trees), params, grads)
     return updates, State(t, new_trees)
 
@@ -216,10 +211,8 @@ def step(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, Stat
 
 
 def _apply(params: Any, updates: Any) -> Any:
-    import kaun_ir as kn
-
     def add(p, u):
-        return kn.astype(kn.add(p, u), kn.dtype_of(p))
+        return numeric.astype(numeric.add(p, u), numeric.dtype_of(p))
 
     return ptree.map2(add, params, updates)
 
@@ -256,21 +249,17 @@ def update(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, St
 
 def _norm_dtype(leaves: list) -> np.dtype:
     """float32 unless a leaf is float64 (low-precision leaves are summed in float32)."""
-    import kaun_ir as kn
-
-    return kn.float64 if any(kn.dtype_of(g) == kn.float64 for g in leaves) else kn.float32
+    return dtypes.float64 if any(numeric.dtype_of(g) == dtypes.float64 for g in leaves) else dtypes.float32
 
 
 def _global_norm(grads: Any) -> Any:
-    import kaun_ir as kn
-
     leaves = ptree.leaves(grads)
     dtype = _norm_dtype(leaves)
-    total = kn.zeros((), dtype)
+    total = numeric.zeros((), dtype)
     for g in leaves:
-        g = kn.astype(g, dtype)
-        total = kn.add(total, kn.sum(kn.multiply(g, g)))
-    return kn.sqrt(total)
+        g = numeric.astype(g, dtype)
+        total = numeric.add(total, reductions.sum(numeric.multiply(g, g)))
+    return numeric.sqrt(total)
 
 
 @op_function
@@ -310,18 +299,16 @@ def _clip_grads(max_norm: Any, grads: Any) -> Any:
 
 def _clip(max_norm: Any, grads: Any) -> Any:
     """The clipping itself (traced)."""
-    import kaun_ir as kn
-
     norm = _global_norm(grads)
     # one scalar per step: 1 while norm <= max_norm, max_norm / norm above (never divides by 0)
-    scale = kn.divide(max_norm, kn.maximum(norm, max_norm))
+    scale = numeric.divide(max_norm, numeric.maximum(norm, max_norm))
     scales: dict = {}
 
     def clip(g):
-        dt = kn.dtype_of(g)
+        dt = numeric.dtype_of(g)
         if dt not in scales:
-            scales[dt] = kn.astype(scale, dt)
-        return kn.multiply(g, scales[dt])
+            scales[dt] = numeric.astype(scale, dt)
+        return numeric.multiply(g, scales[dt])
 
     return ptree.map(clip, grads)
 
@@ -338,12 +325,8 @@ def state_of_trees(alg: Algorithm, count: Any, trees: Any) -> State:
     integer scalar array; it becomes int32). ``ValueError`` if the number of trees is not the
     algorithm's."""
     _check_algorithm(alg, "state_of_trees")
-    from ..tensor import Tensor
-
     if isinstance(count, Tensor):
-        import kaun_ir as kn
-
-        count = kn.astype(count, kn.int32)
+        count = numeric.astype(count, dtypes.int32)
     else:
         from ..runtime import compilation
 
