@@ -102,7 +102,8 @@ def test_mlp_page(browser, tmp_path):
     graph = spec.resolve(MLP).stage_graph("traced")
     page = Page(browser, write_page(tmp_path, "mlp", MLP))
     try:
-        # small graphs start fully expanded: every input, op and output is a box
+        # a small graph that fits the window readably starts fully expanded: every input, op and
+        # output is a box
         assert page.count("[data-node-id]") == len(graph.inputs) + len(graph.nodes) + len(graph.outputs)
 
         # the page adds exactly one global (compared with an empty page from the same kind of origin)
@@ -305,6 +306,7 @@ def test_overlay_page(browser, tmp_path):
         browser, write_page(tmp_path, "cnn_flops", "kaun_ir.tools.examples:cnn", "--overlay", "flops")
     )
     try:
+        page.page.click("#expand-all")  # every op drawn (the page may start with groups collapsed)
         legend = page.page.locator("#legend")
         assert legend.is_visible() and "FLOPs" in legend.text_content()
         assert legend.locator(".bar").count() == 1
@@ -320,6 +322,47 @@ def test_overlay_page(browser, tmp_path):
         ordered = sorted(shown.values())
         assert all(luminance(f1) >= luminance(f2) for (_, f1), (_, f2) in zip(ordered, ordered[1:]))
         assert len({f for _, f in ordered if _ > 0}) >= 4
+        assert page.errors == []
+    finally:
+        page.close()
+
+
+# ------------------------------------------------------------------ the start state
+
+
+def drawing_fits(page) -> bool:
+    """Whether the whole drawing lies inside the canvas (the view is fitted to the window)."""
+    drawing = page.page.locator(".canvas .viewport").bounding_box()
+    canvas = page.page.locator(".canvas").bounding_box()
+    return (
+        drawing["x"] >= canvas["x"] - 1
+        and drawing["y"] >= canvas["y"] - 1
+        and drawing["x"] + drawing["width"] <= canvas["x"] + canvas["width"] + 1
+        and drawing["y"] + drawing["height"] <= canvas["y"] + canvas["height"] + 1
+    )
+
+
+@pytest.mark.parametrize("example", ["train_step_mlp", "transformer_train_step"])
+def test_a_training_step_opens_on_the_model_fitted_to_the_window(browser, tmp_path, example):
+    """The random-key and optimiser groups a training step adds start collapsed (at every depth:
+    each layer derives its own keys too), the model's layers open, and the view is fitted."""
+    target = f"kaun_ir.tools.examples:{example}"
+    graph = spec.resolve(target).stage_graph("autodiff")
+    page = Page(browser, write_page(tmp_path, example, target, "--stage", "autodiff"))
+    try:
+        groups = page.attrs(".group", "data-group")
+        expanded = dict(zip(groups, page.attrs(".group", "data-expanded")))
+        bookkeeping = {g for g in groups if g.rsplit("/", 1)[-1] in ("rng", "optimizer")}
+        assert "rng" in bookkeeping and "optimizer" in bookkeeping
+        assert {expanded[g] for g in bookkeeping} == {"false"}, expanded
+        layers = {spec.path_components(n.path)[0] for n in graph.nodes if n.path} - {
+            "rng",
+            "optimizer",
+            "loss",
+        }
+        assert any(expanded.get(g) == "true" for g in layers), expanded
+        assert drawing_fits(page)
+        assert page.page.evaluate("kaunViz.views()[0].zoom") >= 0.6  # and readable
         assert page.errors == []
     finally:
         page.close()

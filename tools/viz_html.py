@@ -13,7 +13,9 @@ What this module decides (so the script has a single source for it):
   ``(inputs)`` / ``(outputs)`` (a training step has hundreds);
 * the start state: groups are expanded breadth first (top-level groups first, in execution
   order) as long as at most :data:`START_VISIBLE_LIMIT` boxes are visible, so a small graph
-  starts fully expanded and a large one with its top-level groups collapsed;
+  starts fully expanded and a large one with its top-level groups collapsed; the bookkeeping
+  groups of a training step (:data:`START_COLLAPSED`) start collapsed whatever their size, and
+  the view starts fitted to the window;
 * the cost overlay: ``(flops, bytes)`` of every node from :func:`~kaun_ir.tools.dump.node_cost`;
 * the diff of two stages (:func:`diff_nodes`).
 """
@@ -33,6 +35,9 @@ from .viz_svg import describe
 IO_GROUP_LIMIT = 16
 #: the page starts with groups expanded while at most this many boxes are visible
 START_VISIBLE_LIMIT = 200
+#: top-level groups that start collapsed: what a training step adds around the model (deriving
+#: the step's random keys, the optimiser's update), so the page opens on the model's layers
+START_COLLAPSED = ("rng", "optimizer")
 OVERLAYS = ("flops", "bytes")
 INPUTS_GROUP, OUTPUTS_GROUP = "(inputs)", "(outputs)"
 
@@ -232,7 +237,11 @@ def _page(title: str, payload: dict) -> str:
 def _settings(overlay: str | None) -> dict:
     if overlay is not None and overlay not in OVERLAYS:
         raise ValueError(f"unknown overlay {overlay!r}; choose from {', '.join(OVERLAYS)}")
-    return {"overlay": overlay, "startVisibleLimit": START_VISIBLE_LIMIT}
+    return {
+        "overlay": overlay,
+        "startVisibleLimit": START_VISIBLE_LIMIT,
+        "startCollapsed": list(START_COLLAPSED),
+    }
 
 
 def render_html(graph, stage: str = "", overlay: str | None = None) -> str:

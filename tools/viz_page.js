@@ -20,6 +20,7 @@
                    "#fee2e2", "#ecfccb"];
   const IO_COLOR = "#e5e7eb", ZERO_COLOR = "#f3f4f6";
   const COST_STOPS = ["#fff7bc", "#fee391", "#fec44f", "#fe9929", "#ec7014", "#cc4c02", "#8c2d04"];
+  const READABLE_ZOOM = 0.6;  // below this zoom the labels of the boxes are too small to read
   const MANY_MATCHES = 25;  // up to this many search matches all get their groups expanded
   let NS = null;  // the SVG namespace, read from an element the HTML parser created
 
@@ -98,16 +99,21 @@
     return count;
   }
 
+  function startsCollapsed(group) { return DATA.startCollapsed.indexOf(group.name) >= 0; }
+
   /** Start state: expand groups breadth first (in execution order) while at most
-   *  DATA.startVisibleLimit boxes are visible; "(inputs)" and "(outputs)" stay collapsed. The
-   *  views of a diff share their expanded groups, so a group opens only if it fits in both. */
+   *  DATA.startVisibleLimit boxes are visible; "(inputs)", "(outputs)" and the bookkeeping
+   *  groups named in DATA.startCollapsed ("rng" ...) stay collapsed. The views of a diff share
+   *  their expanded groups, so a group opens only if it fits in both. Returns the expanded
+   *  keys in the order they were expanded. */
   function startExpanded() {
     const visible = views.map(function (v) { return v.root.units.length; });
     const queue = [];
+    const order = [];
     const seen = new Set();
     function enqueue(groups) {
       groups.forEach(function (g) {
-        if (!g.io && !seen.has(g.key)) { seen.add(g.key); queue.push(g.key); }
+        if (!g.io && !startsCollapsed(g) && !seen.has(g.key)) { seen.add(g.key); queue.push(g.key); }
       });
     }
     views.forEach(function (v) { enqueue(v.root.children); });
@@ -119,10 +125,31 @@
       });
       if (after.every(function (n) { return n <= DATA.startVisibleLimit; })) {
         state.expanded.add(key);
+        order.push(key);
         after.forEach(function (n, i) { visible[i] = n; });
         views.forEach(function (v) { const g = v.byKey.get(key); if (g) { enqueue(g.children); } });
       }
     }
+    return order;
+  }
+
+  /** Keep the first expansions of the start state (order, as rendered now): as many as leave
+   *  the whole drawing readable when fitted to the window (zoom at least READABLE_ZOOM in every
+   *  view). A binary search over how many, one layout per step; the top level always stays. */
+  function keepReadable(order) {
+    const fits = function () { return views.every(function (v) { return fittedZoom(v) >= READABLE_ZOOM; }); };
+    function readable(count) {
+      state.expanded = new Set(order.slice(0, count));
+      renderAll();
+      return fits();
+    }
+    if (fits()) { return; }
+    let lo = 0, hi = order.length - 1;  // the answer lies in [lo, hi]
+    while (lo < hi) {
+      const mid = Math.ceil((lo + hi) / 2);
+      if (readable(mid)) { lo = mid; } else { hi = mid - 1; }
+    }
+    readable(lo);
   }
 
   // ------------------------------------------------------------------ layout
@@ -538,13 +565,18 @@
     applyTransform(view);
   }
 
+  /** The zoom at which the whole drawing fits into the window (at most 1.5). */
+  function fittedZoom(view) {
+    const s = viewSize(view), margin = 20;
+    return Math.min(1.5, (s.w - 2 * margin) / Math.max(view.width, 1),
+                    (s.h - 2 * margin) / Math.max(view.height, 1));
+  }
+
   function fit(view, limits) {
     const s = viewSize(view), margin = 20;
-    let k = Math.min((s.w - 2 * margin) / Math.max(view.width, 1),
-                     (s.h - 2 * margin) / Math.max(view.height, 1));
-    k = Math.min(k, 1.5);
-    if (limits && k < 0.6) {  // too small to read: show the top at a readable size instead
-      view.k = 0.6;
+    const k = fittedZoom(view);
+    if (limits && k < READABLE_ZOOM) {  // too small to read: show the top at a readable size instead
+      view.k = READABLE_ZOOM;
       view.tx = (s.w - view.width * view.k) / 2;
       view.ty = margin;
     } else {
@@ -830,7 +862,7 @@
   });
   const built = performance.now();
   if (overlay) { costScale = makeCostScale(); drawLegend(); }
-  startExpanded();
+  const startOrder = startExpanded();
   document.getElementById("graph-title").textContent = "@" + DATA.graphs[0].name;
   if (DATA.mode === "diff") {
     const d = DATA.diff, box = document.getElementById("diff-summary");
@@ -844,6 +876,7 @@
   const layoutStart = performance.now();
   renderAll();
   const layoutEnd = performance.now();
+  keepReadable(startOrder);  // the start view shows the whole drawing, fitted, at a readable size
   views.forEach(function (v) { fit(v, true); attachPanZoom(v); });
   attachToolbar();
   showDetails(null, null);
