@@ -5,12 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import IRError
+from . import optable
 from .core import Graph
 
 
 def interpret(graph: Graph, *arrays) -> list[np.ndarray]:
     """Evaluate ``graph`` on host arrays with the NumPy references; returns a list of outputs."""
-    from ..ops import TABLE
+    ops = optable.table()
 
     if len(arrays) != len(graph.inputs):
         raise TypeError(f"graph @{graph.name} takes {len(graph.inputs)} input(s), got {len(arrays)}")
@@ -21,7 +22,7 @@ def interpret(graph: Graph, *arrays) -> list[np.ndarray]:
             raise TypeError(f"input {i}: expected {value.type}, got shape {arr.shape}")
         env[id(value)] = arr.astype(value.type.dtype, copy=False)
     for node in graph.nodes:
-        opdef = TABLE[node.op]
+        opdef = ops[node.op]
         args = [env[id(v)] for v in node.inputs]
         outs = opdef.run_reference(args, node.attr_dict, node.regions)
         if len(outs) != len(node.outputs):

@@ -18,6 +18,7 @@ import numpy as np
 
 from .. import dtypes
 from ..errors import ParseError
+from . import optable
 from .core import ArrayAttr, Graph, Node, TensorType, Value
 
 _INLINE_LIMIT = 32  # constants with more elements are printed as hex bytes
@@ -317,7 +318,7 @@ def parse(text: str) -> Graph:
 
 
 def _parse_graph(toks: _Tokens, depth: int = 0) -> Graph:
-    from ..ops import TABLE
+    ops = optable.table()
 
     if depth > MAX_REGION_DEPTH:
         raise toks.error(f"regions nested deeper than {MAX_REGION_DEPTH} levels")
@@ -365,7 +366,7 @@ def _parse_graph(toks: _Tokens, depth: int = 0) -> Graph:
                     outputs.append(_lookup(toks, env))
             toks.expect("}")
             break
-        nodes.append(_parse_node(toks, env, TABLE, depth))
+        nodes.append(_parse_node(toks, env, ops, depth))
     for i, (value, ttype) in enumerate(zip(outputs, out_types)):
         if value.type != ttype:
             raise toks.error(f"output {i} has type {value.type} but the signature says {ttype}")

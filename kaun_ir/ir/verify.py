@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..errors import IRError
+from . import optable
 from .core import Graph
 
 
 def verify(graph: Graph, _outer: str = "") -> None:
     """Check the graph's invariants (SSA order, operand types as the op table infers them,
     regions, outputs); raises ``IRError`` naming the first node that breaks one."""
-    from ..ops import TABLE
+    ops = optable.table()
 
     where = f"{_outer}@{graph.name}"
     defined: set[int] = set()
@@ -19,7 +20,7 @@ def verify(graph: Graph, _outer: str = "") -> None:
         defined.add(id(value))
     for position, node in enumerate(graph.nodes):
         label = f"{where}: node {position} ({node.op}{' at ' + node.path if node.path else ''})"
-        opdef = TABLE.get(node.op)
+        opdef = ops.get(node.op)
         if opdef is None:
             raise IRError(f"{label}: unknown op {node.op!r}")
         for k, value in enumerate(node.inputs):

@@ -6,6 +6,7 @@ family modules export; nothing registers itself as an import side effect.
 
 from __future__ import annotations
 
+from ..ir import optable
 from . import (
     control,
     custom,
@@ -44,6 +45,9 @@ for _family in _FAMILIES:
         if _op.name in TABLE:
             raise RuntimeError(f"op {_op.name!r} is declared twice")
         TABLE[_op.name] = _op
+
+# the IR core (a layer below) parses, verifies and interprets graphs with this table
+optable.install(TABLE)
 
 
 def get(name: str) -> OpDef:
