@@ -227,7 +227,7 @@ def test_variant_rows_mixed_precision_and_remat():
 def test_resnet_running_statistics_agree():
     """The ResNet's batch norms update their running statistics alike in kaun_ir, JAX and
     PyTorch (momentum 0.1 of the new batch, unbiased running variance), and they moved."""
-    from kaun_ir import tree
+    from kaun_ir import _tree as tree
 
     setup = bench.Setup("resnet", small=True)
     runners = [bench.KaunRunner(setup), bench.JaxRunner.of(setup)]

@@ -318,4 +318,4 @@ def test_deep_batch_norm_chain_converges():
     stats = kn.passes.Statistics()
     out = kn.passes.run(graph, "layout{prefer=nhwc}", instrumentations=[stats])
     assert stats.records[0].counters["convolutions re-laid out"] == 29
-    assert_same(graph, out, kn.tree.flatten((ws, x))[0])
+    assert_same(graph, out, kn._tree.flatten((ws, x))[0])

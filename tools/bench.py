@@ -195,7 +195,7 @@ class Setup:
 
 
 def _numpy_tree(t: Any) -> Any:
-    from kaun_ir import tree
+    from kaun_ir import _tree as tree
 
     leaves, treedef = tree.flatten(t)
     return tree.unflatten(treedef, [np.array(a) for a in leaves])
