@@ -130,7 +130,7 @@ def test_option_checks():
     assert bench.parse_workloads(None) == list(WORKLOADS)
     assert bench.parse_workloads(["mlp,cnn", "transformer"]) == ["mlp", "cnn", "transformer"]
     with pytest.raises(ValueError, match="unknown workload"):
-        bench.parse_workloads(["resnet"])
+        bench.parse_workloads(["resnet50"])
     with pytest.raises(ValueError, match="multiple of steps_per_call"):
         bench.bench_workload("mlp_small", steps=3, rounds=0, small=True, steps_per_call=2)
 
