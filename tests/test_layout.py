@@ -311,7 +311,7 @@ def test_deep_batch_norm_chain_converges():
         h = x
         for w in ws:
             h = kn.fn.conv2d(h, w, None, padding=1)
-            h = kn.maximum(kn.nn.batch_norm(h, None, None, *kn.nn.batch_stats(h)), 0.0)
+            h = kn.maximum(kn.fn.batch_norm(h, None, None, *kn.fn.batch_stats(h)), 0.0)
         return kn.mean(h * h)
 
     graph = run(kn.trace(kn.grad(deep_loss), ws, x), "canonicalize,cse,dce")
