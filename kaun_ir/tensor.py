@@ -19,6 +19,7 @@ from .ir.builder import _STATE, Builder, current_builder
 from .ir.core import Graph, TensorType, Value
 from .ops import TABLE
 from .ops import get as get_op
+from .ops import rules as op_rules
 
 
 class TracerError(TypeError):
@@ -415,3 +416,7 @@ def _runtime() -> _Runtime:
     if _RUNTIME.run_op is None:
         raise RuntimeError("no runtime is installed to compute on concrete arrays: import kaun_ir first")
     return _RUNTIME
+
+
+# The op table's rules build nodes through this tracer; the table cannot import it (it sits below).
+op_rules.install(apply=apply, tensor=Tensor, to_value=to_value)

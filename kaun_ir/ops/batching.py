@@ -13,17 +13,12 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ir.core import TensorType
-
-
-def _apply(op, *args, **attrs):
-    from ..tensor import apply  # lazily: the tensor module imports the op table
-
-    return apply(op, *args, **attrs)
+from .rules import apply
 
 
 def bcast(x, size: int):
     """``x`` (an unbatched operand) repeated along a new leading batch axis of ``size``."""
-    return _apply(
+    return apply(
         "broadcast_in_dim",
         x,
         shape=(size,) + tuple(x.shape),
@@ -52,7 +47,7 @@ def move_axis(x, source: int, destination: int):
         return x
     order = [a for a in range(x.ndim) if a != source]
     order.insert(destination, source)
-    return _apply("transpose", x, permutation=tuple(order))
+    return apply("transpose", x, permutation=tuple(order))
 
 
 def elementwise(name: str):
@@ -70,8 +65,8 @@ def elementwise(name: str):
                 operands.append(x if b else bcast(x, size))
             else:  # a per-example scalar
                 dims = (0,) if b else ()
-                operands.append(_apply("broadcast_in_dim", x, shape=full, broadcast_dimensions=dims))
-        return _apply(name, *operands, **attrs)
+                operands.append(apply("broadcast_in_dim", x, shape=full, broadcast_dimensions=dims))
+        return apply(name, *operands, **attrs)
 
     rule.__doc__ = f"Batching rule of {name}: elementwise over the batch axis."
     return rule
@@ -85,7 +80,7 @@ def unary_leading(name: str, axes_attrs: Sequence[str] = ()):
         for key in axes_attrs:
             value = attrs[key]
             attrs[key] = value + 1 if isinstance(value, int) else shift(value)
-        return _apply(name, x, **attrs)
+        return apply(name, x, **attrs)
 
     rule.__doc__ = f"Batching rule of {name}: the op applied with its axes moved past the batch axis."
     return rule
@@ -93,9 +88,9 @@ def unary_leading(name: str, axes_attrs: Sequence[str] = ()):
 
 def example(x, index):
     """Example ``index`` (an int32 scalar tensor) of a batched operand, without the batch axis."""
-    zero = _apply("constant", value=np.zeros((), np.int32))
-    block = _apply("dynamic_slice", x, index, *([zero] * (x.ndim - 1)), slice_sizes=(1,) + tuple(x.shape[1:]))
-    return _apply("reshape", block, shape=tuple(x.shape[1:]))
+    zero = apply("constant", value=np.zeros((), np.int32))
+    block = apply("dynamic_slice", x, index, *([zero] * (x.ndim - 1)), slice_sizes=(1,) + tuple(x.shape[1:]))
+    return apply("reshape", block, shape=tuple(x.shape[1:]))
 
 
 def by_loop(name: str):
@@ -116,20 +111,20 @@ def by_loop(name: str):
         out_types = opdef.infer_types(types, opdef.check_attrs(dict(attrs)), regions)
         accumulators = []
         for t in out_types:
-            zero = _apply("constant", value=np.zeros((), t.dtype))
+            zero = apply("constant", value=np.zeros((), t.dtype))
             accumulators.append(
-                _apply("broadcast_in_dim", zero, shape=(size,) + t.shape, broadcast_dimensions=())
+                apply("broadcast_in_dim", zero, shape=(size,) + t.shape, broadcast_dimensions=())
             )
 
         def body(i, accs):
             operands = [example(x, i) if b else x for x, b in zip(args, batched)]
-            outs = _apply(name, *operands, regions=tuple(regions), **attrs)
+            outs = apply(name, *operands, regions=tuple(regions), **attrs)
             outs = outs if isinstance(outs, tuple) else (outs,)
-            zero = _apply("constant", value=np.zeros((), np.int32))
+            zero = apply("constant", value=np.zeros((), np.int32))
             updated = []
             for acc, out in zip(accs, outs):
-                block = _apply("reshape", out, shape=(1,) + tuple(out.shape))
-                updated.append(_apply("dynamic_update_slice", acc, block, i, *([zero] * out.ndim)))
+                block = apply("reshape", out, shape=(1,) + tuple(out.shape))
+                updated.append(apply("dynamic_update_slice", acc, block, i, *([zero] * out.ndim)))
             return tuple(updated)
 
         result = kn.fori_loop(0, size, body, tuple(accumulators))

@@ -11,6 +11,7 @@ from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .batching import elementwise
+from .rules import apply, astype, binary, compare, full_like, sum_all, where
 
 _F = (dtypes.float32, dtypes.float64)
 _SHAPES = ((), (5,), (2, 3), (0, 4), (1, 3, 1))
@@ -56,56 +57,35 @@ def _erf(x: np.ndarray) -> np.ndarray:
     )
 
 
-def kn():
-    """The ``kaun_ir`` function namespace, imported lazily (it is built on this op table)."""
-    import kaun_ir
-
-    return kaun_ir
-
-
 # VJP rules: ``vjp(ct, out, *inputs, **attrs) -> one cotangent (or None) per input``, written
-# with other ops so they can be differentiated again. A None cotangent means zero.
-_UNARY_VJP = {
-    "negate": lambda ct, y, x: (-ct,),
-    "abs": lambda ct, y, x: (ct * kn().sign(x),),
-    "sign": lambda ct, y, x: (None,),
-    "floor": lambda ct, y, x: (None,),
-    "ceil": lambda ct, y, x: (None,),
-    "round_nearest_even": lambda ct, y, x: (None,),
-    "exponential": lambda ct, y, x: (ct * y,),
-    "exponential_minus_one": lambda ct, y, x: (ct * (y + 1.0),),
-    "log": lambda ct, y, x: (ct / x,),
-    "log_plus_one": lambda ct, y, x: (ct / (x + 1.0),),
-    "sqrt": lambda ct, y, x: (ct * 0.5 / y,),
-    "rsqrt": lambda ct, y, x: (ct * -0.5 * y / x,),
-    "tanh": lambda ct, y, x: (ct * (1.0 - y * y),),
-    "logistic": lambda ct, y, x: (ct * y * (1.0 - y),),
-    "sine": lambda ct, y, x: (ct * kn().cos(x),),
-    "cosine": lambda ct, y, x: (-ct * kn().sin(x),),
-    "erf": lambda ct, y, x: (ct * (2.0 / math.sqrt(math.pi)) * kn().exp(-(x * x)),),
-}
+# with other ops (through ``rules``) so they can be differentiated again. None means zero.
 
 
-def _max_vjp(ct, y, a, b, *, pick):
-    # ties split the cotangent evenly, like jax
-    n = kn()
-    win_a = n.where(pick(a, b), ct, 0.0)
-    tie = n.where(n.equal(a, b), ct * 0.5, 0.0)
-    return win_a + tie, ct - win_a - tie
+def _zero_vjp(ct, y, x):
+    """Piecewise constant: the derivative is zero wherever it exists."""
+    return (None,)
+
+
+def _max_vjp(direction: str):
+    def vjp(ct, y, a, b):
+        # ties split the cotangent evenly, like jax
+        win_a = where(compare(direction, a, b), ct, 0.0)
+        tie = where(compare("EQ", a, b), ct * 0.5, 0.0)
+        return win_a + tie, ct - win_a - tie
+
+    return vjp
 
 
 def _power_vjp(ct, y, a, b):
-    n = kn()
-    da = ct * b * n.power(a, b - 1.0)
-    safe = n.where(n.equal(a, 0.0), n.ones_like(a), a)
-    db = ct * y * n.log(safe)
+    da = ct * b * binary("power", a, b - 1.0)
+    safe = where(compare("EQ", a, 0.0), full_like(a, 1), a)
+    db = ct * y * apply("log", safe)
     return da, db
 
 
 def _remainder_vjp(ct, y, a, b):
-    n = kn()
     quotient = a / b
-    return ct, -ct * n.sign(quotient) * n.floor(n.abs(quotient))
+    return ct, -ct * apply("sign", quotient) * apply("floor", apply("abs", quotient))
 
 
 def _atan2_vjp(ct, y, a, b):
@@ -113,45 +93,36 @@ def _atan2_vjp(ct, y, a, b):
     return ct * b / denom, -ct * a / denom
 
 
-_BINARY_VJP = {
-    "add": lambda ct, y, a, b: (ct, ct),
-    "subtract": lambda ct, y, a, b: (ct, -ct),
-    "multiply": lambda ct, y, a, b: (ct * b, ct * a),
-    "divide": lambda ct, y, a, b: (ct / b, -ct * y / b),
-    "power": _power_vjp,
-    "maximum": lambda ct, y, a, b: _max_vjp(ct, y, a, b, pick=lambda p, q: kn().greater(p, q)),
-    "minimum": lambda ct, y, a, b: _max_vjp(ct, y, a, b, pick=lambda p, q: kn().less(p, q)),
-    "remainder": _remainder_vjp,
-    "atan2": _atan2_vjp,
-}
-
-
 def _sum_to_shape(x, shape):
     """Sum a cotangent down to the (scalar) shape of a broadcast operand."""
-    return x if x.shape == tuple(shape) else kn().sum(x).reshape(shape)
+    if x.shape == tuple(shape):
+        return x
+    total = sum_all(x)
+    return total if total.shape == tuple(shape) else apply("reshape", total, shape=tuple(shape))
 
 
 def _select_vjp(ct, y, pred, on_true, on_false):
-    n = kn()
-    zero = n.zeros_like(ct)
-    return None, n.where(pred, ct, zero), n.where(pred, zero, ct)
+    zero = full_like(ct, 0)
+    return None, where(pred, ct, zero), where(pred, zero, ct)
 
 
 def _clamp_vjp(ct, y, lo, x, hi):
-    n = kn()
-    zero = n.zeros_like(ct)
-    inside = n.bitwise_and(n.greater(x, lo), n.less(x, hi))
-    below = n.bitwise_and(n.greater(lo, x), n.less(lo, hi))
-    above = n.less(hi, x)
+    zero = full_like(ct, 0)
+    inside = binary("and", compare("GT", x, lo), compare("LT", x, hi))
+    below = binary("and", compare("GT", lo, x), compare("LT", lo, hi))
+    above = compare("LT", hi, x)
     return (
-        _sum_to_shape(n.where(below, ct, zero), lo.shape),
-        n.where(inside, ct, zero),
-        _sum_to_shape(n.where(above, ct, zero), hi.shape),
+        _sum_to_shape(where(below, ct, zero), lo.shape),
+        where(inside, ct, zero),
+        _sum_to_shape(where(above, ct, zero), hi.shape),
     )
 
 
 def _convert_vjp(ct, y, x, dtype):
-    return (kn().astype(ct, x.dtype) if dtypes.is_float(x.dtype) else None,)
+    return (astype(ct, x.dtype) if dtypes.is_float(x.dtype) else None,)
+
+
+_BITWISE = "a bitwise / logical op on integers or bools"
 
 
 def _in_float64(fn):
@@ -159,36 +130,10 @@ def _in_float64(fn):
     return lambda x: np.asarray(fn(np.asarray(x, np.float64))).astype(x.dtype)
 
 
-# (name, StableHLO op, NumPy reference, dtype kinds, sample domain)
-_UNARY = [
-    ("negate", "stablehlo.negate", np.negative, "fiu", (-3, 3)),
-    ("abs", "stablehlo.abs", np.abs, "fi", (-3, 3)),
-    ("sign", "stablehlo.sign", np.sign, "fi", (-3, 3)),
-    ("exponential", "stablehlo.exponential", _in_float64(np.exp), "f", (-3, 3)),
-    ("exponential_minus_one", "stablehlo.exponential_minus_one", _in_float64(np.expm1), "f", (-3, 3)),
-    ("log", "stablehlo.log", _in_float64(np.log), "f", (0.1, 5)),
-    ("log_plus_one", "stablehlo.log_plus_one", _in_float64(np.log1p), "f", (-0.9, 5)),
-    ("sqrt", "stablehlo.sqrt", _in_float64(np.sqrt), "f", (0.0, 5)),
-    ("rsqrt", "stablehlo.rsqrt", _in_float64(lambda x: 1.0 / np.sqrt(x)), "f", (0.1, 5)),
-    ("tanh", "stablehlo.tanh", _in_float64(np.tanh), "f", (-3, 3)),
-    ("logistic", "stablehlo.logistic", _in_float64(lambda x: 1.0 / (1.0 + np.exp(-x))), "f", (-5, 5)),
-    ("sine", "stablehlo.sine", _in_float64(np.sin), "f", (-3, 3)),
-    ("cosine", "stablehlo.cosine", _in_float64(np.cos), "f", (-3, 3)),
-    ("floor", "stablehlo.floor", np.floor, "f", (-3, 3)),
-    ("ceil", "stablehlo.ceil", np.ceil, "f", (-3, 3)),
-    ("round_nearest_even", "stablehlo.round_nearest_even", np.round, "f", (-3, 3)),
-    ("erf", "chlo.erf", _in_float64(_erf), "f", (-2, 2)),
-    (
-        "not",
-        "stablehlo.not",
-        lambda x: np.logical_not(x) if x.dtype == bool else np.invert(x),
-        "iub",
-        (-3, 3),
-    ),
-]
+def _unary(name: str, mlir: str, ref, kinds: str, domain, vjp=None, nondiff=None) -> OpDef:
+    """An elementwise one-operand op: StableHLO op ``mlir``, NumPy reference ``ref``, operand
+    dtype ``kinds`` (f: float, i: signed, u: unsigned, b: bool), samples drawn from ``domain``."""
 
-
-def _unary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
     def infer(x: TensorType) -> TensorType:
         _require(x, kinds, name)
         return x
@@ -215,13 +160,107 @@ def _unary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
         emit=lambda em, node, x: em.simple(mlir, node, x),
         samples=samples,
         doc=f"Elementwise {name} ({mlir}).",
-        vjp=_UNARY_VJP.get(name),
-        nondiff=None if name in _UNARY_VJP else "a bitwise / logical op on integers or bools",
+        vjp=vjp,
+        nondiff=nondiff,
         batch=elementwise(name),
     )
 
 
-# (name, StableHLO op, NumPy reference, dtype kinds, sample domain of the second operand)
+_UNARY_OPS = [
+    _unary("negate", "stablehlo.negate", np.negative, "fiu", (-3, 3), vjp=lambda ct, y, x: (-ct,)),
+    _unary("abs", "stablehlo.abs", np.abs, "fi", (-3, 3), vjp=lambda ct, y, x: (ct * apply("sign", x),)),
+    _unary("sign", "stablehlo.sign", np.sign, "fi", (-3, 3), vjp=_zero_vjp),
+    _unary(
+        "exponential",
+        "stablehlo.exponential",
+        _in_float64(np.exp),
+        "f",
+        (-3, 3),
+        vjp=lambda ct, y, x: (ct * y,),
+    ),
+    _unary(
+        "exponential_minus_one",
+        "stablehlo.exponential_minus_one",
+        _in_float64(np.expm1),
+        "f",
+        (-3, 3),
+        vjp=lambda ct, y, x: (ct * (y + 1.0),),
+    ),
+    _unary("log", "stablehlo.log", _in_float64(np.log), "f", (0.1, 5), vjp=lambda ct, y, x: (ct / x,)),
+    _unary(
+        "log_plus_one",
+        "stablehlo.log_plus_one",
+        _in_float64(np.log1p),
+        "f",
+        (-0.9, 5),
+        vjp=lambda ct, y, x: (ct / (x + 1.0),),
+    ),
+    _unary(
+        "sqrt", "stablehlo.sqrt", _in_float64(np.sqrt), "f", (0.0, 5), vjp=lambda ct, y, x: (ct * 0.5 / y,)
+    ),
+    _unary(
+        "rsqrt",
+        "stablehlo.rsqrt",
+        _in_float64(lambda x: 1.0 / np.sqrt(x)),
+        "f",
+        (0.1, 5),
+        vjp=lambda ct, y, x: (ct * -0.5 * y / x,),
+    ),
+    _unary(
+        "tanh",
+        "stablehlo.tanh",
+        _in_float64(np.tanh),
+        "f",
+        (-3, 3),
+        vjp=lambda ct, y, x: (ct * (1.0 - y * y),),
+    ),
+    _unary(
+        "logistic",
+        "stablehlo.logistic",
+        _in_float64(lambda x: 1.0 / (1.0 + np.exp(-x))),
+        "f",
+        (-5, 5),
+        vjp=lambda ct, y, x: (ct * y * (1.0 - y),),
+    ),
+    _unary(
+        "sine",
+        "stablehlo.sine",
+        _in_float64(np.sin),
+        "f",
+        (-3, 3),
+        vjp=lambda ct, y, x: (ct * apply("cosine", x),),
+    ),
+    _unary(
+        "cosine",
+        "stablehlo.cosine",
+        _in_float64(np.cos),
+        "f",
+        (-3, 3),
+        vjp=lambda ct, y, x: (-ct * apply("sine", x),),
+    ),
+    _unary("floor", "stablehlo.floor", np.floor, "f", (-3, 3), vjp=_zero_vjp),
+    _unary("ceil", "stablehlo.ceil", np.ceil, "f", (-3, 3), vjp=_zero_vjp),
+    _unary("round_nearest_even", "stablehlo.round_nearest_even", np.round, "f", (-3, 3), vjp=_zero_vjp),
+    _unary(
+        "erf",
+        "chlo.erf",
+        _in_float64(_erf),
+        "f",
+        (-2, 2),
+        # d/dx erf(x) = 2 / sqrt(pi) * exp(-x^2)
+        vjp=lambda ct, y, x: (ct * (2.0 / math.sqrt(math.pi)) * apply("exponential", -(x * x)),),
+    ),
+    _unary(
+        "not",
+        "stablehlo.not",
+        lambda x: np.logical_not(x) if x.dtype == bool else np.invert(x),
+        "iub",
+        (-3, 3),
+        nondiff=_BITWISE,
+    ),
+]
+
+
 def _int_divide(a, b):
     if a.dtype.kind == "f":
         return a / b
@@ -255,32 +294,10 @@ def _shift_right_arithmetic(a, b):
     return out
 
 
-_BINARY = [
-    ("add", "stablehlo.add", np.add, "fiub", (-3, 3)),
-    ("subtract", "stablehlo.subtract", np.subtract, "fiu", (-3, 3)),
-    ("multiply", "stablehlo.multiply", np.multiply, "fiub", (-3, 3)),
-    ("divide", "stablehlo.divide", _int_divide, "fiu", (1, 4)),
-    ("power", "stablehlo.power", _power, "fiu", (0, 3)),
-    ("maximum", "stablehlo.maximum", np.maximum, "fiub", (-3, 3)),
-    ("minimum", "stablehlo.minimum", np.minimum, "fiub", (-3, 3)),
-    ("remainder", "stablehlo.remainder", np.fmod, "fiu", (1, 4)),
-    (
-        "atan2",
-        "stablehlo.atan2",
-        lambda a, b: np.arctan2(a.astype(np.float64), b).astype(a.dtype),
-        "f",
-        (-3, 3),
-    ),
-    ("and", "stablehlo.and", np.bitwise_and, "iub", (-3, 3)),
-    ("or", "stablehlo.or", np.bitwise_or, "iub", (-3, 3)),
-    ("xor", "stablehlo.xor", np.bitwise_xor, "iub", (-3, 3)),
-    ("shift_left", "stablehlo.shift_left", _shift_left, "iu", (0, 40)),
-    ("shift_right_logical", "stablehlo.shift_right_logical", _shift_right_logical, "iu", (0, 40)),
-    ("shift_right_arithmetic", "stablehlo.shift_right_arithmetic", _shift_right_arithmetic, "iu", (0, 40)),
-]
+def _binary(name: str, mlir: str, ref, kinds: str, domain, vjp=None, nondiff=None) -> OpDef:
+    """An elementwise two-operand op of one shape and dtype (arguments as for :func:`_unary`;
+    ``domain`` is where the second operand's samples come from)."""
 
-
-def _binary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
     def infer(a: TensorType, b: TensorType) -> TensorType:
         _same_shape(a, b)
         _same_dtype(a, b)
@@ -311,10 +328,64 @@ def _binary(name: str, mlir: str, ref, kinds: str, domain) -> OpDef:
         emit=lambda em, node, a, b: em.simple(mlir, node, a, b),
         samples=samples,
         doc=f"Elementwise {name} of two operands of one shape and dtype ({mlir}).",
-        vjp=_BINARY_VJP.get(name),
-        nondiff=None if name in _BINARY_VJP else "a bitwise / logical op on integers or bools",
+        vjp=vjp,
+        nondiff=nondiff,
         batch=elementwise(name),
     )
+
+
+_BINARY_OPS = [
+    _binary("add", "stablehlo.add", np.add, "fiub", (-3, 3), vjp=lambda ct, y, a, b: (ct, ct)),
+    _binary("subtract", "stablehlo.subtract", np.subtract, "fiu", (-3, 3), vjp=lambda ct, y, a, b: (ct, -ct)),
+    _binary(
+        "multiply",
+        "stablehlo.multiply",
+        np.multiply,
+        "fiub",
+        (-3, 3),
+        vjp=lambda ct, y, a, b: (ct * b, ct * a),
+    ),
+    _binary(
+        "divide",
+        "stablehlo.divide",
+        _int_divide,
+        "fiu",
+        (1, 4),
+        vjp=lambda ct, y, a, b: (ct / b, -ct * y / b),
+    ),
+    _binary("power", "stablehlo.power", _power, "fiu", (0, 3), vjp=_power_vjp),
+    _binary("maximum", "stablehlo.maximum", np.maximum, "fiub", (-3, 3), vjp=_max_vjp("GT")),
+    _binary("minimum", "stablehlo.minimum", np.minimum, "fiub", (-3, 3), vjp=_max_vjp("LT")),
+    _binary("remainder", "stablehlo.remainder", np.fmod, "fiu", (1, 4), vjp=_remainder_vjp),
+    _binary(
+        "atan2",
+        "stablehlo.atan2",
+        lambda a, b: np.arctan2(a.astype(np.float64), b).astype(a.dtype),
+        "f",
+        (-3, 3),
+        vjp=_atan2_vjp,
+    ),
+    _binary("and", "stablehlo.and", np.bitwise_and, "iub", (-3, 3), nondiff=_BITWISE),
+    _binary("or", "stablehlo.or", np.bitwise_or, "iub", (-3, 3), nondiff=_BITWISE),
+    _binary("xor", "stablehlo.xor", np.bitwise_xor, "iub", (-3, 3), nondiff=_BITWISE),
+    _binary("shift_left", "stablehlo.shift_left", _shift_left, "iu", (0, 40), nondiff=_BITWISE),
+    _binary(
+        "shift_right_logical",
+        "stablehlo.shift_right_logical",
+        _shift_right_logical,
+        "iu",
+        (0, 40),
+        nondiff=_BITWISE,
+    ),
+    _binary(
+        "shift_right_arithmetic",
+        "stablehlo.shift_right_arithmetic",
+        _shift_right_arithmetic,
+        "iu",
+        (0, 40),
+        nondiff=_BITWISE,
+    ),
+]
 
 
 _DIRECTIONS = {
@@ -467,8 +538,8 @@ def _bitcast_samples(rng):
 
 
 OPS: list[OpDef] = (
-    [_unary(*row) for row in _UNARY]
-    + [_binary(*row) for row in _BINARY]
+    _UNARY_OPS
+    + _BINARY_OPS
     + [
         OpDef(
             name="compare",

@@ -18,6 +18,7 @@ from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .emit import i64_array
 from .indexing_batch import dynamic_slice_batch, dynamic_update_slice_batch, gather_batch, scatter_batch
+from .rules import apply
 
 
 def _rand(rng, shape, dtype=np.float32):
@@ -34,16 +35,10 @@ def _index(value, dtype=np.int32) -> np.ndarray:
     return np.array(value, dtype=dtype)
 
 
-def _apply(op, *args, **attrs):
-    from ..tensor import apply  # late: the tensor module imports the op table
-
-    return apply(op, *args, **attrs)
-
-
 def _zeros(like):
     """Zeros of ``like``'s type, for the VJP rules."""
-    zero = _apply("constant", value=np.zeros((), like.dtype))
-    return _apply("broadcast_in_dim", zero, shape=like.shape, broadcast_dimensions=()) if like.shape else zero
+    zero = apply("constant", value=np.zeros((), like.dtype))
+    return apply("broadcast_in_dim", zero, shape=like.shape, broadcast_dimensions=()) if like.shape else zero
 
 
 def _along_index_vector(indices, index_vector_dim: int, values: Sequence[int]):
@@ -51,12 +46,12 @@ def _along_index_vector(indices, index_vector_dim: int, values: Sequence[int]):
     info = np.iinfo(indices.dtype)
     values = np.clip(np.asarray(values, np.int64), info.min, info.max).astype(indices.dtype)
     if index_vector_dim == indices.ndim:  # the implicit vector of length 1
-        bound = _apply("constant", value=values.reshape(()))
+        bound = apply("constant", value=values.reshape(()))
         dims: tuple[int, ...] = ()
     else:
-        bound = _apply("constant", value=values)
+        bound = apply("constant", value=values)
         dims = (index_vector_dim,)
-    return _apply("broadcast_in_dim", bound, shape=indices.shape, broadcast_dimensions=dims)
+    return apply("broadcast_in_dim", bound, shape=indices.shape, broadcast_dimensions=dims)
 
 
 def _clamp(start: int, size: int, window: int) -> int:
@@ -109,7 +104,7 @@ def _ds_reference(x, *starts, slice_sizes):
 
 def _ds_vjp(ct, y, x, *starts, slice_sizes):
     # the same clamped starts address the same block
-    return (_apply("dynamic_update_slice", _zeros(x), ct, *starts),) + (None,) * len(starts)
+    return (apply("dynamic_update_slice", _zeros(x), ct, *starts),) + (None,) * len(starts)
 
 
 def _ds_samples(rng):
@@ -149,8 +144,8 @@ def _dus_reference(x, update, *starts):
 
 
 def _dus_vjp(ct, y, x, update, *starts):
-    ct_x = _apply("dynamic_update_slice", ct, _zeros(update), *starts)
-    ct_update = _apply("dynamic_slice", ct, *starts, slice_sizes=update.shape)
+    ct_x = apply("dynamic_update_slice", ct, _zeros(update), *starts)
+    ct_update = apply("dynamic_slice", ct, *starts, slice_sizes=update.shape)
     return (ct_x, ct_update) + (None,) * len(starts)
 
 
@@ -306,9 +301,9 @@ def _gather_vjp(
     # Scatter the cotangent back onto the windows gather read. Gather clamps starts but scatter
     # skips windows that do not fit, so clamp the indices first: both then see the same windows.
     upper = [operand.shape[d] - slice_sizes[d] for d in start_index_map]
-    zero = _apply("constant", value=np.zeros((), indices.dtype))
-    clamped = _apply("clamp", zero, indices, _along_index_vector(indices, index_vector_dim, upper))
-    ct_operand = _apply(
+    zero = apply("constant", value=np.zeros((), indices.dtype))
+    clamped = apply("clamp", zero, indices, _along_index_vector(indices, index_vector_dim, upper))
+    ct_operand = apply(
         "scatter_add",
         _zeros(operand),
         clamped,
@@ -579,7 +574,7 @@ def _scatter_vjp(
     slice_sizes = [1] * rank
     for dim, axis in zip(update_window_dims, window_axes):
         slice_sizes[axis] = updates.shape[dim]
-    gathered = _apply(
+    gathered = apply(
         "gather",
         ct,
         indices,
@@ -595,16 +590,16 @@ def _scatter_vjp(
     upper = [operand.shape[d] - slice_sizes[d] for d in scatter_dims_to_operand_dims]
     lower = _along_index_vector(indices, index_vector_dim, [0] * len(upper))
     upper = _along_index_vector(indices, index_vector_dim, upper)
-    fits = _apply(
+    fits = apply(
         "and",
-        _apply("compare", indices, lower, direction="GE"),
-        _apply("compare", indices, upper, direction="LE"),
+        apply("compare", indices, lower, direction="GE"),
+        apply("compare", indices, upper, direction="LE"),
     )
     if index_vector_dim < indices.ndim:
-        fits = _apply("reduce", fits, kind="and", dimensions=(index_vector_dim,))
+        fits = apply("reduce", fits, kind="and", dimensions=(index_vector_dim,))
     scatter_dims = tuple(d for d in range(updates.ndim) if d not in update_window_dims)
-    mask = _apply("broadcast_in_dim", fits, shape=updates.shape, broadcast_dimensions=scatter_dims)
-    return ct, None, _apply("select", mask, gathered, _zeros(updates))
+    mask = apply("broadcast_in_dim", fits, shape=updates.shape, broadcast_dimensions=scatter_dims)
+    return ct, None, apply("select", mask, gathered, _zeros(updates))
 
 
 def _scatter_samples(rng):
@@ -794,7 +789,7 @@ def _window_gather(
 ):
     """``x`` read back at the places each update element was written to (shaped like updates);
     meaningful where :func:`_window_fits` holds."""
-    return _apply(
+    return apply(
         "gather",
         x,
         indices,
@@ -822,44 +817,44 @@ def _window_fits(
     upper = [operand.shape[d] - sizes[d] for d in scatter_dims_to_operand_dims]
     lower = _along_index_vector(indices, index_vector_dim, [0] * len(upper))
     upper = _along_index_vector(indices, index_vector_dim, upper)
-    fits = _apply(
+    fits = apply(
         "and",
-        _apply("compare", indices, lower, direction="GE"),
-        _apply("compare", indices, upper, direction="LE"),
+        apply("compare", indices, lower, direction="GE"),
+        apply("compare", indices, upper, direction="LE"),
     )
     if index_vector_dim < indices.ndim:
-        fits = _apply("reduce", fits, kind="and", dimensions=(index_vector_dim,))
+        fits = apply("reduce", fits, kind="and", dimensions=(index_vector_dim,))
     scatter_dims = tuple(d for d in range(updates.ndim) if d not in update_window_dims)
-    return _apply("broadcast_in_dim", fits, shape=updates.shape, broadcast_dimensions=scatter_dims)
+    return apply("broadcast_in_dim", fits, shape=updates.shape, broadcast_dimensions=scatter_dims)
 
 
 def _general_scatter_vjp(ct, y, operand, indices, updates, kind, **dims):
     zeros_u = _zeros(updates)
     fits = _window_fits(operand, indices, updates, **dims)
     if kind == "add":
-        return ct, None, _apply("select", fits, _window_gather(ct, indices, updates, **dims), zeros_u)
+        return ct, None, apply("select", fits, _window_gather(ct, indices, updates, **dims), zeros_u)
     if kind == "set":
         # Which update element won each written position: scatter element ids (1-based; 0 = none)
         # and read them back, as XLA applies duplicates in an unspecified order.
-        ids = _apply("iota", dtype=np.dtype(np.int32), shape=(updates.size,), dimension=0)
-        one = _apply(
+        ids = apply("iota", dtype=np.dtype(np.int32), shape=(updates.size,), dimension=0)
+        one = apply(
             "broadcast_in_dim",
-            _apply("constant", value=np.ones((), np.int32)),
+            apply("constant", value=np.ones((), np.int32)),
             shape=(updates.size,),
             broadcast_dimensions=(),
         )
-        ids = _apply("reshape", _apply("add", ids, one), shape=updates.shape)
-        owner = _apply("scatter", _zeros_of(operand.shape, np.int32), indices, ids, kind="set", **dims)
-        untouched = _apply("compare", owner, _zeros_of(operand.shape, np.int32), direction="EQ")
-        won = _apply(
+        ids = apply("reshape", apply("add", ids, one), shape=updates.shape)
+        owner = apply("scatter", _zeros_of(operand.shape, np.int32), indices, ids, kind="set", **dims)
+        untouched = apply("compare", owner, _zeros_of(operand.shape, np.int32), direction="EQ")
+        won = apply(
             "and",
             fits,
-            _apply("compare", _window_gather(owner, indices, updates, **dims), ids, direction="EQ"),
+            apply("compare", _window_gather(owner, indices, updates, **dims), ids, direction="EQ"),
         )
         return (
-            _apply("select", untouched, ct, _zeros(operand)),
+            apply("select", untouched, ct, _zeros(operand)),
             None,
-            _apply("select", won, _window_gather(ct, indices, updates, **dims), zeros_u),
+            apply("select", won, _window_gather(ct, indices, updates, **dims), zeros_u),
         )
     if kind == "multiply":
         if not dims["unique_indices"]:
@@ -868,34 +863,34 @@ def _general_scatter_vjp(ct, y, operand, indices, updates, kind, **dims):
             raise GradientError(
                 "scatter with kind='multiply' is differentiable only with unique_indices=True (as in XLA/JAX)"
             )
-        ct_operand = _apply("scatter", ct, indices, updates, kind="multiply", **dims)
-        ct_updates = _window_gather(_apply("multiply", ct, operand), indices, updates, **dims)
-        return ct_operand, None, _apply("select", fits, ct_updates, zeros_u)
+        ct_operand = apply("scatter", ct, indices, updates, kind="multiply", **dims)
+        ct_updates = _window_gather(apply("multiply", ct, operand), indices, updates, **dims)
+        return ct_operand, None, apply("select", fits, ct_updates, zeros_u)
     # min / max: the winners share the cotangent equally (ties split it, as JAX does)
     dtype = operand.dtype
-    operand_won = _apply("convert", _apply("compare", operand, y, direction="EQ"), dtype=dtype)
-    update_won = _apply(
-        "and", fits, _apply("compare", updates, _window_gather(y, indices, updates, **dims), direction="EQ")
+    operand_won = apply("convert", apply("compare", operand, y, direction="EQ"), dtype=dtype)
+    update_won = apply(
+        "and", fits, apply("compare", updates, _window_gather(y, indices, updates, **dims), direction="EQ")
     )
-    update_won = _apply("convert", update_won, dtype=dtype)
-    count = _apply("add", operand_won, _apply("scatter_add", _zeros(operand), indices, update_won, **dims))
-    one = _apply(
+    update_won = apply("convert", update_won, dtype=dtype)
+    count = apply("add", operand_won, apply("scatter_add", _zeros(operand), indices, update_won, **dims))
+    one = apply(
         "broadcast_in_dim",
-        _apply("constant", value=np.ones((), dtype)),
+        apply("constant", value=np.ones((), dtype)),
         shape=operand.shape,
         broadcast_dimensions=(),
     )
-    share = _apply("divide", ct, _apply("maximum", count, one))
+    share = apply("divide", ct, apply("maximum", count, one))
     return (
-        _apply("multiply", share, operand_won),
+        apply("multiply", share, operand_won),
         None,
-        _apply("multiply", _window_gather(share, indices, updates, **dims), update_won),
+        apply("multiply", _window_gather(share, indices, updates, **dims), update_won),
     )
 
 
 def _zeros_of(shape, dtype):
-    zero = _apply("constant", value=np.zeros((), dtype))
-    return _apply("broadcast_in_dim", zero, shape=tuple(shape), broadcast_dimensions=()) if shape else zero
+    zero = apply("constant", value=np.zeros((), dtype))
+    return apply("broadcast_in_dim", zero, shape=tuple(shape), broadcast_dimensions=()) if shape else zero
 
 
 _ROWS = {

@@ -11,12 +11,7 @@ import numpy as np
 
 from .. import dtypes
 from .batching import materialize, shift
-
-
-def _apply(op, *args, **attrs):
-    from ..tensor import apply  # lazily: the tensor module imports the op table
-
-    return apply(op, *args, **attrs)
+from .rules import apply
 
 
 def _index_dtype(dt) -> np.dtype:
@@ -27,7 +22,7 @@ def _index_dtype(dt) -> np.dtype:
 
 
 def _convert(x, dt):
-    return x if x.dtype == dt else _apply("convert", x, dtype=dt)
+    return x if x.dtype == dt else apply("convert", x, dtype=dt)
 
 
 def _with_example_number(indices, batched: bool, size: int, index_vector_dim: int):
@@ -36,13 +31,13 @@ def _with_example_number(indices, batched: bool, size: int, index_vector_dim: in
     idx = materialize([indices], [batched], size)[0]
     example_rank = idx.ndim - 1
     if index_vector_dim == example_rank:  # the implicit length-1 vector: make it explicit
-        idx = _apply("reshape", idx, shape=tuple(idx.shape) + (1,))
+        idx = apply("reshape", idx, shape=tuple(idx.shape) + (1,))
     vector_dim = index_vector_dim + 1
     idx = _convert(idx, _index_dtype(idx.dtype))
     shape = list(idx.shape)
     shape[vector_dim] = 1
-    number = _apply("iota", dtype=idx.dtype, shape=tuple(shape), dimension=0)
-    return _apply("concatenate", number, idx, dimension=vector_dim), vector_dim
+    number = apply("iota", dtype=idx.dtype, shape=tuple(shape), dimension=0)
+    return apply("concatenate", number, idx, dimension=vector_dim), vector_dim
 
 
 def gather_batch(
@@ -60,7 +55,7 @@ def gather_batch(
     """Shared indices: the batch axis is one more (leading) offset dim, a full-size window.
     Per-example indices: each index vector gains the example number, for a collapsed new axis 0."""
     if not batched[1]:
-        return _apply(
+        return apply(
             "gather",
             operand,
             indices,
@@ -73,7 +68,7 @@ def gather_batch(
         )
     operand = materialize([operand], [batched[0]], size)[0]
     idx, vector_dim = _with_example_number(indices, True, size, index_vector_dim)
-    return _apply(
+    return apply(
         "gather",
         operand,
         idx,
@@ -107,7 +102,7 @@ def scatter_batch(name: str):
     ):
         operand, updates = materialize([operand, updates], [batched[0], batched[2]], size)
         if not batched[1]:
-            return _apply(
+            return apply(
                 name,
                 operand,
                 indices,
@@ -121,7 +116,7 @@ def scatter_batch(name: str):
                 **extra,
             )
         idx, vector_dim = _with_example_number(indices, True, size, index_vector_dim)
-        return _apply(
+        return apply(
             name,
             operand,
             idx,
@@ -142,16 +137,16 @@ def scatter_batch(name: str):
 def _start_vectors(starts, batched, size):
     """The per-example starts as one ``[size, rank + 1]`` index array (example number first)."""
     dt = _index_dtype(starts[0].dtype) if starts else np.dtype(np.int32)
-    columns = [_apply("iota", dtype=dt, shape=(size, 1), dimension=0)]
+    columns = [apply("iota", dtype=dt, shape=(size, 1), dimension=0)]
     for s, b in zip(starts, batched):
         s = _convert(s, dt)
-        columns.append(_apply("broadcast_in_dim", s, shape=(size, 1), broadcast_dimensions=(0,) if b else ()))
-    return _apply("concatenate", *columns, dimension=1)
+        columns.append(apply("broadcast_in_dim", s, shape=(size, 1), broadcast_dimensions=(0,) if b else ()))
+    return apply("concatenate", *columns, dimension=1)
 
 
 def _zero_start(starts):
     dt = starts[0].dtype if starts else np.dtype(np.int32)
-    return _apply("constant", value=np.zeros((), dt))
+    return apply("constant", value=np.zeros((), dt))
 
 
 def dynamic_slice_batch(batched, size, x, *starts, slice_sizes):
@@ -159,12 +154,12 @@ def dynamic_slice_batch(batched, size, x, *starts, slice_sizes):
     gather of one block per example (gather clamps starts exactly like dynamic_slice)."""
     x = materialize([x], [batched[0]], size)[0]
     if not any(batched[1:]):
-        return _apply(
+        return apply(
             "dynamic_slice", x, _zero_start(starts), *starts, slice_sizes=(size,) + tuple(slice_sizes)
         )
     rank = len(starts)
     idx = _start_vectors(starts, batched[1:], size)
-    return _apply(
+    return apply(
         "gather",
         x,
         idx,
@@ -183,14 +178,14 @@ def dynamic_update_slice_batch(batched, size, x, update, *starts):
     ones says an update landed."""
     x, update = materialize([x, update], batched[:2], size)
     if not any(batched[2:]):
-        return _apply("dynamic_update_slice", x, update, _zero_start(starts), *starts)
+        return apply("dynamic_update_slice", x, update, _zero_start(starts), *starts)
     rank = len(starts)
     dt = _index_dtype(starts[0].dtype)
     clamped = []
     for s, n, u in zip(starts, x.shape[1:], update.shape[1:]):
-        low = _apply("constant", value=np.zeros((), dt))
-        high = _apply("constant", value=np.asarray(n - u, dt))
-        clamped.append(_apply("clamp", low, _convert(s, dt), high))
+        low = apply("constant", value=np.zeros((), dt))
+        high = apply("constant", value=np.asarray(n - u, dt))
+        clamped.append(apply("clamp", low, _convert(s, dt), high))
     idx = _start_vectors(clamped, batched[2:], size)
     numbers = dict(
         update_window_dims=tuple(range(1, rank + 1)),
@@ -202,26 +197,26 @@ def dynamic_update_slice_batch(batched, size, x, update, *starts):
     if dtypes.is_bool(x.dtype):  # scatter adds; bools travel as uint8
         values, target = _convert(update, np.dtype(np.uint8)), _convert(x, np.dtype(np.uint8))
     base = np.asarray(-0.0 if dtypes.is_float(values.dtype) else 0, values.dtype)
-    init = _apply(
-        "broadcast_in_dim", _apply("constant", value=base), shape=target.shape, broadcast_dimensions=()
+    init = apply(
+        "broadcast_in_dim", apply("constant", value=base), shape=target.shape, broadcast_dimensions=()
     )
-    scattered = _apply("scatter_add", init, idx, values, **numbers)
-    one = _apply("constant", value=np.ones((), np.int32))
-    zero = _apply("constant", value=np.zeros((), np.int32))
-    ones = _apply("broadcast_in_dim", one, shape=update.shape, broadcast_dimensions=())
-    zeros = _apply("broadcast_in_dim", zero, shape=x.shape, broadcast_dimensions=())
-    hit = _apply("scatter_add", zeros, idx, ones, **numbers)
-    mask = _apply("compare", hit, zeros, direction="GT")
+    scattered = apply("scatter_add", init, idx, values, **numbers)
+    one = apply("constant", value=np.ones((), np.int32))
+    zero = apply("constant", value=np.zeros((), np.int32))
+    ones = apply("broadcast_in_dim", one, shape=update.shape, broadcast_dimensions=())
+    zeros = apply("broadcast_in_dim", zero, shape=x.shape, broadcast_dimensions=())
+    hit = apply("scatter_add", zeros, idx, ones, **numbers)
+    mask = apply("compare", hit, zeros, direction="GT")
     if dtypes.is_bool(x.dtype):
-        scattered = _apply(
+        scattered = apply(
             "compare",
             scattered,
-            _apply(
+            apply(
                 "broadcast_in_dim",
-                _apply("constant", value=np.zeros((), np.uint8)),
+                apply("constant", value=np.zeros((), np.uint8)),
                 shape=x.shape,
                 broadcast_dimensions=(),
             ),
             direction="NE",
         )
-    return _apply("select", mask, scattered, x)
+    return apply("select", mask, scattered, x)

@@ -13,6 +13,7 @@ from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .emit import i64_array
 from .linalg_batch import convolution_batch, dot_general_batch
+from .rules import apply
 
 
 def _rand(rng, shape, dtype=np.float32):
@@ -176,25 +177,19 @@ def _dot_samples(rng):
 # They are written with dot_general / convolution themselves, so they can be differentiated again.
 
 
-def _apply(op, *args, **attrs):
-    from ..tensor import apply  # lazily: the op table is imported by the tensor module
-
-    return apply(op, *args, **attrs)
-
-
 def _transposed(x, permutation):
     """``x`` with its axes permuted; the identity permutation emits nothing."""
     perm = tuple(int(p) for p in permutation)
-    return x if perm == tuple(range(len(perm))) else _apply("transpose", x, permutation=perm)
+    return x if perm == tuple(range(len(perm))) else apply("transpose", x, permutation=perm)
 
 
 def _converted(x, dtype):
-    return x if x.dtype == np.dtype(dtype) else _apply("convert", x, dtype=np.dtype(dtype))
+    return x if x.dtype == np.dtype(dtype) else apply("convert", x, dtype=np.dtype(dtype))
 
 
 def _zeros(t):
-    zero = _apply("constant", value=np.zeros((), t.dtype))
-    return _apply("broadcast_in_dim", zero, shape=t.shape, broadcast_dimensions=()) if t.shape else zero
+    zero = apply("constant", value=np.zeros((), t.dtype))
+    return apply("broadcast_in_dim", zero, shape=t.shape, broadcast_dimensions=()) if t.shape else zero
 
 
 def _dot_operand_ct(
@@ -230,7 +225,7 @@ def _dot_operand_ct(
     dtype = ct.dtype  # the accumulation dtype (preferred_dtype of the forward op, if any)
     other = _converted(other, dtype)
     if layout_other_first == identity and layout_ct_first != identity:
-        result = _apply(
+        result = apply(
             "dot_general",
             other,
             ct,
@@ -241,7 +236,7 @@ def _dot_operand_ct(
         )
         layout = layout_other_first
     else:
-        result = _apply(
+        result = apply(
             "dot_general",
             ct,
             other,
@@ -466,13 +461,13 @@ def _move_group(x, src: int, dst: int, groups: int):
     as its major part: axis sizes ``src: n -> n / groups``, ``dst: m -> groups * m``."""
     shape = list(x.shape)
     split = shape[:src] + [groups, shape[src] // groups] + shape[src + 1 :]
-    y = _apply("reshape", x, shape=tuple(split))
+    y = apply("reshape", x, shape=tuple(split))
     # ``rest`` is y's axes without the new groups axis: the original layout, so ``dst`` indexes it
     rest = [a for a in range(len(split)) if a != src]
     y = _transposed(y, rest[:dst] + [src] + rest[dst:])
     shape[src] //= groups
     shape[dst] *= groups
-    return _apply("reshape", y, shape=tuple(shape))
+    return apply("reshape", y, shape=tuple(shape))
 
 
 def _conv_lhs_ct(
@@ -507,8 +502,8 @@ def _conv_lhs_ct(
         n_out = _dilated_size(ct.shape[out_spec[2 + i]], window_strides[i])
         before = n_window - padding[i][0] - 1
         pads.append((before, n_in + n_window - 1 - n_out - before))
-    kernel = _apply("reverse", kernel, dimensions=tuple(rhs_spec[2:]))
-    result = _apply(
+    kernel = apply("reverse", kernel, dimensions=tuple(rhs_spec[2:]))
+    result = apply(
         "convolution",
         ct,
         kernel,
@@ -557,7 +552,7 @@ def _conv_rhs_ct(
     def swapped(spec):
         return (spec[1], spec[0]) + tuple(spec[2:])
 
-    return _apply(
+    return apply(
         "convolution",
         lhs,
         ct,

@@ -4,12 +4,7 @@
 from __future__ import annotations
 
 from .batching import by_loop, move_axis, shift
-
-
-def _apply(op, *args, **attrs):
-    from ..tensor import apply  # lazily: the tensor module imports the op table
-
-    return apply(op, *args, **attrs)
+from .rules import apply
 
 
 def dot_general_batch(
@@ -20,7 +15,7 @@ def dot_general_batch(
     after the lhs's free axes); it is moved to the front."""
     lb, rb, lc, rc = map(tuple, (lhs_batch, rhs_batch, lhs_contracting, rhs_contracting))
     if batched[0] and batched[1]:
-        return _apply(
+        return apply(
             "dot_general",
             lhs,
             rhs,
@@ -31,7 +26,7 @@ def dot_general_batch(
             **extra,
         )
     if batched[0]:
-        out = _apply(
+        out = apply(
             "dot_general",
             lhs,
             rhs,
@@ -42,7 +37,7 @@ def dot_general_batch(
             **extra,
         )
         return move_axis(out, len(lb), 0)
-    out = _apply(
+    out = apply(
         "dot_general",
         lhs,
         rhs,
@@ -62,10 +57,10 @@ def _merge(x, axis: int, groups: int = 1):
     size, shape = x.shape[0], list(x.shape[1:])
     d = shape[axis]
     split = shape[:axis] + [groups, d // groups] + shape[axis + 1 :]
-    x = _apply("reshape", x, shape=(size,) + tuple(split))
+    x = apply("reshape", x, shape=(size,) + tuple(split))
     x = move_axis(x, 0, axis + 1)  # now (..., G, B, D/G, ...)
     merged = shape[:axis] + [d * size] + shape[axis + 1 :]
-    return _apply("reshape", x, shape=tuple(merged))
+    return apply("reshape", x, shape=tuple(merged))
 
 
 def _split(y, axis: int, size: int, groups: int = 1):
@@ -73,9 +68,9 @@ def _split(y, axis: int, size: int, groups: int = 1):
     axis goes to the front."""
     shape = list(y.shape)
     d = shape[axis] // size
-    y = _apply("reshape", y, shape=tuple(shape[:axis] + [groups, size, d // groups] + shape[axis + 1 :]))
+    y = apply("reshape", y, shape=tuple(shape[:axis] + [groups, size, d // groups] + shape[axis + 1 :]))
     y = move_axis(y, axis + 1, 0)
-    return _apply("reshape", y, shape=(size,) + tuple(shape[:axis] + [d] + shape[axis + 1 :]))
+    return apply("reshape", y, shape=(size,) + tuple(shape[:axis] + [d] + shape[axis + 1 :]))
 
 
 _conv_by_loop = by_loop("convolution")
@@ -91,11 +86,11 @@ def convolution_batch(batched, size, lhs, rhs, **attrs):
     lhs_spec, rhs_spec, out_spec = attrs["lhs_spec"], attrs["rhs_spec"], attrs["out_spec"]
     groups = attrs.get("feature_group_count", 1)
     if batched[0] and not batched[1]:
-        out = _apply("convolution", _merge(lhs, lhs_spec[0]), rhs, **attrs)
+        out = apply("convolution", _merge(lhs, lhs_spec[0]), rhs, **attrs)
         return _split(out, out_spec[0], size)
     if batched[1] and not batched[0]:
-        out = _apply("convolution", lhs, _merge(rhs, rhs_spec[0], groups), **attrs)
+        out = apply("convolution", lhs, _merge(rhs, rhs_spec[0], groups), **attrs)
         return _split(out, out_spec[1], size, groups)
     attrs = dict(attrs, feature_group_count=groups * size)
-    out = _apply("convolution", _merge(lhs, lhs_spec[1]), _merge(rhs, rhs_spec[0]), **attrs)
+    out = apply("convolution", _merge(lhs, lhs_spec[1]), _merge(rhs, rhs_spec[0]), **attrs)
     return _split(out, out_spec[1], size)

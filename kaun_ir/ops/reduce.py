@@ -15,6 +15,7 @@ from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .batching import unary_leading
 from .emit import dense_literal, i64_array
+from .rules import apply, astype, compare, full_like, where
 
 # kind -> (StableHLO op of the region, dtype kinds it accepts: f float, i/u integers, b bool)
 _KINDS = {
@@ -137,23 +138,10 @@ def _reduce_emit(em, node, x):
     )
 
 
-def _kn():
-    """The ``kaun_ir`` function namespace, imported lazily (it is built on this op table)."""
-    import kaun_ir
-
-    return kaun_ir
-
-
-def _apply(op, *args, **attrs):
-    from ..tensor import apply
-
-    return apply(op, *args, **attrs)
-
-
 def _spread(ct, x, dimensions):
     """Broadcast a cotangent of the reduced shape back over the reduced axes of ``x``."""
     kept = tuple(i for i in range(len(x.shape)) if i not in set(dimensions))
-    return _apply("broadcast_in_dim", ct, shape=tuple(x.shape), broadcast_dimensions=kept)
+    return apply("broadcast_in_dim", ct, shape=tuple(x.shape), broadcast_dimensions=kept)
 
 
 def _reduce_vjp(ct, y, x, *, kind, dimensions):
@@ -165,27 +153,26 @@ def _reduce_vjp(ct, y, x, *, kind, dimensions):
     y / x; with exactly one zero only that element gets the product of the rest; with two or
     more zeros everything is 0.
     """
-    n = _kn()
     if kind in ("and", "or") or not dtypes.is_float(x.dtype):
         return (None,)
     if kind == "sum":
         return (_spread(ct, x, dimensions),)
     if kind in ("max", "min"):
-        hit = n.equal(x, _spread(y, x, dimensions))
-        counts = _apply("reduce", n.astype(hit, x.dtype), kind="sum", dimensions=dimensions)
+        hit = compare("EQ", x, _spread(y, x, dimensions))
+        counts = apply("reduce", astype(hit, x.dtype), kind="sum", dimensions=dimensions)
         # where the result is NaN no element equals it (counts == 0): the cotangent is NaN, as in jax
         nan, zero = np.asarray(np.nan, x.dtype), np.asarray(0, x.dtype)
-        missed = _spread(n.where(n.equal(counts, 0.0), nan, zero), x, dimensions)
-        return (n.where(hit, _spread(ct / counts, x, dimensions), missed),)
+        missed = _spread(where(compare("EQ", counts, 0.0), nan, zero), x, dimensions)
+        return (where(hit, _spread(ct / counts, x, dimensions), missed),)
     # prod
-    zero = n.equal(x, 0.0)
-    zeros = _apply("reduce", n.astype(zero, x.dtype), kind="sum", dimensions=dimensions)
-    others = _apply("reduce", n.where(zero, n.ones_like(x), x), kind="prod", dimensions=dimensions)
-    safe = n.where(zero, n.ones_like(x), x)
+    zero = compare("EQ", x, 0.0)
+    zeros = apply("reduce", astype(zero, x.dtype), kind="sum", dimensions=dimensions)
+    others = apply("reduce", where(zero, full_like(x, 1), x), kind="prod", dimensions=dimensions)
+    safe = where(zero, full_like(x, 1), x)
     none_zero = _spread(ct * others, x, dimensions) / safe
-    one_zero = _spread(n.where(n.equal(zeros, 1.0), ct * others, n.zeros_like(ct)), x, dimensions)
+    one_zero = _spread(where(compare("EQ", zeros, 1.0), ct * others, full_like(ct, 0)), x, dimensions)
     spread_zeros = _spread(zeros, x, dimensions)
-    grad = n.where(n.equal(spread_zeros, 0.0), none_zero, n.where(zero, one_zero, n.zeros_like(one_zero)))
+    grad = where(compare("EQ", spread_zeros, 0.0), none_zero, where(zero, one_zero, full_like(one_zero, 0)))
     return (grad,)
 
 

@@ -9,16 +9,11 @@ from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .batching import materialize, shift, unary_leading
 from .emit import i64_array
-
-
-def _apply(op, *args, **attrs):
-    from ..tensor import apply
-
-    return apply(op, *args, **attrs)
+from .rules import apply
 
 
 def _zero_scalar(like):
-    return _apply("constant", value=np.zeros((), like.dtype))
+    return apply("constant", value=np.zeros((), like.dtype))
 
 
 # VJP rules: ``vjp(ct, out, *inputs, **attrs)`` -> one cotangent per input (see autodiff.py).
@@ -28,13 +23,13 @@ def _bid_vjp(ct, y, x, shape, broadcast_dimensions):
     dims = tuple(broadcast_dimensions)
     summed = {d for d in range(len(shape)) if d not in dims}
     summed |= {d for axis, d in enumerate(dims) if x.shape[axis] == 1 and shape[d] != 1}
-    out = _apply("reduce", ct, kind="sum", dimensions=tuple(sorted(summed))) if summed else ct
-    return (out if out.shape == x.shape else _apply("reshape", out, shape=x.shape),)
+    out = apply("reduce", ct, kind="sum", dimensions=tuple(sorted(summed))) if summed else ct
+    return (out if out.shape == x.shape else apply("reshape", out, shape=x.shape),)
 
 
 def _transpose_vjp(ct, y, x, permutation):
     inverse = tuple(int(i) for i in np.argsort(permutation))
-    return (_apply("transpose", ct, permutation=inverse),)
+    return (apply("transpose", ct, permutation=inverse),)
 
 
 def _slice_vjp(ct, y, x, start_indices, limit_indices, strides):
@@ -45,7 +40,7 @@ def _slice_vjp(ct, y, x, start_indices, limit_indices, strides):
         else:
             low.append(lo), interior.append(stride - 1)
             high.append(size - (lo + (n - 1) * stride + 1))
-    return (_apply("pad", ct, _zero_scalar(ct), low=tuple(low), high=tuple(high), interior=tuple(interior)),)
+    return (apply("pad", ct, _zero_scalar(ct), low=tuple(low), high=tuple(high), interior=tuple(interior)),)
 
 
 def _concat_vjp(ct, y, *xs, dimension):
@@ -56,16 +51,14 @@ def _concat_vjp(ct, y, *xs, dimension):
         start[dimension], limit[dimension] = offset, offset + x.shape[dimension]
         offset += x.shape[dimension]
         out.append(
-            _apply(
-                "slice", ct, start_indices=tuple(start), limit_indices=tuple(limit), strides=(1,) * ct.ndim
-            )
+            apply("slice", ct, start_indices=tuple(start), limit_indices=tuple(limit), strides=(1,) * ct.ndim)
         )
     return tuple(out)
 
 
 def _pad_vjp(ct, y, x, value, low, high, interior):
     # undo the edge padding (negative padding crops), then pick every (interior+1)-th element
-    unpadded = _apply(
+    unpadded = apply(
         "pad",
         ct,
         _zero_scalar(ct),
@@ -73,7 +66,7 @@ def _pad_vjp(ct, y, x, value, low, high, interior):
         high=tuple(-v for v in high),
         interior=(0,) * ct.ndim,
     )
-    ct_x = _apply(
+    ct_x = apply(
         "slice",
         unpadded,
         start_indices=(0,) * ct.ndim,
@@ -81,16 +74,16 @@ def _pad_vjp(ct, y, x, value, low, high, interior):
         strides=tuple(m + 1 for m in interior),
     )
     every = tuple(range(ct.ndim))
-    total = _apply("reduce", ct, kind="sum", dimensions=every) if ct.ndim else ct
-    inner = _apply("reduce", ct_x, kind="sum", dimensions=every) if ct.ndim else ct_x
-    return ct_x, _apply("subtract", total, inner)
+    total = apply("reduce", ct, kind="sum", dimensions=every) if ct.ndim else ct
+    inner = apply("reduce", ct_x, kind="sum", dimensions=every) if ct.ndim else ct_x
+    return ct_x, apply("subtract", total, inner)
 
 
 # Batching rules: ``batch(batched, size, *operands, **attrs)``, batch axis at 0 (see batching.py).
 
 
 def _bid_batch(batched, size, x, shape, broadcast_dimensions):
-    return _apply(
+    return apply(
         "broadcast_in_dim",
         x,
         shape=(size,) + tuple(shape),
@@ -99,15 +92,15 @@ def _bid_batch(batched, size, x, shape, broadcast_dimensions):
 
 
 def _reshape_batch(batched, size, x, shape):
-    return _apply("reshape", x, shape=(size,) + tuple(shape))
+    return apply("reshape", x, shape=(size,) + tuple(shape))
 
 
 def _transpose_batch(batched, size, x, permutation):
-    return _apply("transpose", x, permutation=(0,) + shift(permutation))
+    return apply("transpose", x, permutation=(0,) + shift(permutation))
 
 
 def _slice_batch(batched, size, x, start_indices, limit_indices, strides):
-    return _apply(
+    return apply(
         "slice",
         x,
         start_indices=(0,) + tuple(start_indices),
@@ -117,22 +110,22 @@ def _slice_batch(batched, size, x, start_indices, limit_indices, strides):
 
 
 def _concat_batch(batched, size, *xs, dimension):
-    return _apply("concatenate", *materialize(xs, batched, size), dimension=dimension + 1)
+    return apply("concatenate", *materialize(xs, batched, size), dimension=dimension + 1)
 
 
 def _pad_batch(batched, size, x, value, low, high, interior):
     x = materialize([x], [batched[0]], size)[0]
     attrs = dict(low=(0,) + tuple(low), high=(0,) + tuple(high), interior=(0,) + tuple(interior))
     if not batched[1]:
-        return _apply("pad", x, value, **attrs)
+        return apply("pad", x, value, **attrs)
     # a padding value per example: pad with zero, then put each example's value where the
     # padding went (a mask of the padded positions, from padding a block of True with False)
-    padded = _apply("pad", x, _zero_scalar(x), **attrs)
-    true = _apply("constant", value=np.ones((), bool))
-    inside = _apply("broadcast_in_dim", true, shape=x.shape, broadcast_dimensions=())
-    mask = _apply("pad", inside, _apply("constant", value=np.zeros((), bool)), **attrs)
-    fill = _apply("broadcast_in_dim", value, shape=padded.shape, broadcast_dimensions=(0,))
-    return _apply("select", mask, padded, fill)
+    padded = apply("pad", x, _zero_scalar(x), **attrs)
+    true = apply("constant", value=np.ones((), bool))
+    inside = apply("broadcast_in_dim", true, shape=x.shape, broadcast_dimensions=())
+    mask = apply("pad", inside, apply("constant", value=np.zeros((), bool)), **attrs)
+    fill = apply("broadcast_in_dim", value, shape=padded.shape, broadcast_dimensions=(0,))
+    return apply("select", mask, padded, fill)
 
 
 def _rand(rng, shape, dtype=np.float32):
@@ -349,7 +342,7 @@ OPS = [
         reference=lambda x, shape: x.reshape(tuple(shape)),
         emit=lambda em, node, x: em.simple("stablehlo.reshape", node, x),
         samples=_reshape_samples,
-        vjp=lambda ct, y, x, shape: (_apply("reshape", ct, shape=x.shape),),
+        vjp=lambda ct, y, x, shape: (apply("reshape", ct, shape=x.shape),),
         doc="Row-major reshape to ``shape`` (same number of elements).",
     ),
     OpDef(
@@ -434,7 +427,7 @@ OPS = [
             "stablehlo.reverse", node, x, attrs={"dimensions": i64_array(node.attr("dimensions"))}
         ),
         samples=_reverse_samples,
-        vjp=lambda ct, y, x, dimensions: (_apply("reverse", ct, dimensions=dimensions),),
+        vjp=lambda ct, y, x, dimensions: (apply("reverse", ct, dimensions=dimensions),),
         doc="Reverse the order of elements along ``dimensions``.",
     ),
 ]

@@ -19,6 +19,7 @@ from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .emit import sdy_mesh, sdy_sharding
+from .rules import apply
 
 
 def check_spec(shape: tuple[int, ...], mesh, spec, what: str = "sharding") -> None:
@@ -67,16 +68,12 @@ def _emit(em, node, x):
 
 
 def _vjp(ct, y, x, mesh, spec):
-    from ..tensor import apply
-
     # the cotangent of a constrained value is laid out the same way: the backward pass keeps
     # the partitioning the user asked for instead of leaving it to propagation
     return (apply("sharding_constraint", ct, mesh=mesh, spec=spec),)
 
 
 def _batch(batched, size, x, mesh, spec):
-    from ..tensor import apply
-
     # under kn.vmap the new batch axis is left unsplit (replicated); the example's axes keep
     # the layout the user asked for
     return apply("sharding_constraint", x, mesh=mesh, spec=((),) + tuple(spec))

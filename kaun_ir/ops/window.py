@@ -13,6 +13,7 @@ from .base import OpDef, Sample
 from .batching import by_loop, materialize
 from .emit import dense_literal, i64_array
 from .linalg import padding_literal
+from .rules import apply
 
 _KINDS = {
     "sum": ("stablehlo.add", np.add),
@@ -371,26 +372,18 @@ def _ss_samples(rng):
 # NaN inputs are not handled specially (a window whose maximum is NaN routes nothing).
 
 
-def _apply(op, *args, **attrs):
-    from ..tensor import apply  # lazily: the op table is imported by the tensor module
-
-    return apply(op, *args, **attrs)
-
-
 def _scalar(value, dtype):
-    return _apply("constant", value=np.asarray(value, dtype))
+    return apply("constant", value=np.asarray(value, dtype))
 
 
 def _full(value, shape, dtype):
     scalar = _scalar(value, dtype)
-    return (
-        _apply("broadcast_in_dim", scalar, shape=tuple(shape), broadcast_dimensions=()) if shape else scalar
-    )
+    return apply("broadcast_in_dim", scalar, shape=tuple(shape), broadcast_dimensions=()) if shape else scalar
 
 
 def _total(x):
     """Sum of all elements (a scalar)."""
-    return _apply("reduce", x, kind="sum", dimensions=tuple(range(x.ndim))) if x.ndim else x
+    return apply("reduce", x, kind="sum", dimensions=tuple(range(x.ndim))) if x.ndim else x
 
 
 def _padded(x, value, padding, dilations=None):
@@ -398,7 +391,7 @@ def _padded(x, value, padding, dilations=None):
     dilations = dilations or (1,) * x.ndim
     if all(d == 1 for d in dilations) and all(lo == 0 and hi == 0 for lo, hi in padding):
         return x
-    return _apply(
+    return apply(
         "pad",
         x,
         _scalar(value, x.dtype),
@@ -412,7 +405,7 @@ def _unpadded(ct, padding, dilations=None):
     """The cotangent of :func:`_padded`'s ``x`` from the cotangent of its result."""
     dilations = dilations or (1,) * ct.ndim
     if any(lo != 0 or hi != 0 for lo, hi in padding):
-        ct = _apply(
+        ct = apply(
             "pad",
             ct,
             _scalar(0, ct.dtype),
@@ -421,7 +414,7 @@ def _unpadded(ct, padding, dilations=None):
             interior=(0,) * ct.ndim,
         )
     if any(d != 1 for d in dilations):
-        ct = _apply(
+        ct = apply(
             "slice", ct, start_indices=(0,) * ct.ndim, limit_indices=ct.shape, strides=tuple(dilations)
         )
     return ct
@@ -436,7 +429,7 @@ def _taps(padded, window_dimensions, window_strides, window_dilations, out_shape
         yield (
             start,
             limit,
-            _apply("slice", padded, start_indices=start, limit_indices=limit, strides=tuple(window_strides)),
+            apply("slice", padded, start_indices=start, limit_indices=limit, strides=tuple(window_strides)),
         )
 
 
@@ -444,11 +437,11 @@ def _first_hits(taps, target, valid_taps=None):
     """Per tap, the mask of windows whose first element equal to ``target`` is this tap."""
     found = None
     for k, tap in enumerate(taps):
-        hit = _apply("compare", tap, target, direction="EQ")
+        hit = apply("compare", tap, target, direction="EQ")
         if valid_taps is not None:
-            hit = _apply("and", hit, valid_taps[k])
-        first = hit if found is None else _apply("and", hit, _apply("not", found))
-        found = hit if found is None else _apply("or", found, hit)
+            hit = apply("and", hit, valid_taps[k])
+        first = hit if found is None else apply("and", hit, apply("not", found))
+        found = hit if found is None else apply("or", found, hit)
         yield first
 
 
@@ -460,7 +453,7 @@ def _rw_sum_ct(ct, x, window_dimensions, window_strides, base_dilations, window_
         n_in, n_window, n_out = (n - 1) * b + 1, (w - 1) * d + 1, (m - 1) * s + 1
         before = n_window - lo - 1
         pads.append((before, n_in + n_window - 1 - n_out - before))
-    spread = _apply(
+    spread = apply(
         "pad",
         ct,
         _scalar(0, ct.dtype),
@@ -468,7 +461,7 @@ def _rw_sum_ct(ct, x, window_dimensions, window_strides, base_dilations, window_
         high=tuple(p for _, p in pads),
         interior=tuple(s - 1 for s in window_strides),
     )
-    return _apply(
+    return apply(
         "reduce_window",
         spread,
         _scalar(0, ct.dtype),
@@ -488,7 +481,7 @@ def _route_to_first_max(
     ``out`` (every window routed here with a nonzero ``ct`` has one)."""
     no_dilation = all(d == 1 for d in base_dilations) and all(d == 1 for d in window_dilations)
     if no_dilation and all(lo >= 0 and hi >= 0 for lo, hi in padding):
-        return _apply(
+        return apply(
             "select_and_scatter_add",
             x,
             ct,
@@ -504,8 +497,8 @@ def _route_to_first_max(
     taps = list(_taps(padded, window_dimensions, window_strides, window_dilations, ct.shape))
     total = None
     for (start, limit, _), first in zip(taps, _first_hits([t for _, _, t in taps], out)):
-        routed = _apply("select", first, ct, zeros)
-        back = _apply(
+        routed = apply("select", first, ct, zeros)
+        back = apply(
             "pad",
             routed,
             _scalar(0, ct.dtype),
@@ -513,7 +506,7 @@ def _route_to_first_max(
             high=tuple(n - lim for n, lim in zip(padded.shape, limit)),
             interior=tuple(s - 1 for s in window_strides),
         )
-        total = back if total is None else _apply("add", total, back)
+        total = back if total is None else apply("add", total, back)
     return _unpadded(total, padding, base_dilations)
 
 
@@ -535,16 +528,16 @@ def _rw_vjp(ct, out, x, init, *, kind, **window):
         init_ct = None
     else:
         zeros = _full(0, ct.shape, ct.dtype)
-        init_wins = _apply(
+        init_wins = apply(
             "compare",
             out,
-            _apply("broadcast_in_dim", init, shape=out.shape, broadcast_dimensions=()),
+            apply("broadcast_in_dim", init, shape=out.shape, broadcast_dimensions=()),
             direction="EQ",
         )
-        init_ct = _init_ct(init, _apply("select", init_wins, ct, zeros))
-        ct = _apply("select", init_wins, zeros, ct)
+        init_ct = _init_ct(init, apply("select", init_wins, ct, zeros))
+        ct = apply("select", init_wins, zeros, ct)
     if kind == "min":  # the first minimum of x is the first maximum of -x
-        x, out = _apply("negate", x), _apply("negate", out)
+        x, out = apply("negate", x), apply("negate", out)
     return _route_to_first_max(x, out, ct, **window), init_ct
 
 
@@ -552,7 +545,7 @@ def _ss_source_ct(ct, x, window_dimensions, window_strides, padding):
     """Per window, ``ct`` at the element select_and_scatter_add chose: the first real (not padding)
     element equal to the window's maximum."""
     ones = (1,) * x.ndim
-    best = _apply(
+    best = apply(
         "reduce_window",
         x,
         _scalar(-np.inf, x.dtype),
@@ -576,8 +569,8 @@ def _ss_source_ct(ct, x, window_dimensions, window_strides, padding):
     zeros = _full(0, out_shape, ct.dtype)
     total = None
     for ct_tap, first in zip(ct_taps, _first_hits(x_taps, best, valid)):
-        picked = _apply("select", first, ct_tap, zeros)
-        total = picked if total is None else _apply("add", total, picked)
+        picked = apply("select", first, ct_tap, zeros)
+        total = picked if total is None else apply("add", total, picked)
     return total
 
 
@@ -606,7 +599,7 @@ def _rw_batch(batched, size, x, init, **attrs):
         key: (1,) + tuple(attrs[key])
         for key in ("window_dimensions", "window_strides", "base_dilations", "window_dilations")
     }
-    return _apply(
+    return apply(
         "reduce_window", x, init, kind=attrs["kind"], padding=((0, 0),) + tuple(attrs["padding"]), **widened
     )
 
@@ -624,7 +617,7 @@ def _ss_batch(batched, size, x, source, init, window_dimensions, window_strides,
             padding=padding,
         )
     x, source = materialize([x, source], batched[:2], size)
-    return _apply(
+    return apply(
         "select_and_scatter_add",
         x,
         source,
