@@ -17,16 +17,13 @@ import numpy as np
 
 from . import _tree as tree
 from . import dtypes
-from .errors import KaunError
+from .errors import GradientError
 from .ir.builder import _STATE, Builder, current_builder, source_scope
 from .ir.clone import copy_nodes
 from .ir.core import Graph, Node, TensorType, Value
 from .ops import TABLE
+from .ops import rules as op_rules
 from .tensor import Tensor, apply
-
-
-class GradientError(KaunError, TypeError):
-    """A derivative was requested that does not exist (integer input, op without a derivative)."""
 
 
 def differentiable(t: TensorType) -> bool:
@@ -425,3 +422,8 @@ def _vjp_traced(f: Callable, primals: tuple, cotangent) -> tuple:
                 rebuilt.append(None)
         result.append(tree.unflatten(p_def, rebuilt))
     return tuple(result)
+
+
+# the rules of ops with regions apply this transformation to their sub-graphs; the op table sits
+# below this module, so it reaches it through a hook
+op_rules.install(gradient_graph=gradient_graph)

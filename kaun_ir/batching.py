@@ -25,6 +25,7 @@ from .ir.builder import Builder, current_builder
 from .ir.clone import copy_nodes
 from .ir.core import Graph, TensorType, Value
 from .ops import TABLE
+from .ops import rules as op_rules
 from .tensor import Tensor, apply, to_value
 
 
@@ -279,3 +280,8 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None
     inner.__name__ = f"vmap_{getattr(f, '__name__', 'f')}"
     inner.__doc__ = f"{getattr(f, '__name__', 'f')} mapped over a batch axis by kaun_ir's vmap."
     return op_function(inner)
+
+
+# the rules of ops with regions apply this transformation to their sub-graphs; the op table sits
+# below this module, so it reaches it through a hook
+op_rules.install(batch_graph=batch_graph)

@@ -273,27 +273,4 @@ class custom_jvp(_Custom):  # noqa: N801 - a decorator, named like jax's
         return tree.unflatten(out_def, list(outs))
 
 
-# ----------------------------------------------------------------------------- op-table samples
-
-
-def sample_regions(kind: str, x: np.ndarray) -> tuple[Graph, ...]:
-    """Regions of the op-table samples: softplus with a custom VJP (twice the true one), or with a
-    custom JVP."""
-    from . import numeric as n
-
-    def softplus(v):
-        return n.log1p(n.exp(-n.abs(v))) + n.maximum(v, 0.0)
-
-    t = TensorType(x.dtype, x.shape)
-    if kind == "vjp":
-        primal, _ = _trace_region(softplus, [t], "softplus_scaled", "primal")
-        fwd, _ = _trace_region(lambda v: [softplus(v), n.sigmoid(v)], [t], "softplus_scaled", "fwd")
-        # a rule that differs from the true derivative (twice it), linear in the cotangent
-        bwd, _ = _trace_region(lambda s, g: [g * s * 2.0], [t, t], "softplus_scaled", "bwd")
-        return primal, fwd, bwd
-    primal, _ = _trace_region(softplus, [t], "softplus", "primal")
-    rule, _ = _trace_region(lambda v, dv: [softplus(v), n.sigmoid(v) * dv], [t, t], "softplus", "jvp")
-    return primal, rule
-
-
 __all__ = ["custom_vjp", "custom_jvp", "CustomDerivativeError"]

@@ -13,6 +13,10 @@ class ShapeError(KaunError, ValueError):
     """An op got operands whose shapes it cannot take (names the op, the shapes, the layer path)."""
 
 
+class GradientError(KaunError, TypeError):
+    """A derivative was requested that does not exist (integer input, op without a derivative)."""
+
+
 class ParseError(KaunError, ValueError):
     """Textual IR that does not parse; carries ``line`` and ``column`` (1-based)."""
 

@@ -22,8 +22,12 @@ A batching rule is ``batch(batched, size, *operands, **attrs) -> outputs`` (``re
 passed too when the op carries sub-graphs). ``batched[i]`` says whether operand i carries the
 batch axis, always at axis 0 (an operand that does not carry it has its per-example shape);
 at least one operand is batched. The rule returns the op's outputs for the whole batch, every
-one with the batch axis at axis 0 (size ``size``). Rules build their result with other ops
-through ``kaun_ir.tensor.apply``; the helpers in ``ops/batching.py`` cover the common cases.
+one with the batch axis at axis 0 (size ``size``). The helpers in ``ops/batching.py`` cover the
+common cases.
+
+Every rule builds its result with other ops through :mod:`.rules` (``apply``, ``where``,
+``compare``, ``astype`` ..., on the table's own floor) and the arithmetic operators of the
+tensors it is handed; nothing in the op table imports the tracing surface above it.
 An op that cannot have a rule says why in ``nobatch`` (a test checks that every op declares
 exactly one of the two).
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from ..ir.core import TensorType
-from .rules import apply
+from .rules import apply, trace
 
 
 def bcast(x, size: int):
@@ -94,16 +94,15 @@ def example(x, index):
 
 
 def by_loop(name: str):
-    """A rule that applies the op to one example at a time inside a single ``while`` loop.
+    """A rule that applies the op to one example at a time inside a single loop (a ``scan`` over
+    the examples, as ``kn.fori_loop`` with static bounds builds it).
 
-    Exact for any op and constant in IR size, but sequential, and (like every ``while``) not
-    differentiable by reverse mode: used where a vectorised rule would need a form of the op
-    that StableHLO lacks (e.g. ``reduce_window`` with a different init value per example).
+    Exact for any op and constant in IR size, but sequential: used where a vectorised rule would
+    need a form of the op that StableHLO lacks (e.g. ``reduce_window`` with a different init
+    value per example).
     """
 
     def rule(batched, size, *args, regions=(), **attrs):
-        import kaun_ir as kn
-
         from . import TABLE
 
         opdef = TABLE[name]
@@ -115,9 +114,15 @@ def by_loop(name: str):
             accumulators.append(
                 apply("broadcast_in_dim", zero, shape=(size,) + t.shape, broadcast_dimensions=())
             )
+        # the loop body reads the operands as loop-invariant operands (batched ones first)
+        consts = [x for x, b in zip(args, batched) if b] + [x for x, b in zip(args, batched) if not b]
+        position = [k for k, b in enumerate(batched) if b] + [k for k, b in enumerate(batched) if not b]
 
-        def body(i, accs):
-            operands = [example(x, i) if b else x for x, b in zip(args, batched)]
+        def body(*inputs):
+            by_arg = dict(zip(position, inputs[: len(consts)]))
+            i, accs = inputs[len(consts)], inputs[len(consts) + 1 :]
+            following = i + np.int32(1)
+            operands = [example(by_arg[k], i) if b else by_arg[k] for k, b in enumerate(batched)]
             outs = apply(name, *operands, regions=tuple(regions), **attrs)
             outs = outs if isinstance(outs, tuple) else (outs,)
             zero = apply("constant", value=np.zeros((), np.int32))
@@ -125,11 +130,25 @@ def by_loop(name: str):
             for acc, out in zip(accs, outs):
                 block = apply("reshape", out, shape=(1,) + tuple(out.shape))
                 updated.append(apply("dynamic_update_slice", acc, block, i, *([zero] * out.ndim)))
-            return tuple(updated)
+            return [following, *updated]
 
-        result = kn.fori_loop(0, size, body, tuple(accumulators))
+        counter = TensorType(np.dtype(np.int32), ())
+        loop = trace(body, [x.type for x in consts] + [counter] + [a.type for a in accumulators], "body")
+        outs = apply(
+            "scan",
+            *consts,
+            np.int32(0),
+            *accumulators,
+            regions=(loop,),
+            num_consts=len(consts),
+            num_carry=1 + len(accumulators),
+            length=size,
+            reverse=False,
+            unroll=1,
+        )
+        result = outs[1:]
         return result if len(result) > 1 else result[0]
 
-    rule.__doc__ = f"Batching rule of {name}: one example at a time in a while loop."
+    rule.__doc__ = f"Batching rule of {name}: one example at a time in a loop."
     rule.by_loop = True  # the coverage report counts these separately
     return rule

@@ -8,6 +8,7 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
+from .rules import apply, batch_graph, inline, trace
 
 
 def _while_infer(*carried: TensorType, regions) -> tuple[TensorType, ...]:
@@ -46,14 +47,16 @@ def _while_emit(em, node, *operands):
 
 
 def _while_samples(rng):
-    from ..control import trace_loop_regions
-
     # count to 5 while doubling a vector
     x = rng.standard_normal(3).astype(np.float32)
-    cond, body = trace_loop_regions(lambda s: s[0] < 5, lambda s: (s[0] + 1, s[1] * 2.0), (np.int32(0), x))
+    types = [TensorType(np.dtype(np.int32), ()), TensorType(x.dtype, x.shape)]
+    cond = trace(lambda i, v: i < 5, types, "cond", record_source=False)
+    body = trace(lambda i, v: (i + 1, v * 2.0), types, "body", record_source=False)
     yield Sample((np.asarray(np.int32(0)), x), regions=(cond, body))
     # a loop that does not run
-    cond, body = trace_loop_regions(lambda s: s > 10.0, lambda s: s - 1.0, np.float32(3.0))
+    types = [TensorType(np.dtype(np.float32), ())]
+    cond = trace(lambda s: s > 10.0, types, "cond", record_source=False)
+    body = trace(lambda s: s - 1.0, types, "body", record_source=False)
     yield Sample((np.asarray(np.float32(3.0)),), regions=(cond, body))
 
 
@@ -65,11 +68,6 @@ def _while_batch(batched, size, *carried, regions):
     body makes it so (found by iterating to a fixed point). When the condition differs per
     example, the loop runs while any example's condition holds and an example whose condition
     is false keeps its values (a select per carried value), as ``jax.vmap`` does."""
-    from ..batching import batch_graph
-    from ..ir.builder import Builder
-    from ..ir.clone import copy_nodes
-    from ..tensor import Tensor, apply
-
     cond, body = regions
     flags = list(batched)
     while True:
@@ -97,24 +95,21 @@ def _while_batch(batched, size, *carried, regions):
     if pred_batched:
         types = [x.type for x in operands]
 
-        def inline(graph, builder, args):
-            env = {id(old): new.value for old, new in zip(graph.inputs, args)}
-            return [Tensor(v, builder) for v in copy_nodes(graph, env, builder.nodes)]
+        def any_example(*args):
+            (pred,) = inline(cond_b, args)
+            return apply("reduce", pred, kind="or", dimensions=(0,))
 
-        with Builder(record_source=False) as builder:
-            args = [Tensor(builder.add_input(t), builder) for t in types]
-            (pred,) = inline(cond_b, builder, args)
-            anyone = apply("reduce", pred, kind="or", dimensions=(0,))
-        any_cond = builder.finish([anyone.value], name="cond")
-        with Builder(record_source=False) as builder:
-            args = [Tensor(builder.add_input(t), builder) for t in types]
-            (pred,) = inline(cond_b, builder, args)
-            new = inline(body_b, builder, args)
+        def masked(*args):
+            (pred,) = inline(cond_b, args)
+            new = inline(body_b, args)
             kept = []
             for old, fresh in zip(args, new):
                 mask = apply("broadcast_in_dim", pred, shape=fresh.shape, broadcast_dimensions=(0,))
-                kept.append(apply("select", mask, fresh, old).value)
-        masked_body = builder.finish(kept, name="body")
+                kept.append(apply("select", mask, fresh, old))
+            return kept
+
+        any_cond = trace(any_example, types, "cond", record_source=False)
+        masked_body = trace(masked, types, "body", record_source=False)
         cond_b, body_b = any_cond, masked_body
     outs = apply("while", *operands, regions=(cond_b, body_b))
     outs = outs if isinstance(outs, tuple) else (outs,)

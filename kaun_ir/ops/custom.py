@@ -26,6 +26,8 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
+from .batching import materialize
+from .rules import apply, batch_graph, binary, gradient_graph, inline, trace, zeros
 
 
 def _types(values) -> str:
@@ -78,40 +80,20 @@ def _emit(em, node, *operands):
     return em.emit_graph(node.regions[0], list(operands))  # the primal, inline
 
 
-def _inline(graph, args):
-    """``graph`` copied into the active trace with ``args`` (Tensors) as its inputs."""
-    from ..ir.builder import current_builder
-    from ..ir.clone import copy_nodes
-    from ..tensor import Tensor, to_value
-
-    builder = current_builder()
-    env = {id(old): to_value(builder, a) for old, a in zip(graph.inputs, args)}
-    return [Tensor(v, builder) for v in copy_nodes(graph, env, builder.nodes)]
-
-
-def _zeros(t: TensorType):
-    from ..tensor import apply
-
-    zero = apply("constant", value=np.zeros((), t.dtype))
-    return apply("broadcast_in_dim", zero, shape=t.shape, broadcast_dimensions=()) if t.shape else zero
-
-
 def _vjp_forward(*operands, wrt, regions, name, num_outputs):
-    results = _inline(regions[1], operands)
+    results = inline(regions[1], operands)
     return results[:num_outputs], results[num_outputs:]
 
 
 def _vjp(cts, outs, *operands, regions, residuals, name, num_outputs):
     if num_outputs == 1:
         cts, outs = [cts], [outs]
-    cts = [c if c is not None else _zeros(o.type) for c, o in zip(cts, outs)]
-    results = _inline(regions[2], list(residuals) + list(cts))
+    cts = [c if c is not None else zeros(o.type) for c, o in zip(cts, outs)]
+    results = inline(regions[2], list(residuals) + list(cts))
     return tuple(r if dtypes.is_float(x.dtype) else None for r, x in zip(results, operands))
 
 
 def _jvp_vjp(cts, outs, *operands, regions, name):
-    from ..autodiff import gradient_graph
-
     if not isinstance(outs, (list, tuple)):  # one output: reverse mode passes it alone
         cts, outs = [cts], [outs]
     rule = regions[1]
@@ -123,18 +105,14 @@ def _jvp_vjp(cts, outs, *operands, regions, name):
     # the rule is linear in the tangents: its transpose at tangent zero maps output cotangents
     # to operand cotangents
     transposed = gradient_graph(rule, wrt=wrt, of=of, seed_inputs=True, keep_outputs=False)
-    tangents = [_zeros(x.type) for x in operands]
-    seeds = [cts[k - n_out] if cts[k - n_out] is not None else _zeros(outs[k - n_out].type) for k in of]
-    results = iter(_inline(transposed, list(operands) + tangents + seeds))
+    tangents = [zeros(x.type) for x in operands]
+    seeds = [cts[k - n_out] if cts[k - n_out] is not None else zeros(outs[k - n_out].type) for k in of]
+    results = iter(inline(transposed, list(operands) + tangents + seeds))
     return tuple(next(results) if dtypes.is_float(x.dtype) else None for x in operands)
 
 
 def _batch(op: str):
     def rule(batched, size, *operands, regions, **attrs):
-        from ..batching import batch_graph
-        from ..tensor import apply
-        from .batching import materialize
-
         operands = materialize(operands, batched, size)
         new_regions = tuple(batch_graph(r, [True] * len(r.inputs), size, force=True)[0] for r in regions)
         return apply(op, *operands, regions=new_regions, **attrs)
@@ -145,18 +123,32 @@ def _batch(op: str):
     return rule
 
 
-def _samples_vjp(rng):
-    from ..custom import sample_regions
+def _softplus(v):
+    return apply("log_plus_one", apply("exponential", -apply("abs", v))) + binary("maximum", v, 0.0)
 
+
+def _sample_regions(kind: str, x: np.ndarray) -> tuple:
+    """Regions of the samples: softplus with a custom VJP (twice the true one), or with a custom JVP."""
+    t = TensorType(x.dtype, x.shape)
+    if kind == "vjp":
+        primal = trace(_softplus, [t], "primal", record_source=False)
+        fwd = trace(lambda v: [_softplus(v), apply("logistic", v)], [t], "fwd", record_source=False)
+        # a rule that differs from the true derivative (twice it), linear in the cotangent
+        bwd = trace(lambda s, g: [g * s * 2.0], [t, t], "bwd", record_source=False)
+        return primal, fwd, bwd
+    primal = trace(_softplus, [t], "primal", record_source=False)
+    rule = trace(lambda v, dv: [_softplus(v), apply("logistic", v) * dv], [t, t], "jvp", record_source=False)
+    return primal, rule
+
+
+def _samples_vjp(rng):
     x = rng.uniform(-2, 2, (3, 4)).astype(np.float64)
-    yield Sample((x,), {"name": "softplus_scaled", "num_outputs": 1}, regions=sample_regions("vjp", x))
+    yield Sample((x,), {"name": "softplus_scaled", "num_outputs": 1}, regions=_sample_regions("vjp", x))
 
 
 def _samples_jvp(rng):
-    from ..custom import sample_regions
-
     x = rng.uniform(-2, 2, (2, 3)).astype(np.float64)
-    yield Sample((x,), {"name": "softplus"}, regions=sample_regions("jvp", x))
+    yield Sample((x,), {"name": "softplus"}, regions=_sample_regions("jvp", x))
 
 
 OPS = [

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .. import dtypes
-from ..errors import ShapeError
+from ..errors import GradientError, ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .emit import i64_array
@@ -858,8 +858,6 @@ def _general_scatter_vjp(ct, y, operand, indices, updates, kind, **dims):
         )
     if kind == "multiply":
         if not dims["unique_indices"]:
-            from ..autodiff import GradientError  # late: autodiff is built on the op table
-
             raise GradientError(
                 "scatter with kind='multiply' is differentiable only with unique_indices=True (as in XLA/JAX)"
             )

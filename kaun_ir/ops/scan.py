@@ -7,7 +7,7 @@ final carry followed by the ``ys`` stacked along a new leading axis of ``length`
 ``reverse`` the iterations visit ``length-1 .. 0`` (``ys[t]`` is still the output of step ``t``).
 ``unroll`` copies the body that many times per trip of the while loop.
 
-Reverse mode saves the body's residuals stacked per iteration (see ``kaun_ir.scan_grad``).
+Reverse mode saves the body's residuals stacked per iteration (see ``scan_vjp.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .emit import scalar_literal, tensor_type
+from .rules import apply, batch_graph, trace
+from .scan_vjp import scan_forward, scan_vjp
 
 _I32 = TensorType(dtypes.int32, ())
 
@@ -205,14 +207,16 @@ def _scan_emit(em, node, *operands):
 
 
 def _scan_samples(rng):
-    from ..control import scan_regions
-
     def f64(*shape):
         return rng.standard_normal(shape).astype(np.float64)
 
+    def typed(*shapes, dtype=np.float64):
+        return [TensorType(np.dtype(dtype), shape) for shape in shapes]
+
     # a running tanh recurrence with a weight matrix closed over (a const) and per-step outputs
     w = f64(3, 3)
-    body = scan_regions(_tanh_step, f64(3), f64(4, 3), consts=(w,))[0]
+    f64(3), f64(4, 3)  # drawn for the body's types once; kept so that the samples stay the same
+    body = trace(lambda w, h, x: _tanh_step(h, x, w), typed((3, 3), (3,), (3,)), "body")
     yield Sample(
         (w, f64(3), f64(4, 3)), {"num_consts": 1, "num_carry": 1, "length": 4}, regions=(body,), name="rnn"
     )
@@ -223,7 +227,9 @@ def _scan_samples(rng):
         name="rnn-reverse-unroll",
     )
     # an integer counter in the carry, a cumulative product, no scanned inputs
-    body = scan_regions(lambda c, _: ((c[0] + 1, c[1] * 1.5), c[1]), (np.int32(0), f64(2)), None, length=3)[0]
+    f64(2)
+    types = typed((), dtype=np.int32) + typed((2,))
+    body = trace(lambda count, prod: (count + 1, prod * 1.5, prod), types, "body")
     yield Sample(
         (np.asarray(np.int32(0)), f64(2)),
         {"num_consts": 0, "num_carry": 2, "length": 3},
@@ -231,7 +237,7 @@ def _scan_samples(rng):
         name="counter",
     )
     # float32, zero-length
-    body = scan_regions(lambda h, x: (h + x, h * x), np.float32(1), np.zeros((0,), np.float32))[0]
+    body = trace(lambda h, x: (h + x, h * x), typed((), (), dtype=np.float32), "body")
     yield Sample(
         (np.asarray(np.float32(1)), np.zeros((0,), np.float32)),
         {"num_consts": 0, "num_carry": 1, "length": 0},
@@ -241,31 +247,14 @@ def _scan_samples(rng):
 
 
 def _tanh_step(h, x, w):
-    from ..numeric import tanh
-
-    h = tanh(h @ w + x)
+    h = apply("tanh", h @ w + x)
     return h, h * 2.0
-
-
-def _scan_vjp(cts, outs, *inputs, **attrs):
-    from ..scan_grad import scan_vjp
-
-    return scan_vjp(cts, outs, *inputs, **attrs)
-
-
-def _scan_vjp_forward(*inputs, **attrs):
-    from ..scan_grad import scan_forward
-
-    return scan_forward(*inputs, **attrs)
 
 
 def _scan_batch(batched, size, *operands, regions, num_consts, num_carry, length, reverse=False, unroll=1):
     """The scan over the whole batch: the body is batched (a carry is batched when it starts
     batched or the body makes it so, found by iterating to a fixed point); scanned operands move
     their batch axis behind the loop axis, and stacked outputs move it back to axis 0."""
-    from ..batching import batch_graph
-    from ..tensor import apply
-
     (body,) = regions
     n_h = num_carry
     flags = list(batched)
@@ -325,8 +314,8 @@ OPS = [
         reference=_scan_reference,
         emit=_scan_emit,
         samples=_scan_samples,
-        vjp=_scan_vjp,
-        vjp_forward=_scan_vjp_forward,
+        vjp=scan_vjp,
+        vjp_forward=scan_forward,
         batch=_scan_batch,
         doc="Loop over the leading axis of stacked operands (lowered to one ``stablehlo.while``).",
     ),

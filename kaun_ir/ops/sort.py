@@ -10,6 +10,7 @@ from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .batching import unary_leading
+from .rules import apply, astype, full_like
 
 
 def _infer(x: TensorType, axis, descending, index_dtype):
@@ -104,15 +105,46 @@ def _emit(em, node, x):
 def _vjp(cts, outs, x, axis, descending, index_dtype):
     """The values' cotangent goes back to where each value came from: ``ct_x = take_along_axis(
     ct_values, argsort(indices))`` (the inverse permutation)."""
-    from ..indexing import take_along_axis
-    from ..tensor import apply
-
     ct_values = cts[0]
     if ct_values is None:
         return (None,)
     indices = outs[1]
     _, inverse = apply("sort", indices, axis=axis, descending=False, index_dtype=index_dtype)
-    return (take_along_axis(ct_values, inverse, axis=axis),)
+    return (_permute(ct_values, inverse, axis),)
+
+
+def _permute(x, permutation, axis: int):
+    """``x`` reordered along ``axis``: ``out[..., j, ...] = x[..., permutation[..., j, ...], ...]``
+    (``np.take_along_axis`` for a permutation of ``x``'s shape, so every index is in range)."""
+    shape = tuple(x.shape)
+    if 0 in shape:
+        return full_like(x, 0)
+    wide = {dtypes.int64, dtypes.uint32, dtypes.uint64}
+    dtype = dtypes.int64 if permutation.dtype in wide else dtypes.int32
+    permutation = astype(permutation, dtype)
+    # the full coordinate of every element: the permutation on ``axis``, its own position elsewhere
+    coords = []
+    for d in range(len(shape)):
+        if d == axis:
+            coords.append(permutation)
+        elif shape[d] == 1:
+            coords.append(full_like(permutation, 0))
+        else:
+            coords.append(apply("iota", dtype=dtype, shape=shape, dimension=d))
+    points = apply(
+        "concatenate", *[apply("reshape", c, shape=shape + (1,)) for c in coords], dimension=len(shape)
+    )
+    every = tuple(range(len(shape)))
+    return apply(
+        "gather",
+        x,
+        points,
+        offset_dims=(),
+        collapsed_slice_dims=every,
+        start_index_map=every,
+        index_vector_dim=len(shape),
+        slice_sizes=(1,) * len(shape),
+    )
 
 
 def _samples(rng):

@@ -20,13 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from . import dtypes
-from .autodiff import gradient_graph
-from .ir.builder import Builder
-from .ir.core import Graph, Node, TensorType, Value
-from .tensor import Tensor, apply
+from .. import dtypes
+from ..ir.builder import Builder
+from ..ir.core import Graph, Node, TensorType, Value
+from .rules import apply, gradient_graph, zeros
 
 
 @dataclass
@@ -47,6 +44,8 @@ def _is_float(t: TensorType) -> bool:
 
 
 def _plan(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -> _Plan:
+    from . import TABLE  # the table is assembled from this family's module, so not at import time
+
     n_in, n_out = len(body.inputs), len(body.outputs)
     types = body.input_types
     c_idx = range(num_consts)
@@ -130,7 +129,8 @@ def _plan(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -
             grads[len(diff_c) : len(diff_c) + len(float_h)],
             grads[len(diff_c) + len(float_h) :],
         )
-        new_sums = [apply("add", Tensor(s, builder), Tensor(g, builder)).value for s, g in zip(sums, g_c)]
+        add = TABLE["add"]
+        new_sums = [builder.add(add, [s, g], {})[0] for s, g in zip(sums, g_c)]
     backward = builder.finish(g_h + new_sums + g_x, name="body_vjp")
     return _Plan(
         forward,
@@ -146,14 +146,14 @@ def _plan(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -
 @dataclass
 class _Saved:
     plan: _Plan
-    residuals: list[Tensor]
+    residuals: list  # Tensors of the forward scan
 
 
 def _as_list(x) -> list:
     return list(x) if isinstance(x, (tuple, list)) else [x]
 
 
-def scan_forward(*inputs: Tensor, wrt, regions, num_consts, num_carry, length, reverse=False, unroll=1):
+def scan_forward(*inputs, wrt, regions, num_consts, num_carry, length, reverse=False, unroll=1):
     """The forward scan of reverse mode: the op's outputs plus the stacked residuals."""
     (body,) = regions
     plan = _plan(body, num_consts, num_carry, tuple(wrt))
@@ -173,15 +173,10 @@ def scan_forward(*inputs: Tensor, wrt, regions, num_consts, num_carry, length, r
     return outs[:n_primal], _Saved(plan, outs[n_primal:])
 
 
-def _zeros(t: TensorType) -> Tensor:
-    scalar = apply("constant", value=np.zeros((), t.dtype))
-    return apply("broadcast_in_dim", scalar, shape=t.shape, broadcast_dimensions=()) if t.shape else scalar
-
-
 def scan_vjp(
     cts,
     outs,
-    *inputs: Tensor,
+    *inputs,
     regions,
     num_consts,
     num_carry,
@@ -204,10 +199,10 @@ def scan_vjp(
         )
     plan = residuals.plan
     outs, cts = _as_list(outs), _as_list(cts)
-    cts = [c if c is not None else _zeros(o.type) for c, o in zip(cts, outs)]
+    cts = [c if c is not None else zeros(o.type) for c, o in zip(cts, outs)]
     consts = list(inputs[:num_consts])
     xs = list(inputs[num_consts + num_carry :])
-    carry_init = [cts[k] for k in plan.float_carry] + [_zeros(inputs[i].type) for i in plan.diff_consts]
+    carry_init = [cts[k] for k in plan.float_carry] + [zeros(inputs[i].type) for i in plan.diff_consts]
     ct_ys = [cts[num_carry + k] for k in plan.float_ys]
     result = _as_list(
         apply(
