@@ -28,8 +28,8 @@ import numpy as np
 
 from .. import dtypes
 from ..ir.builder import Builder, current_builder
-from ..ir.core import Graph, TensorType
 from ..ir.clone import copy_nodes
+from ..ir.core import Graph, TensorType
 
 # ------------------------------------------------------------------------------------- hooks
 
