@@ -70,6 +70,12 @@ def dense_literal(array: np.ndarray) -> str:
     return f"dense<{body}> : {tensor_type(t)}"
 
 
+def padding_literal(pairs) -> str:
+    """``dense<[[lo, hi], ...]> : tensor<Nx2xi64>`` (what StableHLO's window ops take)."""
+    rows = ", ".join(f"[{int(lo)}, {int(hi)}]" for lo, hi in pairs)
+    return f"dense<[{rows}]> : tensor<{len(pairs)}x2xi64>" if pairs else "dense<> : tensor<0x2xi64>"
+
+
 class Emitter:
     """Collects StableHLO lines for one function body; ops write through :meth:`op`."""
 

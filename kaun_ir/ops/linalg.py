@@ -11,7 +11,7 @@ from .. import dtypes
 from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
-from .emit import i64_array
+from .emit import i64_array, padding_literal
 from .linalg_batch import convolution_batch, dot_general_batch
 from .rules import apply
 
@@ -421,12 +421,6 @@ def _conv_letters(spec, first: str, second: str) -> str:
     for i, axis in enumerate(spec[2:]):
         letters[axis] = str(i)
     return f"[{', '.join(letters)}]"
-
-
-def padding_literal(pairs) -> str:
-    """``dense<[[lo, hi], ...]> : tensor<Nx2xi64>`` (what StableHLO's window ops take)."""
-    rows = ", ".join(f"[{int(lo)}, {int(hi)}]" for lo, hi in pairs)
-    return f"dense<[{rows}]> : tensor<{len(pairs)}x2xi64>" if pairs else "dense<> : tensor<0x2xi64>"
 
 
 def _conv_emit(em, node, lhs, rhs):

@@ -11,8 +11,7 @@ from ..errors import ShapeError
 from ..ir.core import TensorType
 from .base import OpDef, Sample
 from .batching import by_loop, materialize
-from .emit import dense_literal, i64_array
-from .linalg import padding_literal
+from .emit import dense_literal, i64_array, padding_literal
 from .rules import apply
 
 _KINDS = {
