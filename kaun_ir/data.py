@@ -638,12 +638,11 @@ class _Prefetch(Data):
 
 
 def _to_device(element: Any, device: Any) -> Any:
-    from .runtime import xla
+    from .runtime import compilation
 
-    target = device if device is not None else xla.default_device()
     leaves, treedef = _tree.flatten(element)
-    moved = [
-        xla.to_device(leaf, leaf.dtype, target) if isinstance(leaf, (np.ndarray, np.generic)) else leaf
+    moved = [  # device None: the runtime's default device
+        compilation.put(leaf, leaf.dtype, device) if isinstance(leaf, (np.ndarray, np.generic)) else leaf
         for leaf in leaves
     ]
     return _tree.unflatten(treedef, moved)

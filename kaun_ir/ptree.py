@@ -323,7 +323,7 @@ def zeros_like(t: Any) -> Any:
 
 
 def _concrete_zeros(leaf: Any) -> Any:
-    from .runtime import xla
+    from .runtime import compilation
     from .tensor import Tensor, type_of
     from .trace import ShapeDtype
 
@@ -334,7 +334,7 @@ def _concrete_zeros(leaf: Any) -> Any:
     else:
         ty = type_of(leaf)
         shape, dtype = ty.shape, ty.dtype
-    device = None
-    if xla.is_device_array(leaf):
+    device = None  # the runtime's default device, unless the leaf lives on one already
+    if compilation.is_device_array(leaf):
         device = next(builtins.iter(leaf.devices()))
-    return xla.to_device(np.zeros(shape, dtype), np.dtype(dtype), device or xla.default_device())
+    return compilation.put(np.zeros(shape, dtype), np.dtype(dtype), device)
