@@ -256,3 +256,23 @@ def test_transformer12_is_the_transformer():
         b.batch,
     )
     assert a.full["layers"] == 12 and a.full["dim"] == 256
+
+
+def test_gflops_and_the_matmul_microbenchmark():
+    """The step's FLOPs are the cost model's count (mlp_small small: three matmuls per dense
+    layer, forward and backward), GFLOP/s is FLOPs x steps/s, and the matmul rates are positive."""
+    from kaun_ir.tools import bench_flops
+
+    result = bench.bench_workload("mlp_small", steps=2, rounds=1, small=True, torch=False)
+    b, sizes = 8, (64, 128, 10)
+    matmuls = sum(2 * b * i * o for i, o in zip(sizes[:-1], sizes[1:]))
+    # forward, the weight gradients, and the input gradient of the second layer only
+    dense = 2 * matmuls + 2 * b * sizes[1] * sizes[2]
+    flops = result["gflop_per_step"] * 1e9
+    assert dense <= flops <= dense * 1.5  # plus element-wise work (ReLU, softmax, Adam)
+    entry = result["implementations"]["kaun_ir"]
+    assert entry["gflops"] == pytest.approx(flops * entry["steps_per_s"] / 1e9)
+    rates = bench_flops.matmul_rates(16, torch=TORCH_OK)
+    assert rates["xla"] > 0 and (rates["torch"] is None) != TORCH_OK
+    line = bench_flops.format_line(rates, [result])
+    assert "matmul 16x16x16" in line and "mlp_small" in line

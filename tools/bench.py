@@ -51,6 +51,11 @@ Measured per workload (``--workload``, default all):
    measured the same way for kaun_ir, JAX and PyTorch. For the XLA implementations the JSON
    adds XLA's compiled memory analysis of the step executable (``xla.total_bytes = argument +
    output + temp - alias``), also shown in the footer. Needs Linux's ``/proc``; n/a elsewhere.
+5. *GFLOP/s*: the step's FLOPs (kaun_ir's cost model over the optimised step graph, one count
+   for every row of a workload) times steps/s. Once per run, before the workloads
+   (``--matmul``, the default), XLA's own 1024^3 float32 matmul through kaun_ir's runtime and
+   ``torch.mm`` are timed; the footer sets the steps' GFLOP/s against them
+   (``kaun_ir.tools.bench_flops``).
 """
 
 from __future__ import annotations
@@ -67,7 +72,7 @@ from typing import Any
 
 import numpy as np
 
-from . import bench_compile
+from . import bench_compile, bench_flops
 from .bench_workloads import WORKLOADS, Workload, initial_params
 
 LOSS_RTOL = 1e-4
@@ -140,6 +145,13 @@ def add_parser(sub) -> None:
         choices=VARIANTS,
         help="add a kaun_ir[VARIANT] row: mixed precision (train.make(precision=...)) or "
         "rematerialisation (train.make(remat=...)); repeatable",
+    )
+    parser.add_argument(
+        "--matmul",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help=f"time XLA's {bench_flops.MATMUL_N}^3 float32 matmul through kaun_ir's runtime (and "
+        "torch.mm) once, to compare the steps' GFLOP/s with (default: on)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
@@ -714,10 +726,12 @@ def bench_workload(
             start = time.perf_counter()
             _run_calls(runner, steps // runner.steps_per_call)
             entries[impl]["steps_per_s_rounds"].append(steps / (time.perf_counter() - start))
+    flops = bench_flops.step_flops(runners["kaun_ir"]) if "kaun_ir" in runners else None
     del runners  # free the arrays before any child process runs
 
     for entry in entries.values():
         entry["steps_per_s"] = statistics.median(entry["steps_per_s_rounds"]) if rounds else None
+        entry["gflops"] = flops * entry["steps_per_s"] / 1e9 if flops and rounds else None
     ref = entries["jax"]
     for impl, entry in entries.items():
         entry["ratio_vs_jax"] = entry["steps_per_s"] / ref["steps_per_s"] if rounds else None
@@ -756,6 +770,7 @@ def bench_workload(
         "steps_per_call": steps_per_call,
         "small": small,
         "memory": memory,
+        "gflop_per_step": flops / 1e9 if flops else None,
         "order": schedule,
         "torch": torch_line if torch or not torch_ok else "not run (torch=False)",
         "implementations": entries,
@@ -785,12 +800,16 @@ def _fmt_seconds(value: float | None) -> str:
     return f"{value * 1e3:.0f} ms" if value < 1 else f"{value:.2f} s"
 
 
+def _fmt_gflops(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def format_table(results: list[dict]) -> str:
     """A Markdown table: one row per workload and implementation."""
     lines = [
         "| workload | implementation | steps/s | first step | peak memory | N | loss after N | "
-        "ratio vs JAX |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "ratio vs JAX | GFLOP/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         for impl, entry in r["implementations"].items():
@@ -799,14 +818,15 @@ def format_table(results: list[dict]) -> str:
             lines.append(
                 f"| {r['workload']} | {impl} | {_fmt_rate(entry['steps_per_s'])} | "
                 f"{_fmt_seconds(entry['first_step_s'])} | "
-                f"{_fmt_bytes(entry['peak_memory_bytes'])} | {r['steps']} | {loss} | {ratio} |"
+                f"{_fmt_bytes(entry['peak_memory_bytes'])} | {r['steps']} | {loss} | {ratio} | "
+                f"{_fmt_gflops(entry.get('gflops'))} |"
             )
     return "\n".join(lines)
 
 
-def format_footer(results: list[dict]) -> str:
+def format_footer(results: list[dict], matmul: dict | None = None) -> str:
     """Per workload: loss agreement, peak memory relative to JAX's and XLA's memory analysis;
-    then what the columns mean."""
+    the matmul microbenchmark against the steps' GFLOP/s; then what the columns mean."""
     lines = []
     for r in results:
         entries = r["implementations"]
@@ -857,6 +877,13 @@ def format_footer(results: list[dict]) -> str:
         )
     else:
         lines.append("peak memory: not measured (--no-memory).")
+    lines.append(
+        "GFLOP/s: the step's FLOPs (kaun_ir's cost model over the optimised step graph, the same "
+        "count for every row) times steps/s."
+    )
+    matmul_line = bench_flops.format_line(matmul, results)
+    if matmul_line:
+        lines.append(matmul_line)
     lines.append(f"PyTorch: {results[0]['torch'] if results else torch_status()[1]}")
     return "\n".join(lines)
 
@@ -899,6 +926,11 @@ def run(args) -> int:
             )
             return 2
         plan.append((name, steps, k))
+    matmul = None
+    if args.matmul and args.rounds:
+        matmul = bench_flops.matmul_rates(
+            bench_flops.MATMUL_SMALL_N if args.small else bench_flops.MATMUL_N, torch=torch_status()[0]
+        )
     results = []
     for i, (name, steps, k) in enumerate(plan):
         if sys.stderr.isatty():  # a full run takes minutes: say where it is
@@ -927,6 +959,7 @@ def run(args) -> int:
                     "loss_rtol": LOSS_RTOL,
                     "torch_loss_rtol": TORCH_LOSS_RTOL,
                     "torch": torch_status()[1],
+                    "matmul": matmul,
                     "results": results,
                     "ok": ok,
                 },
@@ -943,5 +976,5 @@ def run(args) -> int:
     print()
     print(format_table(results))
     print()
-    print(format_footer(results))
+    print(format_footer(results, matmul))
     return 0 if ok else 1
