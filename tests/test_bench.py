@@ -276,3 +276,15 @@ def test_gflops_and_the_matmul_microbenchmark():
     assert rates["xla"] > 0 and (rates["torch"] is None) != TORCH_OK
     line = bench_flops.format_line(rates, [result])
     assert "matmul 16x16x16" in line and "mlp_small" in line
+
+
+def test_closure_row_trains_like_the_explicit_row():
+    """``--variant closure``: a new loss closure per step over device-resident labels runs the
+    same arithmetic as the explicit-targets row, and after the first step takes the fast path."""
+    setup = bench.Setup("mlp_small", small=True)
+    explicit, closure = bench.make_runner("kaun_ir", setup), bench.make_runner("kaun_ir[closure]", setup)
+    assert closure.name == "kaun_ir[closure]" and closure.trainer.loss is None
+    for _ in range(3):
+        a, b = explicit.last_loss(explicit.call()), closure.last_loss(closure.call())
+        assert a == b
+    assert closure.state.cache.flat is not None  # the dispatch fast path is armed

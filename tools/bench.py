@@ -13,6 +13,10 @@ on the same fixed synthetic batches (8, cycled step by step) with the same optim
   ``train.make(..., precision=...)`` or ``train.make(..., remat=...)`` (docs/memory.md); their
   losses must agree with JAX's within ``MIXED_LOSS_RTOL`` (5e-2, products in 8 / 11 mantissa bits)
   or ``LOSS_RTOL`` (rematerialisation does not change the arithmetic);
+- ``kaun_ir[closure]`` (``--variant closure``): the path a user's loop writes, the Kaun closure
+  form: ``train.make`` without ``loss=`` and ``train.step(trainer, st, x, lambda logits:
+  loss.cross_entropy_sparse(logits, y))`` with a new closure every step over the batch's labels
+  (device arrays); the same executable as ``kaun_ir`` plus the closure's inspection per call;
 - ``jax``: the reference, ``jax.jit`` of the whole step (forward, ``jax.grad``, optax update)
   with parameters and optimiser state donated;
 - ``torch``: PyTorch eager, ``torch.optim.Adam`` / ``AdamW`` with optax's hyper-parameters and
@@ -84,7 +88,7 @@ FUSED_LOSS_RTOL = 1e-3
 #: kaun_ir[bfloat16] / kaun_ir[float16] vs JAX in float32: products in 8 / 11 mantissa bits
 MIXED_LOSS_RTOL = 5e-2
 #: ``--variant`` rows: kaun_ir trained with ``train.make(..., precision=...)`` or ``remat=...``
-VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots")
+VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure")
 SEED = 0
 #: distinct fixed batches, cycled step by step (one batch alone is memorised within ~20 steps,
 #: after which the loss is ~1e-4 and a relative comparison of it measures nothing)
@@ -143,8 +147,9 @@ def add_parser(sub) -> None:
         action="append",
         default=None,
         choices=VARIANTS,
-        help="add a kaun_ir[VARIANT] row: mixed precision (train.make(precision=...)) or "
-        "rematerialisation (train.make(remat=...)); repeatable",
+        help="add a kaun_ir[VARIANT] row: mixed precision (train.make(precision=...)), "
+        "rematerialisation (train.make(remat=...)) or the closure form of the loss (closure); "
+        "repeatable",
     )
     parser.add_argument(
         "--matmul",
@@ -228,6 +233,8 @@ def _kaun_trainer(setup: Setup, variant: str | None = None):
     from kaun_ir import loss, train
 
     options = {}
+    if variant == "closure":  # the Kaun closure form: no loss=, a loss closure per step
+        return train.make(setup.workload.kaun_model(setup.cfg), _kaun_optimizer(setup.workload.optimizer))
     if variant in ("bfloat16", "float16"):
         options["precision"] = variant
     elif variant is not None:
@@ -282,11 +289,15 @@ class KaunRunner:
         ]
         self.count = 0
         self._step = train.step
+        self._closure = variant == "closure"
 
     def call(self):
         x, y = self.batches[self.count % NUM_BATCHES]
         self.count += 1
-        value, self.state = self._step(self.trainer, self.state, x, y)
+        if self._closure:  # as a user's loop writes it: a new closure over the batch's labels
+            value, self.state = self._step(self.trainer, self.state, x, _closure_loss(y))
+        else:
+            value, self.state = self._step(self.trainer, self.state, x, y)
         return value
 
     @staticmethod
@@ -295,6 +306,14 @@ class KaunRunner:
 
     def memory_analysis(self) -> dict | None:
         return _kaun_memory_analysis(self.trainer.cache.step)
+
+
+def _closure_loss(y):
+    """``lambda logits: loss.cross_entropy_sparse(logits, y)``: the closure form's loss, holding
+    the batch's labels (a device array) in its closure."""
+    from kaun_ir import loss
+
+    return lambda logits: loss.cross_entropy_sparse(logits, y)
 
 
 def _kaun_memory_analysis(compiled) -> dict | None:
@@ -745,6 +764,7 @@ def bench_workload(
             variant_name("float16"): MIXED_LOSS_RTOL,
             variant_name("remat=nothing"): LOSS_RTOL,
             variant_name("remat=dots"): LOSS_RTOL,
+            variant_name("closure"): LOSS_RTOL,
         }.get(impl, FUSED_LOSS_RTOL)
         entry["loss_agrees"] = bool(entry["loss_rel_diff_vs_jax"] <= entry["loss_rtol"])
         entry["memory"] = None
@@ -860,7 +880,8 @@ def format_footer(results: list[dict], matmul: dict | None = None) -> str:
     lines.append(
         f"relative loss tolerances: kaun_ir {LOSS_RTOL:.0e}, kaun_ir[K] {FUSED_LOSS_RTOL:.0e}, "
         f"torch {TORCH_LOSS_RTOL:.0e}, kaun_ir[bfloat16|float16] {MIXED_LOSS_RTOL:.0e}, "
-        f"kaun_ir[remat=...] {LOSS_RTOL:.0e}. steps/s: median of the rounds; ratio: steps/s over JAX's."
+        f"kaun_ir[remat=...|closure] {LOSS_RTOL:.0e}. "
+        "steps/s: median of the rounds; ratio: steps/s over JAX's."
     )
     where = (
         "in a fresh process"
