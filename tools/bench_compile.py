@@ -9,9 +9,11 @@ side pays for starting XLA; the first step is the first compilation of its kind 
 
 Reported per case: the nodes kaun_ir traced and kept after the passes, seconds per stage, nodes
 per second of our own stages (trace + passes + lowering), the whole first step of each side
-and their ratio, and the size of the module each side hands to XLA (StableHLO ops). With
-``KAUN_IR_CACHE_DIR`` set, the XLA stage of a repeated run is a load from the persistent cache
-(the stage is then named ``xla-load``).
+and their ratio, the process CPU seconds (all threads) of each first step and their ratio (the
+figure to compare on a shared machine, where wall time depends on the other jobs), and the size of
+the module each side hands to XLA (StableHLO ops). With ``KAUN_IR_CACHE_DIR`` set, a repeated run
+reads the pass pipeline's result (stage ``pass-cache``, shown as "(cache)" in the passes column)
+and loads the XLA executable (stage ``xla-load``) from the persistent cache.
 """
 
 from __future__ import annotations
