@@ -33,6 +33,7 @@ class Parser(argparse.ArgumentParser):
     """argparse with one-line usage errors (exit status 2) that point at ``--help``."""
 
     def error(self, message):
+        """Exit with status 2 and one line naming the problem and pointing at ``--help``."""
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
@@ -98,6 +99,7 @@ def describe(err: BaseException) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run ``kaun-ir`` with ``argv`` (default: the process's arguments); returns the exit status."""
     global DEBUG
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG = "--debug" in argv

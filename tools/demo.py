@@ -21,6 +21,7 @@ from kaun_ir.fileio import atomic_write
 
 
 def add_parser(sub) -> None:
+    """Add the ``demo`` command to the ``kaun-ir`` sub-parsers ``sub``."""
     parser = sub.add_parser(
         "demo",
         help="train an MLP and a CNN on digits (or, with 'lm', a char-level GPT on Shakespeare)",
@@ -128,6 +129,7 @@ def _train(name, model, splits, args, out):
 
 
 def run(args) -> int:
+    """Run ``kaun-ir demo`` (or ``demo lm``) with the parsed ``args``; returns the exit status."""
     if args.which == "lm":
         from . import demo_lm
 

@@ -16,6 +16,7 @@ import numpy as np
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add the options of ``kaun-ir demo lm`` to the demo's ``parser``."""
     group = parser.add_argument_group("demo lm (character-level GPT on Shakespeare)")
     group.add_argument(
         "--seconds", type=float, default=60.0, help="training time budget (default: %(default)s)"
@@ -42,12 +43,14 @@ class Vocabulary:
         self.index = {c: i for i, c in enumerate(self.chars)}
 
     def encode(self, text: str) -> np.ndarray:
+        """The character ids of ``text``; ``ValueError`` naming characters the corpus lacks."""
         unknown = sorted(set(text) - set(self.index))
         if unknown:
             raise ValueError(f"characters not in the corpus: {''.join(unknown)!r}")
         return np.array([self.index[c] for c in text], np.int32)
 
     def decode(self, ids) -> str:
+        """The text of a sequence of character ids."""
         return "".join(self.chars[int(i)] for i in ids)
 
 
@@ -68,6 +71,7 @@ class _Windows:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Train the character-level GPT on Shakespeare for the time budget and print a sample."""
     import kaun_ir as kn
     from kaun_ir.models import DecoderConfig, decoder
 

@@ -34,6 +34,7 @@ STAGE_FILES = {
 
 
 def add_parser(sub) -> None:
+    """Add the ``dump`` command to the ``kaun-ir`` sub-parsers ``sub``."""
     parser = sub.add_parser(
         "dump",
         help="print a model's IR at one stage, write all stages, or report statistics",
@@ -168,6 +169,9 @@ def statistics(subject, graph) -> dict:
 
 
 def format_statistics(name: str, stage: str, stats: dict) -> str:
+    """The report of ``kaun-ir dump --stats`` for one stage: node and parameter counts, estimated
+    FLOPs and bytes, the ops, shardings and collectives, and nodes, FLOPs and bytes per top-level
+    layer."""
     lines = [f"{name} ({stage}): {stats['nodes']} nodes"]
     what = "parameters" if stats["parameters_known"] else "inputs (parameters unknown)"
     lines.append(
@@ -228,6 +232,7 @@ def write_all(subject, directory: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``kaun-ir dump`` with the parsed ``args``; returns the exit status."""
     from kaun_ir.errors import KaunError
 
     try:

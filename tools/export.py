@@ -21,6 +21,7 @@ from .dump import add_spec_arguments, error
 
 
 def add_parser(sub) -> None:
+    """Add the ``export`` command to the ``kaun-ir`` sub-parsers ``sub``."""
     parser = sub.add_parser(
         "export",
         help="write a model as StableHLO (.mlir text or .mlirbc portable artifact)",
@@ -44,6 +45,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``kaun-ir export`` with the parsed ``args``; returns the exit status."""
     from kaun_ir import runtime
     from kaun_ir.errors import KaunError
 

@@ -16,6 +16,7 @@ import sys
 
 
 def add_parser(sub) -> None:
+    """Add the ``import`` command to the ``kaun-ir`` sub-parsers ``sub``."""
     parser = sub.add_parser(
         "import",
         help="import a StableHLO module (.mlir/.mlirbc) as textual IR (.kir)",
@@ -36,6 +37,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``kaun-ir import`` with the parsed ``args``; returns the exit status."""
     from kaun_ir.errors import KaunError
     from kaun_ir.fileio import atomic_write
     from kaun_ir.ir import from_stablehlo

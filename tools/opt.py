@@ -13,6 +13,7 @@ import sys
 
 
 def add_parser(sub) -> None:
+    """Add the ``opt`` command to the ``kaun-ir`` sub-parsers ``sub``."""
     parser = sub.add_parser(
         "opt",
         help="run a pass pipeline over textual IR (.kir) or imported StableHLO (.mlir/.mlirbc)",
@@ -107,6 +108,7 @@ def load_module(spec: str):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``kaun-ir opt`` with the parsed ``args``; returns the exit status."""
     from kaun_ir import passes
     from kaun_ir.errors import KaunError
     from kaun_ir.ir import parse

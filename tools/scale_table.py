@@ -168,6 +168,8 @@ def table(rows: list[dict]) -> str:
 
 
 def main(argv=None) -> int:
+    """Print the table described above for the options in ``argv`` (default: the process's
+    arguments); returns the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m kaun_ir.tools.scale_table",
         description=__doc__,

@@ -41,6 +41,7 @@ FORMATS = (".dot", ".svg", ".png", ".json", ".html")
 
 
 def add_parser(sub) -> None:
+    """Add the ``viz`` command to the ``kaun-ir`` sub-parsers ``sub``."""
     parser = sub.add_parser(
         "viz",
         help="draw a model's IR graph (.dot, .svg, .png, .json, .html)",
@@ -269,6 +270,7 @@ def render(
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``kaun-ir viz`` with the parsed ``args``; returns the exit status."""
     from kaun_ir.errors import KaunError
 
     from .viz_html import render_diff_html

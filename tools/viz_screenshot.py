@@ -86,6 +86,7 @@ def screenshot(
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Write a PNG of the interactive page of a model (a headless Chromium through Playwright)."""
     from . import cli
 
     parser = argparse.ArgumentParser(

@@ -187,6 +187,7 @@ def cost_color(value: float, lo: float, hi: float) -> str:
 
 
 def is_dark(color: str) -> bool:
+    """Whether a ``#rrggbb`` colour is dark enough to need white text."""
     r, g, b = (int(color[i : i + 2], 16) for i in (1, 3, 5))
     return 0.299 * r + 0.587 * g + 0.114 * b < 120
 
@@ -219,6 +220,7 @@ def cost_overlay(graph, metric: str) -> dict:
 
 
 def group_colors(model: dict) -> dict[str, str]:
+    """A fill colour per top-level layer group of the drawing, in first-use order."""
     groups = []
     for n in model["nodes"]:
         if n["group"] and n["group"] not in groups:
