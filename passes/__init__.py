@@ -22,6 +22,7 @@ from . import (  # noqa: F401  (forward mode and batching, see docs/transforms.m
     lower_pool,
     mixed_precision,
     remat,
+    split_kernel_gradient,
     vmap,
     winograd_conv,
 )  # noqa: F401

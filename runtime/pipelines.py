@@ -23,8 +23,9 @@ DEFAULT_JIT_PIPELINE = "canonicalize,fold,cse,dce"
 #: any backend; the default actually used is :func:`default_train_pipeline`.
 DEFAULT_TRAIN_PIPELINE = "canonicalize,fold,cse,dce"
 #: Appended to the defaults on XLA CPU: convolution chains in NHWC, tiling pooling windows as
-#: slices + elementwise ops (``kaun-ir bench -w cnn``: about 3x the steps/s; docs/passes.md).
-CPU_CONVOLUTION_PASSES = "layout{prefer=nhwc},lower-pool,cse,dce"
+#: slices + elementwise ops (``kaun-ir bench -w cnn``: about 3x the steps/s; docs/passes.md),
+#: kernel gradients with a large cotangent split by batch (about 1.3x more; docs/performance.md).
+CPU_CONVOLUTION_PASSES = "layout{prefer=nhwc},lower-pool,split-kernel-gradient,cse,dce"
 #: The defaults per backend (``kaun_ir.runtime.backend_name()``); others get the DEFAULT_* above.
 BACKEND_JIT_PIPELINES = {"cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES}"}
 BACKEND_TRAIN_PIPELINES = {"cpu": f"{DEFAULT_TRAIN_PIPELINE},{CPU_CONVOLUTION_PASSES}"}
