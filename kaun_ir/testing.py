@@ -12,6 +12,9 @@ central finite differences of the reference in float64 (or against ``jax.vjp`` o
 when given); forward mode (derived from the VJP) the same way; and the batching rule against
 the reference run once per example. A failed check raises ``AssertionError`` naming the op,
 the sample and the check.
+
+This is a test helper: ``jax_fn`` is an independent oracle, and JAX's ``vjp``/``jvp`` run only
+here, on that oracle, never on the path kaun_ir compiles and executes.
 """
 
 from __future__ import annotations

@@ -52,6 +52,7 @@ rewrite counters ``rewrites applied by <rule>``.
 
 from __future__ import annotations
 
+from kaun_ir.ir import cost
 from kaun_ir.ir.core import Graph, Node, Value
 
 from .canonicalize import RULES as CANONICAL_RULES
@@ -70,47 +71,9 @@ from .target import backend
 # GPU: not measured here; XLA GPU's usual answer is NHWC for f16/bf16 and about neutral for f32.
 AUTO_LAYOUT = {"cpu": ("nhwc", "nchw"), "gpu": ("nhwc", "nhwc"), "tpu": ("nhwc", "nhwc")}
 
-# Shape-preserving ops applied element by element (operands of the result's shape, or scalars).
-ELEMENTWISE = {
-    "negate",
-    "abs",
-    "sign",
-    "exponential",
-    "exponential_minus_one",
-    "log",
-    "log_plus_one",
-    "sqrt",
-    "rsqrt",
-    "tanh",
-    "logistic",
-    "sine",
-    "cosine",
-    "floor",
-    "ceil",
-    "round_nearest_even",
-    "erf",
-    "not",
-    "add",
-    "subtract",
-    "multiply",
-    "divide",
-    "power",
-    "maximum",
-    "minimum",
-    "remainder",
-    "atan2",
-    "and",
-    "or",
-    "xor",
-    "shift_left",
-    "shift_right_logical",
-    "shift_right_arithmetic",
-    "compare",
-    "select",
-    "clamp",
-    "convert",
-    "stop_gradient",
-}
+# Shape-preserving ops applied element by element (operands of the result's shape, or scalars):
+# the cost model's element-wise ops, and stop_gradient.
+ELEMENTWISE = cost.ELEMENTWISE | {"stop_gradient"}
 
 
 # ----------------------------------------------------------------------------- permutations

@@ -3,46 +3,48 @@
 
 from __future__ import annotations
 
-# ops whose cost is one FLOP per output element
-_ELEMENTWISE = {
-    "negate",
-    "abs",
-    "sign",
-    "exponential",
-    "exponential_minus_one",
-    "log",
-    "log_plus_one",
-    "sqrt",
-    "rsqrt",
-    "tanh",
-    "logistic",
-    "sine",
-    "cosine",
-    "floor",
-    "ceil",
-    "round_nearest_even",
-    "erf",
-    "not",
-    "add",
-    "subtract",
-    "multiply",
-    "divide",
-    "power",
-    "maximum",
-    "minimum",
-    "remainder",
-    "atan2",
-    "and",
-    "or",
-    "xor",
-    "shift_left",
-    "shift_right_logical",
-    "shift_right_arithmetic",
-    "compare",
-    "select",
-    "clamp",
-    "convert",
-}
+# ops applied element by element, one FLOP per output element (the layout pass moves them too)
+ELEMENTWISE = frozenset(
+    {
+        "negate",
+        "abs",
+        "sign",
+        "exponential",
+        "exponential_minus_one",
+        "log",
+        "log_plus_one",
+        "sqrt",
+        "rsqrt",
+        "tanh",
+        "logistic",
+        "sine",
+        "cosine",
+        "floor",
+        "ceil",
+        "round_nearest_even",
+        "erf",
+        "not",
+        "add",
+        "subtract",
+        "multiply",
+        "divide",
+        "power",
+        "maximum",
+        "minimum",
+        "remainder",
+        "atan2",
+        "and",
+        "or",
+        "xor",
+        "shift_left",
+        "shift_right_logical",
+        "shift_right_arithmetic",
+        "compare",
+        "select",
+        "clamp",
+        "convert",
+    }
+)
 # ops with one FLOP per *input* element (reductions)
 _REDUCTIONS = {"reduce", "argmax", "argmin"}
 
@@ -76,7 +78,7 @@ def node_cost(node) -> tuple[int, int]:
         for axis in spec[2:]:
             window *= rhs[axis]
         flops = 2 * out_elems * window * rhs[spec[1]]  # the kernel's input dim is C_in / groups
-    elif op in _ELEMENTWISE:
+    elif op in ELEMENTWISE:
         flops = out_elems
     elif op in _REDUCTIONS:
         flops = node.inputs[0].type.size
