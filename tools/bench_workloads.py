@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import bench_resnet
+from . import bench_resnet, bench_rnn
 
 # ------------------------------------------------------------------------------ kaun_ir models
 
@@ -400,6 +400,20 @@ WORKLOADS: dict[str, Workload] = {
             ("adamw", 1e-3, 0.01),
             full={"layers": 12, "dim": 256, "heads": 8, "seq": 64, "batch": 4, "vocab": 512},
             small={"layers": 2, "dim": 16, "heads": 4, "seq": 8, "batch": 2, "vocab": 32},
+            steps=8,
+            steps_per_call=0,
+        ),
+        Workload(
+            "lstm",
+            "LSTM language model: embedding 128, 2 LSTM layers of 256, dense to vocab 512 per "
+            "position (next-token loss); seq 64, batch 32, Adam 1e-3",
+            bench_rnn.kaun_model,
+            bench_rnn.jax_forward,
+            bench_rnn.torch_forward,
+            _token_batch,
+            ("adam", 1e-3),
+            full={"vocab": 512, "dim": 128, "hidden": 256, "layers": 2, "seq": 64, "batch": 32},
+            small={"vocab": 32, "dim": 8, "hidden": 16, "layers": 2, "seq": 6, "batch": 2},
             steps=8,
             steps_per_call=0,
         ),
