@@ -14,6 +14,7 @@ from . import (  # noqa: F401  (forward mode and batching, see docs/transforms.m
     check_finite,
     cse,
     dce,
+    dot_operand_order,
     fold,
     fuse_optimizer,
     jvp,

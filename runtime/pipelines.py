@@ -26,9 +26,12 @@ DEFAULT_TRAIN_PIPELINE = "canonicalize,fold,cse,dce"
 #: slices + elementwise ops (``kaun-ir bench -w cnn``: about 3x the steps/s; docs/passes.md),
 #: kernel gradients with a large cotangent split by batch (about 1.3x more; docs/performance.md).
 CPU_CONVOLUTION_PASSES = "layout{prefer=nhwc},lower-pool,split-kernel-gradient,cse,dce"
+#: Appended after those on XLA CPU: products whose larger operand XLA would transpose computed
+#: the other way round (``kaun-ir bench -w transformer``: about 1.15x; docs/performance.md).
+CPU_DOT_PASSES = "dot-operand-order,cse,dce"
 #: The defaults per backend (``kaun_ir.runtime.backend_name()``); others get the DEFAULT_* above.
-BACKEND_JIT_PIPELINES = {"cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES}"}
-BACKEND_TRAIN_PIPELINES = {"cpu": f"{DEFAULT_TRAIN_PIPELINE},{CPU_CONVOLUTION_PASSES}"}
+BACKEND_JIT_PIPELINES = {"cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}"}
+BACKEND_TRAIN_PIPELINES = {"cpu": f"{DEFAULT_TRAIN_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}"}
 #: Environment variables that override the defaults (read each time something is compiled).
 JIT_PIPELINE_ENV = "KAUN_IR_PIPELINE"
 TRAIN_PIPELINE_ENV = "KAUN_IR_TRAIN_PIPELINE"
@@ -81,6 +84,7 @@ __all__ = [
     "BACKEND_JIT_PIPELINES",
     "BACKEND_TRAIN_PIPELINES",
     "CPU_CONVOLUTION_PASSES",
+    "CPU_DOT_PASSES",
     "DEFAULT_JIT_PIPELINE",
     "DEFAULT_TRAIN_PIPELINE",
     "JIT_PIPELINE_ENV",

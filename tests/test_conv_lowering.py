@@ -454,11 +454,14 @@ def test_lower_conv_leaves_other_convolutions_alone():
 
 def test_default_pipelines_per_backend():
     cpu = pipelines.default_train_pipeline("cpu")
-    assert cpu == f"{pipelines.DEFAULT_TRAIN_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES}"
+    assert (
+        cpu
+        == f"{pipelines.DEFAULT_TRAIN_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES},{pipelines.CPU_DOT_PASSES}"
+    )
     assert "lower-pool" in cpu and "layout{prefer=nhwc}" in cpu and "lower-conv" not in cpu
     assert (
         pipelines.default_jit_pipeline("cpu")
-        == f"{pipelines.DEFAULT_JIT_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES}"
+        == f"{pipelines.DEFAULT_JIT_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES},{pipelines.CPU_DOT_PASSES}"
     )
     for backend in ("gpu", "tpu"):
         assert pipelines.default_train_pipeline(backend) == pipelines.DEFAULT_TRAIN_PIPELINE

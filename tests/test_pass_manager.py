@@ -593,7 +593,7 @@ def test_jit_default_pipeline_env_override_and_explicit(monkeypatch):
     assert pipelines.default_jit_pipeline("gpu") == pipelines.DEFAULT_JIT_PIPELINE
     assert (
         pipelines.default_jit_pipeline("cpu")
-        == f"{pipelines.DEFAULT_JIT_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES}"
+        == f"{pipelines.DEFAULT_JIT_PIPELINE},{pipelines.CPU_CONVOLUTION_PASSES},{pipelines.CPU_DOT_PASSES}"
     )
     exe = kn.jit(_dup_fn).executable(x)
     assert exe.pipeline == pipelines.default_jit_pipeline() and exe.graph.op_counts()["exponential"] == 1

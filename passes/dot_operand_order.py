@@ -1,0 +1,112 @@
+"""``dot-operand-order``: swap a ``dot_general``'s operands when that makes XLA copy less.
+
+XLA's CPU backend runs every ``dot_general`` as a matrix product ``[batch, M, K] x [batch, K, N]``:
+the left operand laid out as batch axes, free axes, contracting axes, the right one as batch axes,
+contracting axes, free axes (each group in the order the dimension numbers give). An operand
+stored in another axis order is first copied into that order by a transposing loop. Reverse mode
+produces exactly such products: the weight gradient of ``x @ w`` over activations ``[B, T, F]`` is
+``dot_general(x, dy)`` contracting ``(0, 1)`` with ``(0, 1)``, so XLA transposes the whole
+activation ``x`` (``[F, B*T]``), and when ``x`` is the output of an element-wise chain (the
+transformer's GELU) the copy is fused with it into a loop that walks the input with a stride of
+one row and runs far below memory speed (6-7 ms of CPU time per block at the ``transformer``
+workload's sizes, a quarter of the step's; docs/performance.md, transformer section).
+
+The same product is ``transpose(dot_general(dy, x))``: then XLA transposes ``dy`` instead, and
+the (small) result. This pass counts, for each ``dot_general``, the elements XLA would copy in
+both orders (an operand already in its role's order costs nothing; a swapped product adds its
+result's size, since the result is transposed back) and swaps the operands when that copies at
+least ``min_ratio`` times fewer elements. Bit-exact: every product is computed with the same
+sums, only the operand roles change (the tests compare bits).
+
+Size-1 axes are ignored when deciding whether an operand is in order (a copy of them is a
+bitcast). Option ``min_ratio`` (float, default 2.0). Statistic: ``dot products swapped``.
+"""
+
+from __future__ import annotations
+
+from kaun_ir.ir.core import Graph, Node, Value
+
+from .lower_conv import PassOptionError
+from .registry import register, statistic
+from .rewrite import Rewriter, RuleTable, apply_rules
+
+
+def _in_order(value: Value, axes: tuple[int, ...]) -> bool:
+    """Whether reading ``value`` with its axes in the order ``axes`` needs no copy."""
+    kept = [a for a in axes if value.shape[a] != 1]
+    return kept == sorted(kept)
+
+
+def _roles(value: Value, batch, contracting, lhs: bool) -> tuple[int, ...]:
+    free = tuple(a for a in range(len(value.shape)) if a not in batch and a not in contracting)
+    return tuple(batch) + (free + tuple(contracting) if lhs else tuple(contracting) + free)
+
+
+def copied_elements(lhs: Value, rhs: Value, attrs: dict) -> int:
+    """Elements XLA CPU copies to bring ``dot_general(lhs, rhs, **attrs)``'s operands into the
+    ``[batch, M, K] x [batch, K, N]`` order."""
+    total = 0
+    if not _in_order(lhs, _roles(lhs, attrs["lhs_batch"], attrs["lhs_contracting"], True)):
+        total += lhs.type.size
+    if not _in_order(rhs, _roles(rhs, attrs["rhs_batch"], attrs["rhs_contracting"], False)):
+        total += rhs.type.size
+    return total
+
+
+def _swap(node: Node, rw: Rewriter, min_ratio: float):
+    a = node.attr_dict
+    lhs, rhs = node.inputs
+    out = node.outputs[0]
+    now = copied_elements(lhs, rhs, a)
+    if now == 0:
+        return None
+    swapped_attrs = dict(
+        a,
+        lhs_batch=a["rhs_batch"],
+        rhs_batch=a["lhs_batch"],
+        lhs_contracting=a["rhs_contracting"],
+        rhs_contracting=a["lhs_contracting"],
+    )
+    # the swapped result is [batch, rhs free, lhs free]; transposing it back costs its size
+    # unless the transpose only moves size-1 axes
+    nb = len(a["lhs_batch"])
+    n_lhs_free = len(lhs.shape) - nb - len(a["lhs_contracting"])
+    n_rhs_free = len(rhs.shape) - nb - len(a["rhs_contracting"])
+    back = (
+        tuple(range(nb))
+        + tuple(range(nb + n_rhs_free, nb + n_rhs_free + n_lhs_free))
+        + tuple(range(nb, nb + n_rhs_free))
+    )
+    cost = copied_elements(rhs, lhs, swapped_attrs)
+    if not _back_is_bitcast(out.shape, back):
+        cost += out.type.size
+    if cost * min_ratio > now:
+        return None
+    product = rw.emit("dot_general", rhs, lhs, **swapped_attrs)
+    statistic("dot products swapped")
+    if back == tuple(range(len(back))):
+        return product
+    return rw.emit("transpose", product, permutation=back)
+
+
+def _back_is_bitcast(shape: tuple[int, ...], perm: tuple[int, ...]) -> bool:
+    """Whether the transpose by ``perm`` whose result has ``shape`` only moves size-1 axes."""
+    kept = [p for p, size in zip(perm, shape) if size != 1]
+    return kept == sorted(kept)
+
+
+@register(
+    "dot-operand-order",
+    options={
+        "min_ratio": (float, 2.0, "swap only when the swapped product copies this many times fewer elements"),
+    },
+)
+def dot_operand_order(graph: Graph, min_ratio: float) -> Graph:
+    """Swap dot_general operands (and transpose the result back) where XLA CPU then copies less."""
+    if not min_ratio >= 1.0:
+        raise PassOptionError(f"dot-operand-order: min_ratio must be >= 1, got {min_ratio}")
+    if not any(node.op == "dot_general" for node in graph.walk()):
+        return graph
+    table = RuleTable()
+    table.rule("dot-operand-order", "dot_general")(lambda node, rw: _swap(node, rw, min_ratio))
+    return apply_rules(graph, table, label="dot-operand-order").graph

@@ -1,0 +1,127 @@
+"""The ``dot-operand-order`` pass: dot_general operands swapped (result transposed back) where
+XLA CPU then copies fewer elements into its ``[batch, M, K] x [batch, K, N]`` order.
+
+The swapped product sums the same terms, possibly in another order inside XLA's kernels, so
+values are compared with a float64 NumPy product within float32 rounding of the same sum over
+absolute values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kaun_ir.passes.dot_operand_order import copied_elements
+from kaun_ir.runtime import pipelines
+
+import kaun_ir as kn
+from kaun_ir import passes
+from kaun_ir.tensor import apply
+
+F32 = np.float32
+
+
+def dot(lb, rb, lc, rc):
+    def f(x, y):
+        return apply("dot_general", x, y, lhs_batch=lb, rhs_batch=rb, lhs_contracting=lc, rhs_contracting=rc)
+
+    return f
+
+
+def einsum_ref(x, y, lb, rb, lc, rc):
+    """dot_general in float64 by einsum (batch, lhs free, rhs free), and the same over |x|, |y|."""
+    letters = iter("abcdefghijklmnop")
+    xs, ys = [None] * x.ndim, [None] * y.ndim
+    batch = []
+    for a, b in zip(lb, rb):
+        xs[a] = ys[b] = c = next(letters)
+        batch.append(c)
+    for a, b in zip(lc, rc):
+        xs[a] = ys[b] = next(letters)
+    free_x = [xs.__setitem__(i, next(letters)) or xs[i] for i in range(x.ndim) if xs[i] is None]
+    free_y = [ys.__setitem__(i, next(letters)) or ys[i] for i in range(y.ndim) if ys[i] is None]
+    spec = f"{''.join(xs)},{''.join(ys)}->{''.join(batch + free_x + free_y)}"
+    x64, y64 = x.astype(np.float64), y.astype(np.float64)
+    return np.einsum(spec, x64, y64), np.einsum(spec, np.abs(x64), np.abs(y64))
+
+
+# (lhs shape, rhs shape, lhs_batch, rhs_batch, lhs_contracting, rhs_contracting, swapped by default)
+CASES = {
+    # the weight gradient of a linear layer over [B, T, F] activations: x^T dy, x 4x larger
+    "weight-gradient": ((4, 6, 64), (4, 6, 8), (), (), (0, 1), (0, 1), True),
+    "weight-gradient-2d": ((24, 64), (24, 8), (), (), (0,), (0,), True),
+    # batched: the larger operand's contracting axis leads
+    "batched": ((3, 20, 16), (3, 20, 4), (0,), (0,), (1,), (1,), True),
+    # equal sizes: swapping would only add the result's transpose
+    "equal": ((24, 8), (24, 8), (), (), (0,), (0,), False),
+    # already in XLA's order
+    "canonical": ((5, 7), (7, 3), (), (), (1,), (0,), False),
+    # the input gradient x = dy w^T: w is small, the result large
+    "input-gradient": ((4, 6, 8), (32, 8), (), (), (2,), (1,), False),
+    # size-1 axes do not count as out of order
+    "unit-axes": ((1, 24, 32), (24, 1, 8), (), (), (1,), (0,), False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_values_match_float64_and_the_swap_is_where_it_pays(case):
+    xs, ys, lb, rb, lc, rc, swapped = CASES[case]
+    rng = np.random.default_rng(7)
+    x, y = rng.standard_normal(xs).astype(F32), rng.standard_normal(ys).astype(F32)
+    f = dot(lb, rb, lc, rc)
+    graph = kn.jit(f, pipeline="").graph(x, y)
+    for ratio, expect in (("2.0", swapped), ("1.0", None)):
+        stats = passes.Statistics()
+        pipeline = f"dot-operand-order{{min_ratio={ratio}}}"
+        out = passes.run(graph, pipeline, instrumentations=[stats], verify_each=True)
+        count = stats.records[0].counters.get("dot products swapped", 0)
+        if expect is not None:
+            assert count == int(expect)
+        want, scale = einsum_ref(x, y, lb, rb, lc, rc)
+        got = np.asarray(kn.jit(f, pipeline=pipeline)(x, y), np.float64)
+        assert got.shape == want.shape
+        assert np.all(np.abs(got - want) <= 1e-6 * scale + 1e-30)
+        if count:
+            assert out.op_counts().get("transpose", 0) <= 1
+
+
+def test_cost_model_counts_what_xla_copies():
+    x, y = np.zeros((4, 6, 32), F32), np.zeros((4, 6, 8), F32)
+    graph = kn.jit(dot((), (), (0, 1), (0, 1)), pipeline="").graph(x, y)
+    (node,) = [n for n in graph.walk() if n.op == "dot_general"]
+    lhs, rhs = node.inputs
+    assert copied_elements(lhs, rhs, node.attr_dict) == 4 * 6 * 32  # x transposed, dy in order
+    swapped = dict(
+        node.attr_dict,
+        lhs_contracting=node.attr("rhs_contracting"),
+        rhs_contracting=node.attr("lhs_contracting"),
+    )
+    assert copied_elements(rhs, lhs, swapped) == 4 * 6 * 8  # dy transposed, x in order
+
+
+def test_gradients_of_a_gelu_layer_match_and_the_weight_gradient_is_swapped():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((4, 32, 16)).astype(F32)
+    w1 = (rng.standard_normal((16, 64)) / 4).astype(F32)
+    w2 = (rng.standard_normal((64, 16)) / 8).astype(F32)
+
+    def loss(w1, w2, x):
+        return (kn.fn.gelu(x @ w1) @ w2).sum()
+
+    grad = kn.grad(loss, argnums=(0, 1))
+    graph = kn.jit(grad, pipeline="canonicalize,cse,dce").graph(w1, w2, x)
+    stats = passes.Statistics()
+    passes.run(graph, "dot-operand-order", instrumentations=[stats], verify_each=True)
+    assert stats.records[0].counters["dot products swapped"] == 1  # w2's gradient: gelu(x w1)^T dy
+    plain = kn.jit(grad, pipeline="canonicalize,cse,dce")(w1, w2, x)
+    swapped = kn.jit(grad, pipeline="canonicalize,cse,dce,dot-operand-order,cse,dce")(w1, w2, x)
+    for a, b in zip(plain, swapped):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+def test_bad_option_and_the_cpu_defaults():
+    graph = kn.jit(dot((), (), (0,), (0,)), pipeline="").graph(np.zeros((3, 2), F32), np.zeros((3, 4), F32))
+    with pytest.raises(ValueError, match="min_ratio"):
+        passes.run(graph, "dot-operand-order{min_ratio=0.5}")
+    assert "dot-operand-order" in pipelines.default_train_pipeline("cpu")
+    assert "dot-operand-order" in pipelines.default_jit_pipeline("cpu")
+    assert "dot-operand-order" not in pipelines.default_train_pipeline("gpu")
