@@ -11,6 +11,10 @@ The backward part reads some forward values. Varying ones become *residuals*: th
 (the op's ``vjp_forward``) returns them as extra outputs, stacked per iteration like ``ys``;
 carry values the backward part reads are residuals too, and ``x`` slices are read again from
 ``xs``. Invariant ones are recomputed inside the backward body (XLA hoists them out of the loop).
+A residual that a few element-wise ops compute from the other residuals (an LSTM's ``tanh(c')``
+from its gates and carried ``c``, the derivative factors ``1 - s`` of its sigmoids) is not saved
+but recomputed in the backward body: fewer stacked buffers to fill and read, the same ops on the
+same inputs.
 The backward scan walks the iterations in the opposite order, carrying the cotangent of the
 carry and stacking the cotangents of ``xs``.
 
@@ -35,6 +39,7 @@ from typing import Any
 from .. import dtypes
 from ..ir.builder import Builder
 from ..ir.core import Graph, Node, TensorType, Value
+from ..ir.cost import ELEMENTWISE
 from .rules import apply, gradient_graph, zeros
 
 
@@ -83,6 +88,48 @@ def _shifted(axes) -> tuple[int, ...]:
     return tuple(int(a) + 1 for a in axes)
 
 
+#: ops the backward body may recompute instead of loading a saved residual (element-wise work and
+#: the broadcasts of its operands), and how many of them one residual may cost
+_CHEAP = ELEMENTWISE | {"broadcast_in_dim", "reshape", "constant"}
+_CHEAP_NODES = 8
+
+
+def _recomputable(grad: Graph, residual_ids: set, varying_ids: set, pinned: set, carry_idx: set) -> set:
+    """Ids of the residuals (and the varying values between them) that the backward body
+    recomputes with a few element-wise ops from the residuals it keeps: ``1 - sigmoid(z)``,
+    ``tanh(c)`` from the gates and the carried ``c``. Later residuals go first, so values
+    derived from others are dropped in favour of their sources."""
+    kept = set(residual_ids)
+    recompute: set[int] = set()
+
+    def chain(value: Value, found: list, budget: list) -> bool:
+        if id(value) in kept or id(value) in recompute:
+            return True
+        if value.node is None:
+            return value.index not in carry_idx  # a const or an x slice; a carry not kept is not
+        if id(value) not in varying_ids:
+            return True  # loop-invariant: the backward body recomputes those anyway
+        if value.node.op not in _CHEAP or budget[0] == 0:
+            return False
+        budget[0] -= 1
+        found.append(id(value))
+        return all(chain(v, found, budget) for v in value.node.inputs)
+
+    for node in reversed(grad.nodes):
+        for out in node.outputs:
+            if id(out) not in kept or id(out) in pinned or node.op not in _CHEAP:
+                continue
+            kept.discard(id(out))
+            found: list[int] = []
+            budget = [_CHEAP_NODES]
+            if all(chain(v, found, budget) for v in node.inputs):
+                recompute.add(id(out))
+                recompute.update(found)
+            else:
+                kept.add(id(out))
+    return recompute
+
+
 def _is_float(t: TensorType) -> bool:
     return dtypes.is_float(t.dtype)
 
@@ -116,8 +163,12 @@ def _plan(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -
     residual_ids: set[int] = set()
     seen: set[int] = set()
 
+    recompute: set[int] = set()  # varying values the backward body recomputes instead
+    roots: list[Value] = []
+
     def walk(values) -> None:
         stack: list[Value] = list(values)
+        roots.extend(stack)
         while stack:
             value = stack.pop()
             if id(value) in seen:
@@ -127,7 +178,7 @@ def _plan(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -
                 if value.index in h_idx:
                     residual_ids.add(id(value))
                 continue
-            if id(value) in varying_ids:
+            if id(value) in varying_ids and id(value) not in recompute:
                 residual_ids.add(id(value))
                 continue
             if id(value.node) not in selected:
@@ -176,6 +227,14 @@ def _plan(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -
             walk([ref for (where, ref), _ in srcs if where in ("y", "residual")])
             hoisted_raw.setdefault(k, []).append((kind, node.attr_dict, [s for s, _ in srcs]))
     walk([t for terms in loop_terms.values() for t in terms])
+    pinned = {id(ref) for terms in hoisted_raw.values() for _, _, srcs in terms for where, ref in srcs}
+    recompute.update(_recomputable(grad, residual_ids, varying_ids, pinned, set(h_idx)))
+    if recompute:  # walk again: the recomputed values' nodes join the backward body
+        selected.clear()
+        residual_ids.clear()
+        seen.clear()
+        again, roots[:] = list(roots), []
+        walk(again)
     residuals = [grad.inputs[i] for i in h_idx if id(grad.inputs[i]) in residual_ids]
     residuals += [o for node in grad.nodes for o in node.outputs if id(o) in residual_ids]
     residual_at = {id(r): j for j, r in enumerate(residuals)}
