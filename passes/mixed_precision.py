@@ -25,6 +25,15 @@ def mixed_precision(graph: Graph, compute: str) -> Graph:
     low = dtypes.canonical(compute)
     if low not in (dtypes.bfloat16, dtypes.float16):
         raise ValueError(f"mixed-precision: compute must be bfloat16 or float16, got {compute!r}")
+    graph, rewritten = _rewrite(graph, low)
+    statistic("products cast", rewritten)
+    return graph
+
+
+def _rewrite(graph: Graph, low) -> tuple[Graph, int]:
+    """``graph`` with its products cast, loop bodies (``scan``, ``while`` regions) included: a
+    rolled ``sequential``'s blocks are a ``scan`` body. The regions keep their types (products
+    come back as float32), so the loop ops around them stay valid."""
     with Builder(record_source=False) as builder:
         env: dict[int, Value] = {id(old): builder.add_input(old.type) for old in graph.inputs}
         rewritten = 0
@@ -44,15 +53,17 @@ def mixed_precision(graph: Graph, compute: str) -> Graph:
                         out = apply("convert", apply("convolution", lhs, rhs, **attrs), dtype=dtypes.float32)
                 env[id(node.outputs[0])] = out.value
                 continue
-            fresh = Node(
-                node.op, inputs, node.attrs, node.types, node.regions, path=node.path, source=node.source
-            )
+            regions = node.regions
+            if regions:
+                rewritten_regions = [_rewrite(region, low) for region in regions]
+                regions = tuple(region for region, _ in rewritten_regions)
+                rewritten += sum(count for _, count in rewritten_regions)
+            fresh = Node(node.op, inputs, node.attrs, node.types, regions, path=node.path, source=node.source)
             builder.nodes.append(fresh)
             for old, new in zip(node.outputs, fresh.outputs):
                 env[id(old)] = new
         outputs = [env[id(v)] for v in graph.outputs]
-    statistic("products cast", rewritten)
-    return builder.finish(outputs, name=graph.name, input_names=graph.input_names)
+    return builder.finish(outputs, name=graph.name, input_names=graph.input_names), rewritten
 
 
 class _at:

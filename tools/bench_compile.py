@@ -1,6 +1,8 @@
 """``kaun-ir bench --compile``: where the time to the first training step goes.
 
-For every workload (and the bench transformer at several depths, ``--layers``), two fresh Python
+For every workload (and the bench transformer at several depths, ``--layers``, once with its
+blocks unrolled and once rolled into a loop: ``layer.sequential(..., roll=True)``, the row
+``transformer-N rolled``, which shares the JAX measurement of its depth), two fresh Python
 processes each build the workload and run its first training step: one with kaun_ir, recording
 every compilation stage (``kaun_ir.runtime.stages``: trace, each pass, lowering, XLA compile),
 one with the JAX + optax reference (``jax.jit`` tracing, lowering and XLA compile inside its
@@ -35,7 +37,8 @@ def cases(workloads: list[str], layers: tuple[int, ...], small: bool) -> list[tu
     out = [(name, name, {}) for name in workloads]
     if "transformer" in workloads:
         for n in layers:
-            out.append((f"transformer-{n}", "transformer", {"layers": n}))
+            out.append((f"transformer-{n}", "transformer", {"layers": n, "roll": False}))
+            out.append((f"transformer-{n} rolled", "transformer", {"layers": n, "roll": True}))
     return out
 
 
@@ -163,7 +166,8 @@ def slowest_passes(rows: list[dict], top: int = 4) -> str:
 
 def run(names: list[str], layers: tuple[int, ...], small: bool, as_json: bool) -> int:
     """The ``--compile`` report; returns the exit status."""
-    rows = []
+    rows: list[dict] = []
+    jax_done: dict[tuple, dict] = {}
     plan = cases(names, layers, small)
     for i, (label, workload, overrides) in enumerate(plan):
         if sys.stderr.isatty():
@@ -171,7 +175,15 @@ def run(names: list[str], layers: tuple[int, ...], small: bool, as_json: bool) -
             sys.stderr.flush()
         # alternate which side runs first, so a machine that slows down over time favours neither
         order = ["kaun_ir", "jax"] if i % 2 == 0 else ["jax", "kaun_ir"]
-        measured = {impl: measure_in_child(workload, overrides, impl, small) for impl in order}
+        # rolling is kaun_ir's: the rolled and unrolled rows share one JAX measurement
+        jax_key = (workload, json.dumps({k: v for k, v in overrides.items() if k != "roll"}, sort_keys=True))
+        measured = {}
+        for impl in order:
+            if impl == "jax" and jax_key in jax_done:
+                measured[impl] = jax_done[jax_key]
+                continue
+            measured[impl] = measure_in_child(workload, overrides, impl, small)
+        jax_done[jax_key] = measured["jax"]
         rows.append(summarise(label, measured["kaun_ir"], measured["jax"]))
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")

@@ -125,7 +125,8 @@ def _transformer_model(cfg: dict):
     d, v = cfg["dim"], cfg["vocab"]
     blocks = [_decoder_block(d, cfg["heads"]) for _ in range(cfg["layers"])]
     return layer.sequential(
-        [_token_embedding(v, cfg["seq"], d), *blocks, layer.layer_norm(d), layer.linear(d, v)]
+        [_token_embedding(v, cfg["seq"], d), *blocks, layer.layer_norm(d), layer.linear(d, v)],
+        roll=cfg.get("roll"),
     )
 
 

@@ -47,6 +47,8 @@ from .. import dtypes, random, rng
 from ..ir.builder import current_builder, scope
 from ..numeric import astype, dtype_of
 from ..trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
+from .roll import apply_layers as roll_layers
+from .roll import resolve_roll
 
 __all__ = [
     "Layer",
@@ -360,16 +362,29 @@ def _path_name(prefix: str, layer: Layer) -> str:
     return f"{prefix}.{layer.name}" if layer.name else prefix
 
 
-def sequential(layers: Sequence[Layer], name: str = "sequential") -> Layer:
+def sequential(
+    layers: Sequence[Layer], name: str = "sequential", roll: bool | int | str | None = None
+) -> Layer:
     """Layers applied one after the other; params and state are lists with one entry per layer
     (``[]`` for layers without parameters), so parameter paths read ``"0.weight"``, ``"2.bias"``.
 
     While tracing, layer ``i`` runs inside the layer-path scope ``f"{i}.{layer.name}"`` (nodes
     show ``"1.linear"``), and it receives ``ctx["rng"]`` folded with ``i``.
+
+    ``roll`` turns runs of consecutive layers whose traced computations are identical up to
+    their parameters (a transformer's blocks) into one loop (a ``scan`` over the blocks'
+    parameters, stacked inside the graph), so XLA compiles the block once instead of once per
+    layer. Parameters, state, gradients and results are those of the unrolled model; blocks that
+    differ in any way stay unrolled. ``True`` rolls runs of 2 or more, ``False`` never rolls, an
+    int ``N`` rolls runs of at least ``N``, ``"auto"`` runs of at least 16 (where rolling starts
+    to shorten the first training step on XLA CPU). ``None`` (default) takes the
+    ``KAUN_IR_ROLL`` environment variable (``0``, ``1``, ``auto`` or ``N``); unset: no rolling.
+    See docs/loops.md.
     """
     layers = list(layers)
     for i, layer in enumerate(layers):
         _check_layer(layer, f"sequential: element {i}")
+    min_run = resolve_roll(roll)
 
     def init_(dt, x=None):
         children = []
@@ -391,6 +406,18 @@ def sequential(layers: Sequence[Layer], name: str = "sequential") -> Layer:
             raise ValueError(
                 f"sequential of {len(layers)} layers needs a list of {len(layers)} state trees, "
                 f"got {type(state).__name__} of length {_length(state)}"
+            )
+        if min_run and len(layers) >= min_run and current_builder() is not None:
+            return roll_layers(
+                layers,
+                params,
+                state,
+                x,
+                training=training,
+                ctx=ctx,
+                min_run=min_run,
+                path_name=_path_name,
+                child_ctx=child_ctx,
             )
         new_state = []
         for i, layer in enumerate(layers):
