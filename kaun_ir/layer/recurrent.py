@@ -81,13 +81,18 @@ def _lstm_cell(p, xw, state):
 
 def _direction(cell, p, x, state, mask, reverse: bool):
     """One direction over time: ``x [B, T, in]`` -> (outputs ``[B, T, H]``, final state)."""
-    xw = matmul(x, p["w_ih"]) + p["b_ih"]  # every time step's input projection in one matmul
-    xs = {"xw": transpose(xw, (1, 0, 2))}
+    # every time step's input projection in one matmul, time-major: the input is transposed
+    # rather than the G times wider projection, and a stacked layer's input (the previous
+    # layer's outputs, transposed to batch-first) is transposed back, which folds away
+    # (the bias is added inside the loop, where it joins the gates' element-wise work instead
+    # of costing a pass over the whole [T, B, G * H] projection)
+    xw = matmul(transpose(x, (1, 0, 2)), p["w_ih"])
+    xs = {"xw": xw}
     if mask is not None:
         xs["mask"] = mask
 
     def step(carry, inp):
-        new, y = cell(p, inp["xw"], carry)
+        new, y = cell(p, inp["xw"] + p["b_ih"], carry)
         if "mask" in inp:  # padded steps keep the state and output zeros
             keep = inp["mask"]
             new = tuple(where(keep, n, c) for n, c in zip(new, carry))
