@@ -182,6 +182,115 @@ def _pad_identity(node: Node, rw: Rewriter):
     return None if padded else node.inputs[0]
 
 
+# ------------------------------------------------------------------------------ sums of zero pads
+
+
+def _zero_pad_span(rw: Rewriter, value):
+    """``(axis, start, stop, operand, padding value)`` when ``value`` is a pad that places its
+    operand at ``[start, stop)`` of one axis with a zero padding value (no interior or negative
+    padding, the other axes untouched), else None."""
+    node = rw.producer(value, "pad")
+    if node is None or any(node.attr("interior")) or not dtypes.is_float(value.dtype):
+        return None
+    low, high = node.attr("low"), node.attr("high")
+    axes = [d for d in range(len(low)) if low[d] or high[d]]
+    if len(axes) != 1 or low[axes[0]] < 0 or high[axes[0]] < 0 or not rw.splat_equals(node.inputs[1], 0):
+        return None
+    operand, (axis,) = node.inputs[0], axes
+    return axis, low[axis], low[axis] + operand.shape[axis], operand, node.inputs[1]
+
+
+#: most zero-padded pieces one sum may gather
+_MAX_PIECES = 16
+
+
+def _pad_pieces(rw: Rewriter, value, out: list) -> bool:
+    """Gather the zero-pad spans of a tree of adds into ``out``; False when a leaf is not one."""
+    span = _zero_pad_span(rw, value)
+    if span is not None:
+        out.append(span)
+        return len(out) <= _MAX_PIECES
+    node = rw.producer(value, "add")
+    return node is not None and all(_pad_pieces(rw, v, out) for v in node.inputs)
+
+
+@RULES.rule("add-adjacent-zero-pads", "add")
+def _add_adjacent_zero_pads(node: Node, rw: Rewriter):
+    """A sum of zero pads whose pieces lie side by side along one axis -> one pad of their
+    concatenation, each piece plus the other pieces' padding value: every element is the same
+    sum (a reverse-mode sum of slices' cotangents becomes one concatenation instead of a sum of
+    padded copies). The zeros are added, not dropped, so a ``-0.0`` turns ``+0.0`` exactly as
+    the sum did; the order of the additions does not matter, as all but one term are zeros."""
+    pieces: list = []
+    if not all(_pad_pieces(rw, v, pieces) for v in node.inputs) or len({p[0] for p in pieces}) != 1:
+        return None
+    pieces.sort(key=lambda p: p[1])
+    if any(a[2] != b[1] for a, b in zip(pieces, pieces[1:])):
+        return None
+    axis = pieces[0][0]
+    zeros = [rw.splat(p[4]) for p in pieces]
+    parts = []
+    for k, (_, _, _, operand, _) in enumerate(pieces):
+        others = zeros[:k] + zeros[k + 1 :]
+        zero = others[0]
+        for z in others[1:]:
+            zero = zero + z
+        fill = rw.emit("broadcast_in_dim", rw.constant(zero), shape=operand.shape, broadcast_dimensions=())
+        parts.append(rw.emit("add", operand, fill))
+    joined = rw.emit("concatenate", *parts, dimension=axis)
+    total = zeros[0]
+    for z in zeros[1:]:
+        total = total + z
+    low = [0] * joined.type.ndim
+    high = [0] * joined.type.ndim
+    low[axis], high[axis] = pieces[0][1], node.outputs[0].shape[axis] - pieces[-1][2]
+    return rw.emit(
+        "pad", joined, rw.constant(total), low=tuple(low), high=tuple(high), interior=(0,) * len(low)
+    )
+
+
+@RULES.rule("add-zero-twice", "add")
+def _add_zero_twice(node: Node, rw: Rewriter):
+    """(x + 0) + 0 -> x + 0 (the first sum already turned a -0.0 into +0.0)."""
+    a, b = node.inputs
+    inner = rw.producer(a, "add")
+    if inner is None or not rw.splat_equals(b, 0) or not rw.splat_equals(inner.inputs[1], 0):
+        return None
+    return a if inner.inputs[1].type == b.type else None
+
+
+@RULES.rule("add-zero-of-concatenate", "add")
+def _add_zero_of_concatenate(node: Node, rw: Rewriter):
+    """concatenate(x, y) + 0 -> concatenate(x + 0, y + 0), so that the zeros meet the sums below."""
+    a, b = node.inputs
+    inner = rw.producer(a, "concatenate")
+    if inner is None or not rw.splat_equals(b, 0):
+        return None
+    zero = rw.splat(b)
+    parts = [
+        rw.emit(
+            "add", v, rw.emit("broadcast_in_dim", rw.constant(zero), shape=v.shape, broadcast_dimensions=())
+        )
+        for v in inner.inputs
+    ]
+    return rw.emit("concatenate", *parts, dimension=inner.attr("dimension"))
+
+
+@RULES.rule("concatenate-concatenate", "concatenate")
+def _concatenate_concatenate(node: Node, rw: Rewriter):
+    """concatenate(..., concatenate(x, y, axis d), ..., axis d) -> concatenate(..., x, y, ..., axis d)."""
+    axis = node.attr("dimension")
+    flat, changed = [], False
+    for v in node.inputs:
+        inner = rw.producer(v, "concatenate")
+        if inner is not None and inner.attr("dimension") == axis:
+            flat.extend(inner.inputs)
+            changed = True
+        else:
+            flat.append(v)
+    return rw.emit("concatenate", *flat, dimension=axis) if changed else None
+
+
 # ------------------------------------------------------------------------------ conversions
 
 # significand bits (including the implicit one) of each float dtype

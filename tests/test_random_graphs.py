@@ -391,7 +391,14 @@ def test_random_graphs_exercise_the_rules():
             for rule, n in last_statistics().items():
                 fired[rule] = fired.get(rule, 0) + n
             shrunk += len(out.nodes) < len(graph.nodes)
-    canonical = set(RULES.names()) - {"pad-identity", "reverse-identity"}  # rarely generated exactly
+    # rarely generated exactly; the sums of zero pads have their own tests (test_canonicalize_pads.py)
+    canonical = set(RULES.names()) - {
+        "pad-identity",
+        "reverse-identity",
+        "add-adjacent-zero-pads",
+        "add-zero-of-concatenate",
+        "add-zero-twice",
+    }
     assert canonical - set(fired) <= {
         "convert-identity",
         "broadcast-identity",
