@@ -376,7 +376,7 @@ def sequential(
     parameters, stacked inside the graph), so XLA compiles the block once instead of once per
     layer. Parameters, state, gradients and results are those of the unrolled model; blocks that
     differ in any way stay unrolled. ``True`` rolls runs of 2 or more, ``False`` never rolls, an
-    int ``N`` rolls runs of at least ``N``, ``"auto"`` runs of at least 16 (where rolling starts
+    int ``N`` rolls runs of at least ``N``, ``"auto"`` runs of at least 12 (where rolling starts
     to shorten the first training step on XLA CPU). ``None`` (default) takes the
     ``KAUN_IR_ROLL`` environment variable (``0``, ``1``, ``auto`` or ``N``); unset: no rolling.
     See docs/loops.md.

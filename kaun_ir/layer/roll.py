@@ -39,8 +39,8 @@ __all__ = ["ROLL_ENV", "MIN_ROLL", "resolve_roll"]
 #: number ``N >= 2`` runs of N or more
 ROLL_ENV = "KAUN_IR_ROLL"
 #: the shortest run ``roll="auto"`` rolls: on XLA CPU the bench transformer's first training
-#: step takes less time rolled than unrolled from about 16 blocks on (docs/performance.md)
-MIN_ROLL = 16
+#: step takes less time rolled than unrolled from about 12 blocks on (docs/performance.md)
+MIN_ROLL = 12
 
 
 def resolve_roll(roll: Any) -> int:
