@@ -205,3 +205,23 @@ def test_bench_compile_has_a_rolled_row_per_depth():
         "transformer-24 rolled",
     ]
     assert [overrides.get("roll") for _, _, overrides in plan] == [None, None, False, True, False, True]
+
+
+def test_canonical_form_tells_signed_zeros_apart():
+    """Float attributes compare by their bits (0.0 == -0.0 in Python); constants already do."""
+    from kaun_ir.ir.core import Graph, Node, TensorType
+
+    t = TensorType(np.float32, (3,))
+
+    def graph(low):
+        args = Graph.arguments([t])
+        node = Node("clamp_below", args, {"low": low}, [t])
+        return Graph(args, list(node.outputs), [node], "g")
+
+    assert roll_module.canonical(graph(0.0)) == roll_module.canonical(graph(0.0))
+    assert roll_module.canonical(graph(0.0)) != roll_module.canonical(graph(-0.0))
+
+    def clipped(low):
+        return kn.trace(lambda x: kn.clip(x, low, 1.0), np.ones(3, np.float32))
+
+    assert roll_module.canonical(clipped(0.0)) != roll_module.canonical(clipped(-0.0))

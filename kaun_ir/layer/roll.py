@@ -106,11 +106,22 @@ def canonical(graph: Graph) -> tuple:
     out = [tuple(v.type for v in graph.inputs)]
     for n, node in enumerate(graph.nodes):
         refs = tuple(where.get(id(v), ("outer", id(v))) for v in node.inputs)
-        out.append((node.op, node.attrs, refs, tuple(canonical(r) for r in node.regions), node.types))
+        attrs = tuple((name, _exact(value)) for name, value in node.attrs)
+        out.append((node.op, attrs, refs, tuple(canonical(r) for r in node.regions), node.types))
         for value in node.outputs:
             where[id(value)] = (n, value.index)
     out.append(tuple(where.get(id(v), ("outer", id(v))) for v in graph.outputs))
     return tuple(out)
+
+
+def _exact(value: Any) -> Any:
+    """An attribute value that compares equal only to the same bits: Python's ``0.0 == -0.0``
+    (and NaN's inequality) must not decide whether two blocks compute the same thing."""
+    if isinstance(value, float):
+        return ("float", value.hex())
+    if isinstance(value, tuple):
+        return tuple(_exact(v) for v in value)
+    return value
 
 
 def _trace_block(layer, params, state, x_types, x_def, *, training, ctx, path) -> _Block | None:
