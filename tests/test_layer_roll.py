@@ -225,3 +225,17 @@ def test_canonical_form_tells_signed_zeros_apart():
         return kn.trace(lambda x: kn.clip(x, low, 1.0), np.ones(3, np.float32))
 
     assert roll_module.canonical(clipped(0.0)) != roll_module.canonical(clipped(-0.0))
+
+
+def test_bench_roll_variant_rolls_the_transformer():
+    """``--variant roll`` trains the workload's model built with roll=True (its numbers are
+    test_rolled_transformer_matches_jax's); the plain row stays unrolled."""
+    setup = bench.Setup("transformer", small=True)
+    x, _ = setup.batches[0]
+    for name, scans in (("kaun_ir", 0), ("kaun_ir[roll]", 1)):
+        model = bench.make_runner(name, setup).trainer.model
+
+        def forward(p, model=model):
+            return layer.apply(model, layer.with_params(setup.fresh, p), x)[0]
+
+        assert _scans(forward, setup.params) == scans

@@ -17,6 +17,10 @@ on the same fixed synthetic batches (8, cycled step by step) with the same optim
   form: ``train.make`` without ``loss=`` and ``train.step(trainer, st, x, lambda logits:
   loss.cross_entropy_sparse(logits, y))`` with a new closure every step over the batch's labels
   (device arrays); the same executable as ``kaun_ir`` plus the closure's inspection per call;
+- ``kaun_ir[roll]`` (``--variant roll``): the transformers built with
+  ``layer.sequential(..., roll=True)``, their decoder blocks one ``scan`` over stacked
+  parameters (docs/loops.md); loss within ``LOSS_RTOL``. Workloads without repeated blocks
+  train exactly as ``kaun_ir``;
 - ``jax``: the reference, ``jax.jit`` of the whole step (forward, ``jax.grad``, optax update)
   with parameters and optimiser state donated;
 - ``torch``: PyTorch eager, ``torch.optim.Adam`` / ``AdamW`` with optax's hyper-parameters and
@@ -87,8 +91,9 @@ TORCH_LOSS_RTOL = 1e-3
 FUSED_LOSS_RTOL = 1e-3
 #: kaun_ir[bfloat16] / kaun_ir[float16] vs JAX in float32: products in 8 / 11 mantissa bits
 MIXED_LOSS_RTOL = 5e-2
-#: ``--variant`` rows: kaun_ir trained with ``train.make(..., precision=...)`` or ``remat=...``
-VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure")
+#: ``--variant`` rows: kaun_ir trained with ``train.make(..., precision=...)`` or ``remat=...``,
+#: the closure form, or the model's repeated blocks rolled into a loop (``roll``)
+VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure", "roll")
 SEED = 0
 #: distinct fixed batches, cycled step by step (one batch alone is memorised within ~20 steps,
 #: after which the loss is ~1e-4 and a relative comparison of it measures nothing)
@@ -148,7 +153,8 @@ def add_parser(sub) -> None:
         default=None,
         choices=VARIANTS,
         help="add a kaun_ir[VARIANT] row: mixed precision (train.make(precision=...)), "
-        "rematerialisation (train.make(remat=...)) or the closure form of the loss (closure); "
+        "rematerialisation (train.make(remat=...)), the closure form of the loss (closure) or "
+        "the transformers' blocks rolled into a loop (roll: layer.sequential(roll=True)); "
         "repeatable",
     )
     parser.add_argument(
@@ -233,6 +239,12 @@ def _kaun_trainer(setup: Setup, variant: str | None = None):
     from kaun_ir import loss, train
 
     options = {}
+    if variant == "roll":  # the transformers' decoder blocks as one scan (other models: no runs)
+        return train.make(
+            setup.workload.kaun_model({**setup.cfg, "roll": True}),
+            _kaun_optimizer(setup.workload.optimizer),
+            loss=loss.cross_entropy_sparse,
+        )
     if variant == "closure":  # the Kaun closure form: no loss=, a loss closure per step
         return train.make(setup.workload.kaun_model(setup.cfg), _kaun_optimizer(setup.workload.optimizer))
     if variant in ("bfloat16", "float16"):
@@ -765,6 +777,7 @@ def bench_workload(
             variant_name("remat=nothing"): LOSS_RTOL,
             variant_name("remat=dots"): LOSS_RTOL,
             variant_name("closure"): LOSS_RTOL,
+            variant_name("roll"): LOSS_RTOL,
         }.get(impl, FUSED_LOSS_RTOL)
         entry["loss_agrees"] = bool(entry["loss_rel_diff_vs_jax"] <= entry["loss_rtol"])
         entry["memory"] = None
