@@ -21,6 +21,7 @@ from . import (  # noqa: F401  (forward mode and batching, see docs/transforms.m
     layout,
     lower_conv,
     lower_pool,
+    merge_dots,
     mixed_precision,
     remat,
     split_kernel_gradient,

@@ -26,9 +26,10 @@ DEFAULT_TRAIN_PIPELINE = "canonicalize,fold,cse,dce"
 #: slices + elementwise ops (``kaun-ir bench -w cnn``: about 3x the steps/s; docs/passes.md),
 #: kernel gradients with a large cotangent split by batch (about 1.3x more; docs/performance.md).
 CPU_CONVOLUTION_PASSES = "layout{prefer=nhwc},lower-pool,split-kernel-gradient,cse,dce"
-#: Appended after those on XLA CPU: products whose larger operand XLA would transpose computed
-#: the other way round (``kaun-ir bench -w transformer``: about 1.15x; docs/performance.md).
-CPU_DOT_PASSES = "dot-operand-order,cse,dce"
+#: Appended after those on XLA CPU: small products sharing an operand (attention's q/k/v and their
+#: gradients) merged into larger ones, and products whose larger operand XLA would transpose
+#: computed the other way round (docs/performance.md, transformer section).
+CPU_DOT_PASSES = "merge-dots,cse,dce,dot-operand-order,cse,dce"
 #: The defaults per backend (``kaun_ir.runtime.backend_name()``); others get the DEFAULT_* above.
 BACKEND_JIT_PIPELINES = {"cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}"}
 BACKEND_TRAIN_PIPELINES = {"cpu": f"{DEFAULT_TRAIN_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}"}

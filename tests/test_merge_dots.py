@@ -1,0 +1,145 @@
+"""The ``merge-dots`` pass: sibling products sharing an operand, and sums of products, as one
+larger ``dot_general``. Values are compared with float64 NumPy (the merged product sums the same
+terms, in another order for sums)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from kaun_ir.runtime import pipelines
+
+import kaun_ir as kn
+from kaun_ir import passes
+from kaun_ir.tensor import apply
+
+F32 = np.float32
+RNG = np.random.default_rng(5)
+
+
+def rand(*shape):
+    return RNG.standard_normal(shape).astype(F32)
+
+
+def run(f, args, pipeline="merge-dots,cse,dce"):
+    """(counters of merge-dots, dot_general count before / after, outputs with the pass)."""
+    graph = kn.jit(f, pipeline="").graph(*args)
+    stats = passes.Statistics()
+    out = passes.run(graph, pipeline, instrumentations=[stats], verify_each=True)
+    counters = stats.records[0].counters
+    values = kn.jit(f, pipeline=pipeline)(*args)
+    return counters, graph.op_counts()["dot_general"], out.op_counts()["dot_general"], values
+
+
+def close(got, want64, scale64):
+    got = np.asarray(got, np.float64)
+    assert got.shape == want64.shape
+    assert np.all(np.abs(got - want64) <= 1e-6 * scale64 + 1e-30)
+
+
+def f64(*xs):
+    return [x.astype(np.float64) for x in xs]
+
+
+def test_siblings_sharing_the_left_operand():
+    x, w1, w2, w3 = rand(4, 6, 8), rand(8, 5), rand(8, 5), rand(8, 5)
+    counters, before, after, got = run(lambda x, a, b, c: (x @ a, x @ b, x @ c), (x, w1, w2, w3))
+    assert counters["sibling products merged"] == 3 and (before, after) == (3, 1)
+    for g, w in zip(got, (w1, w2, w3)):
+        xx, ww = f64(x, w)
+        close(g, xx @ ww, np.abs(xx) @ np.abs(ww))
+
+
+def test_siblings_sharing_the_right_operand():
+    a1, a2, w = rand(7, 8), rand(7, 8), rand(8, 3)
+    counters, before, after, got = run(lambda a, b, w: (a @ w, b @ w), (a1, a2, w))
+    assert counters["sibling products merged"] == 2 and after == 1
+    for g, a in zip(got, (a1, a2)):
+        aa, ww = f64(a, w)
+        close(g, aa @ ww, np.abs(aa) @ np.abs(ww))
+
+
+def test_weight_gradient_siblings_contracting_two_axes():
+    x, d1, d2 = rand(3, 5, 8), rand(3, 5, 4), rand(3, 5, 4)
+
+    def f(x, d1, d2):
+        dims = dict(lhs_batch=(), rhs_batch=(), lhs_contracting=(0, 1), rhs_contracting=(0, 1))
+        return apply("dot_general", x, d1, **dims), apply("dot_general", x, d2, **dims)
+
+    counters, _, after, got = run(f, (x, d1, d2))
+    assert counters["sibling products merged"] == 2 and after == 1
+    for g, d in zip(got, (d1, d2)):
+        xx, dd = f64(x, d)
+        close(g, np.einsum("btf,btg->fg", xx, dd), np.einsum("btf,btg->fg", np.abs(xx), np.abs(dd)))
+
+
+def test_batched_siblings():
+    x, w1, w2 = rand(2, 6, 4), rand(2, 4, 3), rand(2, 4, 3)
+
+    def f(x, a, b):
+        dims = dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))
+        return apply("dot_general", x, a, **dims), apply("dot_general", x, b, **dims)
+
+    counters, _, after, got = run(f, (x, w1, w2))
+    assert counters["sibling products merged"] == 2 and after == 1
+    for g, w in zip(got, (w1, w2)):
+        xx, ww = f64(x, w)
+        close(g, xx @ ww, np.abs(xx) @ np.abs(ww))
+
+
+def test_sum_of_three_products():
+    a, b, c, p, q, r = rand(6, 4), rand(6, 4), rand(6, 4), rand(5, 4), rand(5, 4), rand(5, 4)
+
+    def f(a, b, c, p, q, r):
+        return a @ p.T + b @ q.T + c @ r.T
+
+    counters, before, after, got = run(f, (a, b, c, p, q, r))
+    assert counters["summed products merged"] == 2 and (before, after) == (3, 1)
+    xs = f64(a, b, c, p, q, r)
+    want = sum(x @ y.T for x, y in zip(xs[:3], xs[3:]))
+    scale = sum(np.abs(x) @ np.abs(y).T for x, y in zip(xs[:3], xs[3:]))
+    close(got, want, scale)
+
+
+def test_left_alone_when_order_or_other_uses_forbid():
+    x, w1 = rand(4, 4), rand(4, 4)
+    # the second sibling's operand is computed from the first product: no place for one product
+    counters, before, after, got = run(lambda x, w: (x @ w, x @ (x @ w)), (x, w1), "merge-dots")
+    assert "sibling products merged" not in counters and after == before
+    xx, ww = f64(x, w1)
+    close(got[1], xx @ (xx @ ww), np.abs(xx) @ (np.abs(xx) @ np.abs(ww)))
+
+    # a product used twice stays as it is inside the sum
+    def used_twice(a, b, p, q):
+        ap = a @ p
+        return ap + b @ q, ap * 2
+
+    counters, before, after, _ = run(used_twice, (x, x * 2, w1, w1 * 3), "merge-dots")
+    assert "summed products merged" not in counters and after == before
+
+
+def test_attention_projection_gradients_match_the_unmerged_step():
+    x, wq, wk, wv = rand(2, 8, 16), rand(16, 16) / 4, rand(16, 16) / 4, rand(16, 16) / 4
+
+    def loss(wq, wk, wv, x):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        s = kn.softmax(q @ kn.transpose(k, (0, 2, 1)), axis=-1)
+        return (s @ v).sum()
+
+    grad = kn.grad(loss, argnums=(0, 1, 2, 3))
+    graph = kn.jit(grad, pipeline="canonicalize,cse,dce").graph(wq, wk, wv, x)
+    stats = passes.Statistics()
+    passes.run(graph, "merge-dots", instrumentations=[stats], verify_each=True)
+    assert stats.records[0].counters["sibling products merged"] >= 6  # q/k/v and their weight gradients
+    plain = kn.jit(grad, pipeline="canonicalize,cse,dce")(wq, wk, wv, x)
+    merged = kn.jit(grad, pipeline="canonicalize,cse,dce,merge-dots,cse,dce")(wq, wk, wv, x)
+    for a, b in zip(plain, merged):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
+
+
+def test_in_the_cpu_defaults():
+    assert "merge-dots" in pipelines.default_train_pipeline("cpu")
+    assert "merge-dots" not in pipelines.default_train_pipeline("gpu")
+
+
+if __name__ == "__main__":
+    pytest.main([__file__])
