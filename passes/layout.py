@@ -1,6 +1,7 @@
 """``layout``: move transposes out of the way, and pick a data layout for convolution chains.
 
-Two phases, both exact (a transpose only permutes elements, so results are bit-identical):
+Two phases, both exact up to the order in which a reduction reading another layout adds (a
+transpose only permutes elements; XLA may sum a re-laid-out reduction in another order):
 
 1. **Transpose absorption** (always). Rules applied to a fixpoint by a small driver built on the
    rewrite driver's sweep (``passes/rewrite.py``), which also knows how many users each value
@@ -17,7 +18,9 @@ Two phases, both exact (a transpose only permutes elements, so results are bit-i
      Fires only when it does not add transposes (at least one transposed operand has no other
      user, or all its users move it too), so unary ops move a transpose down towards the next
      one, where they meet. Also through ``reduce_window`` and ``select_and_scatter_add`` (the
-     window attributes permuted).
+     window attributes permuted); an operand that is not transposed is transposed the other way
+     when it is smaller than the transposes that go away (a max-pool gradient's source, 4x
+     smaller than the pooled activation: the pool's gradient then runs in the chosen layout).
    - ``reduce-absorb-transpose``: ``reduce(transpose(x, p))`` reduces ``x`` over the permuted
      axes when the kept axes keep their order.
    - ``transpose-hoist``: ``transpose(f(transpose(x, p), z), q)`` ->
@@ -290,21 +293,27 @@ def _sink(node: Node, rw: Rewriter):
             break
     if perm is None:
         return None
-    builders, single = [], 0
+    builders, single, removed, added = [], 0, 0, 0
     for i, v in enumerate(node.inputs):
         t = _transpose_of(v)
         if i not in laid:
             builders.append(lambda v=v: v)
         elif t is not None and t.attr("permutation") == perm:
             # a transpose shared by ops that all move it down goes away once they all have
-            single += USES.single(v) or USES.all_users_in(v, _MOVES_TRANSPOSES)
+            gone = USES.single(v) or USES.all_users_in(v, _MOVES_TRANSPOSES)
+            single += gone
+            removed += v.type.size if gone else 0
             builders.append(lambda t=t: t.inputs[0])
         else:
             build = _relaid_broadcast(v, perm, rw)
             if build is None:
-                return None
+                # any other operand is transposed the other way (select_and_scatter_add's
+                # source, 4x smaller than its operand under a 2x2 pool): only where that moves
+                # fewer elements than the transposes that go away
+                added += v.type.size
+                build = lambda v=v: rw.emit("transpose", v, permutation=inverse(perm))  # noqa: E731
             builders.append(build)
-    if single == 0:  # every transposed operand stays alive for other users: one more transpose
+    if single == 0 or added >= removed:  # no transpose goes away, or a larger one is made
         return None
     inner = rw.emit(node.op, *(b() for b in builders), **_permuted_attrs(node, perm))
     return rw.emit("transpose", inner, permutation=perm)

@@ -106,6 +106,22 @@ def test_cnn_same_outputs_and_gradients(net, prefer, which):
         assert transposes(out) == 4
 
 
+def test_pool_gradient_runs_in_the_chosen_layout(net):
+    """The max-pool's gradient (select_and_scatter_add) takes its 4x smaller source transposed,
+    so the full-resolution relu mask, activation and cotangent are never transposed: the only
+    activation-sized transposes left are the pooled [N, C, 2, 2] at the flatten and the input."""
+    params, x, args = net
+    graph = run(kn.trace(kn.grad(loss), params, x), "canonicalize,cse,dce")
+    out = run(graph, "layout{prefer=nhwc},cse,dce")
+    assert_same(graph, out, args)
+    activations = [
+        n.outputs[0] for n in out.nodes if n.op == "transpose" and n.outputs[0].shape[0] == x.shape[0]
+    ]
+    # before: also the [2, 6, 4, 4] relu output, its mask and its cotangent (192 elements each)
+    assert max(v.type.size for v in activations) == x.size
+    assert sorted(v.type.size for v in activations) == [6 * 2 * 2 * 2, 6 * 2 * 2 * 2, x.size]
+
+
 def test_cnn_nhwc_runs_on_xla(net):
     params, x, _ = net
     want = np.asarray(kn.jit(cnn, pipeline="canonicalize,cse,dce")(params, x))
