@@ -30,7 +30,7 @@ from __future__ import annotations
 from kaun_ir.ir.core import Graph, Node, Value
 
 from .registry import register, statistic
-from .rewrite import Rewriter, RuleTable, apply_rules
+from .rewrite import Rewriter
 
 _DIMS = ("lhs_batch", "rhs_batch", "lhs_contracting", "rhs_contracting")
 
@@ -147,35 +147,61 @@ def _build_siblings(shared: int, nodes: list[Node], env: dict[int, Value]) -> li
 # ----------------------------------------------------------------------------- sums
 
 
-def _merge_sum(node: Node, rw: Rewriter, users: dict[int, int]):
-    x, y = node.inputs
-    dx, dy = rw.producer(x, "dot_general"), rw.producer(y, "dot_general")
-    if dx is None or dy is None or dx is dy or _dims_key(dx) != _dims_key(dy):
+def _merge_sum(node: Node, x: Value, y: Value, uses: dict[int, int]) -> tuple[Node, list[Node]] | None:
+    """The product replacing ``add(x, y)`` of two single-use products, and the nodes it needs."""
+    dx, dy = x.node, y.node
+    if dx is None or dy is None or dx.op != "dot_general" or dy.op != "dot_general" or dx is dy:
         return None
-    if users.get(id(x), 0) != 1 or users.get(id(y), 0) != 1:
+    if _dims_key(dx) != _dims_key(dy) or uses.get(id(x), 0) != 1 or uses.get(id(y), 0) != 1:
         return None
     a = dx.attr_dict
+    rw = Rewriter(node)
     operands = []
     for pos, side in ((0, "lhs"), (1, "rhs")):
         p, q = dx.inputs[pos], dy.inputs[pos]
-        axis = a[f"{side}_contracting"][-1] if a[f"{side}_contracting"] else None
-        if axis is None or p.dtype != q.dtype or len(p.shape) != len(q.shape):
+        if not a[f"{side}_contracting"] or p.dtype != q.dtype or len(p.shape) != len(q.shape):
             return None
+        axis = a[f"{side}_contracting"][-1]
         if any(s != t for i, (s, t) in enumerate(zip(p.shape, q.shape)) if i != axis):
             return None
         operands.append(rw.emit("concatenate", p, q, dimension=axis))
-    statistic("summed products merged")
-    return rw.emit("dot_general", *operands, **a)
+    rw.emit("dot_general", *operands, **a)
+    return rw.staged[-1], rw.staged
 
 
-def _use_counts(graph: Graph) -> dict[int, int]:
-    counts: dict[int, int] = {}
+def _merge_sums(graph: Graph) -> Graph:
+    """One walk: a merged product inherits the sum's use count, so chains merge on the way."""
+    uses: dict[int, int] = {}
     for node in graph.nodes:
         for v in node.inputs:
-            counts[id(v)] = counts.get(id(v), 0) + 1
+            uses[id(v)] = uses.get(id(v), 0) + 1
     for v in graph.outputs:
-        counts[id(v)] = counts.get(id(v), 0) + 1
-    return counts
+        uses[id(v)] = uses.get(id(v), 0) + 1
+    env: dict[int, Value] = {}
+    out: list[Node] = []
+    merged = 0
+    for node in graph.nodes:
+        inputs = tuple(env.get(id(v), v) for v in node.inputs)
+        made = _merge_sum(node, *inputs, uses) if node.op == "add" else None
+        if made is not None:
+            product, nodes = made
+            out.extend(nodes)
+            env[id(node.outputs[0])] = product.outputs[0]
+            uses[id(product.outputs[0])] = uses.get(id(node.outputs[0]), 0)
+            merged += 1
+            continue
+        if any(a is not b for a, b in zip(inputs, node.inputs)):
+            fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, node.path, node.source)
+            for old, new in zip(node.outputs, fresh.outputs):
+                env[id(old)] = new
+            node = fresh
+        out.append(node)
+    if not merged:
+        return graph
+    statistic("summed products merged", merged)
+    outputs = [env.get(id(v), v) for v in graph.outputs]
+    live = {id(n) for n in Graph.from_outputs(graph.inputs, outputs).nodes}
+    return Graph(graph.inputs, outputs, [n for n in out if id(n) in live], graph.name, graph.input_names)
 
 
 @register("merge-dots")
@@ -183,14 +209,4 @@ def merge_dots(graph: Graph) -> Graph:
     """Sibling products sharing an operand, and sums of products, as one larger dot_general."""
     if not any(node.op == "dot_general" for node in graph.nodes):
         return graph
-    graph = _merge_siblings(graph)
-    # a chain of sums merges one level per round: a merged product is new, so its single use is
-    # only known once the uses are counted again (three products: two rounds)
-    while True:
-        users = _use_counts(graph)
-        table = RuleTable()
-        table.rule("merge-summed-products", "add")(lambda node, rw, users=users: _merge_sum(node, rw, users))
-        result = apply_rules(graph, table, label="merge-dots")
-        if not result.total:
-            return graph
-        graph = result.graph
+    return _merge_sums(_merge_siblings(graph))
