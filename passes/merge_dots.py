@@ -204,9 +204,36 @@ def _merge_sums(graph: Graph) -> Graph:
     return Graph(graph.inputs, outputs, [n for n in out if id(n) in live], graph.name, graph.input_names)
 
 
-@register("merge-dots")
-def merge_dots(graph: Graph) -> Graph:
-    """Sibling products sharing an operand, and sums of products, as one larger dot_general."""
+def _in_regions(graph: Graph) -> Graph:
+    """``graph`` with the bodies of its loops (``scan``, ``while``) merged the same way."""
+    if not any(node.regions for node in graph.nodes):
+        return graph
+    env: dict[int, Value] = {}
+    out: list[Node] = []
+    for node in graph.nodes:
+        inputs = tuple(env.get(id(v), v) for v in node.inputs)
+        regions = tuple(_merge(r) for r in node.regions)
+        if any(a is not b for a, b in zip(inputs, node.inputs)) or any(
+            a is not b for a, b in zip(regions, node.regions)
+        ):
+            fresh = Node(node.op, inputs, node.attrs, node.types, regions, node.path, node.source)
+            for old, new in zip(node.outputs, fresh.outputs):
+                env[id(old)] = new
+            node = fresh
+        out.append(node)
+    outputs = [env.get(id(v), v) for v in graph.outputs]
+    return Graph(graph.inputs, outputs, out, graph.name, graph.input_names)
+
+
+def _merge(graph: Graph) -> Graph:
+    graph = _in_regions(graph)
     if not any(node.op == "dot_general" for node in graph.nodes):
         return graph
     return _merge_sums(_merge_siblings(graph))
+
+
+@register("merge-dots")
+def merge_dots(graph: Graph) -> Graph:
+    """Sibling products sharing an operand, and sums of products, as one larger dot_general
+    (loop bodies included)."""
+    return _merge(graph)

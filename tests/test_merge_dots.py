@@ -136,6 +136,33 @@ def test_attention_projection_gradients_match_the_unmerged_step():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-5)
 
 
+def test_products_inside_a_loop_body_merge():
+    h0, xs = rand(3, 4), rand(5, 3, 4)
+    ws = [rand(4, 4) / 2 for _ in range(3)]
+
+    def f(h0, xs, a, b, c):
+        def step(h, x):
+            h = kn.tanh(x @ a + h @ b + h @ c)
+            return h, h @ a
+
+        return kn.scan(step, h0, xs)
+
+    graph = kn.jit(f, pipeline="").graph(h0, xs, *ws)
+    stats = passes.Statistics()
+    passes.run(graph, "merge-dots", instrumentations=[stats], verify_each=True)
+    counters = stats.records[0].counters
+    # h @ b and h @ c share h: siblings, merged inside the body
+    assert counters["sibling products merged"] == 2
+    got = kn.jit(f, pipeline="merge-dots,cse,dce")(h0, xs, *ws)
+    h, a, b, c = h0.astype(np.float64), *f64(*ws)
+    ys = []
+    for x in xs.astype(np.float64):
+        h = np.tanh(x @ a + h @ b + h @ c)
+        ys.append(h @ a)
+    np.testing.assert_allclose(np.asarray(got[0]), h, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(got[1]), np.stack(ys), rtol=1e-5, atol=1e-6)
+
+
 def test_in_the_cpu_defaults():
     assert "merge-dots" in pipelines.default_train_pipeline("cpu")
     assert "merge-dots" not in pipelines.default_train_pipeline("gpu")
