@@ -239,3 +239,13 @@ def test_bench_roll_variant_rolls_the_transformer():
             return layer.apply(model, layer.with_params(setup.fresh, p), x)[0]
 
         assert _scans(forward, setup.params) == scans
+
+
+def test_summary_shows_every_block_of_a_rolled_model():
+    def build(roll):
+        return layer.sequential([layer.linear(6, 6) for _ in range(3)], roll=roll)
+
+    x = np.ones((2, 6), np.float32)
+    rolled, unrolled = (layer.summary(build(r), x, print_fn=None) for r in (True, False))
+    assert rolled == unrolled
+    assert [row["path"] for row in rolled] == ["0.linear", "1.linear", "2.linear", "total"]

@@ -48,7 +48,7 @@ from ..ir.builder import current_builder, scope
 from ..numeric import astype, dtype_of
 from ..trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
 from .roll import apply_layers as roll_layers
-from .roll import resolve_roll
+from .roll import resolve_roll, rolling_allowed
 
 __all__ = [
     "Layer",
@@ -407,7 +407,7 @@ def sequential(
                 f"sequential of {len(layers)} layers needs a list of {len(layers)} state trees, "
                 f"got {type(state).__name__} of length {_length(state)}"
             )
-        if min_run and len(layers) >= min_run and current_builder() is not None:
+        if min_run and len(layers) >= min_run and current_builder() is not None and rolling_allowed():
             return roll_layers(
                 layers,
                 params,

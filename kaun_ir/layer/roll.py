@@ -20,7 +20,9 @@ unchanged, so the result is the same graph the unrolled trace makes.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -32,7 +34,7 @@ from ..numeric import stack
 from ..tensor import Tensor, apply, to_value, type_of
 from ..trace import is_array_leaf
 
-__all__ = ["ROLL_ENV", "MIN_ROLL", "resolve_roll"]
+__all__ = ["ROLL_ENV", "MIN_ROLL", "resolve_roll", "unrolled", "rolling_allowed"]
 
 #: environment variable giving the default of ``sequential(..., roll=None)``: ``0`` (or unset)
 #: never rolls, ``1`` rolls runs of 2 or more, ``auto`` runs of :data:`MIN_ROLL` or more, a
@@ -68,6 +70,29 @@ def resolve_roll(roll: Any) -> int:
     if isinstance(roll, int) and roll >= 2:
         return roll
     raise ValueError(f"sequential: roll must be True, False, 'auto' or an int >= 2, got {roll!r}")
+
+
+class _Local(threading.local):
+    off = False
+
+
+_LOCAL = _Local()
+
+
+@contextlib.contextmanager
+def unrolled():
+    """Inside the block every ``sequential`` traces its layers unrolled, whatever its ``roll``
+    (``layer.summary`` uses it to show one row per block)."""
+    saved, _LOCAL.off = _LOCAL.off, True
+    try:
+        yield
+    finally:
+        _LOCAL.off = saved
+
+
+def rolling_allowed() -> bool:
+    """False inside :func:`unrolled`."""
+    return not _LOCAL.off
 
 
 def _spec(t: Any) -> tuple | None:

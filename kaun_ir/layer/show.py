@@ -179,6 +179,7 @@ def summary(
     from .. import rng
     from ..trace import ShapeDtype, leaf_type, trace_flat
     from .core import init
+    from .roll import unrolled
 
     if vars is None:
         with rng.scope(0):
@@ -194,7 +195,8 @@ def summary(
     def forward(params, state, inputs):
         return model.apply(params, state, inputs, training=training, ctx={})[0]
 
-    traced = trace_flat(forward, (vars.params, vars.state, x), {})
+    with unrolled():  # one row per block, rolled or not
+        traced = trace_flat(forward, (vars.params, vars.state, x), {})
     graph = traced.graph
     n_params = len(p_leaves)
     order: list[str] = []
