@@ -249,3 +249,32 @@ def test_summary_shows_every_block_of_a_rolled_model():
     rolled, unrolled = (layer.summary(build(r), x, print_fn=None) for r in (True, False))
     assert rolled == unrolled
     assert [row["path"] for row in rolled] == ["0.linear", "1.linear", "2.linear", "total"]
+
+
+def test_vmap_and_second_order_through_a_rolled_run():
+    """kn.vmap over a rolled model and the gradient of a gradient agree with the unrolled model."""
+
+    def build(roll):
+        return layer.sequential(
+            [layer.sequential([layer.linear(4, 4), layer.tanh()]) for _ in range(3)], roll=roll
+        )
+
+    with kn.rng.scope(0):
+        vars_ = layer.init(build(False))
+    x = np.random.default_rng(0).standard_normal((5, 2, 4)).astype(np.float32)
+    results = []
+    for roll in (True, False):
+        model = build(roll)
+
+        def loss(p, model=model):
+            return kn.sum(layer.apply(model, layer.with_params(vars_, p), x[0])[0] ** 2)
+
+        def curvature(p, loss=loss):
+            return kn.sum(kn.ptree.leaves(kn.grad(loss)(p))[0] ** 2)
+
+        batched = kn.vmap(lambda xi, model=model: layer.apply(model, vars_, xi)[0])(x)
+        results.append(
+            [np.asarray(batched)] + [np.asarray(g) for g in kn.ptree.leaves(kn.grad(curvature)(vars_.params))]
+        )
+    for got, want in zip(*results):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
