@@ -415,6 +415,8 @@ WORKLOADS: dict[str, Workload] = {
             ("adam", 1e-3),
             full={"vocab": 512, "dim": 128, "hidden": 256, "layers": 2, "seq": 64, "batch": 32},
             small={"vocab": 32, "dim": 8, "hidden": 16, "layers": 2, "seq": 6, "batch": 2},
+            # a step is ~0.1 s on 2 cores: 8 steps make a round; the fused row is opt-in
+            # (--steps-per-call 8; the tests train it at K=2)
             steps=8,
             steps_per_call=0,
         ),
