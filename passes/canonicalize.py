@@ -251,10 +251,15 @@ def _add_adjacent_zero_pads(node: Node, rw: Rewriter):
 
 @RULES.rule("add-zero-twice", "add")
 def _add_zero_twice(node: Node, rw: Rewriter):
-    """(x + 0) + 0 -> x + 0 (the first sum already turned a -0.0 into +0.0)."""
+    """(x + 0.0) + 0 -> x + 0.0 (the first sum already turned a -0.0 into +0.0; with -0.0 added
+    first it would not have, so the inner zero must be +0.0)."""
     a, b = node.inputs
     inner = rw.producer(a, "add")
-    if inner is None or not rw.splat_equals(b, 0) or not rw.splat_equals(inner.inputs[1], 0):
+    if (
+        inner is None
+        or not rw.splat_equals(b, 0)
+        or not rw.splat_equals(inner.inputs[1], 0, negative_zero=False)
+    ):
         return None
     return a if inner.inputs[1].type == b.type else None
 

@@ -307,9 +307,11 @@ def _sink(node: Node, rw: Rewriter):
         else:
             build = _relaid_broadcast(v, perm, rw)
             if build is None:
-                # any other operand is transposed the other way (select_and_scatter_add's
-                # source, 4x smaller than its operand under a 2x2 pool): only where that moves
-                # fewer elements than the transposes that go away
+                if node.op != "select_and_scatter_add" or i != 1:
+                    return None
+                # the pool gradient's source (4x smaller than its operand under a 2x2 pool) is
+                # transposed the other way, where that moves fewer elements than go away;
+                # transpose-hoist leaves this shape alone (it would undo it)
                 added += v.type.size
                 build = lambda v=v: rw.emit("transpose", v, permutation=inverse(perm))  # noqa: E731
             builders.append(build)
@@ -339,6 +341,8 @@ def _hoist(node: Node, rw: Rewriter):
             builders.append(lambda v=v: v)
             continue
         if t is not None and is_identity(compose(t.attr("permutation"), q)):
+            if f.op == "select_and_scatter_add" and i == 1:
+                return None  # the shape transpose-sink makes for a pool gradient: keep it
             meet += 1
             dead += USES.single(v)  # an inner transpose without other users goes away
             builders.append(lambda t=t: t.inputs[0])

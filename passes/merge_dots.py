@@ -18,14 +18,19 @@ product three times larger:
   last contracting axis: the input gradient ``dq wq^T + dk wk^T + dv wv^T``. Chains of sums
   merge pairwise.
 
-Exact up to summation order: the sibling rewrite computes every element from the same terms in
-the same kernel, the sum rewrite adds the partial products inside one contraction instead of
-after it (the tests compare with a float64 product).
+Exact up to summation order: every element sums the same terms, but a wider product may be
+blocked differently by the kernel, and the sum rewrite adds the partial products inside one
+contraction instead of after it, so results agree to rounding (the tests compare with a float64
+product). Both rewrites are made only where the copy into the concatenation holds at most 1/16
+as many elements as the merged product has multiply-adds: merging matrix-vector products (one
+token at a time) would only add a copy of the weights.
 
 Statistics: ``sibling products merged`` (products replaced), ``summed products merged``.
 """
 
 from __future__ import annotations
+
+import math
 
 from kaun_ir.ir.core import Graph, Node, Value
 
@@ -71,10 +76,21 @@ def _sibling_groups(graph: Graph) -> list[tuple[int, list[Node]]]:
     for (_, shared, _, _), nodes in groups.items():
         nodes = [n for n in nodes if id(n) not in taken]
         others = {id(n.inputs[1 - shared]) for n in nodes}
-        if len(nodes) >= 2 and len(others) == len(nodes):  # equal products are CSE's business
-            found.append((shared, nodes))
+        if len(nodes) >= 2 and len(others) == len(nodes) and _worth_copying(nodes, shared):
+            found.append((shared, nodes))  # (equal products are CSE's business)
             taken.update(id(n) for n in nodes)
     return found
+
+
+def _worth_copying(nodes: list[Node], shared: int) -> bool:
+    """Whether the copy into the concatenation is small next to the merged product: at most
+    1/16 as many elements as it has multiply-adds (a matrix-vector product over three large
+    weights, as in decoding one token, would only add a copy of the weights)."""
+    first = nodes[0]
+    contracted = math.prod(first.inputs[0].shape[a] for a in first.attr("lhs_contracting"))
+    multiply_adds = len(nodes) * first.outputs[0].type.size * contracted
+    copied = len(nodes) * first.inputs[1 - shared].type.size
+    return copied * 16 <= multiply_adds
 
 
 def _merge_siblings(graph: Graph) -> Graph:
@@ -87,8 +103,11 @@ def _merge_siblings(graph: Graph) -> Graph:
         for v in node.inputs:
             first_use.setdefault(id(v), i)
     placed: dict[int, list[tuple[int, list[Node]]]] = {}  # after node index -> groups
+    members = {id(n) for _, nodes in groups for n in nodes}
     for shared, nodes in groups:
         operands = [nodes[0].inputs[shared]] + [n.inputs[1 - shared] for n in nodes]
+        if any(v.node is not None and id(v.node) in members for v in operands):
+            continue  # reads another group's product, which moves: left for a later run
         ready = max((index[id(v.node)] for v in operands if v.node is not None), default=-1)
         used = min((first_use.get(id(n.outputs[0]), len(graph.nodes)) for n in nodes), default=0)
         if ready < used:
@@ -165,6 +184,10 @@ def _merge_sum(node: Node, x: Value, y: Value, uses: dict[int, int]) -> tuple[No
         if any(s != t for i, (s, t) in enumerate(zip(p.shape, q.shape)) if i != axis):
             return None
         operands.append(rw.emit("concatenate", p, q, dimension=axis))
+    copied = sum(v.type.size for v in (*dx.inputs, *dy.inputs))
+    contracted = math.prod(operands[0].shape[ax] for ax in a["lhs_contracting"])
+    if copied * 16 > node.outputs[0].type.size * contracted:
+        return None  # the copy into the concatenations would cost about as much as the products
     rw.emit("dot_general", *operands, **a)
     return rw.staged[-1], rw.staged
 
@@ -194,6 +217,7 @@ def _merge_sums(graph: Graph) -> Graph:
             fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, node.path, node.source)
             for old, new in zip(node.outputs, fresh.outputs):
                 env[id(old)] = new
+                uses[id(new)] = uses.get(id(old), 0)  # a rebuilt product keeps its count
             node = fresh
         out.append(node)
     if not merged:

@@ -71,3 +71,13 @@ def test_the_gradient_of_gate_slices_is_one_concatenate():
 
     out = _canonical(kn.grad(loss), S((3, 8), F32))
     assert "pad" not in out.op_counts() and out.op_counts()["concatenate"] == 1
+
+
+@pytest.mark.parametrize("inner, outer", [(-0.0, 0.0), (0.0, -0.0), (-0.0, -0.0), (0.0, 0.0)])
+def test_two_zero_additions_keep_the_sign_of_zero(inner, outer):
+    """(x + z1) + z2 simplified keeps IEEE results on x = -0.0 (NumPy interpreter, bit-exact):
+    (-0.0 + -0.0) + 0.0 is +0.0, so that pair must not lose its second sum."""
+    x = np.array([-0.0, 0.0, 1.5, np.nan], np.float32)
+    f = lambda x: (x + np.float32(inner)) + np.float32(outer)  # noqa: E731
+    graph = kn.jit(f, pipeline="").graph(x)
+    assert_bit_identical(interpret(canonicalize(graph), x)[0], (x + np.float32(inner)) + np.float32(outer))

@@ -125,3 +125,12 @@ def test_bad_option_and_the_cpu_defaults():
     assert "dot-operand-order" in pipelines.default_train_pipeline("cpu")
     assert "dot-operand-order" in pipelines.default_jit_pipeline("cpu")
     assert "dot-operand-order" not in pipelines.default_train_pipeline("gpu")
+
+
+def test_equal_costs_do_not_swap_back_and_forth():
+    # both orders copy 72 elements and the result (one free axis) needs no transpose back
+    x, y = np.ones((3, 4), F32), np.ones((3, 4, 5), F32)
+    graph = kn.jit(dot((), (), (1, 0), (1, 0)), pipeline="").graph(x, y)
+    stats = passes.Statistics()
+    passes.run(graph, "dot-operand-order{min_ratio=1.0}", instrumentations=[stats], verify_each=True)
+    assert "dot products swapped" not in stats.records[0].counters

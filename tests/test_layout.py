@@ -122,6 +122,51 @@ def test_pool_gradient_runs_in_the_chosen_layout(net):
     assert sorted(v.type.size for v in activations) == [6 * 2 * 2 * 2, 6 * 2 * 2 * 2, x.size]
 
 
+def test_sink_and_hoist_do_not_undo_each_other():
+    """An elementwise op with one operand that is not transposed stays as it is, and a pool
+    gradient over a transposed operand alone is either rewritten once or left: no endless
+    sink/hoist exchange, and the values are those of NumPy."""
+    rng = np.random.default_rng(3)
+    a, b = (
+        rng.standard_normal((2, 3, 4)).astype(np.float32),
+        rng.standard_normal((2, 3, 4)).astype(np.float32),
+    )
+    c = rng.standard_normal((2, 4, 3)).astype(np.float32)
+
+    def where(x, y, z):
+        return kn.where(kn.transpose(x, (0, 2, 1)) > 0, kn.transpose(y, (0, 2, 1)), z)
+
+    got = kn.jit(where, pipeline="layout{prefer=none}")(a, b, c)
+    np.testing.assert_array_equal(
+        np.asarray(got), np.where(a.transpose(0, 2, 1) > 0, b.transpose(0, 2, 1), c)
+    )
+
+    x = rng.standard_normal((1, 4, 4, 2)).astype(np.float32)
+    s = rng.standard_normal((1, 2, 2, 2)).astype(np.float32)
+
+    def pool_grad(x, s):
+        return apply(
+            "select_and_scatter_add",
+            kn.transpose(x, (0, 3, 1, 2)),
+            s,
+            np.float32(0),
+            window_dimensions=(1, 1, 2, 2),
+            window_strides=(1, 1, 2, 2),
+            padding=((0, 0),) * 4,
+        )
+
+    graph = kn.jit(pool_grad, pipeline="").graph(x, s)
+    out = run(graph, "layout{prefer=none}")
+    assert transposes(out) <= transposes(graph)
+    want = np.zeros((1, 2, 4, 4), np.float32)  # each 2x2 window's source at its first maximum
+    xt = x.transpose(0, 3, 1, 2)
+    for c_, i, j in np.ndindex(2, 2, 2):
+        window = xt[0, c_, 2 * i : 2 * i + 2, 2 * j : 2 * j + 2]
+        k, m = np.unravel_index(np.argmax(window), (2, 2))
+        want[0, c_, 2 * i + k, 2 * j + m] += s[0, c_, i, j]
+    np.testing.assert_array_equal(np.asarray(kn.jit(pool_grad, pipeline="layout{prefer=none}")(x, s)), want)
+
+
 def test_cnn_nhwc_runs_on_xla(net):
     params, x, _ = net
     want = np.asarray(kn.jit(cnn, pipeline="canonicalize,cse,dce")(params, x))

@@ -50,7 +50,7 @@ def test_siblings_sharing_the_left_operand():
 
 
 def test_siblings_sharing_the_right_operand():
-    a1, a2, w = rand(7, 8), rand(7, 8), rand(8, 3)
+    a1, a2, w = rand(64, 32), rand(64, 32), rand(32, 48)
     counters, before, after, got = run(lambda a, b, w: (a @ w, b @ w), (a1, a2, w))
     assert counters["sibling products merged"] == 2 and after == 1
     for g, a in zip(got, (a1, a2)):
@@ -59,7 +59,7 @@ def test_siblings_sharing_the_right_operand():
 
 
 def test_weight_gradient_siblings_contracting_two_axes():
-    x, d1, d2 = rand(3, 5, 8), rand(3, 5, 4), rand(3, 5, 4)
+    x, d1, d2 = rand(3, 5, 32), rand(3, 5, 4), rand(3, 5, 4)
 
     def f(x, d1, d2):
         dims = dict(lhs_batch=(), rhs_batch=(), lhs_contracting=(0, 1), rhs_contracting=(0, 1))
@@ -73,7 +73,7 @@ def test_weight_gradient_siblings_contracting_two_axes():
 
 
 def test_batched_siblings():
-    x, w1, w2 = rand(2, 6, 4), rand(2, 4, 3), rand(2, 4, 3)
+    x, w1, w2 = rand(2, 32, 4), rand(2, 4, 3), rand(2, 4, 3)
 
     def f(x, a, b):
         dims = dict(lhs_batch=(0,), rhs_batch=(0,), lhs_contracting=(2,), rhs_contracting=(1,))
@@ -87,7 +87,7 @@ def test_batched_siblings():
 
 
 def test_sum_of_three_products():
-    a, b, c, p, q, r = rand(6, 4), rand(6, 4), rand(6, 4), rand(5, 4), rand(5, 4), rand(5, 4)
+    a, b, c, p, q, r = (rand(64, 4) for _ in range(6))
 
     def f(a, b, c, p, q, r):
         return a @ p.T + b @ q.T + c @ r.T
@@ -137,8 +137,8 @@ def test_attention_projection_gradients_match_the_unmerged_step():
 
 
 def test_products_inside_a_loop_body_merge():
-    h0, xs = rand(3, 4), rand(5, 3, 4)
-    ws = [rand(4, 4) / 2 for _ in range(3)]
+    h0, xs = rand(32, 16), rand(5, 32, 16)
+    ws = [rand(16, 16) / 8 for _ in range(3)]
 
     def f(h0, xs, a, b, c):
         def step(h, x):
@@ -161,6 +161,32 @@ def test_products_inside_a_loop_body_merge():
         ys.append(h @ a)
     np.testing.assert_allclose(np.asarray(got[0]), h, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(np.asarray(got[1]), np.stack(ys), rtol=1e-5, atol=1e-6)
+
+
+def test_a_group_reading_another_groups_product_is_left_for_later():
+    x, w1, a, v1, v2 = (rand(16, 16) for _ in range(5))
+
+    def f(x, w1, a, v1, v2):
+        y = x @ w1
+        y2 = x @ kn.exp(a)  # x @ w1 and x @ exp(a) are siblings; so are y @ v1 and y @ v2
+        return y2, y @ v1, y @ v2
+
+    graph = kn.jit(f, pipeline="").graph(x, w1, a, v1, v2)
+    passes.run(graph, "merge-dots", verify_each=True)
+    got = kn.jit(f, pipeline="merge-dots,cse,dce")(x, w1, a, v1, v2)
+    xx, ww, aa, p, q = f64(x, w1, a, v1, v2)
+    yy = xx @ ww
+    for g, want in zip(got, (xx @ np.exp(aa), yy @ p, yy @ q)):
+        np.testing.assert_allclose(np.asarray(g), want, rtol=1e-5, atol=1e-4)
+
+
+def test_matrix_vector_products_are_not_merged():
+    x, ws = rand(1, 64), [rand(64, 256) for _ in range(3)]
+    counters, before, after, _ = run(lambda x, a, b, c: (x @ a, x @ b, x @ c), (x, *ws), "merge-dots")
+    assert "sibling products merged" not in counters and after == before == 3
+    vs, bs = [rand(1, 64) for _ in range(3)], [rand(64, 256) for _ in range(3)]
+    counters, _, after, _ = run(lambda *t: t[0] @ t[3] + t[1] @ t[4] + t[2] @ t[5], (*vs, *bs), "merge-dots")
+    assert "summed products merged" not in counters and after == 3
 
 
 def test_in_the_cpu_defaults():
