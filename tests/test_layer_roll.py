@@ -170,12 +170,18 @@ def test_roll_option(monkeypatch):
     for text, want in (("0", 0), ("1", 2), ("auto", roll_module.MIN_ROLL), ("5", 5)):
         monkeypatch.setenv(roll_module.ROLL_ENV, text)
         assert resolve(None) == want
-    monkeypatch.setenv(roll_module.ROLL_ENV, "sometimes")
-    with pytest.raises(ValueError, match="KAUN_IR_ROLL"):
-        resolve(None)
+    for bad in ("sometimes", "-3", "0x10"):  # a mistake is refused, never "roll runs of 2"
+        monkeypatch.setenv(roll_module.ROLL_ENV, bad)
+        with pytest.raises(ValueError, match="KAUN_IR_ROLL"):
+            resolve(None)
     for bad in (1, 0, "yes", 2.5):
         with pytest.raises(ValueError, match="roll must be"):
             layer.sequential([layer.relu()], roll=bad)
+
+
+def test_canonical_tells_bool_attributes_from_ints():
+    assert roll_module._exact(True) != roll_module._exact(1)
+    assert roll_module._exact((0.0, False)) != roll_module._exact((-0.0, 0))
 
 
 def test_mixed_precision_reaches_the_rolled_blocks():

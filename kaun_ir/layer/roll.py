@@ -59,10 +59,10 @@ def resolve_roll(roll: Any) -> int:
         try:
             value = int(text)
         except ValueError:
-            raise ValueError(
-                f"{ROLL_ENV}={text!r}: expected 0, 1, auto or a minimum run length >= 2"
-            ) from None
-        return max(value, 2)
+            value = -1
+        if value < 2:  # a negative or malformed length is a mistake, not "roll runs of 2"
+            raise ValueError(f"{ROLL_ENV}={text!r}: expected 0, 1, auto or a minimum run length >= 2")
+        return value
     if roll == "auto":
         return MIN_ROLL
     if isinstance(roll, bool):
@@ -142,6 +142,8 @@ def canonical(graph: Graph) -> tuple:
 def _exact(value: Any) -> Any:
     """An attribute value that compares equal only to the same bits: Python's ``0.0 == -0.0``
     (and NaN's inequality) must not decide whether two blocks compute the same thing."""
+    if isinstance(value, bool):  # True == 1 in Python; an attribute's kind is part of it
+        return ("bool", value)
     if isinstance(value, float):
         return ("float", value.hex())
     if isinstance(value, tuple):
