@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 
+from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node, Value
 
 from .registry import register, statistic
@@ -125,13 +126,7 @@ def _merge_siblings(graph: Graph) -> Graph:
     emit_groups(-1)
     for i, node in enumerate(graph.nodes):
         if id(node) not in merged_ids:
-            inputs = tuple(env.get(id(v), v) for v in node.inputs)
-            if any(a is not b for a, b in zip(inputs, node.inputs)):
-                fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, node.path, node.source)
-                for old, new in zip(node.outputs, fresh.outputs):
-                    env[id(old)] = new
-                node = fresh
-            out.append(node)
+            out.append(copy_node(node, env))
         emit_groups(i)
     outputs = [env.get(id(v), v) for v in graph.outputs]
     return Graph(graph.inputs, outputs, out, graph.name, graph.input_names)
@@ -213,13 +208,10 @@ def _merge_sums(graph: Graph) -> Graph:
             uses[id(product.outputs[0])] = uses.get(id(node.outputs[0]), 0)
             merged += 1
             continue
-        if any(a is not b for a, b in zip(inputs, node.inputs)):
-            fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, node.path, node.source)
-            for old, new in zip(node.outputs, fresh.outputs):
-                env[id(old)] = new
-                uses[id(new)] = uses.get(id(old), 0)  # a rebuilt product keeps its count
-            node = fresh
-        out.append(node)
+        fresh = copy_node(node, env)
+        for old, new in zip(node.outputs, fresh.outputs):
+            uses[id(new)] = uses.get(id(old), 0)  # a rebuilt product keeps its count
+        out.append(fresh)
     if not merged:
         return graph
     statistic("summed products merged", merged)
@@ -235,16 +227,7 @@ def _in_regions(graph: Graph) -> Graph:
     env: dict[int, Value] = {}
     out: list[Node] = []
     for node in graph.nodes:
-        inputs = tuple(env.get(id(v), v) for v in node.inputs)
-        regions = tuple(_merge(r) for r in node.regions)
-        if any(a is not b for a, b in zip(inputs, node.inputs)) or any(
-            a is not b for a, b in zip(regions, node.regions)
-        ):
-            fresh = Node(node.op, inputs, node.attrs, node.types, regions, node.path, node.source)
-            for old, new in zip(node.outputs, fresh.outputs):
-                env[id(old)] = new
-            node = fresh
-        out.append(node)
+        out.append(copy_node(node, env, [_merge(r) for r in node.regions]))
     outputs = [env.get(id(v), v) for v in graph.outputs]
     return Graph(graph.inputs, outputs, out, graph.name, graph.input_names)
 

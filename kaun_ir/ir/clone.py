@@ -7,6 +7,22 @@ from collections.abc import Sequence
 from .core import Graph, Node, Value
 
 
+def copy_node(node: Node, env: dict[int, Value], regions: Sequence[Graph] | None = None) -> Node:
+    """``node`` reading its inputs through ``env`` (``id(old value) -> new value``; values not in
+    it stay) and with ``regions`` if given: ``node`` itself when nothing changed, else a copy
+    whose results are added to ``env``."""
+    inputs = tuple(env.get(id(v), v) for v in node.inputs)
+    regions = node.regions if regions is None else tuple(regions)
+    if all(a is b for a, b in zip(inputs, node.inputs)) and all(
+        a is b for a, b in zip(regions, node.regions)
+    ):
+        return node
+    new = Node(node.op, inputs, node.attrs, node.types, regions, path=node.path, source=node.source)
+    for old, fresh in zip(node.outputs, new.outputs):
+        env[id(old)] = fresh
+    return new
+
+
 def copy_nodes(graph: Graph, env: dict[int, Value], sink: list[Node], path_prefix: str = "") -> list[Value]:
     """Append copies of ``graph``'s nodes to ``sink``, reading inputs through ``env``.
 
