@@ -9,7 +9,7 @@ produces exactly such products: the weight gradient of ``x @ w`` over activation
 activation ``x`` (``[F, B*T]``), and when ``x`` is the output of an element-wise chain (the
 transformer's GELU) the copy is fused with it into a loop that walks the input with a stride of
 one row and runs far below memory speed (6-7 ms of CPU time per block at the ``transformer``
-workload's sizes, a quarter of the step's; docs/performance.md, transformer section).
+workload's sizes, a quarter of the step's; docs/performance.md, "Third round: the step per XLA kernel").
 
 The same product is ``transpose(dot_general(dy, x))``: then XLA transposes ``dy`` instead, and
 the (small) result. This pass counts, for each ``dot_general``, the elements XLA would copy in

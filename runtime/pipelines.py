@@ -28,7 +28,7 @@ DEFAULT_TRAIN_PIPELINE = "canonicalize,fold,cse,dce"
 CPU_CONVOLUTION_PASSES = "layout{prefer=nhwc},lower-pool,split-kernel-gradient,cse,dce"
 #: Appended after those on XLA CPU: small products sharing an operand (attention's q/k/v and their
 #: gradients) merged into larger ones, and products whose larger operand XLA would transpose
-#: computed the other way round (docs/performance.md, transformer section).
+#: computed the other way round (docs/performance.md, "Third round: the step per XLA kernel").
 CPU_DOT_PASSES = "merge-dots,cse,dce,dot-operand-order,cse,dce"
 #: The defaults per backend (``kaun_ir.runtime.backend_name()``); others get the DEFAULT_* above.
 BACKEND_JIT_PIPELINES = {"cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}"}
