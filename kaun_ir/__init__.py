@@ -2,185 +2,247 @@
 
 Functions trace into kaun_ir's own SSA IR, passes transform it, and the result is lowered to
 StableHLO and run by XLA. ``import kaun_ir as kn``; see README.md and docs/.
+
+Every ``kn.NAME`` is loaded on first use (PEP 562 ``__getattr__``): ``import kaun_ir`` itself
+imports nothing, so the ``kaun-ir`` command answers ``--help`` at once and a program pays only for
+what it touches. The tables below say where each public name is defined; the tree of the package
+is described in docs/architecture.md. The hooks by which upper layers serve lower ones are filled
+by :mod:`kaun_ir.wiring` when first needed.
 """
 
-import os as _os
-import sys as _sys
+import importlib as _importlib
 
 __version__ = "0.1.0"
 
+# subpackages and modules: kn.NAME -> the module
+_MODULES = {
+    "checkpoint": "kaun_ir.checkpoint",
+    "data": "kaun_ir.data",
+    "datasets": "kaun_ir.datasets",
+    "debug": "kaun_ir.debug",
+    "dtypes": "kaun_ir.dtypes",
+    "ir": "kaun_ir.ir",
+    "layer": "kaun_ir.layer",
+    "models": "kaun_ir.models",
+    "ops": "kaun_ir.ops",
+    "optim": "kaun_ir.optim",
+    "passes": "kaun_ir.passes",
+    "precision": "kaun_ir.precision",
+    "ptree": "kaun_ir.ptree",
+    "rng": "kaun_ir.rng",
+    "runtime": "kaun_ir.runtime",
+    # the graph-level halves of vmap and jvp, spelled so in docs/transforms.md
+    "batching": "kaun_ir.transforms.vmap",
+    "forward": "kaun_ir.transforms.jvp",
+    "sharding": "kaun_ir.sharding",
+    "testing": "kaun_ir.testing",
+    "train": "kaun_ir.train",
+    "distributed": "kaun_ir.sharding.processes",
+    "fn": "kaun_ir.nn.fn",
+    "init": "kaun_ir.nn.init",
+    "loss": "kaun_ir.nn.loss",
+    "metric": "kaun_ir.nn.metric",
+    "primitives": "kaun_ir.surface.primitives",
+    "random": "kaun_ir.surface.random",
+}
+# functions, classes and constants: the module that defines each
+_DEFINED_IN = {
+    "kaun_ir.runtime": ("jit",),
+    "kaun_ir.surface.tensor": (
+        "Tensor",
+        "TracerError",
+    ),
+    "kaun_ir.ir.core": (
+        "Graph",
+        "TensorType",
+    ),
+    "kaun_ir.surface.trace": (
+        "ShapeDtype",
+        "trace",
+    ),
+    "kaun_ir.transforms.autodiff": (
+        "grad",
+        "value_and_grad",
+        "vjp",
+        "GradientError",
+    ),
+    "kaun_ir.transforms.jvp": (
+        "jvp",
+        "linearize",
+    ),
+    "kaun_ir.transforms.jacobian": (
+        "jacfwd",
+        "jacrev",
+        "hessian",
+        "hvp",
+    ),
+    "kaun_ir.transforms.vmap": (
+        "vmap",
+        "BatchingError",
+    ),
+    "kaun_ir.surface.control": (
+        "scan",
+        "while_loop",
+        "fori_loop",
+    ),
+    "kaun_ir.transforms.custom": (
+        "custom_jvp",
+        "custom_vjp",
+        "CustomDerivativeError",
+    ),
+    "kaun_ir.transforms.remat": (
+        "remat",
+        "RematPolicy",
+    ),
+    "kaun_ir.errors": (
+        "KaunError",
+        "CompileError",
+        "IRError",
+        "NonFiniteError",
+        "ParseError",
+        "ShapeError",
+    ),
+    "kaun_ir.dtypes": (
+        "bool_",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "bfloat16",
+        "float32",
+        "float64",
+    ),
+    "kaun_ir.surface.numeric": (
+        "stop_gradient",
+        "abs",
+        "add",
+        "arange",
+        "arctan2",
+        "astype",
+        "bitwise_and",
+        "bitwise_or",
+        "bitwise_xor",
+        "broadcast_shapes",
+        "broadcast_to",
+        "ceil",
+        "clip",
+        "concatenate",
+        "cos",
+        "divide",
+        "dtype_of",
+        "equal",
+        "erf",
+        "exp",
+        "expand_dims",
+        "expm1",
+        "floor",
+        "floor_divide",
+        "full",
+        "full_like",
+        "getitem",
+        "greater",
+        "greater_equal",
+        "invert",
+        "left_shift",
+        "less",
+        "less_equal",
+        "log",
+        "log1p",
+        "logical_not",
+        "maximum",
+        "minimum",
+        "mod",
+        "multiply",
+        "negative",
+        "not_equal",
+        "ones",
+        "ones_like",
+        "power",
+        "promote",
+        "reciprocal",
+        "remainder",
+        "reshape",
+        "right_shift",
+        "round",
+        "rsqrt",
+        "shape_of",
+        "sigmoid",
+        "sign",
+        "sin",
+        "sqrt",
+        "square",
+        "squeeze",
+        "stack",
+        "subtract",
+        "tanh",
+        "transpose",
+        "true_divide",
+        "where",
+        "zeros",
+        "zeros_like",
+    ),
+    "kaun_ir.surface.reductions": (
+        "sum",
+        "mean",
+        "max",
+        "min",
+        "prod",
+        "var",
+        "std",
+        "argmax",
+        "argmin",
+        "logsumexp",
+        "softmax",
+        "log_softmax",
+        "all",
+        "any",
+    ),
+    "kaun_ir.surface.linalg": (
+        "matmul",
+        "dot",
+        "tensordot",
+        "einsum",
+        "outer",
+    ),
+    "kaun_ir.surface.ein": ("ein",),
+    "kaun_ir.surface.indexing": (
+        "take",
+        "take_along_axis",
+        "one_hot",
+        "dynamic_slice",
+        "dynamic_update_slice",
+        "advanced_getitem",
+    ),
+    "kaun_ir.surface.sorting": (
+        "sort",
+        "argsort",
+        "top_k",
+    ),
+}
 
-def _command_is_starting() -> bool:
-    """Whether this process is the ``kaun-ir`` command, before it has chosen what to run."""
-    argv0 = getattr(_sys, "argv", None) and _sys.argv[0]
-    return bool(argv0) and _os.path.splitext(_os.path.basename(argv0))[0] == "kaun-ir"
+_WHERE = {name: module for module, names in _DEFINED_IN.items() for name in names}
 
 
-def _load_all() -> None:
-    """Import the whole ``kn.*`` surface now, if it was deferred (see below); idempotent."""
-    global _DEFER
-    if _DEFER:
-        _DEFER = False
-        import importlib
+def __getattr__(name: str):
+    """Load ``kn.NAME`` from the module that defines it (once; later lookups hit the global)."""
+    if name in _MODULES:
+        value = _importlib.import_module(_MODULES[name])
+    elif name in _WHERE:
+        value = getattr(_importlib.import_module(_WHERE[name]), name)
+    else:
+        raise AttributeError(f"module 'kaun_ir' has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
-        importlib.reload(_sys.modules[__name__])
 
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
-# Importing kaun_ir imports the whole framework (about a second). The ``kaun-ir`` command needs
-# none of it to print its --help, so while it starts this waits: tools/cli.py calls _load_all()
-# once the command line is parsed, before any command runs. Everything else gets it all at once.
-_DEFER = globals().get("_DEFER", _command_is_starting())
-
-if not _DEFER:
-    from . import (
-        checkpoint,
-        data,
-        datasets,
-        debug,
-        distributed,
-        dtypes,
-        fn,
-        init,
-        ir,
-        layer,
-        loss,
-        metric,
-        models,
-        ops,
-        optim,
-        passes,
-        precision,
-        primitives,
-        ptree,
-        random,
-        rng,
-        runtime,
-        sharding,
-        testing,
-        train,
-    )
-    from .autodiff import GradientError, grad, stop_gradient, value_and_grad, vjp
-    from .batching import BatchingError, vmap
-    from .control import fori_loop, scan, while_loop
-    from .custom import CustomDerivativeError, custom_jvp, custom_vjp
-    from .dtypes import (
-        bfloat16,
-        bool_,
-        float16,
-        float32,
-        float64,
-        int8,
-        int16,
-        int32,
-        int64,
-        uint8,
-        uint16,
-        uint32,
-        uint64,
-    )
-    from .ein import ein
-    from .errors import CompileError, IRError, KaunError, NonFiniteError, ParseError, ShapeError
-    from .forward import jvp, linearize
-    from .indexing import (
-        advanced_getitem,
-        dynamic_slice,
-        dynamic_update_slice,
-        one_hot,
-        take,
-        take_along_axis,
-    )
-    from .ir.core import Graph, TensorType
-    from .jacobian import hessian, hvp, jacfwd, jacrev
-    from .linalg import dot, einsum, matmul, outer, tensordot
-    from .numeric import (
-        abs,
-        add,
-        arange,
-        arctan2,
-        astype,
-        bitwise_and,
-        bitwise_or,
-        bitwise_xor,
-        broadcast_shapes,
-        broadcast_to,
-        ceil,
-        clip,
-        concatenate,
-        cos,
-        divide,
-        dtype_of,
-        equal,
-        erf,
-        exp,
-        expand_dims,
-        expm1,
-        floor,
-        floor_divide,
-        full,
-        full_like,
-        getitem,
-        greater,
-        greater_equal,
-        invert,
-        left_shift,
-        less,
-        less_equal,
-        log,
-        log1p,
-        logical_not,
-        maximum,
-        minimum,
-        mod,
-        multiply,
-        negative,
-        not_equal,
-        ones,
-        ones_like,
-        power,
-        promote,
-        reciprocal,
-        remainder,
-        reshape,
-        right_shift,
-        round,
-        rsqrt,
-        shape_of,
-        sigmoid,
-        sign,
-        sin,
-        sqrt,
-        square,
-        squeeze,
-        stack,
-        subtract,
-        tanh,
-        transpose,
-        true_divide,
-        where,
-        zeros,
-        zeros_like,
-    )
-    from .reductions import (
-        all,
-        any,
-        argmax,
-        argmin,
-        log_softmax,
-        logsumexp,
-        max,
-        mean,
-        min,
-        prod,
-        softmax,
-        std,
-        sum,
-        var,
-    )
-    from .rematerialize import RematPolicy, remat
-    from .runtime import jit
-    from .sorting import argsort, sort, top_k
-    from .tensor import Tensor, TracerError
-    from .trace import ShapeDtype, trace
 
 # The public surface of ``kn.*``, written out so that an import added to a module never widens it
 # (tests/test_public_surface.py checks it against the modules' own ``__all__`` lists).

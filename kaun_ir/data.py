@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _tree
+from kaun_ir import tree as _tree
 
 __all__ = [
     "Data",
@@ -156,7 +156,7 @@ def _check_count(n: Any, what: str, minimum: int) -> int:
 
 def _host_array(x: Any, what: str) -> np.ndarray:
     """``x`` as a host NumPy array (copying a jax.Array once); symbolic tensors are refused."""
-    from .tensor import Tensor
+    from kaun_ir.surface.tensor import Tensor
 
     if isinstance(x, Tensor):
         raise TypeError(
@@ -638,7 +638,7 @@ class _Prefetch(Data):
 
 
 def _to_device(element: Any, device: Any) -> Any:
-    from .runtime import compilation
+    from kaun_ir.runtime import compilation
 
     leaves, treedef = _tree.flatten(element)
     moved = [  # device None: the runtime's default device

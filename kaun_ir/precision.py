@@ -23,8 +23,9 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, numeric, ptree, reductions
-from .optim.core import Algorithm
+from kaun_ir import dtypes, ptree
+from kaun_ir.optim.core import Algorithm
+from kaun_ir.surface import numeric, reductions
 
 __all__ = ["Policy", "as_policy", "loss_scaled", "loss_scale_of"]
 
@@ -81,7 +82,7 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
     Two slots are added: ``loss_scale`` and ``finite_steps``, trees of scalars shaped like the
     parameter tree (every leaf holds the same value)."""
 
-    from .tensor import apply
+    from kaun_ir.surface.tensor import apply
 
     dynamic = policy.loss_scale == "dynamic"
     start = policy.initial_scale if dynamic else float(policy.loss_scale)
@@ -132,6 +133,6 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
 
 def loss_scale_of(opt_state: Any) -> Any:
     """The current loss scale in the state ``(count, trees)`` of a :func:`loss_scaled` optimiser."""
-    from . import _tree as tree
+    from kaun_ir import tree
 
     return tree.flatten(opt_state[1][-2])[0][0]

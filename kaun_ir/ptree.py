@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from . import _tree
+from kaun_ir import tree as _tree
 
 __all__ = [
     "map",
@@ -71,7 +71,7 @@ def _check_key(key: Any, prefix: str) -> None:
 
 
 def _check_treedef(treedef: Any, prefix: str = "") -> None:
-    """Validate the dict keys recorded in a tree definition (see ``kaun_ir._tree``)."""
+    """Validate the dict keys recorded in a tree definition (see ``kaun_ir.tree``)."""
     if treedef == _tree.LEAF:
         return
     kind = treedef[0]
@@ -313,19 +313,19 @@ def zeros_like(t: Any) -> Any:
     are device arrays (``jax.Array``): on the leaf's own device for a ``jax.Array`` leaf, on the
     default device otherwise; no XLA program is compiled for them.
     """
-    from .ir.builder import current_builder
+    from kaun_ir.ir.builder import current_builder
 
     if current_builder() is not None:
-        from .numeric import zeros_like as traced_zeros_like
+        from kaun_ir.surface.numeric import zeros_like as traced_zeros_like
 
         return map(traced_zeros_like, t)
     return map(_concrete_zeros, t)
 
 
 def _concrete_zeros(leaf: Any) -> Any:
-    from .runtime import compilation
-    from .tensor import Tensor, type_of
-    from .trace import ShapeDtype
+    from kaun_ir.runtime import compilation
+    from kaun_ir.surface.tensor import Tensor, type_of
+    from kaun_ir.surface.trace import ShapeDtype
 
     if isinstance(leaf, Tensor):
         raise TypeError("ptree.zeros_like: a symbolic Tensor outside its trace")

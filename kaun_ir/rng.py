@@ -29,8 +29,8 @@ from typing import Any
 
 import numpy as np
 
-from . import random
-from .tensor import type_of
+from kaun_ir.surface import random
+from kaun_ir.surface.tensor import type_of
 
 __all__ = ["run", "scope", "next_key", "in_scope", "NoScopeError"]
 

@@ -24,9 +24,9 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes
-from .ir.core import Graph, Node, TensorType
-from .ops import TABLE, OpDef
+from kaun_ir import dtypes
+from kaun_ir.ir.core import Graph, Node, TensorType
+from kaun_ir.ops import TABLE, OpDef
 
 _TOLERANCE = {
     np.dtype(np.float64): (1e-9, 1e-12),
@@ -97,8 +97,8 @@ def check_op(
         if check not in checks:
             checks.append(check)
 
-    from .ir import interpret, parse
-    from .runtime import compile as compile_graph
+    from kaun_ir.ir import interpret, parse
+    from kaun_ir.runtime import compile as compile_graph
 
     for k, sample in enumerate(samples):
         where = f"{name} sample {k}"
@@ -133,10 +133,10 @@ def _float64(a: np.ndarray) -> np.ndarray:
 
 
 def _check_derivatives(opdef, sample, inputs, where, jax_fn, step, tol, record) -> None:
-    from .autodiff import differentiable, gradient_graph
-    from .forward import jvp_graph
-    from .ir import interpret
-    from .runtime import compile as compile_graph
+    from kaun_ir.ir import interpret
+    from kaun_ir.runtime import compile as compile_graph
+    from kaun_ir.transforms.autodiff import differentiable, gradient_graph
+    from kaun_ir.transforms.jvp import jvp_graph
 
     wide = [_float64(a) for a in inputs]
     graph = single_op_graph(opdef, wide, sample.attrs, sample.regions)
@@ -210,8 +210,8 @@ def _check_derivatives(opdef, sample, inputs, where, jax_fn, step, tol, record) 
 
 
 def _check_batching(opdef, sample, inputs, where, size, record) -> None:
-    from .batching import batch_graph
-    from .runtime import compile as compile_graph
+    from kaun_ir.runtime import compile as compile_graph
+    from kaun_ir.transforms.vmap import batch_graph
 
     rng = np.random.default_rng(11)
     graph = single_op_graph(opdef, inputs, sample.attrs, sample.regions)

@@ -8,7 +8,7 @@ after each pass, stop-after bisection and crash reproducers. See docs/passes.md.
 """
 
 # the built-in passes (importing a module registers its passes)
-from . import (  # noqa: F401  (forward mode and batching, see docs/transforms.md)
+from kaun_ir.passes import (  # noqa: F401
     autodiff,
     canonicalize,
     check_finite,
@@ -27,8 +27,8 @@ from . import (  # noqa: F401  (forward mode and batching, see docs/transforms.m
     split_kernel_gradient,
     vmap,
     winograd_conv,
-)  # noqa: F401
-from .instrumentation import (
+)
+from kaun_ir.passes.instrumentation import (
     Instrumentation,
     PassRun,
     PassStatistics,
@@ -37,9 +37,9 @@ from .instrumentation import (
     Statistics,
     Timing,
 )
-from .manager import VERIFY_EACH_ENV, PassCrash, PassManager, PassVerificationError, run
-from .pipeline import PassStep, Pipeline, PipelineError, parse_pipeline
-from .registry import REGISTRY, PassInfo, PassOption, available, register, statistic
+from kaun_ir.passes.manager import VERIFY_EACH_ENV, PassCrash, PassManager, PassVerificationError, run
+from kaun_ir.passes.pipeline import PassStep, Pipeline, PipelineError, parse_pipeline
+from kaun_ir.passes.registry import REGISTRY, PassInfo, PassOption, available, register, statistic
 
 __all__ = [
     "Instrumentation",

@@ -1,9 +1,8 @@
 """The ``autodiff`` pass: append the reverse-mode gradient of output 0 w.r.t. every float input."""
 
-from kaun_ir.autodiff import gradient_graph
 from kaun_ir.ir.core import Graph
-
-from .registry import register
+from kaun_ir.passes.registry import register
+from kaun_ir.transforms.autodiff import gradient_graph
 
 
 @register("autodiff")

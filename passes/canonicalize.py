@@ -27,9 +27,8 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.ir.core import Graph, Node
-
-from .registry import register
-from .rewrite import Rewriter, RuleTable, apply_rules
+from kaun_ir.passes.registry import register
+from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 RULES = RuleTable()
 

@@ -25,9 +25,8 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph, Node, Value
-from kaun_ir.tensor import Tensor, apply
-
-from .registry import register
+from kaun_ir.passes.registry import register
+from kaun_ir.surface.tensor import Tensor, apply
 
 #: ops that are never culprits: their non-finite results are written by the user on purpose
 NEVER_CULPRITS = frozenset({"constant"})
@@ -71,7 +70,7 @@ def _checked(value: Value) -> bool:
 
 def instrument(graph: Graph) -> tuple[Graph, list[Site]]:
     """``graph`` with the two check outputs appended, and the list of sites they index."""
-    from kaun_ir.autodiff import parse_backward_source
+    from kaun_ir.transforms.autodiff import parse_backward_source
 
     sites: list[Site] = []
     with Builder(record_source=False) as builder:

@@ -1,8 +1,7 @@
 """Common-subexpression elimination over structurally identical nodes."""
 
 from kaun_ir.ir.core import Graph, Node
-
-from .registry import register
+from kaun_ir.passes.registry import register
 
 
 @register("cse")

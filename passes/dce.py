@@ -1,8 +1,7 @@
 """Dead-code elimination: keep exactly the nodes the outputs depend on."""
 
 from kaun_ir.ir.core import Graph
-
-from .registry import register
+from kaun_ir.passes.registry import register
 
 
 @register("dce")

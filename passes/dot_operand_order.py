@@ -26,10 +26,9 @@ bitcast). Option ``min_ratio`` (float, default 2.0). Statistic: ``dot products s
 from __future__ import annotations
 
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .lower_conv import PassOptionError
-from .registry import register, statistic
-from .rewrite import Rewriter, RuleTable, apply_rules
+from kaun_ir.passes.lower_conv import PassOptionError
+from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 
 def _in_order(value: Value, axes: tuple[int, ...]) -> bool:

@@ -52,9 +52,8 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import IRError
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .registry import register
-from .rewrite import Rewriter, Rule, RuleTable, apply_rules, splat_of
+from kaun_ir.passes.registry import register
+from kaun_ir.passes.rewrite import Rewriter, Rule, RuleTable, apply_rules, splat_of
 
 DEFAULT_MAX_ELEMENTS = 1 << 16
 DEFAULT_MAX_SPLAT_ELEMENTS = 8  # larger zeros/ones stay broadcasts of a scalar: compact and readable

@@ -44,9 +44,8 @@ import numpy as np
 
 from kaun_ir.ir.builder import infer_or_raise
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .registry import register, statistic
-from .rewrite import Rewriter, RuleTable, apply_rules, splat_of
+from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules, splat_of
 
 #: The layer-path component that marks the optimiser update (``kaun_ir/optim/core.py``).
 OPTIMIZER_PATH = "optimizer"

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kaun_ir.ir.core import Graph
-
-from .pipeline import PassStep
+from kaun_ir.passes.pipeline import PassStep
 
 
 @dataclass

@@ -1,9 +1,8 @@
-"""The ``jvp`` pass: forward mode (``kaun_ir.forward.jvp_graph``) as a pipeline step."""
+"""The ``jvp`` pass: forward mode (``kaun_ir.transforms.jvp.jvp_graph``) as a pipeline step."""
 
-from kaun_ir.forward import jvp_graph
 from kaun_ir.ir.core import Graph
-
-from .registry import register
+from kaun_ir.passes.registry import register
+from kaun_ir.transforms.jvp import jvp_graph
 
 
 @register("jvp")

@@ -57,11 +57,10 @@ from __future__ import annotations
 
 from kaun_ir.ir import cost
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .canonicalize import RULES as CANONICAL_RULES
-from .registry import register, statistic
-from .rewrite import DEFAULT_MAX_SWEEPS, RewriteError, Rewriter, RuleTable, _sweep
-from .target import backend
+from kaun_ir.passes.canonicalize import RULES as CANONICAL_RULES
+from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.rewrite import DEFAULT_MAX_SWEEPS, RewriteError, Rewriter, RuleTable, _sweep
+from kaun_ir.passes.target import backend
 
 # What prefer=auto picks per target, for (inference graphs, graphs with gradient convolutions).
 # Measured on the ``cnn`` workload (batch 64, 1x28x28, conv3x3 32 + relu + maxpool 2, conv3x3 64 +

@@ -42,9 +42,8 @@ import numpy as np
 
 from kaun_ir.errors import KaunError
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .registry import register, statistic
-from .rewrite import Rewriter, RuleTable, apply_rules
+from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 
 class PassOptionError(KaunError, ValueError):

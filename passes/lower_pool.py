@@ -38,10 +38,9 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .lower_conv import PassOptionError
-from .registry import register, statistic
-from .rewrite import Rewriter, RuleTable, apply_rules
+from kaun_ir.passes.lower_conv import PassOptionError
+from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 _COMBINE = {"max": "maximum", "min": "minimum", "sum": "add"}
 

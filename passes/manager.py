@@ -19,11 +19,10 @@ from collections.abc import Iterable, Sequence
 from kaun_ir.errors import IRError, KaunError
 from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.ir.core import Graph
-
-from . import registry
-from .instrumentation import Instrumentation, PassRun
-from .pipeline import PassStep, Pipeline
-from .registry import REGISTRY
+from kaun_ir.passes import registry
+from kaun_ir.passes.instrumentation import Instrumentation, PassRun
+from kaun_ir.passes.pipeline import PassStep, Pipeline
+from kaun_ir.passes.registry import REGISTRY
 
 #: Environment variable turning on verification after every pass wherever ``verify_each`` is not
 #: given (``kn.jit``, ``kn.train``, ``kn.passes.run``, ``kaun-ir opt``): ``1`` on, ``0`` or unset off.

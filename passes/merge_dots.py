@@ -34,9 +34,8 @@ import math
 
 from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .registry import register, statistic
-from .rewrite import Rewriter
+from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.rewrite import Rewriter
 
 _DIMS = ("lhs_batch", "rhs_batch", "lhs_contracting", "rhs_contracting")
 

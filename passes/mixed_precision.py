@@ -5,9 +5,8 @@ from __future__ import annotations
 from kaun_ir import dtypes
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph, Node, Value
-from kaun_ir.tensor import Tensor, apply
-
-from .registry import register, statistic
+from kaun_ir.passes.registry import register, statistic
+from kaun_ir.surface.tensor import Tensor, apply
 
 _PRODUCTS = ("dot_general", "convolution")
 

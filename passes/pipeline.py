@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .registry import REGISTRY, PassInfo
+from kaun_ir.passes.registry import REGISTRY, PassInfo
 
 _SPECIAL = set(',{}="\\') | {" ", "\t", "\n"}
 

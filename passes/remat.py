@@ -1,9 +1,8 @@
-"""``remat``: recompute forward values in the backward pass, segment by segment (kaun_ir.rematerialize)."""
+"""``remat``: recompute forward values in the backward pass, segment by segment (kaun_ir.transforms.remat)."""
 
 from kaun_ir.ir.core import Graph
-from kaun_ir.rematerialize import rematerialize
-
-from .registry import register
+from kaun_ir.passes.registry import register
+from kaun_ir.transforms.remat import rematerialize
 
 
 @register(

@@ -46,8 +46,7 @@ from kaun_ir import dtypes
 from kaun_ir.errors import KaunError
 from kaun_ir.ir.builder import infer_or_raise
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .registry import statistic
+from kaun_ir.passes.registry import statistic
 
 #: Sweeps before :func:`apply_rules` gives up. A sweep collapses whole chains (each node sees
 #: its operands' rewritten producers), so real graphs converge in a handful.

@@ -22,8 +22,7 @@ def set_backend_query(query: Callable[[], str]) -> None:
 def backend() -> str:
     """The backend a pass with ``target=auto`` optimises for (asked at each call)."""
     if _query is None:
-        raise RuntimeError(
-            "no runtime has said which backend the passes target; import kaun_ir.runtime "
-            "or give the pass an explicit target"
-        )
+        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
+
+        wiring.install()
     return _query()

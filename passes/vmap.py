@@ -1,9 +1,8 @@
-"""The ``vmap`` pass: the batched graph (``kaun_ir.batching.batch_graph``) as a pipeline step."""
+"""The ``vmap`` pass: the batched graph (``kaun_ir.transforms.vmap.batch_graph``) as a pipeline step."""
 
-from kaun_ir.batching import BatchingError, batch_graph
 from kaun_ir.ir.core import Graph
-
-from .registry import register
+from kaun_ir.passes.registry import register
+from kaun_ir.transforms.vmap import BatchingError, batch_graph
 
 
 @register(

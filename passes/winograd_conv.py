@@ -44,9 +44,8 @@ from __future__ import annotations
 import numpy as np
 
 from kaun_ir.ir.core import Graph, Node, Value
-
-from .registry import register, statistic
-from .rewrite import Rewriter, RuleTable, apply_rules
+from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 #: Relative error bound (against |x| * |w| summed the same way) that the tests check for float32.
 TOLERANCE = 1e-5

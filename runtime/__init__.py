@@ -5,30 +5,22 @@ Imported as ``kaun_ir.runtime``; jaxlib is only touched through the ``xla`` adap
 
 from __future__ import annotations
 
-from kaun_ir import _api
-from kaun_ir import tensor as _tensor
 from kaun_ir.fileio import atomic_write
-
-from . import compilation, disk_cache, dispatch, pipelines, stages, xla
-from .compilation import compile_graph as compile
-from .compilation import stats
-from .dispatch import Route, RouteCache
-from .executable import Executable
-from .jax_export import to_jax_export
-from .jit import Jitted, jit
-from .lower import lower
-from .mesh import Mesh, Spec
-from .xla import backend_name, parse_mlir
-
-# the eager path of ``kaun_ir.tensor.apply`` (a layer below) computes through this runtime
-_tensor.install_runtime(compilation.run_op, xla.from_dlpack)
-# and the surface's functions and transformations compile concrete calls with this kn.jit
-_api.install_jit(jit)
+from kaun_ir.runtime import compilation, disk_cache, dispatch, pipelines, stages, xla
+from kaun_ir.runtime.compilation import compile_graph as compile
+from kaun_ir.runtime.compilation import stats
+from kaun_ir.runtime.dispatch import Route, RouteCache
+from kaun_ir.runtime.executable import Executable
+from kaun_ir.runtime.interop import stablehlo_import  # spelled kn.runtime.stablehlo_import in docs/interop.md
+from kaun_ir.runtime.interop.jax_export import to_jax_export
+from kaun_ir.runtime.jit import Jitted, jit
+from kaun_ir.runtime.lower import lower
+from kaun_ir.runtime.mesh import Mesh, Spec
+from kaun_ir.runtime.xla import backend_name, parse_mlir
 
 
 def devices():
     """The XLA devices of the backend in use (``KAUN_IR_BACKEND=cpu|gpu|tpu``, default best)."""
-    from . import xla
 
     return xla.devices()
 
@@ -38,7 +30,6 @@ def export(graph, path: str) -> str:
 
     The write is atomic. Returns ``path``.
     """
-    from . import xla
 
     text = lower(graph)
     if path.endswith(".mlirbc"):
@@ -69,6 +60,7 @@ __all__ = [
     "lower",
     "parse_mlir",
     "pipelines",
+    "stablehlo_import",
     "stages",
     "stats",
     "to_jax_export",

@@ -1,7 +1,7 @@
 """The one home of compilation and dispatch: every cache from a Python function (or a single op)
 to a running XLA executable, device placement, and the steps between.
 
-A compilation runs: trace (``kaun_ir.trace``) -> pass pipeline (``runtime.pipelines`` picks the
+A compilation runs: trace (``kaun_ir.surface.trace``) -> pass pipeline (``runtime.pipelines`` picks the
 per-backend default) -> lowering to StableHLO (``runtime.lower``) -> XLA compile (through the
 persistent ``runtime.disk_cache`` when it is on) -> a :class:`~kaun_ir.runtime.dispatch.Route`
 that places the arguments on the device and runs. Each step reports to ``runtime.stages``.
@@ -38,9 +38,8 @@ from typing import Any
 
 from kaun_ir.errors import CompileError
 from kaun_ir.fileio import atomic_write, repro_dir
-
-from . import disk_cache, finite, gc_pause, graph_cache, stages, xla
-from .dispatch import Route, RouteCache
+from kaun_ir.runtime import disk_cache, finite, gc_pause, graph_cache, stages, xla
+from kaun_ir.runtime.dispatch import Route, RouteCache
 
 __all__ = [
     "FunctionCache",
@@ -127,7 +126,7 @@ def compile_graph(
     ``device``: the device to run on (default: the first). ``mesh`` (a ``kn.sharding.mesh``):
     partition over the mesh instead, with ``in_specs`` / ``out_specs`` one partition spec (or
     None) per graph input / output: inputs default to replicated, outputs to XLA's choice."""
-    from .executable import Executable
+    from kaun_ir.runtime.executable import Executable
 
     return Executable(
         graph,
@@ -238,9 +237,8 @@ def compile_function(
     n_inputs, n_outputs)`` gives the partition specs of the graph's inputs and outputs on
     ``mesh``; ``cache`` (the function's) counts the trace."""
     from kaun_ir import passes
-    from kaun_ir.trace import trace_flat
-
-    from .mesh import use
+    from kaun_ir.runtime.mesh import use
+    from kaun_ir.surface.trace import trace_flat
 
     parsed = passes.Pipeline.parse(pipeline)  # unknown passes fail before tracing
     # the collector's sweeps of the growing graphs cost more the larger the model (gc_pause)
@@ -265,11 +263,11 @@ _OPS: dict[tuple, Any] = {}
 
 
 def run_op(opdef, operands: Sequence, attrs: dict, regions: tuple) -> list:
-    """Run one primitive on concrete operands (the eager path of ``kaun_ir.tensor.apply``),
+    """Run one primitive on concrete operands (the eager path of ``kaun_ir.surface.tensor.apply``),
     compiled once per op signature; returns device arrays."""
     from kaun_ir.ir.builder import infer_or_raise
     from kaun_ir.ir.core import Graph, Node
-    from kaun_ir.tensor import type_of
+    from kaun_ir.surface.tensor import type_of
 
     types = [type_of(x) for x in operands]
     attrs = opdef.check_attrs(attrs)

@@ -23,9 +23,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kaun_ir import _tree as tree
-
-from . import xla
+from kaun_ir import tree
+from kaun_ir.runtime import xla
 
 __all__ = ["Route", "RouteCache"]
 

@@ -8,10 +8,9 @@ from collections.abc import Sequence
 from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
 from kaun_ir.ir.core import Graph, TensorType
-
-from . import finite, stages, xla
-from .compilation import compile_mlir
-from .lower import lower
+from kaun_ir.runtime import finite, stages, xla
+from kaun_ir.runtime.compilation import compile_mlir
+from kaun_ir.runtime.lower import lower
 
 
 class Executable:
@@ -37,7 +36,7 @@ class Executable:
         in_specs: Sequence | None = None,
         out_specs: Sequence | None = None,
     ):
-        from .mesh import REPLICATED, check_graph_mesh, constraint_meshes, mesh_of_axes
+        from kaun_ir.runtime.mesh import REPLICATED, check_graph_mesh, constraint_meshes, mesh_of_axes
 
         self.graph = graph
         self.donate = tuple(sorted(set(donate)))
@@ -99,7 +98,7 @@ class Executable:
         return _moving_devices(xla.executor(loaded, out_types, self.device), self.device)
 
     def _checked(self, specs, values, what: str, default) -> list:
-        from .mesh import as_spec
+        from kaun_ir.runtime.mesh import as_spec
 
         if specs is None:
             return [default] * len(values)

@@ -11,7 +11,7 @@ import logging
 import os
 from typing import Any
 
-from kaun_ir import _tree as tree
+from kaun_ir import tree
 
 LOGGER = logging.getLogger("kaun_ir.jit")
 ENV = "KAUN_IR_EXPLAIN_RECOMPILES"

@@ -38,8 +38,7 @@ import warnings
 from kaun_ir import dtypes
 from kaun_ir.fileio import atomic_write
 from kaun_ir.ir.core import ArrayAttr, Graph, Node, TensorType, Value
-
-from . import disk_cache, stages
+from kaun_ir.runtime import disk_cache, stages
 
 _FORMAT = "kaun_ir-graph-cache-1"
 SUFFIX = disk_cache.GRAPH_SUFFIX  # so disk_cache.clear() removes these too
@@ -112,9 +111,9 @@ def key(graph: Graph, pipeline) -> str:
     """The hex key of running ``pipeline`` over ``graph`` with this kaun_ir, backend and NumPy."""
     import numpy as np
     from jaxlib import xla_client as xc
-    from kaun_ir.passes import Pipeline
 
-    from .xla import backend_name
+    from kaun_ir.passes import Pipeline
+    from kaun_ir.runtime.xla import backend_name
 
     steps = [(step.name, sorted(step.resolved_options().items())) for step in Pipeline.parse(pipeline).steps]
     digest = hashlib.sha256()

@@ -5,14 +5,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from kaun_ir import _tree as tree
-from kaun_ir.tensor import Tensor
-from kaun_ir.trace import is_array_leaf, leaf_type
-
-from . import explain, xla
-from .compilation import FunctionCache, compile_function
-from .dispatch import Route
-from .executable import Executable
+from kaun_ir import tree
+from kaun_ir.runtime import explain, xla
+from kaun_ir.runtime.compilation import FunctionCache, compile_function
+from kaun_ir.runtime.dispatch import Route
+from kaun_ir.runtime.executable import Executable
+from kaun_ir.surface.tensor import Tensor
+from kaun_ir.surface.trace import is_array_leaf, leaf_type
 
 
 def _raise_if_donated(f, arrays) -> None:
@@ -125,7 +124,7 @@ class Jitted:
     @property
     def pipeline(self) -> str:
         """The pipeline the next compilation runs (the environment is read at compile time)."""
-        from .pipelines import jit_pipeline
+        from kaun_ir.runtime.pipelines import jit_pipeline
 
         requested = self._pipeline() if callable(self._pipeline) else self._pipeline
         return jit_pipeline(None if requested is None else str(requested))
@@ -149,7 +148,7 @@ class Jitted:
             )
         shardings = None
         if self.mesh is not None:
-            from . import sharding_args
+            from kaun_ir.runtime import sharding_args
 
             def shardings(traced, n_inputs, n_outputs):
                 return sharding_args.resolve(self, args, kwargs, traced, n_inputs, n_outputs)

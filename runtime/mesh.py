@@ -104,7 +104,7 @@ class Mesh:
             raise ValueError(f"mesh shape {shape} must be positive")
         size = math.prod(shape)
         if devices is None:
-            from . import xla
+            from kaun_ir.runtime import xla
 
             available = xla.global_devices()
             if size > len(available):

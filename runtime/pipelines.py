@@ -14,8 +14,6 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from kaun_ir.passes import target
-
 #: What ``kn.jit`` runs before lowering on any backend: exact clean-ups (see docs/passes.md).
 #: The default actually used depends on the backend: :func:`default_jit_pipeline`.
 DEFAULT_JIT_PIPELINE = "canonicalize,fold,cse,dce"
@@ -41,7 +39,7 @@ TRAIN_PIPELINE_ENV = "KAUN_IR_TRAIN_PIPELINE"
 def _backend(backend: str | None) -> str:
     if backend is not None:
         return backend
-    from . import xla  # asked only when needed: it may start jax's runtime
+    from kaun_ir.runtime import xla  # asked only when needed: it may start jax's runtime
 
     return xla.backend_name()
 
@@ -68,8 +66,9 @@ def train_pipeline(explicit: str | None = None) -> str:
     return _choose(explicit, TRAIN_PIPELINE_ENV, default_train_pipeline)
 
 
-# the passes ask the runtime which backend ``target=auto`` means (they may not import the runtime)
-target.set_backend_query(lambda: _backend(None))
+def backend_in_use() -> str:
+    """The backend the runtime compiles for (what ``layout{target=auto}`` means)."""
+    return _backend(None)
 
 
 def _choose(explicit: str | None, env: str, default: Callable[[], str]) -> str:
@@ -90,6 +89,7 @@ __all__ = [
     "DEFAULT_TRAIN_PIPELINE",
     "JIT_PIPELINE_ENV",
     "TRAIN_PIPELINE_ENV",
+    "backend_in_use",
     "default_jit_pipeline",
     "default_train_pipeline",
     "jit_pipeline",

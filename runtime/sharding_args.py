@@ -15,11 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from kaun_ir import _tree as tree
-from kaun_ir.trace import is_array_leaf
-
-from . import xla
-from .mesh import REPLICATED, Spec, _is_jax_spec, as_spec
+from kaun_ir import tree
+from kaun_ir.runtime import xla
+from kaun_ir.runtime.mesh import REPLICATED, Spec, _is_jax_spec, as_spec
+from kaun_ir.surface.trace import is_array_leaf
 
 
 def _is_spec(node: Any) -> bool:

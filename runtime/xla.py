@@ -124,7 +124,7 @@ def compile(mlir_text: str, device) -> object:
     identical compilation was stored there (see :mod:`kaun_ir.runtime.disk_cache`)."""
     from jaxlib import xla_client as xc
 
-    from . import disk_cache
+    from kaun_ir.runtime import disk_cache
 
     options = xc.CompileOptions()
     options.device_assignment = xc.DeviceAssignment.create(np.array([[device.id]]))
@@ -141,7 +141,7 @@ def compile_partitioned(mlir_text: str, devices: Sequence, shardy: bool = True) 
     Result shardings the module leaves open are chosen by XLA's propagation."""
     from jaxlib import xla_client as xc
 
-    from . import disk_cache
+    from kaun_ir.runtime import disk_cache
 
     count = len(devices)
     options = xc.CompileOptions()
@@ -187,7 +187,7 @@ def spec_on_mesh(array, mesh):
     order and the same axis names), or None when it lives elsewhere or is laid out otherwise."""
     from jax.sharding import NamedSharding
 
-    from .mesh import Spec
+    from kaun_ir.runtime.mesh import Spec
 
     sharding = getattr(array, "sharding", None)
     if not isinstance(sharding, NamedSharding):
@@ -318,7 +318,7 @@ def _candidate_specs(mesh, rank: int):
     axes of one dimension in every order), simplest first."""
     import itertools
 
-    from .mesh import Spec
+    from kaun_ir.runtime.mesh import Spec
 
     names = mesh.axis_names
     seen = set()
@@ -336,7 +336,7 @@ def output_specs(executable, mesh, ranks: Sequence[int]) -> list:
     ``mesh``; None for an output whose layout no spec on ``mesh`` describes."""
     from jaxlib import xla_client as xc
 
-    from .mesh import REPLICATED
+    from kaun_ir.runtime.mesh import REPLICATED
 
     protos = executable.get_output_shardings()
     if protos is None:  # XLA keeps none for a one-device program: everything is whole there

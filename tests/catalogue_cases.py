@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 import kaun_ir as kn
-from kaun_ir import checkpoint, data, init, layer, loss, metric, optim, ptree, rng, train
+from kaun_ir import data, layer, optim, ptree, rng, train
+from kaun_ir.checkpoint import core as checkpoint
+from kaun_ir.nn import init, loss, metric
 
 F32, I32 = np.float32, np.int32
 A23 = np.ones((2, 3), F32)

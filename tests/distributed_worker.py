@@ -37,7 +37,8 @@ def train_run(batches, mesh=None):
     """``(params, state, losses)`` after ``train.fit`` over ``batches`` (``(x, y)`` pairs) with
     Adam on the mean squared error. With ``mesh`` spanning the processes, each process passes
     its own batches: the global batch is their concatenation, split over ``"data"``."""
-    from kaun_ir import loss, optim, rng, train
+    from kaun_ir import optim, rng, train
+    from kaun_ir.nn import loss
 
     trainer = train.make(model(), optim.adam(0.05), loss=loss.mse, mesh=mesh)
     st = rng.run(0, lambda: train.init(trainer))

@@ -194,10 +194,9 @@ def mutate(text: str, rng: random.Random) -> str:
 def check(text: str) -> tuple[str, str | None]:
     """``("rejected" | "accepted", None)`` when ``text`` is handled correctly, else
     ``("crash", description)``."""
+    import kaun_ir as kn
     from kaun_ir.runtime import lower
     from kaun_ir.runtime.xla import parse_mlir
-
-    import kaun_ir as kn
 
     try:
         graph = kn.ir.parse(text)

@@ -7,7 +7,7 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.ir.core import Graph
-from kaun_ir.tensor import apply
+from kaun_ir.surface.tensor import apply
 
 SPECIAL_FLOATS = (0.0, -0.0, np.nan, np.inf, -np.inf, 1.0, -1.0)
 

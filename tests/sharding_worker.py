@@ -20,7 +20,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import numpy as np  # noqa: E402
 
 import kaun_ir as kn  # noqa: E402
-from kaun_ir.sharding import Spec  # noqa: E402
+from kaun_ir.sharding.placement import Spec  # noqa: E402
 
 RESULTS: dict = {}
 
@@ -193,7 +193,8 @@ def group_jit():
 
 def group_train():
 
-    from kaun_ir import layer, loss, optim, rng, train
+    from kaun_ir import layer, optim, rng, train
+    from kaun_ir.nn import loss
 
     data_rng = np.random.default_rng(1)
     x = data_rng.standard_normal((10, 16, 12)).astype(np.float32)  # 10 batches of 16 rows
@@ -270,9 +271,9 @@ def group_tools():
 
 
 def group_tensor_parallel():
-    from kaun_ir.tools.bench_workloads import _decoder_block
-
-    from kaun_ir import layer, loss, optim, rng, train
+    from kaun_ir import layer, optim, rng, train
+    from kaun_ir.nn import loss
+    from kaun_ir.tools.bench.workloads import _decoder_block
 
     data_rng = np.random.default_rng(2)
     x = data_rng.standard_normal((3, 8, 8, 32)).astype(np.float32)  # 3 batches [B=8, T=8, E=32]
@@ -336,7 +337,8 @@ def group_tensor_parallel():
 
 
 def _one_state(train, block, grid):
-    from kaun_ir import loss, optim, rng
+    from kaun_ir import optim, rng
+    from kaun_ir.nn import loss
 
     trainer = train.make(block, optim.sgd(0.1), loss=loss.mse, mesh=grid)
     return trainer, rng.run(0, lambda: train.init(trainer))

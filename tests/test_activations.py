@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import _activations as act
+from kaun_ir.nn import activations as act
 
 JAX = {
     "relu": jax.nn.relu,

@@ -9,8 +9,9 @@ import json
 
 import numpy as np
 import pytest
-from kaun_ir.tools import bench
-from kaun_ir.tools.bench_workloads import WORKLOADS
+
+from kaun_ir.tools.bench import command as bench
+from kaun_ir.tools.bench.workloads import WORKLOADS
 from kaun_ir.tools.cli import main
 
 TORCH_OK, TORCH_LINE = bench.torch_status()
@@ -89,9 +90,8 @@ def test_torch_forward_matches_the_jax_reference(name):
 
 def test_the_reference_differs_when_the_weights_differ():
     """The agreement check is not vacuous: a JAX step from other weights gives another loss."""
-    from kaun_ir.tools.bench_workloads import initial_params
-
     from kaun_ir import layer, rng
+    from kaun_ir.tools.bench.workloads import initial_params
 
     workload = WORKLOADS["mlp_small"]
     cfg = workload.small
@@ -227,7 +227,7 @@ def test_variant_rows_mixed_precision_and_remat():
 def test_resnet_running_statistics_agree():
     """The ResNet's batch norms update their running statistics alike in kaun_ir, JAX and
     PyTorch (momentum 0.1 of the new batch, unbiased running variance), and they moved."""
-    from kaun_ir import _tree as tree
+    from kaun_ir import tree
 
     setup = bench.Setup("resnet", small=True)
     runners = [bench.KaunRunner(setup), bench.JaxRunner.of(setup)]
@@ -261,7 +261,7 @@ def test_transformer12_is_the_transformer():
 def test_gflops_and_the_matmul_microbenchmark():
     """The step's FLOPs are the cost model's count (mlp_small small: three matmuls per dense
     layer, forward and backward), GFLOP/s is FLOPs x steps/s, and the matmul rates are positive."""
-    from kaun_ir.tools import bench_flops
+    from kaun_ir.tools.bench import flops as bench_flops
 
     result = bench.bench_workload("mlp_small", steps=2, rounds=1, small=True, torch=False)
     b, sizes = 8, (64, 128, 10)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kaun_ir.passes.canonicalize import canonicalize
-from kaun_ir.passes.rewrite import last_statistics
 from passutil import assert_bit_identical, random_inputs, splat
 
 import kaun_ir as kn
 from kaun_ir.ir import interpret
-from kaun_ir.tensor import apply
+from kaun_ir.passes.canonicalize import canonicalize
+from kaun_ir.passes.rewrite import last_statistics
+from kaun_ir.surface.tensor import apply
 
 F32 = np.float32
 S = kn.ShapeDtype

@@ -16,7 +16,8 @@ from safetensors import safe_open
 from safetensors.numpy import save_file
 
 import kaun_ir as kn
-from kaun_ir import checkpoint, ptree
+from kaun_ir import ptree
+from kaun_ir.checkpoint import core as checkpoint
 
 
 def params(seed=0, dtype=np.float32):

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import checkpoint, fileio
+from kaun_ir import fileio
+from kaun_ir.checkpoint import core as checkpoint
 
 TREE = {"w": np.arange(12, dtype=np.float32).reshape(3, 4), "b": np.zeros(4, np.float32), "step": 7}
 

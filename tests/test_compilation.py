@@ -6,10 +6,11 @@ import sys
 
 import numpy as np
 import pytest
-from kaun_ir.runtime import compilation, finite, stages, xla
 
 import kaun_ir as kn
-from kaun_ir import optim, tensor
+from kaun_ir import optim
+from kaun_ir.runtime import compilation, finite, stages, xla
+from kaun_ir.surface import tensor
 
 
 def _refuse(*args, **kwargs):

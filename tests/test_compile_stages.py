@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 
 import numpy as np
-from kaun_ir.runtime import stages
-from kaun_ir.tools.cli import main
 
 import kaun_ir as kn
+from kaun_ir.runtime import stages
+from kaun_ir.tools.cli import main
 
 
 def test_record_sees_every_stage_of_a_compilation_and_only_inside_the_block():

@@ -13,11 +13,11 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from jax import lax
-from kaun_ir.runtime import pipelines
 
 import kaun_ir as kn
 from kaun_ir import passes
-from kaun_ir.tensor import apply
+from kaun_ir.runtime import pipelines
+from kaun_ir.surface.tensor import apply
 
 F32 = np.float32
 POOL = "lower-pool,cse,dce"
@@ -495,7 +495,8 @@ def test_the_backend_decides_and_the_environment_overrides(monkeypatch):
 
 
 def test_cnn_training_with_the_cpu_default_matches_the_plain_pipeline():
-    from kaun_ir import layer, loss, optim, train
+    from kaun_ir import layer, optim, train
+    from kaun_ir.nn import loss
 
     rng = np.random.default_rng(8)
     x = rng.standard_normal((4, 1, 8, 8)).astype(F32)

@@ -7,10 +7,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from kaun_ir.tools.cli import main as cli_main
-from kaun_ir.tools.viz_svg import render_svg
 
 import kaun_ir as kn
+from kaun_ir.tools.cli import main as cli_main
+from kaun_ir.tools.viz.svg import render_svg
 
 RNG = np.random.default_rng(7)
 

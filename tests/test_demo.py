@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 
 import pytest
-from kaun_ir.tools.cli import main
 
 import kaun_ir as kn
+from kaun_ir.tools.cli import main
 
 STAGES = [
     "forward.kir",

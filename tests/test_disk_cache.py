@@ -12,6 +12,7 @@ import textwrap
 
 import numpy as np
 import pytest
+
 from kaun_ir.runtime import disk_cache
 
 PROGRAM = textwrap.dedent("""
@@ -91,6 +92,7 @@ def test_second_process_loads_instead_of_compiling_and_corrupt_entries_are_recom
 
 def test_key_covers_module_devices_options_and_flags(monkeypatch):
     from jaxlib import xla_client as xc
+
     from kaun_ir.runtime import xla
 
     devices = xla.devices()[:1]

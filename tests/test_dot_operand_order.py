@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kaun_ir.passes.dot_operand_order import copied_elements
-from kaun_ir.runtime import pipelines
 
 import kaun_ir as kn
 from kaun_ir import passes
-from kaun_ir.tensor import apply
+from kaun_ir.passes.dot_operand_order import copied_elements
+from kaun_ir.runtime import pipelines
+from kaun_ir.surface.tensor import apply
 
 F32 = np.float32
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir.einspec import SpecError
+from kaun_ir.surface.einspec import SpecError
 
 RNG = np.random.default_rng(16)
 

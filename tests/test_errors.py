@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir.tensor import apply
+from kaun_ir.surface.tensor import apply
 
 F32 = np.float32
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kaun_ir.runtime import xla
 from optest import assert_close, samples_of, tolerance
 
 import kaun_ir as kn
 from kaun_ir import ops
 from kaun_ir.ir.core import Graph, Node, TensorType
 from kaun_ir.ir.interp import interpret
+from kaun_ir.runtime import xla
 
 
 def _all_samples_graph(opdef, samples) -> Graph:

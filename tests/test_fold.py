@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
-from kaun_ir.passes.fold import ELEMENTWISE, FOLDABLE, NOT_FOLDED, fold
-from kaun_ir.passes.rewrite import last_statistics
 from passutil import assert_bit_identical, const, random_inputs, same_snapshot, snapshot, splat
 
 import kaun_ir as kn
@@ -21,7 +18,10 @@ from kaun_ir import dtypes
 from kaun_ir.ir import Builder, TensorType, interpret, scope
 from kaun_ir.ir.core import Graph
 from kaun_ir.ops import TABLE
-from kaun_ir.tensor import Tensor, apply
+from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
+from kaun_ir.passes.fold import ELEMENTWISE, FOLDABLE, NOT_FOLDED, fold
+from kaun_ir.passes.rewrite import last_statistics
+from kaun_ir.surface.tensor import Tensor, apply
 
 F32, F64, I32, BOOL = np.float32, np.float64, np.int32, np.bool_
 S = kn.ShapeDtype

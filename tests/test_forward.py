@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
+from kaun_ir import tree as kn_tree
+from kaun_ir.transforms.jvp import jvp_graph
 
 RNG = np.random.default_rng(3)
 
@@ -40,7 +42,7 @@ def _layer_norm(np_):
 
 
 def _close(got, want, tol=1e-10):
-    got_leaves, want_leaves = kn._tree.flatten(got)[0], jax.tree_util.tree_leaves(want)
+    got_leaves, want_leaves = kn_tree.flatten(got)[0], jax.tree_util.tree_leaves(want)
     assert len(got_leaves) == len(want_leaves)
     for g, w in zip(got_leaves, want_leaves):
         assert np.shape(g) == np.shape(w)
@@ -98,7 +100,7 @@ def test_jvp_linearize_and_composition_with_vmap():
 
 def test_forward_mode_graph_is_an_ordinary_graph():
     graph = kn.trace(lambda x: kn.exp(x) * x, kn.ShapeDtype((3,), kn.float64))
-    forward = kn.forward.jvp_graph(graph)
+    forward = jvp_graph(graph)
     assert [str(t) for t in forward.input_types] == ["f64[3]", "f64[3]"]
     assert kn.ir.parse(forward.text()).text() == forward.text()
     x, t = RNG.standard_normal(3), RNG.standard_normal(3)

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import pathlib
 
-import kaun_ir.passes.fuse_optimizer as fo  # registers the pass
 import numpy as np
 import pytest
 from passutil import assert_bit_identical, random_inputs, same_snapshot, snapshot
 
 import kaun_ir as kn
-from kaun_ir import _tree as tree
-from kaun_ir import layer, loss, optim, passes, rng, train
+import kaun_ir.passes.fuse_optimizer as fo  # registers the pass
+from kaun_ir import layer, optim, passes, rng, train, tree
 from kaun_ir.ir import parse
 from kaun_ir.ir.interp import interpret
+from kaun_ir.nn import loss
 
 # the NumPy references warn about the NaN and inf in the random inputs; they are meant to be there
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
+from kaun_ir import tree as kn_tree
 
 FLOATS = [np.float32, np.float64]
 TOL = {np.float32: dict(rtol=3e-4, atol=3e-5), np.float64: dict(rtol=1e-9, atol=1e-11)}
@@ -327,9 +328,9 @@ def test_grad_inside_jit(dtype):
 
 def sgd_step(params, grads, lr):
     """``params - lr * grads`` leaf by leaf, with kaun_ir's tree helpers."""
-    leaves, treedef = kn._tree.flatten(params)
-    g_leaves, _ = kn._tree.flatten(grads)
-    return kn._tree.unflatten(treedef, [p - lr * g for p, g in zip(leaves, g_leaves)])
+    leaves, treedef = kn_tree.flatten(params)
+    g_leaves, _ = kn_tree.flatten(grads)
+    return kn_tree.unflatten(treedef, [p - lr * g for p, g in zip(leaves, g_leaves)])
 
 
 @pytest.mark.parametrize("dtype", FLOATS, ids=["f32", "f64"])

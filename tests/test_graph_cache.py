@@ -9,11 +9,11 @@ import pickle
 
 import numpy as np
 import pytest
-from kaun_ir.runtime import disk_cache, gc_pause, graph_cache
 
 import kaun_ir as kn
 from kaun_ir import passes
 from kaun_ir.ir.core import Node
+from kaun_ir.runtime import disk_cache, gc_pause, graph_cache
 
 
 def _model(w, x):
@@ -81,7 +81,7 @@ def test_repeated_compilation_skips_the_passes(cache):
 
 def test_a_hit_is_recorded_as_the_pass_cache_stage(cache):
     from kaun_ir.runtime import stages
-    from kaun_ir.tools.bench_compile import format_report, summarise
+    from kaun_ir.tools.bench.compile import format_report, summarise
 
     with stages.record() as miss:
         kn.jit(_model, pipeline="cse,dce")(W, X)

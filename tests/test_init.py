@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import init
+from kaun_ir.nn import init
 
 KEY = kn.random.key(42)
 JAX_KEY = jax.random.PRNGKey(42)

@@ -101,7 +101,8 @@ def test_no_log_without_the_switch(monkeypatch, caplog):
 
 
 def test_train_step_from_several_threads_on_separate_states():
-    from kaun_ir import layer, loss, optim, rng, train
+    from kaun_ir import layer, optim, rng, train
+    from kaun_ir.nn import loss
 
     trainer = train.make(
         layer.sequential([layer.linear(3, 4), layer.relu(), layer.linear(4, 1)]), optim.sgd(0.1)

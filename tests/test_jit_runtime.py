@@ -9,10 +9,10 @@ import re
 import jax
 import numpy as np
 import pytest
-from kaun_ir.runtime import executable, xla
 
 import kaun_ir as kn
 from kaun_ir import runtime
+from kaun_ir.runtime import executable, xla
 
 F32 = np.float32
 

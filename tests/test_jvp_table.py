@@ -11,8 +11,8 @@ from optest import samples_of, single_op_graph
 
 import kaun_ir as kn
 from kaun_ir import dtypes, ops
-from kaun_ir.autodiff import differentiable
-from kaun_ir.forward import jvp_graph
+from kaun_ir.transforms.autodiff import differentiable
+from kaun_ir.transforms.jvp import jvp_graph
 
 PER_OP = 1  # the derivation is generic; the VJP rules themselves are checked on every sample
 

@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import _nn as nn
-from kaun_ir import init as kinit
 from kaun_ir import layer, ptree, rng
+from kaun_ir.nn import functional as nn
+from kaun_ir.nn import init as kinit
 
 LN_EPS, RMS_EPS, BN_EPS = 1e-5, 1e-6, 1e-5  # the layers' defaults
 

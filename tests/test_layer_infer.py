@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import checkpoint, layer, optim, ptree, rng, train
+from kaun_ir import layer, optim, ptree, rng, train
+from kaun_ir import tree as kn_tree
+from kaun_ir.checkpoint import core as checkpoint
 
 
 def _block(dim, heads):
@@ -99,7 +101,7 @@ def _assert_same_vars(a: layer.Vars, b: layer.Vars):
 
 
 def tree_structure(t):
-    return kn._tree.flatten(t)[1]
+    return kn_tree.flatten(t)[1]
 
 
 @pytest.mark.parametrize("name,explicit,inferred,shape", MODELS, ids=[m[0] for m in MODELS])

@@ -9,12 +9,11 @@ import jax
 import numpy as np
 import optax
 import pytest
-from kaun_ir.tools import bench
 
 import kaun_ir as kn
-from kaun_ir import _tree as tree
-from kaun_ir import layer
+from kaun_ir import layer, tree
 from kaun_ir.layer import roll as roll_module
+from kaun_ir.tools.bench import command as bench
 
 
 def _scans(fn, *args) -> int:
@@ -199,7 +198,7 @@ def test_mixed_precision_reaches_the_rolled_blocks():
 
 
 def test_bench_compile_has_a_rolled_row_per_depth():
-    from kaun_ir.tools import bench_compile
+    from kaun_ir.tools.bench import compile as bench_compile
 
     plan = bench_compile.cases(["mlp", "transformer"], (2, 24), small=True)
     assert [label for label, _, _ in plan] == [

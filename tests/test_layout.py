@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from kaun_ir.passes import layout as layout_pass
 from passutil import same_snapshot, snapshot
 
 import kaun_ir as kn
+from kaun_ir import tree as kn_tree
 from kaun_ir.ir import Builder, TensorType, interpret
-from kaun_ir.tensor import Tensor, apply
+from kaun_ir.passes import layout as layout_pass
+from kaun_ir.surface.tensor import Tensor, apply
 
 
 def transposes(graph) -> int:
@@ -82,7 +83,7 @@ def net():
         },
     }
     x = rng.standard_normal((2, 1, 8, 8)).astype(np.float32)
-    return params, x, kn._tree.flatten((params, x))[0]
+    return params, x, kn_tree.flatten((params, x))[0]
 
 
 @pytest.mark.parametrize("prefer", ["none", "nchw", "nhwc"])
@@ -172,8 +173,8 @@ def test_cnn_nhwc_runs_on_xla(net):
     want = np.asarray(kn.jit(cnn, pipeline="canonicalize,cse,dce")(params, x))
     got = np.asarray(kn.jit(cnn, pipeline="layout{prefer=nhwc},cse,dce")(params, x))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
-    gw = kn._tree.flatten(kn.jit(kn.grad(loss), pipeline="cse,dce")(params, x))[0]
-    gg = kn._tree.flatten(kn.jit(kn.grad(loss), pipeline="layout{prefer=nhwc},cse,dce")(params, x))[0]
+    gw = kn_tree.flatten(kn.jit(kn.grad(loss), pipeline="cse,dce")(params, x))[0]
+    gg = kn_tree.flatten(kn.jit(kn.grad(loss), pipeline="layout{prefer=nhwc},cse,dce")(params, x))[0]
     for a, b in zip(gw, gg):
         np.testing.assert_allclose(np.asarray(b), np.asarray(a), rtol=1e-4, atol=1e-5)
 
@@ -379,4 +380,4 @@ def test_deep_batch_norm_chain_converges():
     stats = kn.passes.Statistics()
     out = kn.passes.run(graph, "layout{prefer=nhwc}", instrumentations=[stats])
     assert stats.records[0].counters["convolutions re-laid out"] == 29
-    assert_same(graph, out, kn._tree.flatten((ws, x))[0])
+    assert_same(graph, out, kn_tree.flatten((ws, x))[0])

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir.autodiff import gradient_graph
-from kaun_ir.tensor import apply
+from kaun_ir.surface.tensor import apply
+from kaun_ir.transforms.autodiff import gradient_graph
 
 
 def _rand(rng, shape, dtype=np.float32):

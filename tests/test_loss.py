@@ -10,8 +10,8 @@ import optax
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import loss
 from kaun_ir.errors import ShapeError
+from kaun_ir.nn import loss
 
 RNG = np.random.default_rng(0)
 LOGITS = RNG.standard_normal((6, 5)).astype(np.float32) * 3

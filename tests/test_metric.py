@@ -1,5 +1,5 @@
 """kn.metric against plain-Python reference implementations written here (loops over examples
-and classes, no shared code with kaun_ir.metric), and the tracker."""
+and classes, no shared code with kaun_ir.nn.metric), and the tracker."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import metric
 from kaun_ir.errors import ShapeError
+from kaun_ir.nn import metric
 
 RNG = np.random.default_rng(0)
 

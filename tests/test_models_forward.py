@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
+from kaun_ir import tree as kn_tree
 
 
 def _mlp_params(rng, sizes):
@@ -115,5 +116,5 @@ def test_cnn_forward_matches_jax(rng):
     np.testing.assert_allclose(np.asarray(neutral(params, x)), np.asarray(out), rtol=1e-4, atol=1e-5)
     # the NumPy reference interpreter agrees with XLA on the optimised graph
     graph = compiled.graph(params, x)
-    reference = kn.ir.interpret(graph, *kn._tree.flatten((params, x))[0])[0]
+    reference = kn.ir.interpret(graph, *kn_tree.flatten((params, x))[0])[0]
     np.testing.assert_allclose(np.asarray(out), reference, rtol=1e-4, atol=1e-5)

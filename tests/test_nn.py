@@ -1,5 +1,5 @@
-"""kaun_ir._nn (the functional forms in kn.fn): normalisation, dropout, embedding, attention and rotary
-embeddings against NumPy / jax references, values and gradients (kn.grad vs jax.grad)."""
+"""kaun_ir.nn.functional (the functional forms in kn.fn): normalisation, dropout, embedding, attention and
+rotary embeddings against NumPy / jax references, values and gradients (kn.grad vs jax.grad)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import _nn as nn
+from kaun_ir.nn import functional as nn
 
 RNG = np.random.default_rng(0)
 EPS = 1.5e-5  # not the default, to check that eps is passed through

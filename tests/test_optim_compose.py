@@ -11,7 +11,8 @@ import optax
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import layer, loss, optim, rng, train
+from kaun_ir import layer, optim, rng, train
+from kaun_ir.nn import loss
 
 RNG = np.random.default_rng(7)
 

@@ -24,13 +24,13 @@ import sys
 import numpy as np
 import pytest
 from filecheck import check
-from kaun_ir.runtime import pipelines
-from kaun_ir.tools.opt import load_module
 
 import kaun_ir as kn
 from kaun_ir import passes
 from kaun_ir.errors import IRError
 from kaun_ir.ir import parse
+from kaun_ir.runtime import pipelines
+from kaun_ir.tools.opt import load_module
 
 TESTS = pathlib.Path(__file__).parent
 ROOT = TESTS.parent
@@ -617,7 +617,8 @@ def test_jit_default_pipeline_env_override_and_explicit(monkeypatch):
 
 
 def test_train_pipeline_keyword_and_env(monkeypatch):
-    from kaun_ir import layer, loss, optim, train
+    from kaun_ir import layer, optim, train
+    from kaun_ir.nn import loss
 
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(F32)
     labels = np.array([0, 1, 1, 0])

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import data, datasets, layer, loss, metric, optim, rng, train
+from kaun_ir import data, datasets, layer, optim, rng, train
+from kaun_ir.nn import loss, metric
 
 MODEL = layer.sequential([layer.linear(64, 128), layer.relu(), layer.linear(128, 10)])
 

@@ -270,7 +270,7 @@ def test_structure_equal():
 def test_unflattener_matches_unflatten_on_shallow_and_very_deep_trees():
     """The generated rebuilder equals ``unflatten``; a tree nested deeper than Python's parser
     allows in one expression falls back to ``unflatten`` instead of failing."""
-    from kaun_ir import _tree as tree
+    from kaun_ir import tree
 
     shallow = {"b": (1, [2, None, 3]), "a": {"z": 4, "y": (5,)}, "c": []}
     deep: object = 0

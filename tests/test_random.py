@@ -147,7 +147,7 @@ def test_float64_matches_jax_x64():
 def test_erf_inv_accuracy():
     from scipy.special import erfinv
 
-    from kaun_ir.random import _erf_inv
+    from kaun_ir.surface.random import _erf_inv
 
     x = np.concatenate([np.linspace(-0.999999, 0.999999, 4001), [0.0, 1e-30, -1e-7, 0.9999999999]])
     f = kn.jit(_erf_inv)

@@ -1,7 +1,7 @@
 """Semantic checks of the passes on random graphs and on every graph in tests/kir/.
 
 Graphs are generated from the op table (seeded): random DAGs of elementwise, shape, reduce,
-dot and conversion ops with consistent shapes, built with ``kaun_ir.tensor.apply`` inside a
+dot and conversion ops with consistent shapes, built with ``kaun_ir.surface.tensor.apply`` inside a
 ``Builder``, and salted with what the passes look for (identity constants including -0.0,
 chains of reshapes/transposes/negations, constant subexpressions, duplicated nodes, dead
 nodes). For every graph and every pipeline:
@@ -21,17 +21,17 @@ import pathlib
 
 import numpy as np
 import pytest
-from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
-from kaun_ir.passes import fold as _fold  # noqa: F401  (registers the pass)
 from passutil import assert_bit_identical, assert_close, random_inputs, same_snapshot, snapshot
 
 import kaun_ir as kn
 from kaun_ir import dtypes
-from kaun_ir.autodiff import GradientError
 from kaun_ir.errors import KaunError
 from kaun_ir.ir import Builder, TensorType, interpret, parse
 from kaun_ir.ir.core import Graph
-from kaun_ir.tensor import Tensor, apply
+from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
+from kaun_ir.passes import fold as _fold  # noqa: F401  (registers the pass)
+from kaun_ir.surface.tensor import Tensor, apply
+from kaun_ir.transforms.autodiff import GradientError
 
 PIPELINES = [
     "cse",

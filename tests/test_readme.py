@@ -7,7 +7,7 @@ import re
 
 import numpy as np
 
-from kaun_ir import _tree as tree
+from kaun_ir import tree
 
 README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
 HEADING = "## Coming from PyTorch"

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import layer, loss, optim, rng, train
+from kaun_ir import layer, optim, rng, train
+from kaun_ir.nn import loss
 
 N, D, L = 256, 64, 6
 RNG = np.random.default_rng(0)

@@ -1,7 +1,7 @@
 """NaN, +-Inf, +-0 and empty arrays through the public function surface, against jax.numpy / jax.nn.
 
 Generated over the public names: every name in ``kn.numeric``, ``kn.reductions``, ``kn.linalg``
-and ``kaun_ir._activations`` is either checked here against its JAX counterpart or listed in
+and ``kaun_ir.nn.activations`` is either checked here against its JAX counterpart or listed in
 ``NOT_ARITHMETIC`` with the reason it has no special-value semantics of its own; a new public
 function fails ``test_every_public_function_is_classified`` until it is put in one of them.
 
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import _activations as activations
-from kaun_ir import linalg, numeric, reductions
+from kaun_ir.nn import activations
+from kaun_ir.surface import linalg, numeric, reductions
 
 F32 = np.float32
 SPECIAL = np.array(
@@ -163,6 +163,8 @@ NOT_ARITHMETIC = {
     "logical_not": "booleans only",
     # float -> int of NaN/inf is implementation-defined in XLA and NumPy alike
     "astype": "conversion",
+    # the identity on values (its derivative is zero)
+    "stop_gradient": "identity",
 }
 
 # Deliberate, documented differences (docs/errors.md "Numerics"): (function, input) -> why

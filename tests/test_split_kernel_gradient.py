@@ -11,12 +11,12 @@ import jax
 import numpy as np
 import pytest
 from jax import lax
-from kaun_ir.passes.split_kernel_gradient import chunk_count
-from kaun_ir.runtime import pipelines
 
 import kaun_ir as kn
 from kaun_ir import passes
-from kaun_ir.tensor import apply
+from kaun_ir.passes.split_kernel_gradient import chunk_count
+from kaun_ir.runtime import pipelines
+from kaun_ir.surface.tensor import apply
 
 F32 = np.float32
 NCHW = (0, 1, 2, 3)

@@ -10,10 +10,11 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from kaun_ir.runtime.stablehlo_import import StableHLOImportError
-from kaun_ir.tools import bench, bench_workloads
 
 import kaun_ir as kn
+from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError
+from kaun_ir.tools.bench import command as bench
+from kaun_ir.tools.bench import workloads as bench_workloads
 
 
 def _run_imported(module, args):

@@ -9,7 +9,11 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from kaun_ir.tools import cli, dump, spec, viz, viz_html, viz_svg
+
+from kaun_ir.tools import cli, dump, spec
+from kaun_ir.tools.viz import command as viz
+from kaun_ir.tools.viz import html as viz_html
+from kaun_ir.tools.viz import svg as viz_svg
 
 EXAMPLES = ["mlp", "cnn", "transformer_block", "train_step_mlp", "transformer_train_step"]
 KIR = os.path.join(os.path.dirname(__file__), "kir", "autodiff_mlp.kir")
@@ -219,11 +223,9 @@ def test_export_mlir(capsys, tmp_path, target):
 def test_export_mlirbc_runs_like_jit(capsys, tmp_path):
     """The portable artifact deserialises with jaxlib's StableHLO bindings, compiles and gives
     kn.jit's result on concrete parameters."""
-    from kaun_ir.runtime import xla
-
     import kaun_ir as kn
-    from kaun_ir import _tree as tree
-    from kaun_ir import layer, rng
+    from kaun_ir import layer, rng, tree
+    from kaun_ir.runtime import xla
 
     path = tmp_path / "mlp.mlirbc"
     rc, out, err = run_cli(capsys, "export", "kaun_ir.tools.examples:mlp", "-o", str(path), "--list-inputs")

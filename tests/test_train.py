@@ -16,12 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from kaun_ir.tools import demo
 
 import kaun_ir as kn
-from kaun_ir import _tree as tree
-from kaun_ir import data, datasets, layer, loss, metric, optim, rng, train
+from kaun_ir import data, datasets, layer, optim, rng, train, tree
 from kaun_ir.ir.interp import interpret
+from kaun_ir.nn import loss, metric
+from kaun_ir.tools import demo
 
 # ------------------------------------------------------------------------------ helpers
 

@@ -16,7 +16,8 @@ import warnings
 import numpy as np
 import pytest
 
-from kaun_ir import layer, loss, optim, rng, train
+from kaun_ir import layer, optim, rng, train
+from kaun_ir.nn import loss
 
 X = np.random.default_rng(0).normal(size=(4, 5)).astype(np.float32)
 LABELS_A = np.array([0, 1, 2, 0], np.int32)

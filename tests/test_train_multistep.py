@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import _tree as tree
-from kaun_ir import layer, loss, optim, rng, train
+from kaun_ir import layer, optim, rng, train, tree
+from kaun_ir.nn import loss
 
 
 def _model(dropout: bool = False):

@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kaun_ir import _tree as tree
-from kaun_ir import checkpoint, layer, loss, optim, rng, train
+from kaun_ir import layer, optim, rng, train, tree
+from kaun_ir.checkpoint import core as checkpoint
+from kaun_ir.nn import loss
 
 X = np.random.default_rng(1).normal(size=(6, 5)).astype(np.float32)
 Y = np.array([0, 1, 2, 0, 1, 2], np.int32)

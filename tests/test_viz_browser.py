@@ -13,6 +13,7 @@ import time
 from collections import Counter
 
 import pytest
+
 from kaun_ir.tools import cli, dump, spec
 
 MLP = "kaun_ir.tools.examples:mlp"
@@ -374,7 +375,7 @@ def test_a_training_step_opens_on_the_model_fitted_to_the_window(browser, tmp_pa
 def test_big_graph_loads_collapsed(browser, tmp_path, record_property):
     """The 12-block transformer's training step (tens of thousands of nodes) starts with its
     top-level groups collapsed; the load time is reported, not asserted."""
-    from kaun_ir.tools import viz_html
+    from kaun_ir.tools.viz import html as viz_html
 
     subject = spec.resolve("kaun_ir.tools.examples:transformer_train_step_12")
     graph = subject.stage_graph("autodiff")

@@ -10,7 +10,7 @@ from optest import samples_of, single_op_graph
 
 import kaun_ir as kn
 from kaun_ir import dtypes, ops
-from kaun_ir.autodiff import differentiable, gradient_graph
+from kaun_ir.transforms.autodiff import differentiable, gradient_graph
 
 DIFFERENTIABLE = {name for name, op in ops.TABLE.items() if op.vjp is not None}
 

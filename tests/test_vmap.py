@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
+from kaun_ir import tree as kn_tree
 
 RNG = np.random.default_rng(0)
 
@@ -39,7 +40,7 @@ def test_per_example_gradients_match_a_python_loop():
     single = kn.jit(kn.grad(_loss))
     for i in range(6):
         one = single(params, x[i], y[i])
-        for got, want in zip(kn._tree.flatten(batched)[0], kn._tree.flatten(one)[0]):
+        for got, want in zip(kn_tree.flatten(batched)[0], kn_tree.flatten(one)[0]):
             np.testing.assert_allclose(np.asarray(got)[i], np.asarray(want), rtol=1e-12, atol=1e-12)
 
     # and against jax, an independent oracle
@@ -48,7 +49,7 @@ def test_per_example_gradients_match_a_python_loop():
 
     with jax.enable_x64(True):
         want = jax.vmap(jax.grad(jax_loss), in_axes=(None, 0, 0))(params, x, y)
-    for got, w in zip(kn._tree.flatten(batched)[0], jax.tree_util.tree_leaves(want)):
+    for got, w in zip(kn_tree.flatten(batched)[0], jax.tree_util.tree_leaves(want)):
         np.testing.assert_allclose(np.asarray(got), np.asarray(w), rtol=1e-10, atol=1e-12)
 
 
@@ -68,7 +69,7 @@ def test_ensemble_over_stacked_parameter_trees_and_its_gradient():
     got = kn.grad(ensemble_loss)(stacked)
     for m, member in enumerate(members):
         want = kn.grad(_loss)(member, x, y)
-        for g, w in zip(kn._tree.flatten(got)[0], kn._tree.flatten(want)[0]):
+        for g, w in zip(kn_tree.flatten(got)[0], kn_tree.flatten(want)[0]):
             np.testing.assert_allclose(np.asarray(g)[m], np.asarray(w), rtol=1e-11, atol=1e-12)
 
 

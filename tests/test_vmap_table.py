@@ -15,7 +15,8 @@ from optest import assert_close, samples_of, single_op_graph, tolerance
 
 import kaun_ir as kn
 from kaun_ir import ops
-from kaun_ir.batching import batch_graph
+from kaun_ir.surface.tensor import apply
+from kaun_ir.transforms.vmap import batch_graph
 
 SIZE = 3
 PER_OP = 2  # samples per op: enough to cover the rule's branches, few enough to stay fast
@@ -154,7 +155,7 @@ def test_vmap_matches_jax_vmap(name, index, sample):
         arrays.append(a if axis is None else np.moveaxis(_variants(a, rng), 0, axis))
 
     def ours(*xs):
-        return kn.tensor.apply(name, *xs, **attrs)
+        return apply(name, *xs, **attrs)
 
     got = kn.vmap(ours, in_axes=in_axes, out_axes=-1)(*arrays)
     with jax.enable_x64(True):

@@ -12,11 +12,11 @@ import jax
 import numpy as np
 import pytest
 from jax import lax
-from kaun_ir.runtime import pipelines
 
 import kaun_ir as kn
 from kaun_ir import passes
-from kaun_ir.tensor import apply
+from kaun_ir.runtime import pipelines
+from kaun_ir.surface.tensor import apply
 
 TOLERANCE = passes.winograd_conv.TOLERANCE
 
@@ -179,7 +179,8 @@ def test_graphs_without_convolutions_are_returned_as_they_are():
 
 
 def test_cnn_training_with_winograd_matches_the_direct_convolutions():
-    from kaun_ir import layer, loss, optim, train
+    from kaun_ir import layer, optim, train
+    from kaun_ir.nn import loss
 
     rng = np.random.default_rng(9)
     x = rng.standard_normal((4, 1, 8, 8)).astype(F32)

@@ -24,8 +24,8 @@ COMMANDS = {
     "dump": ("dump", "print a model's IR at one stage, write all stages, or report statistics"),
     "export": ("export", "write a model as StableHLO (.mlir text or .mlirbc portable artifact)"),
     "import": ("import_cmd", "import a StableHLO module (.mlir/.mlirbc) as textual IR (.kir)"),
-    "viz": ("viz", "draw a model's IR graph (.dot, .svg, .png, .json, .html)"),
-    "bench": ("bench", "training-step speed of kaun_ir vs JAX + optax (and PyTorch)"),
+    "viz": ("viz.command", "draw a model's IR graph (.dot, .svg, .png, .json, .html)"),
+    "bench": ("bench.command", "training-step speed of kaun_ir vs JAX + optax (and PyTorch)"),
 }
 
 
@@ -109,9 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 2
-    import kaun_ir
-
-    kaun_ir._load_all()  # deferred while this command started (kaun_ir/__init__.py)
     try:
         return int(args.run(args) or 0)
     except KeyboardInterrupt:

@@ -44,7 +44,7 @@ def add_parser(sub) -> None:
     parser.add_argument("--epochs", type=int, default=25, help="epochs per model (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=32, help="batch size (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of initialisation and shuffling")
-    from . import demo_lm
+    from kaun_ir.tools import demo_lm
 
     demo_lm.add_arguments(parser)
     parser.set_defaults(run=run)
@@ -76,7 +76,8 @@ def cnn():
 
 
 def _batches(x, y, batch_size, seed):
-    from kaun_ir import data, loss
+    from kaun_ir import data
+    from kaun_ir.nn import loss
 
     def pair(batch):
         images, labels = batch
@@ -87,7 +88,8 @@ def _batches(x, y, batch_size, seed):
 
 def _train(name, model, splits, args, out):
     import kaun_ir as kn
-    from kaun_ir import metric, optim, rng, train
+    from kaun_ir import optim, rng, train
+    from kaun_ir.nn import metric
 
     (x_train, y_train), (x_test, y_test) = splits
     trainer = train.make(model, optim.adam(3e-3))
@@ -131,11 +133,12 @@ def _train(name, model, splits, args, out):
 def run(args) -> int:
     """Run ``kaun-ir demo`` (or ``demo lm``) with the parsed ``args``; returns the exit status."""
     if args.which == "lm":
-        from . import demo_lm
+        from kaun_ir.tools import demo_lm
 
         return demo_lm.run(args)
     import kaun_ir as kn
-    from kaun_ir import checkpoint, datasets, layer, rng, train
+    from kaun_ir import datasets, layer, rng, train
+    from kaun_ir.checkpoint import core as checkpoint
 
     start = time.perf_counter()
     os.makedirs(args.out, exist_ok=True)

@@ -21,8 +21,7 @@ import tempfile
 
 from kaun_ir.fileio import atomic_write
 from kaun_ir.ir.cost import graph_cost, node_cost  # noqa: F401 - the viewer imports node_cost from here
-
-from . import spec as specs
+from kaun_ir.tools import spec as specs
 
 STAGE_FILES = {
     "traced": "traced.kir",
@@ -109,8 +108,7 @@ def error(command: str, message) -> int:
     A textual-IR parse error is followed by the offending source line and a caret."""
     if isinstance(message, BaseException):
         from kaun_ir.errors import ParseError
-
-        from . import cli
+        from kaun_ir.tools import cli
 
         if cli.DEBUG:  # --debug: the traceback instead of the one line
             raise message
@@ -148,9 +146,8 @@ def statistics(subject, graph) -> dict:
             shardings[label] = shardings.get(label, 0) + 1
     collectives = None
     if shardings:  # partitioned by XLA: count what its partitioner inserted
-        from kaun_ir.runtime.collectives import collective_stats
-
         from kaun_ir import runtime
+        from kaun_ir.runtime.collectives import collective_stats
 
         collectives = collective_stats(runtime.compile(graph).hlo_text())
     return {

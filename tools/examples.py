@@ -12,7 +12,7 @@ cross-entropy (``transformer_train_step_12``: the same with 12 blocks, a large g
 
 from __future__ import annotations
 
-from .spec import Model, TrainSetup
+from kaun_ir.tools.spec import Model, TrainSetup
 
 
 def _mlp_layer():
@@ -90,7 +90,8 @@ def transformer_train_step(layers: int = 2) -> TrainSetup:
     """A decoder-only language model trained with AdamW (1e-3, weight decay 0.01) on next-token
     cross-entropy: token ids ``i32[4, 16]`` -> embedding (vocab 256, dim 64) -> ``layers`` causal
     pre-LN blocks (4 heads) -> layer norm -> logits ``[4, 16, 256]``; labels ``i32[4, 16]``."""
-    from kaun_ir import ShapeDtype, int32, layer, loss, optim
+    from kaun_ir import ShapeDtype, int32, layer, optim
+    from kaun_ir.nn import loss
 
     vocab, dim, heads, batch, seq = 256, 64, 4, 4, 16
     blocks = [_block(dim, heads, causal=True) for _ in range(layers)]
@@ -116,7 +117,8 @@ def transformer_train_step_12() -> TrainSetup:
 
 def train_step_mlp() -> TrainSetup:
     """The MLP trained with Adam on sparse cross-entropy (labels ``i32[32]``)."""
-    from kaun_ir import ShapeDtype, int32, loss, optim
+    from kaun_ir import ShapeDtype, int32, optim
+    from kaun_ir.nn import loss
 
     def loss_fn_builder(x):
         labels = ShapeDtype((x.shape[0],), int32)  # an input of the step, like real labels
@@ -131,7 +133,7 @@ def sharded_mlp_grad():
     (``kaun-ir dump kaun_ir.tools.examples:sharded_mlp_grad --stats --devices 8``)."""
     import kaun_ir as kn
     from kaun_ir import ShapeDtype
-    from kaun_ir.sharding import Spec
+    from kaun_ir.sharding.placement import Spec
 
     mesh = kn.sharding.mesh((4, 2), ("data", "model"))
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import spec as specs
-from .dump import add_spec_arguments, error
+from kaun_ir.tools import spec as specs
+from kaun_ir.tools.dump import add_spec_arguments, error
 
 
 def add_parser(sub) -> None:

@@ -41,8 +41,7 @@ def run(args: argparse.Namespace) -> int:
     from kaun_ir.errors import KaunError
     from kaun_ir.fileio import atomic_write
     from kaun_ir.ir import from_stablehlo
-
-    from .cli import describe
+    from kaun_ir.tools.cli import describe
 
     try:
         with open(args.file, "rb") as handle:
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             atomic_write(args.output, text.encode())
     except (KaunError, ValueError, TypeError, OSError, UnicodeDecodeError) as err:
-        from .dump import error  # one line (see docs/errors.md); --debug re-raises
+        from kaun_ir.tools.dump import error  # one line (see docs/errors.md); --debug re-raises
 
         return error(
             "import", f"{args.file}: {describe(err)}" if isinstance(err, UnicodeDecodeError) else err

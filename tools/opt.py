@@ -114,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
     from kaun_ir.ir import parse
 
     def error(message) -> int:
-        from .dump import error as report
+        from kaun_ir.tools.dump import error as report
 
         return report("opt", message)
 
@@ -157,8 +157,7 @@ def run(args: argparse.Namespace) -> int:
     instrumentations += [i for i in (timing, stats) if i is not None]
     try:
         from kaun_ir.ir import from_stablehlo
-
-        from .spec import looks_like_mlir
+        from kaun_ir.tools.spec import looks_like_mlir
 
         # StableHLO (.mlir / .mlirbc, or MLIR on stdin) is imported; anything else is textual IR
         is_mlir = args.file.endswith((".mlir", ".mlirbc")) or (

@@ -67,8 +67,8 @@ def examples_help() -> str:
     """The bundled example models, one line each (for ``--help``)."""
     import inspect
 
-    from . import examples
-    from .cli import plain
+    from kaun_ir.tools import examples
+    from kaun_ir.tools.cli import plain
 
     lines = ["Bundled examples (try: kaun-ir dump kaun_ir.tools.examples:mlp --stage optimized):"]
     for name, fn in inspect.getmembers(examples, inspect.isfunction):
@@ -109,7 +109,7 @@ class TrainSetup:
 def parse_input(text: str):
     """``"f32[32,784]"`` -> ``kn.ShapeDtype((32, 784), float32)``; ``SpecError`` if malformed."""
     from kaun_ir.ir.text import _parse_type
-    from kaun_ir.trace import ShapeDtype
+    from kaun_ir.surface.trace import ShapeDtype
 
     try:
         t = _parse_type(text.strip())
@@ -184,9 +184,8 @@ def _is_optimizer(x) -> bool:
 
 def abstract_vars(model, dtype=None):
     """``(params, state)`` of ``model`` as trees of ``kn.ShapeDtype``, by tracing its ``init``."""
-    from kaun_ir import _tree as tree
-    from kaun_ir import dtypes, layer, rng
-    from kaun_ir.trace import ShapeDtype, trace_flat
+    from kaun_ir import dtypes, layer, rng, tree
+    from kaun_ir.surface.trace import ShapeDtype, trace_flat
 
     dtype = dtype or dtypes.float32
 
@@ -241,7 +240,7 @@ class Subject:
     # ------------------------------------------------------------------ the stages
 
     def _traced(self):
-        from kaun_ir import trace
+        from kaun_ir.surface.trace import trace
 
         if self.kind == "graph":
             return self.graph
@@ -259,9 +258,8 @@ class Subject:
         return passes.run(self._summed(), "autodiff")
 
     def _optimized(self):
-        from kaun_ir.runtime.pipelines import jit_pipeline, train_pipeline
-
         from kaun_ir import passes
+        from kaun_ir.runtime.pipelines import jit_pipeline, train_pipeline
 
         if self.kind == "train":
             return passes.run(
@@ -273,7 +271,7 @@ class Subject:
     def _summed(self):
         """The function with its first output leaf summed to a scalar (what ``autodiff`` needs)."""
         import kaun_ir as kn
-        from kaun_ir import _tree as tree
+        from kaun_ir import tree
 
         fn = self.fn
 
@@ -293,9 +291,8 @@ class Subject:
 
     def _abstract_state(self):
         """A ``train.State`` whose leaves are ``kn.ShapeDtype``: nothing runs on XLA."""
-        from kaun_ir import _tree as tree
-        from kaun_ir import dtypes, layer, optim, train
-        from kaun_ir.trace import ShapeDtype, trace_flat
+        from kaun_ir import dtypes, layer, optim, train, tree
+        from kaun_ir.surface.trace import ShapeDtype, trace_flat
 
         trainer = self._trainer()
         params, state = abstract_vars(trainer.model)
@@ -330,7 +327,7 @@ class Subject:
 
 def _float(x) -> bool:
     from kaun_ir import dtypes
-    from kaun_ir.tensor import type_of
+    from kaun_ir.surface.tensor import type_of
 
     return dtypes.is_float(type_of(x).dtype)
 

@@ -1,21 +1,21 @@
 """The IR core: types, values, nodes, graphs, the textual form, verification, interpretation."""
 
-from .builder import Builder, current_builder, current_path, scope
-from .core import ArrayAttr, Graph, Node, TensorType, Value
-from .interp import interpret
-from .text import parse, print_graph
+from kaun_ir.ir.builder import Builder, current_builder, current_path, scope
+from kaun_ir.ir.core import ArrayAttr, Graph, Node, TensorType, Value
+from kaun_ir.ir.interp import interpret
+from kaun_ir.ir.text import parse, print_graph
 
 
 def from_stablehlo(module, name=None):
     """Import a StableHLO module (MLIR text, bytecode or a portable ``.mlirbc`` artifact, e.g.
-    ``jax.jit(f).lower(x).as_text()``) as a :class:`Graph`; see ``kaun_ir.runtime.stablehlo_import``.
+    ``jax.jit(f).lower(x).as_text()``) as a :class:`Graph`; see ``kaun_ir.runtime.interop.stablehlo_import``.
 
     ``name`` picks the function (default ``main``). Unsupported ops raise
     ``StableHLOImportError`` naming the op and its MLIR location.
     """
     # Reading MLIR needs jaxlib's bindings, which only the runtime layer touches; the import is
     # deferred so the IR core itself stays free of jaxlib (allowed upward reference).
-    from kaun_ir.runtime.stablehlo_import import from_stablehlo as _import
+    from kaun_ir.runtime.interop.stablehlo_import import from_stablehlo as _import
 
     return _import(module, name)
 

@@ -9,8 +9,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from ..errors import ShapeError
-from .core import Graph, Node, TensorType, Value
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import Graph, Node, TensorType, Value
 
 
 class _State(threading.local):

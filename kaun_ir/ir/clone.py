@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .core import Graph, Node, Value
+from kaun_ir.ir.core import Graph, Node, Value
 
 
 def copy_node(node: Node, env: dict[int, Value], regions: Sequence[Graph] | None = None) -> Node:

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import IRError
+from kaun_ir import dtypes
+from kaun_ir.errors import IRError
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,7 +291,7 @@ class Graph:
 
     def text(self, debug: bool = False) -> str:
         """The textual IR (see docs/ir.md); ``debug=True`` adds source lines to locations."""
-        from .text import print_graph
+        from kaun_ir.ir.text import print_graph
 
         return print_graph(self, debug=debug)
 
@@ -305,7 +305,7 @@ class Graph:
 
     def verify(self) -> Graph:
         """Re-derive every type from the op table and check SSA order; raises IRError."""
-        from .verify import verify
+        from kaun_ir.ir.verify import verify
 
         verify(self)
         return self
@@ -313,12 +313,12 @@ class Graph:
     def to_networkx(self):
         """A ``networkx.MultiDiGraph``: one node per argument, op and output, one edge per operand
         (see :func:`kaun_ir.ir.nx.to_networkx`)."""
-        from .nx import to_networkx
+        from kaun_ir.ir.nx import to_networkx
 
         return to_networkx(self)
 
     def _repr_svg_(self) -> str:  # notebooks: the built-in layered drawing (kaun-ir viz)
-        from kaun_ir.tools.viz_svg import render_svg  # lazily: the core stays free of tool imports
+        from kaun_ir.tools.viz.svg import render_svg  # lazily: the core stays free of tool imports
 
         return render_svg(self)
 

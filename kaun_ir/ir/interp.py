@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import IRError
-from . import optable
-from .core import Graph
+from kaun_ir.errors import IRError
+from kaun_ir.ir import optable
+from kaun_ir.ir.core import Graph
 
 
 def interpret(graph: Graph, *arrays) -> list[np.ndarray]:

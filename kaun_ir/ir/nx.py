@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .core import Graph
+from kaun_ir.ir.core import Graph
 
 
 def to_networkx(graph: Graph):

@@ -16,10 +16,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ParseError
-from . import optable
-from .core import ArrayAttr, Graph, Node, TensorType, Value
+from kaun_ir import dtypes
+from kaun_ir.errors import ParseError
+from kaun_ir.ir import optable
+from kaun_ir.ir.core import ArrayAttr, Graph, Node, TensorType, Value
 
 _INLINE_LIMIT = 32  # constants with more elements are printed as hex bytes
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from ..errors import IRError
-from . import optable
-from .core import Graph
+from kaun_ir.errors import IRError
+from kaun_ir.ir import optable
+from kaun_ir.ir.core import Graph
 
 
 def verify(graph: Graph, _outer: str = "") -> None:

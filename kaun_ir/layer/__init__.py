@@ -10,8 +10,8 @@ See :mod:`kaun_ir.layer.core` for the calling conventions and the ``ctx`` dict (
 dropout, attention masks).
 """
 
-from .attention import multi_head_attention
-from .basic import (
+from kaun_ir.layer.attention import multi_head_attention
+from kaun_ir.layer.basic import (
     avg_pool1d,
     avg_pool2d,
     batch_norm,
@@ -31,8 +31,14 @@ from .basic import (
     silu,
     tanh,
 )
-from .blocks import adaptive_avg_pool1d, adaptive_avg_pool2d, global_avg_pool, residual, tied_embedding
-from .core import (
+from kaun_ir.layer.blocks import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    global_avg_pool,
+    residual,
+    tied_embedding,
+)
+from kaun_ir.layer.core import (
     Layer,
     Vars,
     apply,
@@ -48,9 +54,9 @@ from .core import (
     with_params,
     with_state,
 )
-from .recurrent import from_torch as recurrent_from_torch
-from .recurrent import gru, lstm, rnn
-from .show import summary
+from kaun_ir.layer.recurrent import from_torch as recurrent_from_torch
+from kaun_ir.layer.recurrent import gru, lstm, rnn
+from kaun_ir.layer.show import summary
 
 __all__ = [
     "Layer",

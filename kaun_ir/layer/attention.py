@@ -5,15 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import _nn as nn
-from .. import dtypes
-from .. import init as initializers
-from ..errors import ShapeError
-from ..ir.builder import current_path, scope
-from ..numeric import reshape
-from ..tensor import type_of
-from .basic import dense, infer_size, make_param, positive_int, rate_in_unit_interval, resolve_init
-from .core import Layer, Vars
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.builder import current_path, scope
+from kaun_ir.layer.basic import (
+    dense,
+    infer_size,
+    make_param,
+    positive_int,
+    rate_in_unit_interval,
+    resolve_init,
+)
+from kaun_ir.layer.core import Layer, Vars
+from kaun_ir.nn import functional as nn
+from kaun_ir.nn import init as initializers
+from kaun_ir.surface.numeric import reshape
+from kaun_ir.surface.tensor import type_of
 
 __all__ = ["multi_head_attention"]
 

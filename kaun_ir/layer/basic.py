@@ -16,17 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import _activations as activations
-from .. import _nn as nn
-from .. import dtypes, fn, rng
-from .. import init as initializers
-from ..autodiff import stop_gradient
-from ..errors import ShapeError
-from ..ir.builder import current_path
-from ..linalg import matmul
-from ..numeric import add, astype, multiply, reshape
-from ..tensor import type_of
-from .core import Layer, Vars
+from kaun_ir import dtypes, rng
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.builder import current_path
+from kaun_ir.layer.core import Layer, Vars
+from kaun_ir.nn import activations, fn
+from kaun_ir.nn import functional as nn
+from kaun_ir.nn import init as initializers
+from kaun_ir.surface.linalg import matmul
+from kaun_ir.surface.numeric import add, astype, multiply, reshape, stop_gradient
+from kaun_ir.surface.tensor import type_of
 
 __all__ = [
     "linear",

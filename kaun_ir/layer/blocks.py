@@ -6,16 +6,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from .. import dtypes
-from .. import init as initializers
-from ..errors import ShapeError
-from ..ir.builder import scope
-from ..linalg import matmul
-from ..numeric import add, concatenate, multiply, transpose
-from ..reductions import mean
-from ..tensor import type_of
-from .basic import make_param, positive_int, resolve_init, stateless
-from .core import Layer, Vars, child_ctx, child_init, eval_shape
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.builder import scope
+from kaun_ir.layer.basic import make_param, positive_int, resolve_init, stateless
+from kaun_ir.layer.core import Layer, Vars, child_ctx, child_init, eval_shape
+from kaun_ir.nn import init as initializers
+from kaun_ir.surface.linalg import matmul
+from kaun_ir.surface.numeric import add, concatenate, multiply, transpose
+from kaun_ir.surface.reductions import mean
+from kaun_ir.surface.tensor import type_of
 
 __all__ = ["residual", "global_avg_pool", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "tied_embedding"]
 
@@ -30,7 +30,7 @@ def _path_name(prefix: str, layer: Layer) -> str:
 
 
 def _slice_axis(x: Any, axis: int, start: int, stop: int) -> Any:
-    from ..tensor import apply
+    from kaun_ir.surface.tensor import apply
 
     shape = type_of(x).shape
     starts = tuple(start if i == axis else 0 for i in range(len(shape)))
@@ -102,7 +102,7 @@ def _bins(size: int, out: int) -> list[tuple[int, int]]:
 def _adaptive_axis(x: Any, axis: int, out: int) -> Any:
     size = type_of(x).shape[axis]
     if size % out == 0:  # equal windows: one reshape and one mean
-        from ..numeric import reshape
+        from kaun_ir.surface.numeric import reshape
 
         shape = list(type_of(x).shape)
         shape[axis : axis + 1] = [out, size // out]
@@ -172,7 +172,7 @@ def tied_embedding(
             params: dict = {"embedding": {"weight": make_param(table_init, (vocab_size, embed_dim), dt)}}
         h = None
         if x is not None:
-            from ..trace import ShapeDtype
+            from kaun_ir.surface.trace import ShapeDtype
 
             h = ShapeDtype(tuple(x.shape) + (embed_dim,), dt)
         with scope(_path_name("body", body)):
@@ -185,7 +185,7 @@ def tied_embedding(
         return Vars(params, {"body": bv.state}, dt)
 
     def apply_(params, state, ids, *, training, ctx):
-        from .._nn import embedding
+        from kaun_ir.nn.functional import embedding
 
         t = type_of(ids)
         if not dtypes.is_integer(t.dtype):

@@ -42,13 +42,13 @@ from typing import Any
 
 import numpy as np
 
-from .. import _tree as tree
-from .. import dtypes, random, rng
-from ..ir.builder import current_builder, scope
-from ..numeric import astype, dtype_of
-from ..trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
-from .roll import apply_layers as roll_layers
-from .roll import resolve_roll, rolling_allowed
+from kaun_ir import dtypes, rng, tree
+from kaun_ir.ir.builder import current_builder, scope
+from kaun_ir.layer.roll import apply_layers as roll_layers
+from kaun_ir.layer.roll import resolve_roll, rolling_allowed
+from kaun_ir.surface import random
+from kaun_ir.surface.numeric import astype, dtype_of
+from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
 
 __all__ = [
     "Layer",
@@ -82,12 +82,12 @@ class Vars:
         object.__setattr__(self, "dtype", dtypes.canonical(self.dtype))
 
     def __repr__(self) -> str:  # shapes and dtypes, never the arrays
-        from .show import vars_repr
+        from kaun_ir.layer.show import vars_repr
 
         return vars_repr(self)
 
     def _repr_html_(self) -> str:
-        from .show import vars_html
+        from kaun_ir.layer.show import vars_html
 
         return vars_html(self)
 
@@ -115,12 +115,12 @@ class Layer:
     name: str = "layer"
 
     def __repr__(self) -> str:  # the structure, not function addresses
-        from .show import layer_repr
+        from kaun_ir.layer.show import layer_repr
 
         return layer_repr(self)
 
     def _repr_html_(self) -> str:
-        from .show import layer_html
+        from kaun_ir.layer.show import layer_html
 
         return layer_html(self)
 
@@ -271,7 +271,7 @@ def _compiled(model: Layer):
     """The model's forward pass under ``kn.jit``, made once per model and kept on it."""
     compiled = model.__dict__.get("_compiled")
     if compiled is None:
-        from ..runtime import jit
+        from kaun_ir.runtime import jit
 
         def forward(params, state, x, ctx, training, dtype_name):
             return _forward(model, params, state, x, ctx, training, dtypes.from_short_name(dtype_name))

@@ -29,16 +29,16 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from .._activations import relu
-from ..control import scan
-from ..errors import ShapeError
-from ..ir.builder import current_path, scope
-from ..linalg import matmul
-from ..numeric import arange, concatenate, sigmoid, stack, tanh, transpose, where, zeros
-from ..tensor import type_of
-from .basic import make_param, positive_int, resolve_init
-from .core import Layer, Vars
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.builder import current_path, scope
+from kaun_ir.layer.basic import make_param, positive_int, resolve_init
+from kaun_ir.layer.core import Layer, Vars
+from kaun_ir.nn.activations import relu
+from kaun_ir.surface.control import scan
+from kaun_ir.surface.linalg import matmul
+from kaun_ir.surface.numeric import arange, concatenate, sigmoid, stack, tanh, transpose, where, zeros
+from kaun_ir.surface.tensor import type_of
 
 __all__ = ["rnn", "gru", "lstm", "from_torch", "GATES"]
 
@@ -151,7 +151,7 @@ def _recurrent(
     directions = 2 if bidirectional else 1
     width = GATES[kind] * hidden
     bound = 1.0 / math.sqrt(hidden)  # PyTorch's default: U(-1/sqrt(hidden), 1/sqrt(hidden)) for all
-    from .. import init as initializers
+    from kaun_ir.nn import init as initializers
 
     default = initializers.uniform((-bound, bound))
     weight_init = resolve_init(weight_init, default, "weight_init", kind)

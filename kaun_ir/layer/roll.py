@@ -26,13 +26,13 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _tree as tree
-from ..ir.builder import Builder, current_builder, scope
-from ..ir.clone import copy_nodes, rebind
-from ..ir.core import Graph
-from ..numeric import stack
-from ..tensor import Tensor, apply, to_value, type_of
-from ..trace import is_array_leaf
+from kaun_ir import tree
+from kaun_ir.ir.builder import Builder, current_builder, scope
+from kaun_ir.ir.clone import copy_nodes, rebind
+from kaun_ir.ir.core import Graph
+from kaun_ir.surface.numeric import stack
+from kaun_ir.surface.tensor import Tensor, apply, to_value, type_of
+from kaun_ir.surface.trace import is_array_leaf
 
 __all__ = ["ROLL_ENV", "MIN_ROLL", "resolve_roll", "unrolled", "rolling_allowed"]
 

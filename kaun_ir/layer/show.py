@@ -8,10 +8,9 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from .. import _tree as tree
-from .. import dtypes, ptree
-from ..ir.cost import node_cost
-from ..tensor import type_of
+from kaun_ir import dtypes, ptree, tree
+from kaun_ir.ir.cost import node_cost
+from kaun_ir.surface.tensor import type_of
 
 __all__ = ["layer_repr", "layer_html", "vars_repr", "vars_html", "summary"]
 
@@ -24,7 +23,7 @@ _MAX_LINE = 100
 def _parts(layer) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
     """``(settings, children)`` of a layer, read from the closures of its two functions: Python
     scalars (and tuples of them) it was made with, and the layers it contains."""
-    from .core import Layer
+    from kaun_ir.layer.core import Layer
 
     settings: dict[str, Any] = {}
     children: dict[str, Any] = {}
@@ -176,10 +175,10 @@ def summary(
     ``vars`` (default: ``layer.init(model, example)`` with seed 0) gives the variables; nothing
     is compiled or run: the forward pass is traced on abstract values.
     """
-    from .. import rng
-    from ..trace import ShapeDtype, leaf_type, trace_flat
-    from .core import init
-    from .roll import unrolled
+    from kaun_ir import rng
+    from kaun_ir.layer.core import init
+    from kaun_ir.layer.roll import unrolled
+    from kaun_ir.surface.trace import ShapeDtype, leaf_type, trace_flat
 
     if vars is None:
         with rng.scope(0):

@@ -10,9 +10,9 @@
 
 from __future__ import annotations
 
-from .decoder import DecoderConfig, decoder, empty_cache, forward, init_params
-from .generate import cache_length, executables, generate, sample
-from .pretrained import NAME_TABLE, Pretrained, config_from_hf, from_pretrained
+from kaun_ir.models.decoder import DecoderConfig, decoder, empty_cache, forward, init_params
+from kaun_ir.models.generate import cache_length, executables, generate, sample
+from kaun_ir.models.pretrained import NAME_TABLE, Pretrained, config_from_hf, from_pretrained
 
 
 def gpt2(

@@ -24,10 +24,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import dtypes, fn, indexing, linalg, numeric
-from .. import init as initializers
-from ..ir.builder import scope
-from ..layer.core import Layer, Vars
+from kaun_ir import dtypes
+from kaun_ir.ir.builder import scope
+from kaun_ir.layer.core import Layer, Vars
+from kaun_ir.nn import fn
+from kaun_ir.nn import init as initializers
+from kaun_ir.surface import indexing, linalg, numeric
 
 
 @dataclass(frozen=True)
@@ -92,11 +94,11 @@ def init_params(cfg: DecoderConfig, dtype=dtypes.float32, abstract: bool = False
     the current ``kn.rng`` scope in a fixed order; ``abstract=True`` gives ``kn.ShapeDtype``
     leaves instead (the tree's structure and shapes, nothing drawn)."""
     if abstract:
-        from ..trace import ShapeDtype
+        from kaun_ir.surface.trace import ShapeDtype
 
         normal = zeros = ones = lambda key, shape, dt: ShapeDtype(shape, dt)  # noqa: E731
     else:
-        from ..layer.basic import make_param  # draws the key from the current kn.rng scope
+        from kaun_ir.layer.basic import make_param  # draws the key from the current kn.rng scope
 
         draw = initializers.normal(0.02)
         normal = lambda key, shape, dt: make_param(draw, shape, dt)  # noqa: E731

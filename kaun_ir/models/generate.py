@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes, indexing, numeric, random, reductions
-from ..runtime.jit import jit
-from .decoder import DecoderConfig, empty_cache, forward
+from kaun_ir import dtypes
+from kaun_ir.models.decoder import DecoderConfig, empty_cache, forward
+from kaun_ir.runtime.jit import jit
+from kaun_ir.surface import indexing, numeric, random, reductions
 
 
 def top_k_threshold(logits, k: int):
@@ -50,7 +51,7 @@ def sample(logits, key, temperature, greedy: bool, top_k: int | None):
 def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
     """The (prefill, decode) pair of ``kn.jit`` functions for one model config and sampling mode,
     kept for the process by the runtime."""
-    from ..runtime import compilation
+    from kaun_ir.runtime import compilation
 
     return compilation.shared(("generate", cfg, greedy, top_k), lambda: _make_functions(cfg, greedy, top_k))
 
@@ -142,7 +143,7 @@ def generate(
 
 def ptree_leaves(tree):
     """The leaves of a parameter tree in flattening order."""
-    from .. import ptree
+    from kaun_ir import ptree
 
     return ptree.flatten(tree)[0]
 
@@ -150,7 +151,7 @@ def ptree_leaves(tree):
 def executables(model) -> int:
     """How many executables generation has compiled for ``model``'s config so far."""
     cfg = getattr(model, "config", model)
-    from ..runtime import compilation
+    from kaun_ir.runtime import compilation
 
     return sum(
         fn.trace_count for key, pair in compilation.shared_items("generate") if key[1] == cfg for fn in pair

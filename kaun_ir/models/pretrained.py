@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes, ptree
-from ..layer.core import Layer, Vars
-from .decoder import DecoderConfig, decoder, init_params
+from kaun_ir import dtypes, ptree
+from kaun_ir.layer.core import Layer, Vars
+from kaun_ir.models.decoder import DecoderConfig, decoder, init_params
 
 _GPT2_LAYER = "transformer.h.{i}"
 _LLAMA_LAYER = "model.layers.{i}"

@@ -6,8 +6,7 @@ family modules export; nothing registers itself as an import side effect.
 
 from __future__ import annotations
 
-from ..ir import optable
-from . import (
+from kaun_ir.ops import (
     control,
     custom,
     elementwise,
@@ -21,8 +20,8 @@ from . import (
     sort,
     window,
 )
-from .base import OpDef, Sample
-from .emit import Emitter
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.emit import Emitter
 
 _FAMILIES = (
     elementwise,
@@ -45,9 +44,6 @@ for _family in _FAMILIES:
         if _op.name in TABLE:
             raise RuntimeError(f"op {_op.name!r} is declared twice")
         TABLE[_op.name] = _op
-
-# the IR core (a layer below) parses, verifies and interprets graphs with this table
-optable.install(TABLE)
 
 
 def get(name: str) -> OpDef:

@@ -16,7 +16,7 @@ Every primitive is declared once, as one :class:`OpDef` holding all of its rules
 - ``batch`` (``kn.vmap``) or ``nobatch`` (why the op has no batching rule).
 
 Forward mode (``kn.jvp``) has no rule of its own: it is derived from the VJP rules (see
-``kaun_ir/forward.py``), so ``vjp`` / ``nondiff`` covers it too.
+``kaun_ir/transforms/jvp.py``), so ``vjp`` / ``nondiff`` covers it too.
 
 A batching rule is ``batch(batched, size, *operands, **attrs) -> outputs`` (``regions=`` is
 passed too when the op carries sub-graphs). ``batched[i]`` says whether operand i carries the
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.core import TensorType, freeze_attr
+from kaun_ir.ir.core import TensorType, freeze_attr
 
 
 @dataclass(frozen=True)

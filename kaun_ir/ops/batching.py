@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..ir.core import TensorType
-from .rules import apply, trace
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.rules import apply, trace
 
 
 def bcast(x, size: int):
@@ -103,7 +103,7 @@ def by_loop(name: str):
     """
 
     def rule(batched, size, *args, regions=(), **attrs):
-        from . import TABLE
+        from kaun_ir.ops import TABLE
 
         opdef = TABLE[name]
         types = [example_type(x, b) for x, b in zip(args, batched)]

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .rules import apply, batch_graph, inline, trace
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.rules import apply, batch_graph, inline, trace
 
 
 def _while_infer(*carried: TensorType, regions) -> tuple[TensorType, ...]:
@@ -27,7 +27,7 @@ def _while_infer(*carried: TensorType, regions) -> tuple[TensorType, ...]:
 
 
 def _while_reference(*values, regions):
-    from ..ir.interp import interpret
+    from kaun_ir.ir.interp import interpret
 
     cond, body = regions
     state = list(values)

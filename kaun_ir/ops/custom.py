@@ -14,20 +14,20 @@ the text form prints its regions, passes and viewers see it, and it round-trips.
 ``custom_jvp`` (attribute ``name``) carries two: ``primal`` and ``jvp``, (operands, one tangent
 per operand) -> (outputs, one tangent per output). Its reverse mode is the transpose of the
 ``jvp`` region in its tangents (built by reverse mode itself), and forward mode, derived from
-reverse mode (``kaun_ir/forward.py``), transposes once more, giving the rule's tangents back.
-The user-facing decorators are in ``kaun_ir/custom.py``.
+reverse mode (``kaun_ir/transforms/jvp.py``), transposes once more, giving the rule's tangents back.
+The user-facing decorators are in ``kaun_ir/transforms/custom.py``.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .batching import materialize
-from .rules import apply, batch_graph, binary, gradient_graph, inline, trace, zeros
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.batching import materialize
+from kaun_ir.ops.rules import apply, batch_graph, binary, gradient_graph, inline, trace, zeros
 
 
 def _types(values) -> str:
@@ -71,7 +71,7 @@ def _jvp_infer(*operands: TensorType, regions, name):
 
 
 def _reference(*operands, regions, **attrs):
-    from ..ir.interp import interpret
+    from kaun_ir.ir.interp import interpret
 
     return tuple(interpret(regions[0], *operands))
 

@@ -6,12 +6,12 @@ import math
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .batching import elementwise
-from .rules import apply, astype, binary, compare, full_like, sum_all, where
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.batching import elementwise
+from kaun_ir.ops.rules import apply, astype, binary, compare, full_like, sum_all, where
 
 _F = (dtypes.float32, dtypes.float64)
 _SHAPES = ((), (5,), (2, 3), (0, 4), (1, 3, 1))

@@ -13,8 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .. import dtypes
-from ..ir.core import TensorType
+from kaun_ir import dtypes
+from kaun_ir.ir.core import TensorType
 
 
 def tensor_type(t: TensorType) -> str:
@@ -168,7 +168,7 @@ class Emitter:
 
         The lowering calls this for the main function; ops with regions call it for sub-graphs.
         """
-        from . import TABLE
+        from kaun_ir.ops import TABLE
 
         names: dict[int, str] = {id(v): n for v, n in zip(graph.inputs, arg_names)}
         for node in graph.nodes:

@@ -12,13 +12,18 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import GradientError, ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .emit import i64_array
-from .indexing_batch import dynamic_slice_batch, dynamic_update_slice_batch, gather_batch, scatter_batch
-from .rules import apply
+from kaun_ir import dtypes
+from kaun_ir.errors import GradientError, ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.emit import i64_array
+from kaun_ir.ops.indexing_batch import (
+    dynamic_slice_batch,
+    dynamic_update_slice_batch,
+    gather_batch,
+    scatter_batch,
+)
+from kaun_ir.ops.rules import apply
 
 
 def _rand(rng, shape, dtype=np.float32):

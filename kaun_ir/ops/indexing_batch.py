@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from .batching import materialize, shift
-from .rules import apply
+from kaun_ir import dtypes
+from kaun_ir.ops.batching import materialize, shift
+from kaun_ir.ops.rules import apply
 
 
 def _index_dtype(dt) -> np.dtype:

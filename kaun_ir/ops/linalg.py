@@ -7,13 +7,13 @@ import string
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .emit import i64_array, padding_literal
-from .linalg_batch import convolution_batch, dot_general_batch
-from .rules import apply
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.emit import i64_array, padding_literal
+from kaun_ir.ops.linalg_batch import convolution_batch, dot_general_batch
+from kaun_ir.ops.rules import apply
 
 
 def _rand(rng, shape, dtype=np.float32):

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from .batching import by_loop, move_axis, shift
-from .rules import apply
+from kaun_ir.ops.batching import by_loop, move_axis, shift
+from kaun_ir.ops.rules import apply
 
 
 def dot_general_batch(

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .batching import elementwise
-from .emit import dense_literal
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.batching import elementwise
+from kaun_ir.ops.emit import dense_literal
 
 
 def _constant_infer(value) -> TensorType:

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .batching import unary_leading
-from .emit import dense_literal, i64_array
-from .rules import apply, astype, compare, full_like, where
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.batching import unary_leading
+from kaun_ir.ops.emit import dense_literal, i64_array
+from kaun_ir.ops.rules import apply, astype, compare, full_like, where
 
 # kind -> (StableHLO op of the region, dtype kinds it accepts: f float, i/u integers, b bool)
 _KINDS = {

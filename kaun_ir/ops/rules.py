@@ -9,11 +9,11 @@ so a rule written with them builds the graph it would build with ``kn.where`` an
 Three things belong to the layers above, and reach the table through hooks those layers install
 when they are imported (``install``), never through an import from here:
 
-- ``apply`` / ``tensor`` / ``to_value``: the tracer (``kaun_ir.tensor``): one node appended to
+- ``apply`` / ``tensor`` / ``to_value``: the tracer (``kaun_ir.surface.tensor``): one node appended to
   the active trace, the symbolic ``Tensor`` class, and an operand's value in a trace;
-- ``batch_graph``: the batching transformation (``kaun_ir.batching``), which the rules of ops
+- ``batch_graph``: the batching transformation (``kaun_ir.transforms.vmap``), which the rules of ops
   with regions apply to their sub-graphs;
-- ``gradient_graph``: reverse mode (``kaun_ir.autodiff``), likewise.
+- ``gradient_graph``: reverse mode (``kaun_ir.transforms.autodiff``), likewise.
 
 Rules may also use the arithmetic operators (``ct * y``, ``-ct``) and the metadata (``.shape``,
 ``.dtype``, ``.type``) of the tensors they are handed.
@@ -26,19 +26,19 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes
-from ..ir.builder import Builder, current_builder
-from ..ir.clone import copy_nodes
-from ..ir.core import Graph, TensorType
+from kaun_ir import dtypes
+from kaun_ir.ir.builder import Builder, current_builder
+from kaun_ir.ir.clone import copy_nodes
+from kaun_ir.ir.core import Graph, TensorType
 
 # ------------------------------------------------------------------------------------- hooks
 
 _HOOK_OWNERS = {
-    "apply": "kaun_ir.tensor",
-    "tensor": "kaun_ir.tensor",
-    "to_value": "kaun_ir.tensor",
-    "batch_graph": "kaun_ir.batching",
-    "gradient_graph": "kaun_ir.autodiff",
+    "apply": "kaun_ir.surface.tensor",
+    "tensor": "kaun_ir.surface.tensor",
+    "to_value": "kaun_ir.surface.tensor",
+    "batch_graph": "kaun_ir.transforms.vmap",
+    "gradient_graph": "kaun_ir.transforms.autodiff",
 }
 _HOOKS: dict[str, Callable] = {}
 
@@ -52,13 +52,18 @@ def install(**hooks: Callable) -> None:
 
 
 def _hook(name: str) -> Callable:
-    try:
-        return _HOOKS[name]
-    except KeyError:
-        raise RuntimeError(
-            f"op rules need {name!r}, which {_HOOK_OWNERS[name]} installs when it is imported "
-            "(import kaun_ir, not kaun_ir.ops alone)"
-        ) from None
+    hook = _HOOKS.get(name)
+    if hook is None:
+        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
+
+        wiring.install()
+        hook = _HOOKS.get(name)
+        if hook is None:
+            raise RuntimeError(
+                f"op rules need {name!r} from {_HOOK_OWNERS[name]}, which the composition root "
+                "(kaun_ir.wiring) installs; it was removed"
+            )
+    return hook
 
 
 def apply(op: str, *operands: Any, regions: tuple[Graph, ...] = (), **attrs: Any):
@@ -72,12 +77,12 @@ def is_tensor(x: Any) -> bool:
 
 
 def batch_graph(graph: Graph, batched: Sequence[bool], size: int, force: Sequence[bool] | bool = False):
-    """``kaun_ir.batching.batch_graph``: the batched form of a region and its output flags."""
+    """``kaun_ir.transforms.vmap.batch_graph``: the batched form of a region and its output flags."""
     return _hook("batch_graph")(graph, batched, size, force=force)
 
 
 def gradient_graph(graph: Graph, **kwargs: Any) -> Graph:
-    """``kaun_ir.autodiff.gradient_graph`` applied to a region."""
+    """``kaun_ir.transforms.autodiff.gradient_graph`` applied to a region."""
     return _hook("gradient_graph")(graph, **kwargs)
 
 

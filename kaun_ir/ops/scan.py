@@ -14,13 +14,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .emit import scalar_literal, tensor_type
-from .rules import apply, batch_graph, trace
-from .scan_vjp import scan_forward, scan_vjp
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.emit import scalar_literal, tensor_type
+from kaun_ir.ops.rules import apply, batch_graph, trace
+from kaun_ir.ops.scan_vjp import scan_forward, scan_vjp
 
 _I32 = TensorType(dtypes.int32, ())
 
@@ -65,7 +65,7 @@ def _scan_infer(*types: TensorType, regions, num_consts, num_carry, length, reve
 
 
 def _scan_reference(*values, regions, num_consts, num_carry, length, reverse=False, unroll=1):
-    from ..ir.interp import interpret
+    from kaun_ir.ir.interp import interpret
 
     (body,) = regions
     consts, carry, xs = split_operands(list(values), num_consts, num_carry)

@@ -1,7 +1,7 @@
 """Reverse mode through ``scan``: a residual-saving forward scan and a reversed backward scan.
 
 The body ``(consts, carry, x) -> (carry', y)`` is differentiated once, as a graph, with
-:func:`~kaun_ir.autodiff.gradient_graph`. Its nodes fall into three groups:
+:func:`~kaun_ir.transforms.autodiff.gradient_graph`. Its nodes fall into three groups:
 
 - *backward* nodes, which read a cotangent;
 - *varying* forward nodes, which depend on the carry or on ``x`` (a new value every iteration);
@@ -36,11 +36,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .. import dtypes
-from ..ir.builder import Builder
-from ..ir.core import Graph, Node, TensorType, Value
-from ..ir.cost import ELEMENTWISE
-from .rules import apply, gradient_graph, zeros
+from kaun_ir import dtypes
+from kaun_ir.ir.builder import Builder
+from kaun_ir.ir.core import Graph, Node, TensorType, Value
+from kaun_ir.ir.cost import ELEMENTWISE
+from kaun_ir.ops.rules import apply, gradient_graph, zeros
 
 
 @dataclass
@@ -135,7 +135,7 @@ def _is_float(t: TensorType) -> bool:
 
 
 def _plan(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -> _Plan:
-    from . import TABLE  # the table is assembled from this family's module, so not at import time
+    from kaun_ir.ops import TABLE  # the table is assembled from this family's module, so not at import time
 
     n_in, n_out = len(body.inputs), len(body.outputs)
     types = body.input_types

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .batching import materialize, shift, unary_leading
-from .emit import i64_array
-from .rules import apply
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.batching import materialize, shift, unary_leading
+from kaun_ir.ops.emit import i64_array
+from kaun_ir.ops.rules import apply
 
 
 def _zero_scalar(like):

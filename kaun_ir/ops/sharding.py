@@ -15,11 +15,11 @@ symbol and a graph keeps the same StableHLO whichever function it is inlined int
 
 from __future__ import annotations
 
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .emit import sdy_mesh, sdy_sharding
-from .rules import apply
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.emit import sdy_mesh, sdy_sharding
+from kaun_ir.ops.rules import apply
 
 
 def check_spec(shape: tuple[int, ...], mesh, spec, what: str = "sharding") -> None:

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .batching import unary_leading
-from .rules import apply, astype, full_like
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.batching import unary_leading
+from kaun_ir.ops.rules import apply, astype, full_like
 
 
 def _infer(x: TensorType, axis, descending, index_dtype):

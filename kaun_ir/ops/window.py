@@ -6,13 +6,13 @@ import itertools
 
 import numpy as np
 
-from .. import dtypes
-from ..errors import ShapeError
-from ..ir.core import TensorType
-from .base import OpDef, Sample
-from .batching import by_loop, materialize
-from .emit import dense_literal, i64_array, padding_literal
-from .rules import apply
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.batching import by_loop, materialize
+from kaun_ir.ops.emit import dense_literal, i64_array, padding_literal
+from kaun_ir.ops.rules import apply
 
 _KINDS = {
     "sum": ("stablehlo.add", np.add),

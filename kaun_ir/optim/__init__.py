@@ -16,10 +16,10 @@ signature) and inside ``kn.jit`` / ``train.step`` (traced into the surrounding g
 schedule evaluated on the traced step count so the compiled step never retraces).
 """
 
-from . import schedule
-from .algorithms import adagrad, adam, adamw, rmsprop, sgd
-from .compose import chain
-from .core import (
+from kaun_ir.optim import schedule
+from kaun_ir.optim.algorithms import adagrad, adam, adamw, rmsprop, sgd
+from kaun_ir.optim.compose import chain
+from kaun_ir.optim.core import (
     Algorithm,
     State,
     apply_updates,

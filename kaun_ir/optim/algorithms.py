@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes, numeric, ptree
-from ..errors import ShapeError
-from .core import Algorithm, filled_like
+from kaun_ir import dtypes, ptree
+from kaun_ir.errors import ShapeError
+from kaun_ir.optim.core import Algorithm, filled_like
+from kaun_ir.surface import numeric
 
 __all__ = ["sgd", "adam", "adamw", "rmsprop", "adagrad"]
 
@@ -51,7 +52,7 @@ def _learning_rate_arg(opt: str, lr: Any) -> Any:
 
 def _learning_rate(lr: Any, t: Any) -> Any:
     """The learning rate of step ``t``: a Python float or a float32 scalar Tensor."""
-    from ..tensor import Tensor
+    from kaun_ir.surface.tensor import Tensor
 
     value = lr(t) if callable(lr) else lr
     if isinstance(value, (Tensor, float, int)) and not isinstance(value, bool):
@@ -203,7 +204,7 @@ def _adam_like(
     mask: Any = None,
     state_dtype: Any = None,
 ) -> Algorithm:
-    from .masks import decay_mask
+    from kaun_ir.optim.masks import decay_mask
 
     lr = _learning_rate_arg(name, lr)
     b1 = _number(name, "b1", b1, 0.0, 1.0)

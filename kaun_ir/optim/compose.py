@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from .core import Algorithm
+from kaun_ir.optim.core import Algorithm
 
 __all__ = ["chain", "clip_by_global_norm_transform"]
 
@@ -60,7 +60,7 @@ def clip_by_global_norm_transform(max_norm: Any) -> Algorithm:
     """The transformation that scales its incoming updates by ``max_norm / global_norm`` when the
     norm exceeds ``max_norm`` (optax ``clip_by_global_norm``; PyTorch ``clip_grad_norm_``).
     Stateless. ``optim.clip_by_global_norm(max_norm)`` with one argument returns it."""
-    from .core import _clip
+    from kaun_ir.optim.core import _clip
 
     if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
         raise TypeError(f"optim.clip_by_global_norm: max_norm must be a number, got {max_norm!r}")

@@ -19,10 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes, numeric, ptree, reductions
-from .._api import op_function
-from ..ir.builder import current_builder
-from ..tensor import Tensor, type_of
+from kaun_ir import dtypes, ptree
+from kaun_ir.ir.builder import current_builder
+from kaun_ir.surface import numeric, reductions
+from kaun_ir.surface.function import op_function
+from kaun_ir.surface.tensor import Tensor, type_of
 
 __all__ = [
     "Algorithm",
@@ -122,7 +123,7 @@ def _tracing() -> bool:
 def _compiled(name: str, fn: Callable) -> Any:
     """One process-wide ``kn.jit`` per entry point, kept by the runtime; the algorithm is a
     static (hashable) argument of it, so each algorithm gets its own executable."""
-    from ..runtime import compilation, jit
+    from kaun_ir.runtime import compilation, jit
 
     return compilation.shared(("optim", name), lambda: jit(fn))
 
@@ -152,7 +153,7 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
             lambda p: numeric.full(numeric.shape_of(p), value, slot_dtype(numeric.dtype_of(p), state_dtype)),
             params,
         )
-    from ..runtime import compilation
+    from kaun_ir.runtime import compilation
 
     def fill(leaf):
         t = type_of(leaf)
@@ -167,7 +168,7 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
 def _zero_count() -> Any:
     if _tracing():
         return numeric.zeros((), dtypes.int32)
-    from ..runtime import compilation
+    from kaun_ir.runtime import compilation
 
     return compilation.put(np.zeros((), np.int32), dtypes.int32)
 
@@ -224,7 +225,7 @@ def apply_updates(params: Any, updates: Any) -> Any:
 
 
 def _update_traced(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
-    from ..ir import scope
+    from kaun_ir.ir import scope
 
     # the layer path "optimizer" marks the update's nodes (the fuse-optimizer pass finds them by it)
     with scope("optimizer"):
@@ -284,7 +285,7 @@ def clip_by_global_norm(max_norm: Any, grads: Any = _NO_GRADS) -> Any:
     number (or a scalar array).
     """
     if grads is _NO_GRADS:
-        from .compose import clip_by_global_norm_transform
+        from kaun_ir.optim.compose import clip_by_global_norm_transform
 
         return clip_by_global_norm_transform(max_norm)
     if isinstance(max_norm, (int, float)) and not max_norm > 0:
@@ -328,7 +329,7 @@ def state_of_trees(alg: Algorithm, count: Any, trees: Any) -> State:
     if isinstance(count, Tensor):
         count = numeric.astype(count, dtypes.int32)
     else:
-        from ..runtime import compilation
+        from kaun_ir.runtime import compilation
 
         if compilation.is_device_array(count) and count.shape == () and count.dtype == np.int32:
             pass  # already what a state holds; reading it back would wait for the device

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from .. import ptree
+from kaun_ir import ptree
 
 __all__ = ["decay_mask"]
 

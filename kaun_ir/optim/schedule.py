@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .. import dtypes, numeric
+from kaun_ir import dtypes
+from kaun_ir.surface import numeric
 
 __all__ = [
     "Schedule",
@@ -59,7 +60,7 @@ class Schedule:
 
 def _prepare(step):
     """The step as a float, the namespace to compute with, and the conversion of the result."""
-    from kaun_ir.tensor import Tensor
+    from kaun_ir.surface.tensor import Tensor
 
     if isinstance(step, Tensor):
         if not (dtypes.is_integer(step.dtype) or dtypes.is_float(step.dtype)):

@@ -30,9 +30,18 @@ functions), :mod:`.dispatch` (repeated steps through ``kaun_ir.runtime``'s route
 (``step``, ``steps``, ``fit``, ``predict``), :mod:`.io` (saving and restoring a state).
 """
 
-from .io import load, save, state_of_tree, state_to_tree
-from .loop import EarlyStop, fit, forward_graph, predict, step, step_executable, step_graph, steps
-from .state import State, Trainer, TrainerCache, init, make, make_state, vars  # noqa: A004
+from kaun_ir.train.io import load, save, state_of_tree, state_to_tree
+from kaun_ir.train.loop import (
+    EarlyStop,
+    fit,
+    forward_graph,
+    predict,
+    step,
+    step_executable,
+    step_graph,
+    steps,
+)
+from kaun_ir.train.state import State, Trainer, TrainerCache, init, make, make_state, vars  # noqa: A004
 
 __all__ = [
     "Trainer",

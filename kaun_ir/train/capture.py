@@ -31,10 +31,10 @@ from typing import Any
 
 import numpy as np
 
-from .. import _tree as tree
-from ..ir.builder import Builder
-from ..tensor import Tensor, constant_hook, to_value, type_of
-from ..trace import ShapeDtype, is_array_leaf, leaf_type
+from kaun_ir import tree
+from kaun_ir.ir.builder import Builder
+from kaun_ir.surface.tensor import Tensor, constant_hook, to_value, type_of
+from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type
 
 __all__ = ["Explicit", "LossSpec", "Probed", "Unlifted", "probe", "warn_opaque"]
 

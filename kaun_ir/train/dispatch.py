@@ -14,12 +14,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _tree as tree
-from .. import layer, optim
-from ..runtime import compilation
-from ..trace import is_array_leaf
-from .capture import Explicit, LossSpec
-from .state import State, Trainer
+from kaun_ir import layer, optim, tree
+from kaun_ir.runtime import compilation
+from kaun_ir.surface.trace import is_array_leaf
+from kaun_ir.train.capture import Explicit, LossSpec
+from kaun_ir.train.state import State, Trainer
 
 __all__ = ["fast_step", "record"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import _tree as tree
-from .. import checkpoint, dtypes, layer, optim
-from .state import State, Trainer, check_state, describe_optimizer
+from kaun_ir import dtypes, layer, optim, tree
+from kaun_ir.checkpoint import core as checkpoint
+from kaun_ir.train.state import State, Trainer, check_state, describe_optimizer
 
 __all__ = ["state_to_tree", "state_of_tree", "save", "load", "load_like"]
 

@@ -10,12 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from .. import _tree as tree
-from .. import layer, optim
-from . import builder, dispatch
-from .capture import LossSpec, Probed, Unlifted, warn_opaque
-from .diagnose import raise_if_foreign_state
-from .state import State, Trainer, check_state
+from kaun_ir import layer, optim, tree
+from kaun_ir.train import builder, dispatch
+from kaun_ir.train.capture import LossSpec, Probed, Unlifted, warn_opaque
+from kaun_ir.train.diagnose import raise_if_foreign_state
+from kaun_ir.train.state import State, Trainer, check_state
 
 __all__ = ["EarlyStop", "step", "steps", "fit", "predict", "step_graph", "forward_graph", "step_executable"]
 
@@ -146,7 +145,7 @@ def _stack(arrays: list):
     else one XLA ``stack`` so device arrays stay on the device)."""
     if all(isinstance(a, np.ndarray) for a in arrays):
         return np.stack(arrays)
-    from ..numeric import stack
+    from kaun_ir.surface.numeric import stack
 
     return stack(list(arrays))
 
@@ -372,7 +371,7 @@ def step_graph(
     :func:`step`): as traced (forward, the autodiff pass's backward and the optimiser update in
     one graph) or, with ``optimized=True``, after the pipeline that runs before lowering.
     Nothing is executed and ``st`` is not consumed."""
-    from ..trace import trace_flat
+    from kaun_ir.surface.trace import trace_flat
 
     compiled = builder.compiled_step(trainer)
     if optimized:
@@ -397,7 +396,7 @@ def step_executable(
 def forward_graph(trainer: Trainer, st: State, x: Any, training: bool = False, ctx: dict | None = None):
     """The traced IR of the model's forward pass alone."""
     check_state(st, "forward_graph")
-    from ..trace import trace
+    from kaun_ir.surface.trace import trace
 
     def forward(params, state, x):
         return layer.apply(

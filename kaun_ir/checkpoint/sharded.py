@@ -1,0 +1,243 @@
+"""Checkpoints of sharded trees (``kn.checkpoint.save_sharded`` / ``load_sharded``).
+
+A sharded checkpoint is a directory::
+
+    path/index.json                       # every array: dotted path, global shape, dtype, pieces
+    path/shards-00000-of-00002.safetensors  # the pieces process 0 held
+    path/shards-00001-of-00002.safetensors
+
+Each process writes only the pieces its devices hold (one copy of each distinct piece: a
+replicated array is written once, by the process of its first device), so no process ever
+gathers a whole sharded array. Every piece is named ``"<dotted path>|<start>:<stop>,..."``
+inside the SafeTensors files. Loading assembles, for every device of the *target* layout,
+exactly the region it needs from the pieces that overlap it, so a checkpoint written on one mesh
+loads onto a mesh of another shape (or onto one device).
+
+Atomicity: all files go into a fresh sibling directory (each file written atomically), the
+processes meet at a barrier, process 0 writes ``index.json`` last and renames the directory
+into place; a crash at any point leaves the previous checkpoint at ``path`` loadable. Several
+hosts need ``path`` on a file system that all of them see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from typing import Any
+
+import numpy as np
+
+from kaun_ir import ptree
+from kaun_ir.fileio import atomic_write
+
+INDEX = "index.json"
+FORMAT = "kaun_ir-sharded-1"
+
+__all__ = ["save_sharded", "load_sharded"]
+
+
+def _shard_file(process: int, count: int) -> str:
+    return f"shards-{process:05d}-of-{count:05d}.safetensors"
+
+
+def _key(path: str, index: tuple) -> str:
+    return f"{path}|" + ",".join(f"{a}:{b}" for a, b in index)
+
+
+def _bounds(index: tuple, shape: tuple) -> tuple:
+    """``((start, stop), ...)`` of a tuple of slices over ``shape``."""
+    return tuple(tuple(int(v) for v in s.indices(n)[:2]) for s, n in zip(index, shape))
+
+
+def _pieces(array) -> list[tuple[tuple, Any]]:
+    """``[(bounds, device)]``: each distinct piece of a global array and the first device holding it."""
+    shape = tuple(array.shape)
+    seen: dict[tuple, Any] = {}
+    for device, index in sorted(array.sharding.devices_indices_map(shape).items(), key=lambda kv: kv[0].id):
+        seen.setdefault(_bounds(index, shape), device)
+    return list(seen.items())
+
+
+def _barrier_token(token: int) -> int:
+    """Process 0's ``token``, returned in every process once all processes have reached this
+    point (an all-reduce over every device is the barrier)."""
+    from kaun_ir.runtime import xla
+
+    if xla.process_count() == 1:
+        return token
+    from kaun_ir.runtime.mesh import Mesh, Spec
+
+    devices = xla.global_devices()
+    mesh = Mesh((len(devices),), ("all",), devices)
+    owners = [d.process_index for d in mesh.device_list]
+    values = np.array([token if p == 0 else 0 for p in owners], np.int32)
+    sharding = xla.named_sharding(mesh, Spec("all"))
+    spread = xla.array_from_callback(values.shape, sharding, lambda index: values[index])
+    total = _summer(mesh)(spread)
+    return int(np.asarray(total.addressable_shards[0].data)) // owners.count(0)
+
+
+_SUMMERS: dict = {}
+
+
+def _summer(mesh):
+    from kaun_ir.runtime import jit
+    from kaun_ir.runtime.mesh import Spec
+
+    if mesh not in _SUMMERS:
+        _SUMMERS[mesh] = jit(lambda v: v.sum(), mesh=mesh, in_shardings=(Spec("all"),), out_shardings=Spec())
+    return _SUMMERS[mesh]
+
+
+def save_sharded(path: str | os.PathLike, tree: Any) -> str:
+    """Write ``tree`` (global ``jax.Array``s, possibly sharded over devices of several processes,
+    host arrays and Python numbers) as a sharded checkpoint directory at ``path``; every process
+    of a distributed run must call it with the same tree structure. Returns ``path``."""
+    from safetensors.numpy import save as st_save
+
+    from kaun_ir.runtime import xla
+
+    path = os.fspath(path).rstrip(os.sep)
+    me, count = xla.process_index(), xla.process_count()
+    token = _barrier_token(int(np.random.default_rng().integers(1, 1 << 20)))
+    staging = f"{path}.partial-{token:06x}"
+    os.makedirs(staging, exist_ok=True)
+    mine, entries = {}, {}
+    for key, leaf in ptree.flatten_with_paths(tree):
+        if isinstance(leaf, (bool, int, float)):
+            entries[key] = {"number": type(leaf).__name__, "value": leaf}
+            continue
+        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+            raise TypeError(f"checkpoint.save_sharded: leaf {key!r} is a {type(leaf).__name__}, not an array")
+        shape = tuple(int(n) for n in leaf.shape)
+        pieces = []
+        if xla.is_device_array(leaf):
+            local = {s.device: s for s in leaf.addressable_shards}
+            for bounds, device in _pieces(leaf):
+                owner = device.process_index
+                pieces.append({"file": _shard_file(owner, count), "bounds": bounds})
+                if owner == me:
+                    mine[_key(key, bounds)] = _contiguous(np.asarray(local[device].data))
+        else:
+            bounds = tuple((0, n) for n in shape)
+            pieces.append({"file": _shard_file(0, count), "bounds": bounds})
+            if me == 0:
+                mine[_key(key, bounds)] = _contiguous(np.asarray(leaf))
+        entries[key] = {"shape": list(shape), "dtype": np.dtype(leaf.dtype).name, "pieces": pieces}
+    atomic_write(os.path.join(staging, _shard_file(me, count)), st_save(mine) if mine else st_save({}))
+    _barrier_token(token)  # every process's file is complete
+    if me == 0:
+        index = {"format": FORMAT, "processes": count, "arrays": entries}
+        atomic_write(os.path.join(staging, INDEX), json.dumps(index, indent=1))
+        _swap_into_place(staging, path, token)
+    _barrier_token(token)  # nobody reads before the directory is in place
+    return path
+
+
+def _contiguous(arr: np.ndarray) -> np.ndarray:
+    # not np.ascontiguousarray: it turns a 0-d array into shape [1]
+    return arr if arr.flags.c_contiguous else arr.copy(order="C")
+
+
+def _swap_into_place(staging: str, path: str, token: int) -> None:
+    old = f"{path}.old-{token:06x}"
+    if os.path.exists(path):
+        os.replace(path, old)
+    os.replace(staging, path)
+    if os.path.exists(old):
+        shutil.rmtree(old, ignore_errors=True)
+
+
+class _Pieces:
+    """The SafeTensors files of a checkpoint, opened on demand."""
+
+    def __init__(self, root: str):
+        from safetensors import safe_open
+
+        self.root, self._open, self._files = root, safe_open, {}
+
+    def read(self, name: str, key: str, region: tuple) -> np.ndarray:
+        handle = self._files.get(name)
+        if handle is None:
+            handle = self._files[name] = self._open(os.path.join(self.root, name), framework="np")
+        if not region:  # a 0-d array
+            return handle.get_tensor(key)
+        return handle.get_slice(key)[tuple(slice(a, b) for a, b in region)]
+
+
+def _assemble(files: _Pieces, key: str, entry: dict, index: tuple) -> np.ndarray:
+    """The region ``index`` (slices) of array ``key``, from every stored piece overlapping it."""
+    shape = tuple(entry["shape"])
+    want = _bounds(index, shape)
+    out = np.empty(tuple(b - a for a, b in want), dtype=np.dtype(entry["dtype"]))
+    filled = 0
+    for piece in entry["pieces"]:
+        have = [tuple(b) for b in piece["bounds"]]
+        lo = [max(w[0], h[0]) for w, h in zip(want, have)]
+        hi = [min(w[1], h[1]) for w, h in zip(want, have)]
+        if any(a >= b for a, b in zip(lo, hi)) and shape:
+            continue
+        region = tuple((a - h[0], b - h[0]) for a, b, h in zip(lo, hi, have))
+        target = tuple(slice(a - w[0], b - w[0]) for a, b, w in zip(lo, hi, want))
+        out[target] = files.read(piece["file"], _key(key, tuple(have)), region)
+        filled += int(np.prod([b - a for a, b in zip(lo, hi)]))
+    if filled != out.size:
+        raise ValueError(f"checkpoint.load_sharded: the pieces of {key!r} do not cover {want}")
+    return out
+
+
+def load_sharded(path: str | os.PathLike, like: Any) -> Any:
+    """Read a sharded checkpoint into ``like``'s structure and layouts.
+
+    ``like``: a template tree; a ``jax.Array`` leaf (e.g. of a freshly initialised state on the
+    new mesh) gives the shape, dtype and sharding of the result, so the checkpoint may have been
+    written on a mesh of another shape; NumPy / ``kn.ShapeDtype`` leaves give host arrays;
+    numbers give numbers. Raises ``ValueError`` naming the key when an array is missing or its
+    shape differs."""
+    from kaun_ir.runtime import xla
+
+    root = os.fspath(path)
+    try:
+        with open(os.path.join(root, INDEX)) as handle:
+            index = json.load(handle)
+    except FileNotFoundError:
+        raise ValueError(
+            f"checkpoint.load_sharded: {root} is not a sharded checkpoint (no {INDEX})"
+        ) from None
+    if index.get("format") != FORMAT:
+        raise ValueError(
+            f"checkpoint.load_sharded: {root}/{INDEX} has format {index.get('format')!r}, expected {FORMAT!r}"
+        )
+    arrays, files = index["arrays"], _Pieces(root)
+    _, rebuild = ptree.flatten(like)
+    out = []
+    for key, template in ptree.flatten_with_paths(like):
+        entry = arrays.get(key)
+        if entry is None:
+            near = ", ".join(sorted(arrays)[:8])
+            raise ValueError(f"checkpoint.load_sharded: {root} has no array {key!r} (it has {near}, ...)")
+        if "number" in entry:
+            out.append(
+                type(template)(entry["value"])
+                if isinstance(template, (bool, int, float))
+                else np.asarray(entry["value"])
+            )
+            continue
+        shape = tuple(entry["shape"])
+        if tuple(template.shape) != shape:
+            raise ValueError(
+                f"checkpoint.load_sharded: {key!r} has shape {shape} in {root} but "
+                f"{tuple(template.shape)} in the template"
+            )
+        dtype = np.dtype(template.dtype)
+        if xla.is_device_array(template):
+            # the defaults bind this entry's values: a callback must not see a later iteration's
+            def piece(idx, key=key, entry=entry, dtype=dtype):
+                return _assemble(files, key, entry, idx).astype(dtype)
+
+            out.append(xla.array_from_callback(shape, template.sharding, piece))
+        else:
+            whole = tuple(slice(0, n) for n in shape)
+            out.append(_assemble(files, key, entry, whole).astype(dtype))
+    return rebuild(out)

@@ -1,0 +1,168 @@
+"""``kn.loss``: loss functions. Each returns the scalar mean over all examples.
+
+All are composites of differentiable ops (``kn.grad`` works, and grad of grad), run inside a
+trace or, on concrete arrays, as one compiled graph per signature. Shapes are checked strictly:
+predictions and targets must have exactly the shapes stated (no broadcasting, which would hide
+an ``[N, 1]`` vs ``[N]`` mistake); a mismatch raises :class:`kaun_ir.ShapeError`. Integer or
+bool targets are converted to the predictions' float dtype; integer predictions to float32.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.surface import indexing, numeric, reductions
+from kaun_ir.surface.function import op_function
+
+__all__ = ["cross_entropy", "cross_entropy_sparse", "binary_cross_entropy", "mse", "mae", "huber"]
+
+
+def _shape_text(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _float(x: Any) -> Any:
+    return x if dtypes.is_float(numeric.dtype_of(x)) else numeric.astype(x, dtypes.float32)
+
+
+def _same_shape(name: str, what: tuple[str, str], a: Any, b: Any) -> None:
+    sa, sb = numeric.shape_of(a), numeric.shape_of(b)
+    if sa != sb:
+        raise ShapeError(
+            f"loss.{name}: {what[0]} {_shape_text(sa)} and {what[1]} {_shape_text(sb)} "
+            "must have the same shape"
+        )
+
+
+def _pair(name: str, what: tuple[str, str], predictions: Any, targets: Any) -> tuple[Any, Any]:
+    """Predictions as float and targets in the same dtype, after the shape check."""
+    _same_shape(name, what, predictions, targets)
+    predictions = _float(predictions)
+    return predictions, numeric.astype(targets, numeric.dtype_of(predictions))
+
+
+def _class_axis(name: str, logits: Any) -> None:
+    if len(numeric.shape_of(logits)) == 0:
+        raise ShapeError(f"loss.{name}: logits must have a class axis (shape [..., C]), got a scalar")
+
+
+@op_function
+def cross_entropy(logits, one_hot):
+    """Softmax cross-entropy with (one-hot or soft) target distributions.
+
+    logits ``[..., C]``, one_hot ``[..., C]`` (same shape) -> scalar
+    ``mean(-sum(one_hot * log_softmax(logits), axis=-1))`` over the leading axes
+    (optax ``softmax_cross_entropy(...).mean()``, PyTorch ``cross_entropy`` with probabilities).
+    """
+    _class_axis("cross_entropy", logits)
+    logits, targets = _pair("cross_entropy", ("logits", "one_hot"), logits, one_hot)
+    per_example = numeric.negative(
+        reductions.sum(numeric.multiply(targets, reductions.log_softmax(logits, axis=-1)), axis=-1)
+    )
+    return reductions.mean(per_example)
+
+
+def _check_labels_on_host(labels: Any, num_classes: int) -> None:
+    """Out-of-range labels cannot be detected while tracing; NumPy labels are checked here."""
+    if isinstance(labels, np.ndarray):
+        host = labels
+        if host.size and host.dtype.kind in "iu" and (host.min() < 0 or host.max() >= num_classes):
+            raise ValueError(
+                f"loss.cross_entropy_sparse: labels must lie in [0, {num_classes}), got "
+                f"values from {host.min()} to {host.max()}"
+            )
+
+
+@op_function
+def _cross_entropy_sparse(logits, labels):
+    _class_axis("cross_entropy_sparse", logits)
+    shape = numeric.shape_of(logits)
+    if numeric.shape_of(labels) != shape[:-1]:
+        raise ShapeError(
+            f"loss.cross_entropy_sparse: labels {_shape_text(numeric.shape_of(labels))} must have "
+            f"the logits' shape without the class axis, {_shape_text(shape[:-1])} (logits "
+            f"{_shape_text(shape)})"
+        )
+    if not dtypes.is_integer(numeric.dtype_of(labels)):
+        raise TypeError(
+            f"loss.cross_entropy_sparse: labels must be integers, got {numeric.dtype_of(labels)} "
+            "(use loss.cross_entropy for one-hot or soft targets)"
+        )
+    logits = _float(logits)
+    # the one-hot product (rather than a gather) keeps the forward and backward pass elementwise,
+    # which XLA fuses with the softmax; a label outside [0, C) selects nothing (zero loss)
+    picked = indexing.one_hot(labels, shape[-1], dtype=numeric.dtype_of(logits))
+    per_example = numeric.negative(
+        reductions.sum(numeric.multiply(picked, reductions.log_softmax(logits, axis=-1)), axis=-1)
+    )
+    return reductions.mean(per_example)
+
+
+def cross_entropy_sparse(logits, labels):
+    """Softmax cross-entropy with integer class labels.
+
+    logits ``[..., C]``, labels integer ``[...]`` in ``[0, C)`` -> scalar
+    ``mean(-log_softmax(logits)[..., label])`` (optax
+    ``softmax_cross_entropy_with_integer_labels(...).mean()``, PyTorch ``cross_entropy``).
+    NumPy labels out of range raise ``ValueError``; inside a trace such a label contributes 0.
+    """
+    if isinstance(labels, list):
+        labels = np.asarray(labels)
+    shape = numeric.shape_of(logits)
+    if shape:
+        _check_labels_on_host(labels, shape[-1])
+    return _cross_entropy_sparse(logits, labels)
+
+
+@op_function
+def binary_cross_entropy(logits, labels):
+    """Sigmoid cross-entropy on logits (not probabilities), computed stably.
+
+    logits ``[...]``, labels ``[...]`` (same shape; 0/1 or soft targets in [0, 1]) -> scalar
+    ``mean(max(x, 0) - x * y + log(1 + exp(-|x|)))`` = ``mean(-y log sigmoid(x) - (1 - y)
+    log(1 - sigmoid(x)))`` (optax ``sigmoid_binary_cross_entropy(...).mean()``, PyTorch
+    ``binary_cross_entropy_with_logits``).
+    """
+    x, y = _pair("binary_cross_entropy", ("logits", "labels"), logits, labels)
+    per_element = numeric.add(
+        numeric.subtract(numeric.maximum(x, 0.0), numeric.multiply(x, y)),
+        numeric.log1p(numeric.exp(numeric.negative(numeric.abs(x)))),
+    )
+    return reductions.mean(per_element)
+
+
+@op_function
+def mse(predictions, targets):
+    """Mean squared error: ``[...]`` and ``[...]`` (same shape) -> scalar ``mean((p - t)**2)``."""
+    p, t = _pair("mse", ("predictions", "targets"), predictions, targets)
+    error = numeric.subtract(p, t)
+    return reductions.mean(numeric.multiply(error, error))
+
+
+@op_function
+def mae(predictions, targets):
+    """Mean absolute error: ``[...]`` and ``[...]`` (same shape) -> scalar ``mean(|p - t|)``."""
+    p, t = _pair("mae", ("predictions", "targets"), predictions, targets)
+    return reductions.mean(numeric.abs(numeric.subtract(p, t)))
+
+
+@op_function
+def huber(predictions, targets, delta=1.0):
+    """Huber loss: ``[...]`` and ``[...]`` (same shape) -> scalar mean of ``0.5 * e**2`` where
+    ``|e| <= delta`` and ``delta * (|e| - 0.5 * delta)`` beyond, ``e = p - t`` (optax
+    ``huber_loss(...).mean()``; PyTorch ``huber_loss``). ``delta > 0``."""
+    if isinstance(delta, (int, float)) and not delta > 0:
+        raise ValueError(f"loss.huber: delta must be > 0, got {delta}")
+    p, t = _pair("huber", ("predictions", "targets"), predictions, targets)
+    abs_error = numeric.abs(numeric.subtract(p, t))
+    quadratic = numeric.minimum(abs_error, delta)
+    linear = numeric.subtract(abs_error, quadratic)
+    return reductions.mean(
+        numeric.add(
+            numeric.multiply(0.5, numeric.multiply(quadratic, quadratic)), numeric.multiply(delta, linear)
+        )
+    )

@@ -1,0 +1,71 @@
+"""Sorting: ``kn.sort``, ``kn.argsort`` and ``kn.top_k`` (one ``sort`` primitive underneath,
+lowered to ``stablehlo.sort``; differentiable with respect to the values)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kaun_ir import dtypes
+from kaun_ir.surface.function import op_function
+from kaun_ir.surface.numeric import shape_of
+from kaun_ir.surface.tensor import apply
+
+__all__ = ["sort", "argsort", "top_k"]
+
+
+def _axis(x: Any, axis: int, what: str) -> int:
+    ndim = len(shape_of(x))
+    if ndim == 0:
+        raise ValueError(f"kn.{what}: the operand must have at least one axis, got a scalar")
+    if not isinstance(axis, int) or isinstance(axis, bool) or not -ndim <= axis < ndim:
+        raise ValueError(f"kn.{what}: axis {axis!r} is out of range for a rank-{ndim} operand")
+    return axis % ndim
+
+
+def _as_array(x: Any) -> Any:
+    import numpy as np
+
+    from kaun_ir.surface.tensor import Tensor
+
+    if isinstance(x, (list, tuple, int, float)):
+        return np.asarray(x)
+    return x if isinstance(x, Tensor) or hasattr(x, "dtype") else np.asarray(x)
+
+
+@op_function
+def sort(x: Any, axis: int = -1, descending: bool = False) -> Any:
+    """``x`` sorted along ``axis`` (``jnp.sort``): ascending by default, NaN last; with
+    ``descending=True`` largest first, NaN first. Stable. Same shape and dtype as ``x``."""
+    x = _as_array(x)
+    return apply("sort", x, axis=_axis(x, axis, "sort"), descending=bool(descending))[0]
+
+
+@op_function
+def argsort(x: Any, axis: int = -1, descending: bool = False) -> Any:
+    """The indices that sort ``x`` along ``axis`` (``jnp.argsort(stable=True)``): int32, ``x``'s
+    shape; equal values keep their order."""
+    x = _as_array(x)
+    return apply("sort", x, axis=_axis(x, axis, "argsort"), descending=bool(descending))[1]
+
+
+@op_function
+def top_k(x: Any, k: int) -> tuple[Any, Any]:
+    """The ``k`` largest entries along the last axis, largest first, and their indices
+    (``jax.lax.top_k``): ``x: [..., n] -> (values [..., k], int32 indices [..., k])``. Of equal
+    values the one with the lower index comes first; NaN counts as the largest."""
+    x = _as_array(x)
+    shape = shape_of(x)
+    axis = _axis(x, -1, "top_k")
+    n = shape[axis]
+    if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
+        raise ValueError(f"kn.top_k: k must be an int in [0, {n}] (the size of the last axis), got {k!r}")
+    if dtypes.is_bool(x.dtype):
+        raise TypeError("kn.top_k: convert a bool operand to an integer dtype first")
+    values, indices = apply("sort", x, axis=axis, descending=True)
+    start = (0,) * len(shape)
+    limit = tuple(shape[:-1]) + (k,)
+    strides = (1,) * len(shape)
+    return (
+        apply("slice", values, start_indices=start, limit_indices=limit, strides=strides),
+        apply("slice", indices, start_indices=start, limit_indices=limit, strides=strides),
+    )

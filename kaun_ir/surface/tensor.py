@@ -1,0 +1,419 @@
+"""Symbolic tensors (what user code sees while tracing) and ``apply``, the one way ops are made.
+
+``apply("add", x, y)`` inside a trace appends a node to the active builder and returns Tensors;
+outside any trace, with concrete operands, it runs the single op through the runtime (compiled
+once per op signature and cached there; see ``install_runtime``) and returns ``jax.Array``s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from kaun_ir import dtypes
+from kaun_ir.ir.builder import _STATE, Builder, current_builder
+from kaun_ir.ir.core import Graph, TensorType, Value
+from kaun_ir.ops import TABLE
+from kaun_ir.ops import get as get_op
+
+
+class TracerError(TypeError):
+    """A symbolic tensor was used where a concrete value is needed (``bool(t)``, ``np.asarray(t)``)."""
+
+
+class Tensor:
+    """A value of the graph being traced. Supports the NumPy-style surface of API.md §1."""
+
+    __slots__ = ("value", "builder")
+    __array_priority__ = 1000  # NumPy defers binary operators to us
+
+    def __init__(self, value: Value, builder: Builder):
+        self.value = value
+        self.builder = builder
+
+    # -- metadata ------------------------------------------------------------------------------
+    @property
+    def type(self) -> TensorType:
+        return self.value.type
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.value.type.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.value.type.dtype
+
+    @property
+    def ndim(self) -> int:
+        return len(self.value.type.shape)
+
+    @property
+    def size(self) -> int:
+        return self.value.type.size
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a scalar tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"Tensor({self.type})"
+
+    __hash__ = object.__hash__
+
+    # -- concrete conversions are errors while tracing -----------------------------------------
+    def _concrete(self, what: str):
+        raise TracerError(
+            f"{what} of a traced {self.type} needs a concrete value, which does not exist while "
+            "tracing; use kn.where / kn.select-style ops instead of Python control flow"
+        )
+
+    def __bool__(self):
+        self._concrete("bool()")
+
+    def __int__(self):
+        self._concrete("int()")
+
+    def __float__(self):
+        self._concrete("float()")
+
+    def __index__(self):
+        self._concrete("using as an index")
+
+    def __array__(self, dtype=None, copy=None):
+        self._concrete("np.asarray()")
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+    def __setitem__(self, index, value):
+        raise TypeError(
+            "kaun_ir tensors are immutable: x[...] = v cannot assign; build a new array "
+            "with kn.where(mask, v, x) or kn.dynamic_update_slice(x, v, start)"
+        )
+
+    # -- the NumPy-style surface (numeric.py, reductions.py, linalg.py) -----------------------
+    # Those modules build on this one, so they are imported on first use.
+    def _n(self):
+        from kaun_ir.surface import numeric
+
+        return numeric
+
+    def _reductions(self):
+        from kaun_ir.surface import reductions
+
+        return reductions
+
+    def _linalg(self):
+        from kaun_ir.surface import linalg
+
+        return linalg
+
+    def __add__(self, other):
+        return self._n().add(self, other)
+
+    def __radd__(self, other):
+        return self._n().add(other, self)
+
+    def __sub__(self, other):
+        return self._n().subtract(self, other)
+
+    def __rsub__(self, other):
+        return self._n().subtract(other, self)
+
+    def __mul__(self, other):
+        return self._n().multiply(self, other)
+
+    def __rmul__(self, other):
+        return self._n().multiply(other, self)
+
+    def __truediv__(self, other):
+        return self._n().divide(self, other)
+
+    def __rtruediv__(self, other):
+        return self._n().divide(other, self)
+
+    def __floordiv__(self, other):
+        return self._n().floor_divide(self, other)
+
+    def __rfloordiv__(self, other):
+        return self._n().floor_divide(other, self)
+
+    def __mod__(self, other):
+        return self._n().mod(self, other)
+
+    def __rmod__(self, other):
+        return self._n().mod(other, self)
+
+    def __pow__(self, other):
+        return self._n().power(self, other)
+
+    def __rpow__(self, other):
+        return self._n().power(other, self)
+
+    def __matmul__(self, other):
+        return self._linalg().matmul(self, other)
+
+    def __rmatmul__(self, other):
+        return self._linalg().matmul(other, self)
+
+    def __neg__(self):
+        return self._n().negative(self)
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return self._n().abs(self)
+
+    def __invert__(self):
+        return self._n().invert(self)
+
+    def __and__(self, other):
+        return self._n().bitwise_and(self, other)
+
+    def __rand__(self, other):
+        return self._n().bitwise_and(other, self)
+
+    def __or__(self, other):
+        return self._n().bitwise_or(self, other)
+
+    def __ror__(self, other):
+        return self._n().bitwise_or(other, self)
+
+    def __xor__(self, other):
+        return self._n().bitwise_xor(self, other)
+
+    def __rxor__(self, other):
+        return self._n().bitwise_xor(other, self)
+
+    def __lshift__(self, other):
+        return self._n().left_shift(self, other)
+
+    def __rshift__(self, other):
+        return self._n().right_shift(self, other)
+
+    def __lt__(self, other):
+        return self._n().less(self, other)
+
+    def __le__(self, other):
+        return self._n().less_equal(self, other)
+
+    def __gt__(self, other):
+        return self._n().greater(self, other)
+
+    def __ge__(self, other):
+        return self._n().greater_equal(self, other)
+
+    def __eq__(self, other):
+        return self._n().equal(self, other)  # type: ignore[override]
+
+    def __ne__(self, other):
+        return self._n().not_equal(self, other)  # type: ignore[override]
+
+    def __getitem__(self, index):
+        return self._n().getitem(self, index)
+
+    @property
+    def T(self):
+        return self._n().transpose(self)
+
+    def reshape(self, *shape):
+        """``kn.reshape(self, shape)``; the shape may also be given as separate ints."""
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return self._n().reshape(self, shape)
+
+    def transpose(self, *axes):
+        """``kn.transpose(self, axes)``; no axes reverses them, as NumPy."""
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        return self._n().transpose(self, axes or None)
+
+    def astype(self, dtype):
+        """``kn.astype(self, dtype)``."""
+        return self._n().astype(self, dtype)
+
+    def sum(self, axis=None, keepdims=False):
+        """``kn.sum(self, axis, keepdims)``."""
+        return self._reductions().sum(self, axis=axis, keepdims=keepdims)
+
+    def mean(self, axis=None, keepdims=False):
+        """``kn.mean(self, axis, keepdims)``."""
+        return self._reductions().mean(self, axis=axis, keepdims=keepdims)
+
+    def max(self, axis=None, keepdims=False):
+        """``kn.max(self, axis, keepdims)``."""
+        return self._reductions().max(self, axis=axis, keepdims=keepdims)
+
+    def min(self, axis=None, keepdims=False):
+        """``kn.min(self, axis, keepdims)``."""
+        return self._reductions().min(self, axis=axis, keepdims=keepdims)
+
+    def prod(self, axis=None, keepdims=False):
+        """``kn.prod(self, axis, keepdims)``."""
+        return self._reductions().prod(self, axis=axis, keepdims=keepdims)
+
+    def var(self, axis=None, keepdims=False):
+        """``kn.var(self, axis, keepdims)``."""
+        return self._reductions().var(self, axis=axis, keepdims=keepdims)
+
+    def std(self, axis=None, keepdims=False):
+        """``kn.std(self, axis, keepdims)``."""
+        return self._reductions().std(self, axis=axis, keepdims=keepdims)
+
+    def all(self, axis=None, keepdims=False):
+        """``kn.all(self, axis, keepdims)``."""
+        return self._reductions().all(self, axis=axis, keepdims=keepdims)
+
+    def any(self, axis=None, keepdims=False):
+        """``kn.any(self, axis, keepdims)``."""
+        return self._reductions().any(self, axis=axis, keepdims=keepdims)
+
+    def argmax(self, axis=None, keepdims=False):
+        """``kn.argmax(self, axis, keepdims)``."""
+        return self._reductions().argmax(self, axis=axis, keepdims=keepdims)
+
+    def argmin(self, axis=None, keepdims=False):
+        """``kn.argmin(self, axis, keepdims)``."""
+        return self._reductions().argmin(self, axis=axis, keepdims=keepdims)
+
+    def flatten(self):
+        """The elements as one axis (``kn.reshape(self, (-1,))``)."""
+        return self._n().reshape(self, (-1,))
+
+
+def is_tensor(x: Any) -> bool:
+    """Whether ``x`` is a Tensor of a trace (rather than a concrete array or a number)."""
+    return isinstance(x, Tensor)
+
+
+def is_foreign_array(x: Any) -> bool:
+    """An array of another library (a PyTorch tensor, ...) that kaun_ir takes through DLPack."""
+    return (
+        hasattr(x, "__dlpack__")
+        and not isinstance(x, (np.ndarray, np.generic, Tensor))
+        and type(x).__module__.split(".")[0] not in ("jax", "jaxlib")
+    )
+
+
+def from_foreign(x: Any):
+    """A foreign array as a ``jax.Array`` sharing its memory where DLPack allows (no copy on CPU)."""
+    return _runtime().from_dlpack(x)
+
+
+def concrete_array(x: Any) -> np.ndarray:
+    """A host array for a concrete operand; Python scalars get the default dtypes (f32 / i32)."""
+    if isinstance(x, (bool, int, float)) and not isinstance(x, np.generic):
+        return np.asarray(x, dtype=dtypes.dtype_of_scalar(x))
+    if is_foreign_array(x):
+        x = from_foreign(x)
+    arr = np.asarray(x)
+    if arr.dtype not in dtypes.ALL:
+        if arr.dtype.kind == "f":
+            arr = arr.astype(np.float32)
+        else:
+            dtypes.canonical(arr.dtype)  # raises a clear TypeError
+    return arr
+
+
+def type_of(x: Any) -> TensorType:
+    """The TensorType of a Tensor, jax.Array, NumPy array or Python scalar."""
+    if isinstance(x, Tensor):
+        return x.type
+    if is_foreign_array(x):
+        x = from_foreign(x)
+    if hasattr(x, "shape") and hasattr(x, "dtype") and not isinstance(x, np.ndarray):
+        return TensorType(x.dtype, x.shape)
+    arr = concrete_array(x)
+    return TensorType(arr.dtype, arr.shape)
+
+
+class _ConstantHooks(threading.local):
+    def __init__(self):
+        self.stack: list = []
+
+
+_HOOKS = _ConstantHooks()
+
+
+@contextlib.contextmanager
+def constant_hook(hook: Callable[[Any], Any]):
+    """While active, every concrete operand about to become a ``constant`` node of a trace is
+    first shown to ``hook(x)``; a non-None result (a Tensor) is used in its place. Innermost
+    hook wins. ``kn.train`` uses this to find (and lift to inputs) the arrays a loss closure
+    reads, whatever path it reaches them by."""
+    _HOOKS.stack.append(hook)
+    try:
+        yield
+    finally:
+        _HOOKS.stack.pop()
+
+
+def to_value(builder: Builder, x: Any) -> Value:
+    """The graph value for an operand: the tensor's own, a capture, or a new constant node."""
+    if isinstance(x, Tensor):
+        if x.builder is builder:
+            return x.value
+        if x.builder in _STATE.builders:
+            return builder.capture(x)
+        raise TracerError(
+            f"a {x.type} tensor from a trace that has already finished was used; tensors must not "
+            "escape the function being traced (return them instead)"
+        )
+    if _HOOKS.stack:
+        replaced = _HOOKS.stack[-1](x)
+        if replaced is not None:
+            return to_value(builder, replaced)
+    arr = concrete_array(x)
+    return builder.add(TABLE["constant"], [], {"value": arr})[0]
+
+
+def apply(op: str, *operands: Any, regions: tuple[Graph, ...] = (), **attrs: Any):
+    """Apply primitive ``op``; one output -> Tensor (or jax.Array), several -> a tuple."""
+    opdef = TABLE.get(op) or get_op(op)  # get_op raises a KeyError listing the known ops
+    builder = current_builder()
+    if builder is None:
+        for x in operands:
+            if isinstance(x, Tensor):
+                raise TracerError(
+                    f"a {x.type} tensor from a trace that has already finished was used; tensors must "
+                    "not escape the function being traced (return them instead)"
+                )
+        outs = _runtime().run_op(opdef, operands, attrs, regions)
+        return outs[0] if len(outs) == 1 else tuple(outs)
+    values = [to_value(builder, x) for x in operands]
+    outs = builder.add(opdef, values, attrs, regions)
+    tensors = tuple(Tensor(v, builder) for v in outs)
+    return tensors[0] if len(tensors) == 1 else tensors
+
+
+class _Runtime:
+    """What the runtime (a layer above this module) installs here: ``run_op(opdef, operands,
+    attrs, regions) -> list`` runs one primitive on concrete operands (compiled and cached by the
+    runtime), ``from_dlpack(x)`` takes a foreign array. Installed when ``kaun_ir.runtime`` is
+    imported, which ``import kaun_ir`` does."""
+
+    run_op: Callable | None = None
+    from_dlpack: Callable | None = None
+
+
+_RUNTIME = _Runtime()
+
+
+def install_runtime(run_op: Callable, from_dlpack: Callable) -> None:
+    """Called by ``kaun_ir.runtime`` on import: how concrete operands are computed on."""
+    _RUNTIME.run_op = run_op
+    _RUNTIME.from_dlpack = from_dlpack
+
+
+def _runtime() -> _Runtime:
+    if _RUNTIME.run_op is None:
+        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
+
+        wiring.install()
+    return _RUNTIME

@@ -1,0 +1,2 @@
+"""Graph transformations: reverse mode (``autodiff``), batching (``vmap``), forward mode (``jvp``),
+Jacobians, custom derivative rules and rematerialisation."""

@@ -1,0 +1,298 @@
+"""Rematerialisation: recompute forward values in the backward pass instead of keeping them.
+
+A differentiated graph keeps every forward value its backward part reads (the *residuals*)
+alive from the moment it is computed until the backward pass reaches it: for a deep network,
+all activations at once. :func:`rematerialize` splits the forward values into *segments* (the
+layers of a model, by layer path) and, for each segment, recomputes the residuals its policy
+does not save from the values that enter the segment, right where the backward pass first
+needs them.
+
+Why the recomputation must be tied to the cotangent: XLA is free to compute a value as soon as
+its operands exist, and its common-subexpression elimination merges computations with equal
+operands. A recomputation whose operands are the forward values is therefore either merged back
+into the forward pass or scheduled next to it — no memory is saved (this is what happens to
+``jax.checkpoint`` on XLA CPU: its ``optimization_barrier`` is expanded into control
+dependencies early in XLA CPU's pipeline, and CSE then merges the recomputation with the
+original; the compiled program has the same dot count and the same temporary memory as without
+it). Here each value entering a recomputed segment is first passed through
+``select(t == t, x, x + t)``, where ``t`` is one element of the cotangent that reaches the
+segment: equal to ``x`` bit for bit (the other branch is taken only when ``t`` is NaN, when the
+gradient is NaN anyway), but an operand XLA can neither see through nor compute before the
+backward pass arrives there.
+
+Policies say which residuals of a segment are saved rather than recomputed:
+``"nothing"`` (only the values entering the segment are kept), ``"dots"`` (also the results
+of ``dot_general`` and ``convolution``, the expensive ops) and layer-path patterns
+(``RematPolicy.save_paths("*.attn.*")``: ``fnmatch`` patterns on the producing node's path).
+
+``kn.remat(f, policy)`` marks the nodes of ``f`` (a layer-path component ``remat:<policy>:<k>``) and
+``kn.grad`` rematerialises marked segments; the ``remat`` pass (``remat{policy=dots depth=1}``,
+``train.make(..., remat=...)``) makes every layer at the given depth of the layer path a segment.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kaun_ir import dtypes
+from kaun_ir.ir.builder import Builder, current_builder, scope, source_scope
+from kaun_ir.ir.core import Graph, Node, Value, path_components
+from kaun_ir.surface.tensor import Tensor, apply
+from kaun_ir.transforms.autodiff import SEED_SOURCE, parse_backward_source
+
+__all__ = ["RematPolicy", "remat", "rematerialize", "SEED_SOURCE", "MARK"]
+
+#: prefix of the layer-path component with which kn.remat marks a segment
+MARK = "remat:"
+_SAVEABLE_DOTS = ("dot_general", "convolution")
+
+
+@dataclass(frozen=True)
+class RematPolicy:
+    """Which residuals of a rematerialised segment are saved (the rest is recomputed).
+
+    ``spec`` is ``"nothing"``, ``"dots"`` or ``"paths:<pattern>|<pattern>..."``; build the last
+    with :meth:`save_paths`. A string of the same form is accepted wherever a policy is.
+    """
+
+    spec: str = "nothing"
+
+    def __post_init__(self):
+        if self.spec not in ("nothing", "dots") and not (
+            self.spec.startswith("paths:") and len(self.spec) > 6
+        ):
+            raise ValueError(
+                f"remat policy must be 'nothing', 'dots' or 'paths:<pattern>|...', got {self.spec!r}"
+            )
+
+    @staticmethod
+    def save_paths(*patterns: str) -> RematPolicy:
+        """Save the values made by nodes whose layer path matches one of the ``fnmatch`` patterns."""
+        if not patterns or any(not isinstance(p, str) or not p or "|" in p for p in patterns):
+            raise ValueError(f"save_paths needs non-empty patterns without '|', got {patterns!r}")
+        return RematPolicy("paths:" + "|".join(patterns))
+
+    def saves(self, node: Node) -> bool:
+        """Whether a forward node's results are kept rather than recomputed."""
+        if self.spec == "nothing":
+            return False
+        if self.spec == "dots":
+            return node.op in _SAVEABLE_DOTS
+        return any(fnmatch.fnmatchcase(node.path, p) for p in self.spec[6:].split("|"))
+
+
+def as_policy(policy: Any) -> RematPolicy:
+    """A :class:`RematPolicy` from a policy, a spec string, or a list of path patterns."""
+    if isinstance(policy, RematPolicy):
+        return policy
+    if policy is None:
+        return RematPolicy("nothing")
+    if isinstance(policy, str):
+        return RematPolicy(policy)
+    if isinstance(policy, (list, tuple)):
+        return RematPolicy.save_paths(*policy)
+    raise TypeError(
+        f"a remat policy is 'nothing', 'dots', a list of layer-path patterns or a RematPolicy, got {policy!r}"
+    )
+
+
+def remat(f: Callable, policy: Any = "nothing") -> Callable:
+    """``f`` whose forward values are recomputed in the backward pass instead of kept (like
+    ``jax.checkpoint``), except those ``policy`` saves (``"nothing"``, ``"dots"``, layer-path
+    patterns). Same value and, up to XLA's fusion choices, the same gradients bit for bit.
+
+    The nodes of ``f`` get the layer-path component ``remat:<policy>:<k>`` (the ``k``-th call in
+    the trace; the IR shows the segment) and ``kn.grad`` / ``kn.vjp`` recompute the segment's
+    residuals where the backward pass first needs them.
+    """
+    spec = as_policy(policy).spec.replace(".", "/")  # a path component holds no dot
+
+    def rematerialized(*args, **kwargs):
+        builder = current_builder()
+        if builder is None:  # nothing is differentiated outside a trace
+            return f(*args, **kwargs)
+        # each call is its own segment: number the calls within the trace
+        count = getattr(builder, "remat_calls", 0)
+        builder.remat_calls = count + 1
+        with scope(f"{MARK}{spec}:{count}"):
+            return f(*args, **kwargs)
+
+    rematerialized.__name__ = getattr(f, "__name__", "f")
+    rematerialized.__doc__ = getattr(f, "__doc__", None)
+    return rematerialized
+
+
+def has_marks(graph: Graph) -> bool:
+    """Whether ``kn.remat`` marked any node of ``graph``."""
+    return any(MARK in node.path for node in graph.nodes)
+
+
+def _marked_segment(path: str) -> tuple[str, RematPolicy] | None:
+    tokens = path.split(".")
+    for i in range(len(tokens) - 1, -1, -1):
+        if tokens[i].startswith(MARK):
+            spec = tokens[i][len(MARK) :].rsplit(":", 1)[0]
+            return ".".join(tokens[: i + 1]), RematPolicy(spec.replace("/", "."))
+    return None
+
+
+def _segment(node: Node, policy: RematPolicy | None, depth: int):
+    marked = _marked_segment(node.path)
+    if marked is not None:
+        return marked
+    if policy is not None and depth > 0:
+        parts = path_components(node.path)
+        if len(parts) >= depth:
+            return "/".join(parts[:depth]), policy
+    return None
+
+
+def rematerialize(graph: Graph, policy: Any = None, depth: int = 0) -> Graph:
+    """``graph`` (forward and backward nodes, as reverse mode builds them) with the residuals of
+    each segment recomputed in the backward pass; see the module docstring.
+
+    Segments: the nodes ``kn.remat`` marked, and, when ``policy`` is given and ``depth > 0``,
+    every group of nodes sharing the first ``depth`` components of their layer path.
+    """
+    policy = as_policy(policy) if policy is not None else None
+    names = graph.input_names or [""] * len(graph.inputs)
+    deep: set[int] = {id(v) for v, name in zip(graph.inputs, names) if name.startswith("cotangent")}
+    deep_nodes: set[int] = set()
+    for node in graph.nodes:
+        if node.source == SEED_SOURCE or any(id(v) in deep for v in node.inputs):
+            deep_nodes.add(id(node))
+            deep.update(id(o) for o in node.outputs)
+
+    segment_of: dict[int, tuple] = {}
+    for node in graph.nodes:
+        if id(node) not in deep_nodes:
+            seg = _segment(node, policy, depth)
+            if seg is not None:
+                segment_of[id(node)] = seg
+
+    def saved(node: Node, seg) -> bool:
+        forward = parse_backward_source(node.source)[1] is None
+        return forward and seg[1].saves(node)
+
+    # residuals per segment: non-deep values of the segment that deep nodes read
+    position = {id(node): k for k, node in enumerate(graph.nodes)}
+    residuals: dict[str, list[Value]] = {}
+    first_use: dict[str, Node] = {}
+    seg_info: dict[str, tuple] = {}
+    for node in graph.nodes:
+        if id(node) not in deep_nodes:
+            continue
+        for value in node.inputs:
+            producer = value.node
+            if producer is None or id(value) in deep or id(producer) not in segment_of:
+                continue
+            seg = segment_of[id(producer)]
+            if saved(producer, seg):
+                continue
+            key = seg[0]
+            seg_info[key] = seg
+            chosen = residuals.setdefault(key, [])
+            if all(value is not r for r in chosen):
+                chosen.append(value)
+            if key not in first_use or position[id(node)] < position[id(first_use[key])]:
+                first_use[key] = node
+
+    plans = {}
+    for key, values in residuals.items():
+        consumer = first_use[key]
+        trigger = next((v for v in consumer.inputs if id(v) in deep and dtypes.is_float(v.type.dtype)), None)
+        if trigger is None:
+            continue
+        clone: list[Node] = []
+        boundary: list[Value] = []
+        seen: set[int] = set()
+        stack = list(values)
+        while stack:
+            value = stack.pop()
+            if id(value) in seen:
+                continue
+            seen.add(id(value))
+            producer = value.node
+            inside = (
+                producer is not None
+                and id(producer) not in deep_nodes
+                and segment_of.get(id(producer), (None,))[0] == key
+                and (any(value is r for r in values) or not saved(producer, seg_info[key]))
+            )
+            if not inside:
+                boundary.append(value)
+                continue
+            if all(producer is not n for n in clone):
+                clone.append(producer)
+                stack.extend(producer.inputs)
+        clone.sort(key=lambda n: position[id(n)])
+        plans.setdefault(id(consumer), []).append((key, values, clone, boundary, trigger))
+    if not plans:
+        return graph
+
+    with Builder(record_source=False) as builder:
+        env: dict[int, Value] = {
+            id(old): new for old, new in zip(graph.inputs, [builder.add_input(v.type) for v in graph.inputs])
+        }
+        recomputed: dict[int, Value] = {}
+        for node in graph.nodes:
+            for key, values, clone, boundary, trigger in plans.get(id(node), []):
+                local = _tie(builder, key, boundary, env, env[id(trigger)])
+                for old in clone:
+                    fresh = Node(
+                        old.op,
+                        [local.get(id(v), env.get(id(v))) for v in old.inputs],
+                        old.attrs,
+                        old.types,
+                        old.regions,
+                        path=old.path,
+                        source=old.source,
+                    )
+                    builder.nodes.append(fresh)
+                    for o, n in zip(old.outputs, fresh.outputs):
+                        local[id(o)] = n
+                for value in values:
+                    recomputed[id(value)] = local[id(value)]
+            if id(node) in deep_nodes:
+                inputs = [recomputed.get(id(v), env[id(v)]) for v in node.inputs]
+            else:
+                inputs = [env[id(v)] for v in node.inputs]
+            fresh = Node(
+                node.op, inputs, node.attrs, node.types, node.regions, path=node.path, source=node.source
+            )
+            builder.nodes.append(fresh)
+            for o, n in zip(node.outputs, fresh.outputs):
+                env[id(o)] = n
+        outputs = [env[id(v)] for v in graph.outputs]
+    result = builder.finish(outputs, name=graph.name, input_names=graph.input_names)
+    return Graph.from_outputs(result.inputs, result.outputs, graph.name, graph.input_names)
+
+
+def _tie(
+    builder: Builder, key: str, boundary: Sequence[Value], env: dict, trigger: Value
+) -> dict[int, Value]:
+    """Each float value entering the segment, made to depend on one element of ``trigger``."""
+    local: dict[int, Value] = {}
+    with source_scope(f"(remat: recomputation of {key} waits for the cotangent)"):
+        t = Tensor(trigger, builder)
+        if t.ndim:
+            t = apply(
+                "slice", t, start_indices=(0,) * t.ndim, limit_indices=(1,) * t.ndim, strides=(1,) * t.ndim
+            )
+            t = apply("reshape", t, shape=())
+        same = apply("compare", t, t, direction="EQ")
+        for value in boundary:
+            if value.node is None or not dtypes.is_float(value.type.dtype):
+                continue  # graph inputs (parameters, data) live anyway; integers are cheap
+            x = Tensor(env[id(value)], builder)
+            tx = t if t.dtype == x.dtype else apply("convert", t, dtype=x.dtype)
+            if x.ndim:
+                pred = apply("broadcast_in_dim", same, shape=x.shape, broadcast_dimensions=())
+                tx = apply("broadcast_in_dim", tx, shape=x.shape, broadcast_dimensions=())
+            else:
+                pred = same
+            local[id(value)] = apply("select", pred, x, apply("add", x, tx)).value
+    return local

@@ -1,0 +1,1 @@
+"""Programs in and out of other systems: the StableHLO importer and ``jax.export`` serialisation."""

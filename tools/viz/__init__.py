@@ -1,0 +1,1 @@
+"""``kaun-ir viz``: the interactive HTML page, the SVG renderer and the screenshot helper."""
