@@ -21,6 +21,7 @@ _MODULES = {
     "datasets": "kaun_ir.datasets",
     "debug": "kaun_ir.debug",
     "dtypes": "kaun_ir.dtypes",
+    "errors": "kaun_ir.errors",
     "ir": "kaun_ir.ir",
     "layer": "kaun_ir.layer",
     "models": "kaun_ir.models",
@@ -48,10 +49,7 @@ _MODULES = {
 # functions, classes and constants: the module that defines each
 _DEFINED_IN = {
     "kaun_ir.runtime": ("jit",),
-    "kaun_ir.surface.tensor": (
-        "Tensor",
-        "TracerError",
-    ),
+    "kaun_ir.surface.tensor": ("Tensor",),
     "kaun_ir.ir.core": (
         "Graph",
         "TensorType",
@@ -64,7 +62,6 @@ _DEFINED_IN = {
         "grad",
         "value_and_grad",
         "vjp",
-        "GradientError",
     ),
     "kaun_ir.transforms.jvp": (
         "jvp",
@@ -76,10 +73,7 @@ _DEFINED_IN = {
         "hessian",
         "hvp",
     ),
-    "kaun_ir.transforms.vmap": (
-        "vmap",
-        "BatchingError",
-    ),
+    "kaun_ir.transforms.vmap": ("vmap",),
     "kaun_ir.surface.control": (
         "scan",
         "while_loop",
@@ -88,7 +82,6 @@ _DEFINED_IN = {
     "kaun_ir.transforms.custom": (
         "custom_jvp",
         "custom_vjp",
-        "CustomDerivativeError",
     ),
     "kaun_ir.transforms.remat": (
         "remat",
@@ -96,11 +89,15 @@ _DEFINED_IN = {
     ),
     "kaun_ir.errors": (
         "KaunError",
+        "BatchingError",
         "CompileError",
+        "CustomDerivativeError",
+        "GradientError",
         "IRError",
         "NonFiniteError",
         "ParseError",
         "ShapeError",
+        "TracerError",
     ),
     "kaun_ir.dtypes": (
         "bool_",
@@ -254,6 +251,7 @@ __all__ = [
     "debug",
     "distributed",
     "dtypes",
+    "errors",
     "fn",
     "init",
     "ir",

@@ -47,6 +47,7 @@ class Policy:
             raise ValueError(
                 f"precision: compute must be bfloat16 or float16, got {dtypes.short_name(compute)}"
             )
+        # a normalisation, not a cache: dataclasses have no converters (tests/test_declared_state.py)
         object.__setattr__(self, "compute", compute)
         scale = self.loss_scale
         if not (scale is None or scale == "dynamic" or (isinstance(scale, (int, float)) and scale > 0)):

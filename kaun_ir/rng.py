@@ -29,14 +29,11 @@ from typing import Any
 
 import numpy as np
 
+from kaun_ir.errors import NoScopeError
 from kaun_ir.surface import random
 from kaun_ir.surface.tensor import type_of
 
 __all__ = ["run", "scope", "next_key", "in_scope", "NoScopeError"]
-
-
-class NoScopeError(RuntimeError):
-    """:func:`next_key` was called outside every ``rng.scope`` / ``rng.run``."""
 
 
 class _Scope:

@@ -25,8 +25,8 @@ bitcast). Option ``min_ratio`` (float, default 2.0). Statistic: ``dot products s
 
 from __future__ import annotations
 
+from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.core import Graph, Node, Value
-from kaun_ir.passes.lower_conv import PassOptionError
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 

@@ -55,11 +55,12 @@ rewrite counters ``rewrites applied by <rule>``.
 
 from __future__ import annotations
 
+from kaun_ir.errors import RewriteError
 from kaun_ir.ir import cost
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.passes.canonicalize import RULES as CANONICAL_RULES
 from kaun_ir.passes.registry import register, statistic
-from kaun_ir.passes.rewrite import DEFAULT_MAX_SWEEPS, RewriteError, Rewriter, RuleTable, _sweep
+from kaun_ir.passes.rewrite import DEFAULT_MAX_SWEEPS, Rewriter, RuleTable, _sweep
 from kaun_ir.passes.target import backend
 
 # What prefer=auto picks per target, for (inference graphs, graphs with gradient convolutions).

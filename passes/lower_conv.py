@@ -40,14 +40,10 @@ import math
 
 import numpy as np
 
-from kaun_ir.errors import KaunError
+from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
-
-
-class PassOptionError(KaunError, ValueError):
-    """A pass option with a value the pass does not accept (a user error, not a crash)."""
 
 
 def _padded(rw: Rewriter, x: Value, spatial_axes, padding) -> Value:

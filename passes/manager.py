@@ -15,8 +15,9 @@ import os
 import shlex
 import time
 from collections.abc import Iterable, Sequence
+from typing import NoReturn
 
-from kaun_ir.errors import IRError, KaunError
+from kaun_ir.errors import InternalError, KaunError, PassCrash, PassVerificationError
 from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.ir.core import Graph
 from kaun_ir.passes import registry
@@ -37,25 +38,6 @@ def verify_each_default() -> bool:
     if value in ("1", "true"):
         return True
     raise ValueError(f"{VERIFY_EACH_ENV}={value!r}: expected 1 (verify after every pass) or 0")
-
-
-# --- errors -----------------------------------------------------------------------------------
-
-
-class PassCrash(KaunError):
-    """A pass raised an unexpected exception; ``reproducer`` is the ``.kir`` file written for it."""
-
-    def __init__(self, message: str, pass_name: str, index: int, reproducer: str | None):
-        super().__init__(message)
-        self.pass_name, self.index, self.reproducer = pass_name, index, reproducer
-
-
-class PassVerificationError(IRError):
-    """The IR failed ``Graph.verify()`` after a pass (``verify_each``); names the pass."""
-
-    def __init__(self, message: str, pass_name: str | None, index: int):
-        super().__init__(message)
-        self.pass_name, self.index = pass_name, index
 
 
 # --- the manager ------------------------------------------------------------------------------
@@ -115,17 +97,14 @@ class PassManager:
             result = info.fn(graph, **run.options)
             if not isinstance(result, Graph):
                 raise TypeError(f"a pass must return a Graph, got {type(result).__name__}")
+        except InternalError as err:  # a KaunError, yet a bug in kaun_ir: a crash
+            self._crash(run, graph, index, err)
         except KaunError as err:  # a diagnostic about the input (e.g. "cannot differentiate ...")
             err.add_note(f"in pass {run} of pipeline '{self.pipeline}'")
             self._failed(run, graph, err)
             raise
         except Exception as err:  # a crash: a bug in the pass
-            self._failed(run, graph, err)
-            path = self._write_reproducer(graph, index, err)
-            where = f"; reproducer written to {path}" if path else ""
-            raise PassCrash(
-                f"pass {run} crashed: {type(err).__name__}: {err}{where}", step.name, index, path
-            ) from err
+            self._crash(run, graph, index, err)
         finally:
             registry.stop_collecting(token)
         seconds = time.perf_counter() - start
@@ -142,6 +121,15 @@ class PassManager:
     def _failed(self, run: PassRun, graph: Graph, err: BaseException) -> None:
         for inst in self.instrumentations:
             inst.failed(run, graph, err)
+
+    def _crash(self, run: PassRun, graph: Graph, index: int, err: Exception) -> NoReturn:
+        """A pass hit a bug: write its input to a reproducer and raise :class:`PassCrash`."""
+        self._failed(run, graph, err)
+        path = self._write_reproducer(graph, index, err)
+        where = f"; reproducer written to {path}" if path else ""
+        raise PassCrash(
+            f"pass {run} crashed: {type(err).__name__}: {err}{where}", run.step.name, index, path
+        ) from err
 
     def _verify(self, graph: Graph, run: PassRun | None, index: int) -> None:
         try:

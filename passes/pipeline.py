@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from kaun_ir.errors import PipelineError
 from kaun_ir.passes.registry import REGISTRY, PassInfo
 
 _SPECIAL = set(',{}="\\') | {" ", "\t", "\n"}
@@ -98,10 +99,6 @@ class Pipeline:
 
     def __bool__(self) -> bool:
         return bool(self.steps)
-
-
-class PipelineError(ValueError):
-    """A malformed pipeline string, an unknown pass or option, or a badly typed option value."""
 
 
 class _Parser:

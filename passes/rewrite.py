@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
-from kaun_ir.errors import KaunError
+from kaun_ir.errors import KaunError, RewriteError
 from kaun_ir.ir.builder import infer_or_raise
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.passes.registry import statistic
@@ -51,14 +51,6 @@ from kaun_ir.passes.registry import statistic
 #: Sweeps before :func:`apply_rules` gives up. A sweep collapses whole chains (each node sees
 #: its operands' rewritten producers), so real graphs converge in a handful.
 DEFAULT_MAX_SWEEPS = 64
-
-
-class RewriteError(RuntimeError):
-    """A rule table misbehaved: it did not converge, or a rule replaced a value by one of another type.
-
-    This is a bug in the rules, not in the graph, so it is not a :class:`kaun_ir.errors.KaunError`
-    diagnostic (the pass manager writes a crash reproducer for it).
-    """
 
 
 @dataclass(frozen=True)
@@ -331,6 +323,8 @@ def _try_rules(node: Node, rules: RuleTable, sink: list[Node], label: str):
         rw = Rewriter(node)
         try:
             result = rule.match(node, rw)
+        except RewriteError:  # already names the rule that misbehaved
+            raise
         except (KaunError, TypeError, ValueError) as err:  # e.g. it built an ill-typed node
             where = f"{label}: rule {rule.name!r} on {node.op}{' at ' + node.path if node.path else ''}"
             raise RewriteError(f"{where} failed: {err}") from err

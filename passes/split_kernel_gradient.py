@@ -28,8 +28,8 @@ import math
 
 import numpy as np
 
+from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.core import Graph, Node, Value
-from kaun_ir.passes.lower_conv import PassOptionError
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 

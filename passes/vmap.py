@@ -1,8 +1,9 @@
 """The ``vmap`` pass: the batched graph (``kaun_ir.transforms.vmap.batch_graph``) as a pipeline step."""
 
+from kaun_ir.errors import BatchingError
 from kaun_ir.ir.core import Graph
 from kaun_ir.passes.registry import register
-from kaun_ir.transforms.vmap import BatchingError, batch_graph
+from kaun_ir.transforms.vmap import batch_graph
 
 
 @register(

@@ -13,11 +13,12 @@ import pytest
 from passutil import assert_bit_identical, const, random_inputs, same_snapshot, snapshot, splat
 
 import kaun_ir as kn
+from kaun_ir.errors import RewriteError
 from kaun_ir.ir import Builder, TensorType, interpret, scope
 from kaun_ir.ir.core import Graph
 from kaun_ir.passes import rewrite
 from kaun_ir.passes.canonicalize import RULES, canonicalize, exactly_representable
-from kaun_ir.passes.rewrite import RewriteError, Rule, RuleTable, apply_rules, last_statistics
+from kaun_ir.passes.rewrite import Rule, RuleTable, apply_rules, last_statistics
 from kaun_ir.surface.tensor import Tensor, apply
 
 F32, F64, I32, U8, BOOL = np.float32, np.float64, np.int32, np.uint8, np.bool_

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir.surface.einspec import SpecError
+from kaun_ir.errors import EinSpecError
 
 RNG = np.random.default_rng(16)
 
@@ -262,25 +262,25 @@ def _caret(err: Exception) -> int:
 BAD = [
     # (spec, operand shapes, constants, error type, the text at the caret, words in the message)
     ("i, j; j, k => i, k", [(3, 4), (5, 6)], {}, kn.ShapeError, "j, k", "'j' is 5"),
-    ("... | ... d => ... | d ...", [(2, 3, 4)], {}, SpecError, "... d", "ambiguous"),
+    ("... | ... d => ... | d ...", [(2, 3, 4)], {}, EinSpecError, "... d", "ambiguous"),
     ("..a.. | ..b..; ..b.. => ..a..", [(2, 3), (3,)], {}, None, None, None),  # resolvable: fine
-    ("..a.. | ..b.. => ..b.. | ..a..", [(2, 3)], {}, SpecError, "..b.. =>", "ambiguous"),
-    ("oh*kh, c; kh, c => oh", [(5, 2), (3, 2)], {}, SpecError, "oh*kh", "not affine"),
-    ("stride*oh+kh; kh => oh", [(5,), (3,)], {}, SpecError, "stride*oh", "unknown constant"),
-    ("oh+kh+1; kh => oh", [(5,), (3,)], {}, SpecError, "1", "constant offset"),
+    ("..a.. | ..b.. => ..b.. | ..a..", [(2, 3)], {}, EinSpecError, "..b.. =>", "ambiguous"),
+    ("oh*kh, c; kh, c => oh", [(5, 2), (3, 2)], {}, EinSpecError, "oh*kh", "not affine"),
+    ("stride*oh+kh; kh => oh", [(5,), (3,)], {}, EinSpecError, "stride*oh", "unknown constant"),
+    ("oh+kh+1; kh => oh", [(5,), (3,)], {}, EinSpecError, "1", "constant offset"),
     ("oh+kh; kh => oh", [(2,), (3,)], {}, kn.ShapeError, "oh+kh", "spans 3"),
-    ("i, j; j, k => i, k", [(3, 4)], {}, SpecError, "=>", "2 operand(s) but 1"),
+    ("i, j; j, k => i, k", [(3, 4)], {}, EinSpecError, "=>", "2 operand(s) but 1"),
     ("i, j => i", [(3, 4, 5)], {}, kn.ShapeError, "i, j", "3 axes"),
-    ("i, ..a.., ..b.. => i", [(3, 4)], {}, SpecError, "..b..", "only one row variable"),
-    ("i, 0 => i", [(3, 4)], {}, SpecError, "0", "result"),
-    ("i, i => i", [(3, 3)], {}, SpecError, "i =>", "twice"),
-    ("i, j => i, q", [(3, 4)], {}, SpecError, "q", "unknown"),
-    ("i, j => i, ..r..", [(3, 4)], {}, SpecError, "..r..", "no operand"),
+    ("i, ..a.., ..b.. => i", [(3, 4)], {}, EinSpecError, "..b..", "only one row variable"),
+    ("i, 0 => i", [(3, 4)], {}, EinSpecError, "0", "result"),
+    ("i, i => i", [(3, 3)], {}, EinSpecError, "i =>", "twice"),
+    ("i, j => i, q", [(3, 4)], {}, EinSpecError, "q", "unknown"),
+    ("i, j => i, ..r..", [(3, 4)], {}, EinSpecError, "..r..", "no operand"),
     ("i, j | k => i", [(3, 4)], {}, None, None, None),
-    ("i -> j | k => i", [(3, 4, 5)], {}, SpecError, "-> j", "after '|'"),
-    ("i, j; j, k -> i, k", [(3, 4), (4, 5)], {}, SpecError, "", "'=>'"),
-    ("i, j$ => i", [(3, 4)], {}, SpecError, "$", "not an axis name"),
-    ("ij => i$", [(3, 4)], {}, SpecError, "$", "unexpected character"),
+    ("i -> j | k => i", [(3, 4, 5)], {}, EinSpecError, "-> j", "after '|'"),
+    ("i, j; j, k -> i, k", [(3, 4), (4, 5)], {}, EinSpecError, "", "'=>'"),
+    ("i, j$ => i", [(3, 4)], {}, EinSpecError, "$", "not an axis name"),
+    ("ij => i$", [(3, 4)], {}, EinSpecError, "$", "unexpected character"),
 ]
 
 
@@ -324,7 +324,7 @@ def test_errors_inside_a_model_name_the_layer_path():
 
         return forward
 
-    with pytest.raises(SpecError, match=r"^1\.block: ein: the size of result axis 'q'"):
+    with pytest.raises(EinSpecError, match=r"^1\.block: ein: the size of result axis 'q'"):
         kn.trace(scoped("i, j => i, q"), kn.ShapeDtype((3, 4)))
     with pytest.raises(kn.ShapeError, match=r"^1\.block: ein: axis 'j' is 5"):
         kn.trace(scoped("i, j; j => i"), kn.ShapeDtype((3, 4)), kn.ShapeDtype((5,)))

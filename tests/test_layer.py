@@ -336,7 +336,7 @@ def test_dropout_layer_keys_and_modes():
     np.testing.assert_array_equal(np.asarray(d), np.asarray(d2))
 
     # new keys do not recompile; training=True/False are two signatures
-    assert model._compiled.trace_count == 2
+    assert model.cache.compiled.trace_count == 2
 
     with pytest.raises(ValueError, match=r"1\.dropout: dropout in training mode needs a random key"):
         layer.apply(layer.sequential([layer.relu(), layer.dropout(0.1)]), v, x, training=True)
@@ -442,13 +442,13 @@ def test_apply_is_compiled_once_per_signature_and_traces_inside_jit():
     x = np.ones((4, 3), np.float32)
     y1, _ = layer.apply(model, v, x)
     y2, _ = layer.apply(model, v, x * 2)
-    assert model._compiled.trace_count == 1
+    assert model.cache.compiled.trace_count == 1
     layer.apply(model, v, np.ones((5, 3), np.float32))
-    assert model._compiled.trace_count == 2
+    assert model.cache.compiled.trace_count == 2
 
     jitted = kn.jit(lambda p, x: layer.apply(model, layer.with_params(v, p), x)[0])
     np.testing.assert_allclose(np.asarray(jitted(v.params, x * 2)), np.asarray(y2), rtol=1e-6)
-    assert model._compiled.trace_count == 2  # traced through, not called compiled
+    assert model.cache.compiled.trace_count == 2  # traced through, not called compiled
 
     # the gradient through apply: d/dW sum(relu(x W + b)) for x = ones
     g = kn.grad(lambda p: kn.sum(layer.apply(model, layer.with_params(v, p), x)[0]))(v.params)

@@ -12,7 +12,7 @@ import optax
 import pytest
 
 import kaun_ir as kn
-from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError
+from kaun_ir.errors import StableHLOImportError
 from kaun_ir.tools.bench import command as bench
 from kaun_ir.tools.bench import workloads as bench_workloads
 

@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
+from kaun_ir.errors import PrimitiveError
 from kaun_ir.ops import OpDef, Sample
 from kaun_ir.ops.batching import elementwise
-from kaun_ir.surface.primitives import PrimitiveError, call, emit_from, register, unregister
+from kaun_ir.surface.primitives import call, emit_from, register, unregister
 
 
 def _softplus_beta(x, beta):

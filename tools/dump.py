@@ -248,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
             text = format_statistics(subject.name, stage, statistics(subject, subject.stage_graph(stage)))
         else:
             text = subject.stage_text(args.stage or "traced")
-    except (specs.SpecError, KaunError, ValueError, TypeError) as err:
+    except (KaunError, ValueError, TypeError) as err:
         return error("dump", err)
     if args.output == "-":
         sys.stdout.write(text)

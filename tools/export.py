@@ -54,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         _, graph = specs.load_graph(args.spec, args.input, args.stage)
         runtime.export(graph, args.output)
-    except (specs.SpecError, KaunError, ValueError, TypeError, OSError) as err:
+    except (KaunError, ValueError, TypeError, OSError) as err:
         return error("export", err)
     if args.list_inputs:
         names = graph.input_names or [""] * len(graph.inputs)

@@ -42,6 +42,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kaun_ir.errors import ModelSpecError
+
 STAGES = ("traced", "autodiff", "optimized", "stablehlo", "hlo")
 GRAPH_STAGES = ("traced", "autodiff", "optimized")
 
@@ -84,10 +86,6 @@ def examples_help() -> str:
     return "\n".join(lines) + "\n"
 
 
-class SpecError(ValueError):
-    """The model named on the command line cannot be loaded or traced (a user error)."""
-
-
 @dataclass(frozen=True)
 class Model:
     """A layer with default example inputs (a tuple of arrays or ``kn.ShapeDtype``)."""
@@ -107,14 +105,14 @@ class TrainSetup:
 
 
 def parse_input(text: str):
-    """``"f32[32,784]"`` -> ``kn.ShapeDtype((32, 784), float32)``; ``SpecError`` if malformed."""
+    """``"f32[32,784]"`` -> ``kn.ShapeDtype((32, 784), float32)``; ``ModelSpecError`` if malformed."""
     from kaun_ir.ir.text import _parse_type
     from kaun_ir.surface.trace import ShapeDtype
 
     try:
         t = _parse_type(text.strip())
     except (ValueError, TypeError, KeyError) as err:
-        raise SpecError(
+        raise ModelSpecError(
             f"--input {text!r}: expected a tensor type like f32[32,784] or i32[] ({err})"
         ) from None
     return ShapeDtype(t.shape, t.dtype)
@@ -124,26 +122,28 @@ def load_object(spec: str) -> Any:
     """Import ``module:function`` (or ``file.py:function``) and call the function."""
     module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
-        raise SpecError(f"{spec!r}: expected module:function, path/to/file.py:function or a .kir file")
+        raise ModelSpecError(f"{spec!r}: expected module:function, path/to/file.py:function or a .kir file")
     try:
         if module_name.endswith(".py") or os.sep in module_name:
             path = os.path.abspath(module_name)
             name = f"_kaun_ir_spec_{abs(hash(path))}"
             loader_spec = importlib.util.spec_from_file_location(name, path)
             if loader_spec is None or not os.path.exists(path):
-                raise SpecError(f"{spec!r}: no such file {module_name!r}")
+                raise ModelSpecError(f"{spec!r}: no such file {module_name!r}")
             module = importlib.util.module_from_spec(loader_spec)
             sys.modules[name] = module
             loader_spec.loader.exec_module(module)
         else:
             module = _import_module(module_name)
-    except SpecError:
+    except ModelSpecError:
         raise
     except Exception as err:  # ImportError or whatever the module raised while loading
-        raise SpecError(f"{spec!r}: cannot import {module_name!r}: {type(err).__name__}: {err}") from None
+        raise ModelSpecError(
+            f"{spec!r}: cannot import {module_name!r}: {type(err).__name__}: {err}"
+        ) from None
     fn = getattr(module, attr, None)
     if fn is None:
-        raise SpecError(f"{spec!r}: module {module_name!r} has no attribute {attr!r}")
+        raise ModelSpecError(f"{spec!r}: module {module_name!r} has no attribute {attr!r}")
     return fn() if callable(fn) and not _is_layer(fn) and not _is_graph(fn) else fn
 
 
@@ -220,7 +220,7 @@ class Subject:
     def stage_graph(self, stage: str):
         """The IR graph of ``traced``, ``autodiff`` or ``optimized``."""
         if stage not in GRAPH_STAGES:
-            raise SpecError(f"stage {stage!r} is not an IR graph; choose from {', '.join(GRAPH_STAGES)}")
+            raise ModelSpecError(f"stage {stage!r} is not an IR graph; choose from {', '.join(GRAPH_STAGES)}")
         if stage not in self._cache:
             self._cache[stage] = getattr(self, f"_{stage}")()
         return self._cache[stage]
@@ -235,7 +235,7 @@ class Subject:
             return runtime.lower(self.stage_graph("optimized"))
         if stage == "hlo":
             return runtime.compile(self.stage_graph("optimized")).hlo_text()
-        raise SpecError(f"unknown stage {stage!r}; choose from {', '.join(STAGES)}")
+        raise ModelSpecError(f"unknown stage {stage!r}; choose from {', '.join(STAGES)}")
 
     # ------------------------------------------------------------------ the stages
 
@@ -336,7 +336,9 @@ def _layer_subject(name: str, model, inputs: Sequence) -> Subject:
     from kaun_ir import dtypes, layer
 
     if not inputs:
-        raise SpecError(f"{name}: a layer needs an example input: add --input TYPE, e.g. --input f32[32,784]")
+        raise ModelSpecError(
+            f"{name}: a layer needs an example input: add --input TYPE, e.g. --input f32[32,784]"
+        )
     params, state = abstract_vars(model)
     x = inputs[0] if len(inputs) == 1 else tuple(inputs)
 
@@ -352,16 +354,16 @@ def resolve(spec: str, inputs: Sequence[str] = ()) -> Subject:
     given = tuple(parse_input(text) for text in inputs)
     if spec.endswith(GRAPH_FILE_SUFFIXES):
         if given:
-            raise SpecError(
+            raise ModelSpecError(
                 f"{spec}: --input applies to a model named as module:function; a graph file "
                 "declares its own input types"
             )
         try:
             graph = read_graph_file(spec)
         except OSError as err:
-            raise SpecError(f"{spec}: {err.strerror or err}") from None
+            raise ModelSpecError(f"{spec}: {err.strerror or err}") from None
         except UnicodeDecodeError as err:
-            raise SpecError(f"{spec}: not a UTF-8 text file ({err.reason})") from None
+            raise ModelSpecError(f"{spec}: not a UTF-8 text file ({err.reason})") from None
         return Subject(os.path.basename(spec).rsplit(".", 1)[0], "graph", graph=graph)
 
     obj = load_object(spec)
@@ -377,12 +379,12 @@ def resolve(spec: str, inputs: Sequence[str] = ()) -> Subject:
     if isinstance(obj, TrainSetup):
         inputs = given or tuple(obj.inputs)
         if not inputs:
-            raise SpecError(f"{name}: a training setup needs an example input: add --input TYPE")
+            raise ModelSpecError(f"{name}: a training setup needs an example input: add --input TYPE")
         return Subject(name, "train", setup=TrainSetup(obj.model, obj.optimizer, obj.loss_fn_builder, inputs))
     if isinstance(obj, tuple) and len(obj) == 2 and callable(obj[0]) and isinstance(obj[1], (tuple, list)):
         fn, args = obj
         return Subject(name, "function", fn=fn, args=given or tuple(args))
-    raise SpecError(
+    raise ModelSpecError(
         f"{spec!r} returned {type(obj).__name__}; expected a kn.layer.Layer, Model, "
         "(fn, example_args), a kn.Graph, TrainSetup or (model, optimizer, loss_fn_builder)"
     )

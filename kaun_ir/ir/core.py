@@ -26,6 +26,7 @@ class TensorType:
     shape: tuple[int, ...]
 
     def __post_init__(self):
+        # a normalisation, not a cache: dataclasses have no converters (tests/test_declared_state.py)
         object.__setattr__(self, "dtype", dtypes.canonical(self.dtype))
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if any(d < 0 for d in self.shape):

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,18 @@ class Vars:
         return vars_html(self)
 
 
+class LayerCache:
+    """What is derived from a layer's functions and kept with it, never part of its value:
+    ``takes_input`` (whether ``init`` takes the input type; None until asked) and ``compiled``
+    (the forward pass under ``kn.jit``; None until first applied to concrete arrays)."""
+
+    __slots__ = ("takes_input", "compiled")
+
+    def __init__(self):
+        self.takes_input: bool | None = None
+        self.compiled = None
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class Layer:
     """A model: ``init(dtype) -> Vars`` (or ``init(dtype, x) -> Vars`` for a layer that infers
@@ -113,6 +125,8 @@ class Layer:
     init: Callable[[np.dtype], Vars]
     apply: Callable[..., tuple[Any, Any]]
     name: str = "layer"
+    #: caches of this layer (a :class:`LayerCache`); ``dataclasses.replace`` gives a fresh one
+    cache: LayerCache = field(default_factory=LayerCache, init=False, compare=False, hash=False, repr=False)
 
     def __repr__(self) -> str:  # the structure, not function addresses
         from kaun_ir.layer.show import layer_repr
@@ -191,7 +205,7 @@ def _abstract(example: Any, dtype: np.dtype) -> Any:
 
 def _takes_input(layer: Layer) -> bool:
     """Whether ``layer.init`` accepts the input type as a second positional argument."""
-    known = layer.__dict__.get("_takes_input")
+    known = layer.cache.takes_input
     if known is None:
         try:
             parameters = inspect.signature(layer.init).parameters.values()
@@ -200,7 +214,7 @@ def _takes_input(layer: Layer) -> bool:
         else:
             positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
             known = len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
-        object.__setattr__(layer, "_takes_input", known)  # a cache, not a field
+        layer.cache.takes_input = known
     return known
 
 
@@ -269,7 +283,7 @@ def _forward(model: Layer, params, state, x, ctx, training: bool, dtype: np.dtyp
 
 def _compiled(model: Layer):
     """The model's forward pass under ``kn.jit``, made once per model and kept on it."""
-    compiled = model.__dict__.get("_compiled")
+    compiled = model.cache.compiled
     if compiled is None:
         from kaun_ir.runtime import jit
 
@@ -278,7 +292,7 @@ def _compiled(model: Layer):
 
         forward.__name__ = model.name if model.name.isidentifier() else "forward"
         compiled = jit(forward)
-        object.__setattr__(model, "_compiled", compiled)  # a cache, not a field: frozen is fine
+        model.cache.compiled = compiled
     return compiled
 
 

@@ -19,7 +19,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path
-from kaun_ir.surface.einspec import Affine, Axis, Fixed, RowVar, Spec, SpecError, parse, pointer
+from kaun_ir.surface.einspec import Affine, Axis, Fixed, RowVar, Spec, parse, pointer, spec_error
 from kaun_ir.surface.function import op_function
 from kaun_ir.surface.linalg import _same_dtype
 from kaun_ir.surface.numeric import astype, divide, reshape, transpose
@@ -70,18 +70,18 @@ def ein(spec: str, *operands, reduce: str = "sum", sizes: dict | None = None, **
     Shapes: every axis name has one size (no size-1 broadcasting between operands); a window's
     ``o`` has size ``(n - dilation*(k-1) - 1) // stride + 1``. Two operands are promoted to one
     dtype like ``kn.einsum``; a sum keeps the dtype (like ``np.einsum``), ``mean`` gives floats.
-    Errors (:class:`kaun_ir.surface.einspec.SpecError`, ``kn.ShapeError``) show the spec with a caret at
+    Errors (:class:`kaun_ir.errors.EinSpecError`, ``kn.ShapeError``) show the spec with a caret at
     the offending position.
     """
     parsed = parse(spec)
     if len(parsed.operands) != len(operands):
-        raise SpecError(
+        raise spec_error(
             f"the spec has {len(parsed.operands)} operand(s) but {len(operands)} array(s) were given",
             spec,
             spec.index("=>"),
         )
     if len(operands) not in (1, 2):
-        raise SpecError("ein takes one or two operands", spec, parsed.operands[-1].pos)
+        raise spec_error("ein takes one or two operands", spec, parsed.operands[-1].pos)
     if reduce not in _REDUCTIONS:
         raise ValueError(f"ein: reduce must be one of {', '.join(_REDUCTIONS)}, got {reduce!r}")
     if len(operands) == 2 and reduce != "sum":
@@ -117,7 +117,7 @@ def ein(spec: str, *operands, reduce: str = "sum", sizes: dict | None = None, **
         return _unary(parsed, x, [name for name, _ in entries], result, known, reduce)
     if any(windows[1]):
         if any(windows[0]):
-            raise SpecError(
+            raise spec_error(
                 "only one operand of a convolution may have affine indices",
                 spec,
                 next(w.pos for w in windows[1] if w),
@@ -191,7 +191,7 @@ def _row_lengths(spec: Spec, shapes: list) -> dict:
         i, unknown, free = stuck
         if not _fusable(spec, unknown):
             second = next(r for r in spec.operands[i].items if isinstance(r, RowVar) and r.name == unknown[1])
-            raise SpecError(
+            raise spec_error(
                 f"{_label(unknown[0])} and {_label(unknown[1])} both stretch over the {free} "
                 f"axes left in operand {i + 1}: which belong to which is ambiguous (fix one of "
                 "them through another operand, or name the axes)",
@@ -204,7 +204,7 @@ def _row_lengths(spec: Spec, shapes: list) -> dict:
             lengths[name] = 0
     for item in spec.result.items:
         if isinstance(item, RowVar) and item.name not in lengths:
-            raise SpecError(f"{_label(item.name)} of the result appears in no operand", spec.text, item.pos)
+            raise spec_error(f"{_label(item.name)} of the result appears in no operand", spec.text, item.pos)
     return lengths
 
 
@@ -243,7 +243,7 @@ def _bind_sizes(spec: Spec, axes: list, shapes: list, sizes: dict) -> dict:
             if isinstance(item, Affine):
                 continue
             if name in seen:
-                raise SpecError(
+                raise spec_error(
                     f"axis {_axis_label(name)} occurs twice in operand {i + 1} (diagonals are not supported)",
                     spec.text,
                     item.pos,
@@ -293,24 +293,26 @@ def _window(spec: Spec, entry: tuple, axes: list, constants: dict, known: dict) 
             elif name in constants and coef not in constants:
                 coef, name = constants[name], coef
             elif coef in constants:
-                raise SpecError(
+                raise spec_error(
                     f"both {coef!r} and {name!r} are constants; a term is coefficient*axis", spec.text, pos
                 )
             elif {coef, name} <= result_names | operand_names:
-                raise SpecError(f"{coef}*{name} multiplies two axes: the index is not affine", spec.text, pos)
+                raise spec_error(
+                    f"{coef}*{name} multiplies two axes: the index is not affine", spec.text, pos
+                )
             else:
                 unknown = coef if coef not in result_names | operand_names else name
-                raise SpecError(f"unknown constant {unknown!r}: pass {unknown}=<int> to ein", spec.text, pos)
+                raise spec_error(f"unknown constant {unknown!r}: pass {unknown}=<int> to ein", spec.text, pos)
         terms.append((int(coef), name, pos))
     if len(terms) != 2 or terms[0][1] == terms[1][1]:
-        raise SpecError(
+        raise spec_error(
             "a convolution index is 'stride*output + dilation*kernel': two terms over two different axes",
             spec.text,
             item.pos,
         )
     outs = [t for t in terms if t[1] in result_names]
     if len(outs) != 1:
-        raise SpecError(
+        raise spec_error(
             "exactly one axis of a convolution index must be in the result (the output position)",
             spec.text,
             item.pos,
@@ -318,9 +320,9 @@ def _window(spec: Spec, entry: tuple, axes: list, constants: dict, known: dict) 
     ((stride, out, out_pos),) = outs
     dilation, kernel, kernel_pos = next(t for t in terms if t[1] != out)
     if out in operand_names:
-        raise SpecError(f"the output position {out!r} must not be an axis of an operand", spec.text, out_pos)
+        raise spec_error(f"the output position {out!r} must not be an axis of an operand", spec.text, out_pos)
     if kernel not in known:
-        raise SpecError(
+        raise spec_error(
             f"the size of kernel axis {kernel!r} is unknown: it must be an axis of the other "
             f"operand (or, with one operand, given as sizes={{{kernel!r}: n}})",
             spec.text,
@@ -343,7 +345,7 @@ def _result_axes(spec: Spec, lengths: dict, known: dict) -> list:
         )
         for name in expanded:
             if name in seen:
-                raise SpecError(f"axis {name!r} occurs twice in the result", spec.text, item.pos)
+                raise spec_error(f"axis {name!r} occurs twice in the result", spec.text, item.pos)
             seen.add(name)
             names.append(name)
     return names
@@ -356,7 +358,7 @@ def _result_size(spec: Spec, name: str, known: dict) -> int:
             for it in spec.result.items
             if isinstance(it, (Axis, RowVar)) and (it.name == name or name.startswith(it.name + "#"))
         )
-        raise SpecError(
+        raise spec_error(
             f"the size of result axis {name!r} is unknown: it is in no operand (give it with "
             f"sizes={{{name!r}: n}})",
             spec.text,
@@ -463,19 +465,19 @@ def _convolve(spec: Spec, operands, axes: list, windows: list, result: list, kno
     kernels = [window.kernel for window in windows if window]
     for window in windows:
         if window and window.kernel not in wn:
-            raise SpecError(
+            raise spec_error(
                 f"kernel axis {window.kernel!r} must be an axis of the other operand", spec.text, window.pos
             )
     for name, item in axes[0]:
         if not isinstance(item, Affine) and name in wn and name in result:
-            raise SpecError(
+            raise spec_error(
                 f"axis {name!r} is in both operands and in the result: grouped convolutions are "
                 "not supported",
                 spec.text,
                 item.pos,
             )
         if name in kernels:
-            raise SpecError(f"kernel axis {name!r} must not index the input directly", spec.text, item.pos)
+            raise spec_error(f"kernel axis {name!r} must not index the input directly", spec.text, item.pos)
     spatial = [k for k, window in enumerate(windows) if window]
     outs = [_out_size(spec, windows[k], type_of(x).shape[k], known) for k in spatial]
     lone = {n for k, n in enumerate(xn) if k not in spatial and n not in result and n not in wn}

@@ -25,10 +25,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kaun_ir.errors import KaunError
+from kaun_ir.errors import EinSpecError
 from kaun_ir.ir.builder import current_path
 
-__all__ = ["SpecError", "Axis", "RowVar", "Fixed", "Affine", "RowSpec", "Spec", "parse", "pointer"]
+__all__ = ["spec_error", "Axis", "RowVar", "Fixed", "Affine", "RowSpec", "Spec", "parse", "pointer"]
 
 KINDS = ("batch", "output", "input")  # the layout order of the parts of a row-spec
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -40,14 +40,10 @@ def pointer(message: str, spec: str, position: int) -> str:
     return f"{message}\n  {spec}\n  {' ' * max(position, 0)}^"
 
 
-class SpecError(KaunError, ValueError):
-    """A ``kn.ein`` spec that is malformed or that the operands cannot satisfy; ``position`` is
-    the 0-based character offset of the offending item in ``spec``."""
-
-    def __init__(self, message: str, spec: str, position: int):
-        self.reason, self.spec, self.position = message, spec, position
-        where = f"{current_path()}: " if current_path() else ""  # inside a model: the layer path
-        super().__init__(pointer(f"{where}ein: {message}", spec, position))
+def spec_error(message: str, spec: str, position: int) -> EinSpecError:
+    """The :class:`~kaun_ir.errors.EinSpecError` for the item at ``position`` of ``spec``, naming
+    the layer path when the spec is used inside a model."""
+    return EinSpecError(message, spec, position, current_path())
 
 
 @dataclass(frozen=True)
@@ -107,14 +103,14 @@ class Spec:
 
 
 def parse(text: str) -> Spec:
-    """Parse a spec, raising :class:`SpecError` at the first offending position."""
+    """Parse a spec, raising :class:`~kaun_ir.errors.EinSpecError` at the first offending position."""
     if not isinstance(text, str):
         raise TypeError(f"ein: the spec must be a string, got {type(text).__name__}")
     arrow = text.find("=>")
     if arrow < 0:
-        raise SpecError("a spec needs '=>' before the result (e.g. 'i, j; j, k => i, k')", text, len(text))
+        raise spec_error("a spec needs '=>' before the result (e.g. 'i, j; j, k => i, k')", text, len(text))
     if text.find("=>", arrow + 2) >= 0:
-        raise SpecError("more than one '=>'", text, text.find("=>", arrow + 2))
+        raise spec_error("more than one '=>'", text, text.find("=>", arrow + 2))
     multi = any(mark in text for mark in ",+*")  # an affine index is written with multi-char names
     operands, start = [], 0
     lhs = text[:arrow]
@@ -129,12 +125,12 @@ def _row_spec(text: str, start: int, end: int, multi: bool, is_result: bool) -> 
     segment = text[start:end]
     bar = segment.find("|")
     if bar >= 0 and segment.find("|", bar + 1) >= 0:
-        raise SpecError("more than one '|' in one operand", text, start + segment.find("|", bar + 1))
+        raise spec_error("more than one '|' in one operand", text, start + segment.find("|", bar + 1))
     arrow = segment.find("->")
     if arrow >= 0 and segment.find("->", arrow + 2) >= 0:
-        raise SpecError("more than one '->' in one operand", text, start + segment.find("->", arrow + 2))
+        raise spec_error("more than one '->' in one operand", text, start + segment.find("->", arrow + 2))
     if bar >= 0 and 0 <= arrow < bar:
-        raise SpecError("'->' must come after '|' (batch | input -> output)", text, start + arrow)
+        raise spec_error("'->' must come after '|' (batch | input -> output)", text, start + arrow)
     out_start = start
     parts = {"batch": [], "input": [], "output": []}
     if bar >= 0:
@@ -156,7 +152,7 @@ def _row(text: str, start: int, end: int, multi: bool, is_result: bool, kind: st
     )
     rows = [item for item in items if isinstance(item, RowVar)]
     if len(rows) > 1:
-        raise SpecError(f"the {kind} part may hold only one row variable", text, rows[1].pos)
+        raise spec_error(f"the {kind} part may hold only one row variable", text, rows[1].pos)
     return items
 
 
@@ -165,7 +161,7 @@ def _row_var(token: str, pos: int, kind: str, text: str) -> RowVar:
         return RowVar(f"...{kind}", pos)
     match = _NAMED_ROW.fullmatch(token)
     if not match:
-        raise SpecError(f"{token!r} is neither '...' nor a named row variable '..name..'", text, pos)
+        raise spec_error(f"{token!r} is neither '...' nor a named row variable '..name..'", text, pos)
     return RowVar(f"..{match.group(1)}..", pos)
 
 
@@ -182,7 +178,7 @@ def _single_items(text: str, start: int, end: int, is_result: bool, kind: str) -
                 continue
             match = _NAMED_ROW.match(text, i, end)
             if not match:
-                raise SpecError("expected '...' or a named row variable '..name..'", text, i)
+                raise spec_error("expected '...' or a named row variable '..name..'", text, i)
             items.append(RowVar(f"..{match.group(1)}..", i))
             i = match.end()
         elif ch.isalpha() or ch == "_":
@@ -192,7 +188,7 @@ def _single_items(text: str, start: int, end: int, is_result: bool, kind: str) -
             items.append(_fixed(ch, i, is_result, text))
             i += 1
         else:
-            raise SpecError(f"unexpected character {ch!r}", text, i)
+            raise spec_error(f"unexpected character {ch!r}", text, i)
     return items
 
 
@@ -206,7 +202,7 @@ def _multi_items(text: str, start: int, end: int, is_result: bool, kind: str) ->
         if not token:
             if index == len(pieces) - 1 and index > 0 or len(pieces) == 1:
                 continue  # a trailing comma, or an empty part ("=> ... | " with no output axes)
-            raise SpecError("empty axis between commas", text, at)
+            raise spec_error("empty axis between commas", text, at)
         if token.startswith("."):
             items.append(_row_var(token, at, kind, text))
         elif token.isdigit():
@@ -215,21 +211,21 @@ def _multi_items(text: str, start: int, end: int, is_result: bool, kind: str) ->
             items.append(Axis(token, at))
         elif "+" in token or "*" in token:
             if is_result:
-                raise SpecError("affine indices are allowed in operands only", text, at)
+                raise spec_error("affine indices are allowed in operands only", text, at)
             items.append(_affine(token, at, text))
         else:
             bad = next((k for k, c in enumerate(token) if not (c.isalnum() or c == "_")), 0)
-            raise SpecError(f"{token!r} is not an axis name", text, at + bad)
+            raise spec_error(f"{token!r} is not an axis name", text, at + bad)
     return items
 
 
 def _fixed(token: str, pos: int, is_result: bool, text: str) -> Fixed:
     if not is_result:
-        raise SpecError(
+        raise spec_error(
             "a fixed index is allowed only in the result (0 keeps a reduced axis as size 1)", text, pos
         )
     if int(token) != 0:
-        raise SpecError(
+        raise spec_error(
             f"only the fixed index 0 (a size-1 axis) is supported in the result, got {token}", text, pos
         )
     return Fixed(0, pos)
@@ -244,18 +240,18 @@ def _affine(token: str, pos: int, text: str) -> Affine:
         offset += len(term) + 1
         factors = [f.strip() for f in term.split("*")]
         if any(not f for f in factors):
-            raise SpecError("malformed affine index (an empty term or factor)", text, here)
+            raise spec_error("malformed affine index (an empty term or factor)", text, here)
         if len(factors) > 2:
-            raise SpecError(
+            raise spec_error(
                 "an affine term is 'coefficient*axis'; this term multiplies more than two factors", text, here
             )
         numbers = [f for f in factors if f.isdigit()]
         names = [f for f in factors if not f.isdigit()]
         for name in names:
             if not _IDENT.fullmatch(name):
-                raise SpecError(f"{name!r} is not an axis or constant name", text, here)
+                raise spec_error(f"{name!r} is not an axis or constant name", text, here)
         if not names:
-            raise SpecError(
+            raise spec_error(
                 "a constant offset is not supported in a convolution index (no padding): write "
                 "'stride*o + dilation*k'",
                 text,

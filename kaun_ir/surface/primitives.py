@@ -23,14 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from kaun_ir.errors import PrimitiveError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph
 from kaun_ir.ops import TABLE, OpDef
 from kaun_ir.surface.tensor import Tensor, apply, to_value
-
-
-class PrimitiveError(TypeError):
-    """A primitive declaration is incomplete or clashes with an existing op."""
 
 
 def register(opdef: OpDef, replace: bool = False) -> OpDef:

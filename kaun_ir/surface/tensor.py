@@ -15,14 +15,11 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
+from kaun_ir.errors import TracerError
 from kaun_ir.ir.builder import _STATE, Builder, current_builder
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops import TABLE
 from kaun_ir.ops import get as get_op
-
-
-class TracerError(TypeError):
-    """A symbolic tensor was used where a concrete value is needed (``bool(t)``, ``np.asarray(t)``)."""
 
 
 class Tensor:

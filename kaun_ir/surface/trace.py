@@ -22,6 +22,7 @@ class ShapeDtype:
     dtype: Any = dtypes.float32
 
     def __post_init__(self):
+        # a normalisation, not a cache: dataclasses have no converters (tests/test_declared_state.py)
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         object.__setattr__(self, "dtype", dtypes.canonical(self.dtype))
 

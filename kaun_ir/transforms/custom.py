@@ -29,14 +29,10 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import tree
-from kaun_ir.errors import KaunError
+from kaun_ir.errors import CustomDerivativeError
 from kaun_ir.ir.builder import Builder, current_builder
 from kaun_ir.ir.core import Graph, TensorType
 from kaun_ir.surface.tensor import Tensor, apply, to_value, type_of
-
-
-class CustomDerivativeError(KaunError, TypeError):
-    """A custom derivative rule returned something that does not fit the function."""
 
 
 def _leaf_types(args) -> tuple[list[TensorType], list[int], Any, list]:

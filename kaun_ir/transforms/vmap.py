@@ -19,17 +19,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kaun_ir import tree
-from kaun_ir.errors import KaunError
+from kaun_ir.errors import BatchingError
 from kaun_ir.ir.builder import Builder, current_builder
 from kaun_ir.ir.clone import copy_nodes
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops import TABLE
 from kaun_ir.surface.tensor import Tensor, apply, to_value
 from kaun_ir.transforms.autodiff import _PathScope
-
-
-class BatchingError(KaunError, ValueError):
-    """``kn.vmap`` was given axes or arguments that do not fit together, or an op cannot be batched."""
 
 
 def _bcast(x: Tensor, size: int) -> Tensor:

@@ -22,16 +22,11 @@ from collections.abc import Sequence
 import numpy as np
 
 from kaun_ir import dtypes
-from kaun_ir.errors import KaunError
+from kaun_ir.errors import KaunError, StableHLOImportError
 from kaun_ir.ir.builder import Builder, infer_or_raise
 from kaun_ir.ir.core import Graph, Node, TensorType, Value
 from kaun_ir.ops import TABLE
 from kaun_ir.runtime import xla
-
-
-class StableHLOImportError(KaunError, ValueError):
-    """A StableHLO module that cannot be imported: the message names the op and its location."""
-
 
 _MLIR_DTYPES = {
     "f16": dtypes.float16,

@@ -15,9 +15,10 @@ import re
 import numpy as np
 
 from kaun_ir import dtypes
+from kaun_ir.errors import StableHLOImportError
 from kaun_ir.ir.core import TensorType
 from kaun_ir.ops.reduce import init_value
-from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError, tensor_type
+from kaun_ir.runtime.interop.stablehlo_import import tensor_type
 
 _SAME_NAME = [
     "negate",

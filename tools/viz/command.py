@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
             subject, graph = specs.load_graph(args.spec, args.input, args.stage)
             stage = args.stage or subject.default_stage
             written, note = render(graph, args.output, args.renderer, args.overlay, stage)
-    except (specs.SpecError, KaunError, ValueError, TypeError, OSError, RuntimeError) as err:
+    except (KaunError, ValueError, TypeError, OSError, RuntimeError) as err:
         return error("viz", err)
     if note:
         print(f"kaun-ir viz: {note}", file=sys.stderr)
