@@ -20,7 +20,7 @@ from kaun_ir.ops import (
     sort,
     window,
 )
-from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.base import TRAITS, OpDef, Sample
 from kaun_ir.ops.emit import Emitter
 
 _FAMILIES = (
@@ -54,4 +54,12 @@ def get(name: str) -> OpDef:
         raise KeyError(f"unknown op {name!r}; known ops: {', '.join(sorted(TABLE))}") from None
 
 
-__all__ = ["TABLE", "OpDef", "Sample", "Emitter", "get"]
+def with_trait(trait: str) -> frozenset[str]:
+    """The names of the built-in ops that declare ``trait`` (a name from ``TRAITS``), for passes
+    that act on a kind of op rather than on a list of names."""
+    if trait not in TRAITS:
+        raise ValueError(f"unknown trait {trait!r} (known: {', '.join(TRAITS)})")
+    return frozenset(name for name, op in TABLE.items() if op.has(trait))
+
+
+__all__ = ["TABLE", "TRAITS", "OpDef", "Sample", "Emitter", "get", "with_trait"]

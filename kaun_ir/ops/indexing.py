@@ -985,9 +985,15 @@ def _general_scatter_samples(rng):
     )
 
 
+def _scatter_flops(inputs, outputs, **attrs) -> int:
+    """One operation per update element, except for ``kind="set"``, which only moves data."""
+    return 0 if attrs.get("kind") == "set" else inputs[-1].size
+
+
 OPS = [
     OpDef(
         name="dynamic_slice",
+        traits=(),
         batch=dynamic_slice_batch,
         arity=None,
         attrs=("slice_sizes",),
@@ -1007,6 +1013,7 @@ OPS = [
     ),
     OpDef(
         name="dynamic_update_slice",
+        traits=(),
         arity=None,
         infer=_dus_infer,
         reference=_dus_reference,
@@ -1021,6 +1028,7 @@ OPS = [
     ),
     OpDef(
         name="gather",
+        traits=(),
         batch=gather_batch,
         arity=2,
         attrs=("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes"),
@@ -1036,6 +1044,9 @@ OPS = [
     ),
     OpDef(
         name="scatter_add",
+        traits=(),
+        stablehlo=None,  # a stablehlo.scatter adding its updates: imported from that
+        flops=_scatter_flops,
         batch=scatter_batch("scatter_add"),
         arity=3,
         attrs=(
@@ -1056,6 +1067,8 @@ OPS = [
     ),
     OpDef(
         name="scatter",
+        traits=(),
+        flops=_scatter_flops,
         arity=3,
         batch=scatter_batch("scatter"),
         attrs=(

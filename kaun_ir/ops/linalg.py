@@ -648,9 +648,29 @@ def _conv_samples(rng):
     yield Sample((_rand(rng, (1, 1, 2)), _rand(rng, (1, 1, 3))), _conv_attrs(1))
 
 
+def _dot_general_flops(inputs, outputs, **attrs) -> int:
+    """2 * output elements * contracted size: a multiply and an add per term (2*M*N*K for a matmul)."""
+    contracted = 1
+    for axis in attrs["lhs_contracting"]:
+        contracted *= inputs[0].shape[axis]
+    return 2 * outputs[0].size * contracted
+
+
+def _convolution_flops(inputs, outputs, **attrs) -> int:
+    """2 * output elements * kernel window * input channels per group (the kernel's input dimension)."""
+    kernel = inputs[1].shape
+    spec = attrs["rhs_spec"]  # (output feature, input feature, spatial...)
+    window = 1
+    for axis in spec[2:]:
+        window *= kernel[axis]
+    return 2 * outputs[0].size * window * kernel[spec[1]]
+
+
 OPS = [
     OpDef(
         name="dot_general",
+        traits=(),
+        flops=_dot_general_flops,
         arity=2,
         batch=dot_general_batch,
         attrs=("lhs_batch", "rhs_batch", "lhs_contracting", "rhs_contracting"),
@@ -670,6 +690,8 @@ OPS = [
     ),
     OpDef(
         name="convolution",
+        traits=(),
+        flops=_convolution_flops,
         arity=2,
         batch=convolution_batch,
         attrs=(
