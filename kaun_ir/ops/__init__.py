@@ -45,6 +45,9 @@ for _family in _FAMILIES:
             raise RuntimeError(f"op {_op.name!r} is declared twice")
         TABLE[_op.name] = _op
 
+#: the ops declared here (``kn.primitives.register`` adds user primitives to ``TABLE`` later)
+BUILTIN = frozenset(TABLE)
+
 
 def get(name: str) -> OpDef:
     """The declaration of op ``name``; KeyError naming the known ops otherwise."""
@@ -55,11 +58,11 @@ def get(name: str) -> OpDef:
 
 
 def with_trait(trait: str) -> frozenset[str]:
-    """The names of the built-in ops that declare ``trait`` (a name from ``TRAITS``), for passes
-    that act on a kind of op rather than on a list of names."""
+    """The names of the ops in the table that declare ``trait`` (a name from ``TRAITS``), for
+    passes that act on a kind of op rather than on a list of names."""
     if trait not in TRAITS:
         raise ValueError(f"unknown trait {trait!r} (known: {', '.join(TRAITS)})")
     return frozenset(name for name, op in TABLE.items() if op.has(trait))
 
 
-__all__ = ["TABLE", "TRAITS", "OpDef", "Sample", "Emitter", "get", "with_trait"]
+__all__ = ["BUILTIN", "TABLE", "TRAITS", "OpDef", "Sample", "Emitter", "get", "with_trait"]

@@ -16,16 +16,16 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.ir.core import TensorType
-from kaun_ir.ops import TABLE
+from kaun_ir.ops import BUILTIN, TABLE
 from kaun_ir.ops.reduce import init_value
 from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError, tensor_type
 
 #: ops imported one to one, without attributes or regions: StableHLO (or CHLO) name -> op name,
-#: read off the op table's ``stablehlo`` names (the others have handlers of their own below)
+#: read off the built-in ops' ``stablehlo`` names (the others have handlers of their own below)
 _SAME_NAME = {
-    opdef.stablehlo: name
-    for name, opdef in TABLE.items()
-    if opdef.stablehlo and not opdef.attrs and not opdef.optional and not opdef.regions
+    TABLE[name].stablehlo: name
+    for name in sorted(BUILTIN)
+    if TABLE[name].stablehlo and not (TABLE[name].attrs or TABLE[name].optional or TABLE[name].regions)
 }
 # the op a combiner region applies -> reduce kind
 _REDUCE_KINDS = {
