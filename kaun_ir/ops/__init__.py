@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kaun_ir.ops import (
     control,
+    conv,
     custom,
     elementwise,
     indexing,
@@ -29,6 +30,7 @@ _FAMILIES = (
     shape,
     indexing,
     linalg,
+    conv,
     reduce,
     sort,
     window,
