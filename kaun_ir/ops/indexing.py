@@ -368,6 +368,11 @@ def _gather_samples(rng):
             "slice_sizes": (2, 2, 3),
         },
     )
+    yield from _gather_more_samples(rng, x)
+
+
+def _gather_more_samples(rng, x):
+    """Offset dims before the batch dim, empty and scalar index batches, sorted indices."""
     # offset dims before the batch dim, unsigned indices, bfloat16 data
     yield Sample(
         (_rand(rng, (3, 6), dtypes.bfloat16), np.array([5, 0, 2], np.uint32)),
@@ -643,6 +648,11 @@ def _scatter_samples(rng):
             "index_vector_dim": 1,
         },
     )
+    yield from _scatter_more_samples(rng)
+
+
+def _scatter_more_samples(rng):
+    """Column and vector updates, an empty scatter and low-precision accumulation."""
     # column updates with a 2-D index batch and the window dim first; float64
     yield Sample(
         (_rand(rng, (2, 5), np.float64), np.array([[4, 0, 4]], np.int32), _rand(rng, (2, 1, 3), np.float64)),
