@@ -44,6 +44,7 @@ import numpy as np
 
 from kaun_ir.ir.builder import infer_or_raise
 from kaun_ir.ir.core import Graph, Node, Value
+from kaun_ir.ops import with_trait
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules, splat_of
 
@@ -51,13 +52,8 @@ from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules, splat_of
 OPTIMIZER_PATH = "optimizer"
 
 
-def _elementwise_ops() -> frozenset[str]:
-    from kaun_ir.ops.elementwise import OPS
-
-    return frozenset(op.name for op in OPS)
-
-
-ELEMENTWISE = _elementwise_ops()
+#: The ops chains are made of and scalar work is hoisted through (the op table's "elementwise" trait).
+ELEMENTWISE = with_trait("elementwise")
 
 
 def on_optimizer_path(node: Node) -> bool:

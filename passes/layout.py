@@ -56,8 +56,8 @@ rewrite counters ``rewrites applied by <rule>``.
 from __future__ import annotations
 
 from kaun_ir.errors import RewriteError
-from kaun_ir.ir import cost
 from kaun_ir.ir.core import Graph, Node, Value
+from kaun_ir.ops import with_trait
 from kaun_ir.passes.canonicalize import RULES as CANONICAL_RULES
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import DEFAULT_MAX_SWEEPS, Rewriter, RuleTable, _sweep
@@ -75,8 +75,8 @@ from kaun_ir.passes.target import backend
 AUTO_LAYOUT = {"cpu": ("nhwc", "nchw"), "gpu": ("nhwc", "nhwc"), "tpu": ("nhwc", "nhwc")}
 
 # Shape-preserving ops applied element by element (operands of the result's shape, or scalars):
-# the cost model's element-wise ops, and stop_gradient.
-ELEMENTWISE = cost.ELEMENTWISE | {"stop_gradient"}
+# a transpose moves through them unchanged (the op table's "elementwise" trait).
+ELEMENTWISE = with_trait("elementwise")
 
 
 # ----------------------------------------------------------------------------- permutations

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kaun_ir.ops import (
     control,
+    conv,
     custom,
     elementwise,
     indexing,
@@ -20,7 +21,7 @@ from kaun_ir.ops import (
     sort,
     window,
 )
-from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.base import TRAITS, OpDef, Sample
 from kaun_ir.ops.emit import Emitter
 
 _FAMILIES = (
@@ -29,6 +30,7 @@ _FAMILIES = (
     shape,
     indexing,
     linalg,
+    conv,
     reduce,
     sort,
     window,
@@ -45,6 +47,9 @@ for _family in _FAMILIES:
             raise RuntimeError(f"op {_op.name!r} is declared twice")
         TABLE[_op.name] = _op
 
+#: the ops declared here (``kn.primitives.register`` adds user primitives to ``TABLE`` later)
+BUILTIN = frozenset(TABLE)
+
 
 def get(name: str) -> OpDef:
     """The declaration of op ``name``; KeyError naming the known ops otherwise."""
@@ -54,4 +59,12 @@ def get(name: str) -> OpDef:
         raise KeyError(f"unknown op {name!r}; known ops: {', '.join(sorted(TABLE))}") from None
 
 
-__all__ = ["TABLE", "OpDef", "Sample", "Emitter", "get"]
+def with_trait(trait: str) -> frozenset[str]:
+    """The names of the ops in the table that declare ``trait`` (a name from ``TRAITS``), for
+    passes that act on a kind of op rather than on a list of names."""
+    if trait not in TRAITS:
+        raise ValueError(f"unknown trait {trait!r} (known: {', '.join(TRAITS)})")
+    return frozenset(name for name, op in TABLE.items() if op.has(trait))
+
+
+__all__ = ["BUILTIN", "TABLE", "TRAITS", "OpDef", "Sample", "Emitter", "get", "with_trait"]

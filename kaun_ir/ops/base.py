@@ -32,6 +32,17 @@ An op that cannot have a rule says why in ``nobatch`` (a test checks that every 
 exactly one of the two).
 
 The StableHLO text helpers the ``emit`` rules write with live in :mod:`.emit`.
+
+Besides its rules, a declaration states facts that passes and the cost model query instead of
+keeping their own lists of op names:
+
+- ``traits``: a set of names from :data:`TRAITS` (``{"elementwise", "commutative", "cheap"}``);
+  every built-in op declares it, ``traits=()`` included (a test checks that none is left out);
+- ``stablehlo``: the StableHLO (or CHLO, Shardy) op this op is, one to one, which is also what
+  the StableHLO importer turns back into it; ``"stablehlo." + name`` unless stated; None where
+  the op lowers to several ops or to an op that another entry owns (``argmax``: a ``reduce``);
+- ``flops(inputs, outputs, **attrs) -> int``: the arithmetic the op does, from its operand and
+  result types (``kaun-ir dump --stats``); None for ops that do none (data movement).
 """
 
 from __future__ import annotations
@@ -57,6 +68,36 @@ class Sample:
     regions: tuple = ()  # sub-graphs, for ops that carry them
 
 
+#: The trait vocabulary: name -> what an op declaring it promises.
+TRAITS: dict[str, str] = {
+    "elementwise": (
+        "every output element is computed from the operands' elements at the same index only; "
+        "the operands have the result's shape or are 0-d (broadcast), so the result has their "
+        "broadcast shape and the op commutes with any rearrangement of the elements (transpose, "
+        "reshape, slice, concatenation): the layout pass moves transposes through it, "
+        "fuse-optimizer hoists it onto scalars and fuses chains of it"
+    ),
+    "commutative": "two operands whose order does not change the result: f(a, b) == f(b, a)",
+    "cheap": (
+        "cheap enough to recompute rather than to store: scan's VJP recomputes short chains of "
+        "these ops in the backward body instead of saving their results as residuals"
+    ),
+}
+
+#: The default of ``OpDef.stablehlo``: the StableHLO op of the op's own name.
+SAME_NAME = "stablehlo.<name>"
+
+
+def per_output_element(inputs: Sequence[TensorType], outputs: Sequence[TensorType], **attrs: Any) -> int:
+    """A FLOP rule: one operation per result element (elementwise arithmetic)."""
+    return sum(t.size for t in outputs)
+
+
+def per_input_element(inputs: Sequence[TensorType], outputs: Sequence[TensorType], **attrs: Any) -> int:
+    """A FLOP rule: one operation per element of the first operand (reductions)."""
+    return inputs[0].size
+
+
 @dataclass(frozen=True)
 class OpDef:
     """The single declaration of a primitive (see the module docstring)."""
@@ -77,6 +118,32 @@ class OpDef:
     nobatch: str | None = None  # why the op has no batching rule, when it has none
     # forward pass that also returns residuals for ``vjp`` (ops with regions: see the docstring)
     vjp_forward: Callable[..., Any] | None = None
+    # names from TRAITS; None: not declared (user primitives may leave it so: no trait)
+    traits: frozenset[str] | None = None
+    stablehlo: str | None = SAME_NAME  # the one StableHLO op this op is, or None
+    flops: Callable[..., int] | None = None  # (inputs, outputs, **attrs) -> FLOPs; None: no arithmetic
+
+    def __post_init__(self) -> None:
+        if self.traits is not None:
+            unknown = sorted(set(self.traits) - set(TRAITS))
+            if unknown:
+                raise ValueError(
+                    f"{self.name}: unknown trait(s) {', '.join(unknown)} (known: {', '.join(TRAITS)})"
+                )
+            # declarations write a set or a tuple; stored frozen (a dataclass field conversion)
+            object.__setattr__(self, "traits", frozenset(self.traits))
+        if self.stablehlo == SAME_NAME:
+            object.__setattr__(self, "stablehlo", "stablehlo." + self.name)
+
+    def has(self, trait: str) -> bool:
+        """Whether this op declares ``trait`` (a name from :data:`TRAITS`; ValueError otherwise)."""
+        if trait not in TRAITS:
+            raise ValueError(f"unknown trait {trait!r} (known: {', '.join(TRAITS)})")
+        return self.traits is not None and trait in self.traits
+
+    def count_flops(self, inputs: Sequence[TensorType], outputs: Sequence[TensorType], attrs: dict) -> int:
+        """The FLOPs of one application to operands of types ``inputs`` (0 without a FLOP rule)."""
+        return 0 if self.flops is None else int(self.flops(tuple(inputs), tuple(outputs), **attrs))
 
     def check_attrs(self, attrs: dict[str, Any]) -> dict[str, Any]:
         """Fill defaults and reject unknown or missing attributes (TypeError)."""

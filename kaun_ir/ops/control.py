@@ -129,6 +129,7 @@ def _while_batch(batched, size, *carried, regions):
 OPS = [
     OpDef(
         name="while",
+        traits=(),
         arity=None,
         regions=2,
         batch=_while_batch,

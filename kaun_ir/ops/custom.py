@@ -154,6 +154,8 @@ def _samples_jvp(rng):
 OPS = [
     OpDef(
         name="custom_vjp",
+        traits=(),
+        stablehlo=None,  # its primal region, inlined
         arity=None,
         regions=3,
         attrs=("name", "num_outputs"),
@@ -169,6 +171,8 @@ OPS = [
     ),
     OpDef(
         name="custom_jvp",
+        traits=(),
+        stablehlo=None,  # its primal region, inlined
         arity=None,
         regions=2,
         attrs=("name",),

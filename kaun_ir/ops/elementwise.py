@@ -9,7 +9,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
-from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.base import OpDef, Sample, per_output_element
 from kaun_ir.ops.batching import elementwise
 from kaun_ir.ops.rules import apply, astype, binary, compare, full_like, sum_all, where
 
@@ -124,6 +124,9 @@ def _convert_vjp(ct, y, x, dtype):
 
 _BITWISE = "a bitwise / logical op on integers or bools"
 
+#: the traits of every op of this family (``commutative`` is added where it holds)
+_ELEMENTWISE = frozenset({"elementwise", "cheap"})
+
 
 def _in_float64(fn):
     """NumPy reference evaluated in float64, cast back to the operand dtype."""
@@ -163,6 +166,9 @@ def _unary(name: str, mlir: str, ref, kinds: str, domain, vjp=None, nondiff=None
         vjp=vjp,
         nondiff=nondiff,
         batch=elementwise(name),
+        traits=_ELEMENTWISE,
+        stablehlo=mlir,
+        flops=per_output_element,
     )
 
 
@@ -294,9 +300,12 @@ def _shift_right_arithmetic(a, b):
     return out
 
 
-def _binary(name: str, mlir: str, ref, kinds: str, domain, vjp=None, nondiff=None) -> OpDef:
+def _binary(
+    name: str, mlir: str, ref, kinds: str, domain, vjp=None, nondiff=None, commutative=False
+) -> OpDef:
     """An elementwise two-operand op of one shape and dtype (arguments as for :func:`_unary`;
-    ``domain`` is where the second operand's samples come from)."""
+    ``domain`` is where the second operand's samples come from; ``commutative``: the operands
+    may be swapped)."""
 
     def infer(a: TensorType, b: TensorType) -> TensorType:
         _same_shape(a, b)
@@ -331,11 +340,16 @@ def _binary(name: str, mlir: str, ref, kinds: str, domain, vjp=None, nondiff=Non
         vjp=vjp,
         nondiff=nondiff,
         batch=elementwise(name),
+        traits=_ELEMENTWISE | {"commutative"} if commutative else _ELEMENTWISE,
+        stablehlo=mlir,
+        flops=per_output_element,
     )
 
 
 _BINARY_OPS = [
-    _binary("add", "stablehlo.add", np.add, "fiub", (-3, 3), vjp=lambda ct, y, a, b: (ct, ct)),
+    _binary(
+        "add", "stablehlo.add", np.add, "fiub", (-3, 3), vjp=lambda ct, y, a, b: (ct, ct), commutative=True
+    ),
     _binary("subtract", "stablehlo.subtract", np.subtract, "fiu", (-3, 3), vjp=lambda ct, y, a, b: (ct, -ct)),
     _binary(
         "multiply",
@@ -344,6 +358,7 @@ _BINARY_OPS = [
         "fiub",
         (-3, 3),
         vjp=lambda ct, y, a, b: (ct * b, ct * a),
+        commutative=True,
     ),
     _binary(
         "divide",
@@ -354,8 +369,12 @@ _BINARY_OPS = [
         vjp=lambda ct, y, a, b: (ct / b, -ct * y / b),
     ),
     _binary("power", "stablehlo.power", _power, "fiu", (0, 3), vjp=_power_vjp),
-    _binary("maximum", "stablehlo.maximum", np.maximum, "fiub", (-3, 3), vjp=_max_vjp("GT")),
-    _binary("minimum", "stablehlo.minimum", np.minimum, "fiub", (-3, 3), vjp=_max_vjp("LT")),
+    _binary(
+        "maximum", "stablehlo.maximum", np.maximum, "fiub", (-3, 3), vjp=_max_vjp("GT"), commutative=True
+    ),
+    _binary(
+        "minimum", "stablehlo.minimum", np.minimum, "fiub", (-3, 3), vjp=_max_vjp("LT"), commutative=True
+    ),
     _binary("remainder", "stablehlo.remainder", np.fmod, "fiu", (1, 4), vjp=_remainder_vjp),
     _binary(
         "atan2",
@@ -365,9 +384,9 @@ _BINARY_OPS = [
         (-3, 3),
         vjp=_atan2_vjp,
     ),
-    _binary("and", "stablehlo.and", np.bitwise_and, "iub", (-3, 3), nondiff=_BITWISE),
-    _binary("or", "stablehlo.or", np.bitwise_or, "iub", (-3, 3), nondiff=_BITWISE),
-    _binary("xor", "stablehlo.xor", np.bitwise_xor, "iub", (-3, 3), nondiff=_BITWISE),
+    _binary("and", "stablehlo.and", np.bitwise_and, "iub", (-3, 3), nondiff=_BITWISE, commutative=True),
+    _binary("or", "stablehlo.or", np.bitwise_or, "iub", (-3, 3), nondiff=_BITWISE, commutative=True),
+    _binary("xor", "stablehlo.xor", np.bitwise_xor, "iub", (-3, 3), nondiff=_BITWISE, commutative=True),
     _binary("shift_left", "stablehlo.shift_left", _shift_left, "iu", (0, 40), nondiff=_BITWISE),
     _binary(
         "shift_right_logical",
@@ -543,6 +562,8 @@ OPS: list[OpDef] = (
     + [
         OpDef(
             name="compare",
+            traits=_ELEMENTWISE,
+            flops=per_output_element,
             batch=elementwise("compare"),
             arity=2,
             attrs=("direction",),
@@ -555,6 +576,8 @@ OPS: list[OpDef] = (
         ),
         OpDef(
             name="is_finite",
+            traits=_ELEMENTWISE,
+            flops=per_output_element,
             batch=elementwise("is_finite"),
             arity=1,
             infer=_is_finite_infer,
@@ -566,6 +589,8 @@ OPS: list[OpDef] = (
         ),
         OpDef(
             name="select",
+            traits=_ELEMENTWISE,
+            flops=per_output_element,
             batch=elementwise("select"),
             arity=3,
             infer=_select_infer,
@@ -577,6 +602,8 @@ OPS: list[OpDef] = (
         ),
         OpDef(
             name="clamp",
+            traits=_ELEMENTWISE,
+            flops=per_output_element,
             batch=elementwise("clamp"),
             arity=3,
             infer=_clamp_infer,
@@ -588,6 +615,8 @@ OPS: list[OpDef] = (
         ),
         OpDef(
             name="convert",
+            traits=_ELEMENTWISE,
+            flops=per_output_element,
             batch=elementwise("convert"),
             arity=1,
             attrs=("dtype",),
@@ -600,6 +629,7 @@ OPS: list[OpDef] = (
         ),
         OpDef(
             name="bitcast_convert",
+            traits=_ELEMENTWISE,
             arity=1,
             attrs=("dtype",),
             infer=_bitcast_infer,

@@ -368,6 +368,11 @@ def _gather_samples(rng):
             "slice_sizes": (2, 2, 3),
         },
     )
+    yield from _gather_more_samples(rng, x)
+
+
+def _gather_more_samples(rng, x):
+    """Offset dims before the batch dim, empty and scalar index batches, sorted indices."""
     # offset dims before the batch dim, unsigned indices, bfloat16 data
     yield Sample(
         (_rand(rng, (3, 6), dtypes.bfloat16), np.array([5, 0, 2], np.uint32)),
@@ -643,6 +648,11 @@ def _scatter_samples(rng):
             "index_vector_dim": 1,
         },
     )
+    yield from _scatter_more_samples(rng)
+
+
+def _scatter_more_samples(rng):
+    """Column and vector updates, an empty scatter and low-precision accumulation."""
     # column updates with a 2-D index batch and the window dim first; float64
     yield Sample(
         (_rand(rng, (2, 5), np.float64), np.array([[4, 0, 4]], np.int32), _rand(rng, (2, 1, 3), np.float64)),
@@ -985,9 +995,15 @@ def _general_scatter_samples(rng):
     )
 
 
+def _scatter_flops(inputs, outputs, **attrs) -> int:
+    """One operation per update element, except for ``kind="set"``, which only moves data."""
+    return 0 if attrs.get("kind") == "set" else inputs[-1].size
+
+
 OPS = [
     OpDef(
         name="dynamic_slice",
+        traits=(),
         batch=dynamic_slice_batch,
         arity=None,
         attrs=("slice_sizes",),
@@ -1007,6 +1023,7 @@ OPS = [
     ),
     OpDef(
         name="dynamic_update_slice",
+        traits=(),
         arity=None,
         infer=_dus_infer,
         reference=_dus_reference,
@@ -1021,6 +1038,7 @@ OPS = [
     ),
     OpDef(
         name="gather",
+        traits=(),
         batch=gather_batch,
         arity=2,
         attrs=("offset_dims", "collapsed_slice_dims", "start_index_map", "index_vector_dim", "slice_sizes"),
@@ -1036,6 +1054,9 @@ OPS = [
     ),
     OpDef(
         name="scatter_add",
+        traits=(),
+        stablehlo=None,  # a stablehlo.scatter adding its updates: imported from that
+        flops=_scatter_flops,
         batch=scatter_batch("scatter_add"),
         arity=3,
         attrs=(
@@ -1056,6 +1077,8 @@ OPS = [
     ),
     OpDef(
         name="scatter",
+        traits=(),
+        flops=_scatter_flops,
         arity=3,
         batch=scatter_batch("scatter"),
         attrs=(

@@ -63,6 +63,8 @@ OPS = [
         vjp=lambda ct, y, x: (None,),
         batch=elementwise("stop_gradient"),
         doc="The identity, whose derivative is zero.",
+        traits={"elementwise", "cheap"},
+        stablehlo=None,
     ),
     OpDef(
         name="constant",
@@ -77,6 +79,7 @@ OPS = [
         doc="A literal array (attribute ``value``).",
         nondiff="a constant has no inputs",
         nobatch="it has no operands, so it never carries a batch axis",
+        traits={"cheap"},
     ),
     OpDef(
         name="iota",
@@ -91,5 +94,6 @@ OPS = [
         doc="Indices 0, 1, ... along ``dimension``, broadcast to ``shape``.",
         nondiff="iota has no inputs",
         nobatch="it has no operands, so it never carries a batch axis",
+        traits=(),
     ),
 ]

@@ -12,7 +12,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
-from kaun_ir.ops.base import OpDef, Sample
+from kaun_ir.ops.base import OpDef, Sample, per_input_element
 from kaun_ir.ops.batching import unary_leading
 from kaun_ir.ops.emit import dense_literal, i64_array
 from kaun_ir.ops.rules import apply, astype, compare, full_like, where
@@ -346,6 +346,9 @@ def _arg_samples(largest: bool):
 def _argop(name: str, largest: bool) -> OpDef:
     return OpDef(
         name=name,
+        traits=(),
+        stablehlo=None,  # a two-operand stablehlo.reduce over an iota
+        flops=per_input_element,
         arity=1,
         attrs=("axis",),
         batch=unary_leading(name, ("axis",)),
@@ -367,6 +370,8 @@ def _argop(name: str, largest: bool) -> OpDef:
 OPS: list[OpDef] = [
     OpDef(
         name="reduce",
+        traits=(),
+        flops=per_input_element,
         arity=1,
         batch=unary_leading("reduce", ("dimensions",)),
         attrs=("kind", "dimensions"),

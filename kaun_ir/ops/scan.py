@@ -306,6 +306,8 @@ def _scan_batch(batched, size, *operands, regions, num_consts, num_carry, length
 OPS = [
     OpDef(
         name="scan",
+        traits=(),
+        stablehlo=None,  # lowered to a stablehlo.while
         arity=None,
         regions=1,
         attrs=("num_consts", "num_carry", "length"),

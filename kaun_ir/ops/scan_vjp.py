@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaun_ir import dtypes
+from kaun_ir.ir import optable
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph, Node, TensorType, Value
-from kaun_ir.ir.cost import ELEMENTWISE
 from kaun_ir.ops.rules import apply, gradient_graph, zeros
 
 
@@ -88,10 +88,15 @@ def _shifted(axes) -> tuple[int, ...]:
     return tuple(int(a) + 1 for a in axes)
 
 
-#: ops the backward body may recompute instead of loading a saved residual (element-wise work and
-#: the broadcasts of its operands), and how many of them one residual may cost
-_CHEAP = ELEMENTWISE | {"broadcast_in_dim", "reshape", "constant"}
+#: how many ops (declared "cheap": element-wise work and the broadcasts of its operands) the
+#: backward body may recompute for one residual instead of loading it
 _CHEAP_NODES = 8
+
+
+def _cheap(op: str) -> bool:
+    """Whether the backward body may recompute ``op`` instead of loading a saved residual."""
+    opdef = optable.table().get(op)
+    return opdef is not None and opdef.has("cheap")
 
 
 def _recomputable(grad: Graph, residual_ids: set, varying_ids: set, pinned: set, carry_idx: set) -> set:
@@ -109,7 +114,7 @@ def _recomputable(grad: Graph, residual_ids: set, varying_ids: set, pinned: set,
             return value.index not in carry_idx  # a const or an x slice; a carry not kept is not
         if id(value) not in varying_ids:
             return True  # loop-invariant: the backward body recomputes those anyway
-        if value.node.op not in _CHEAP or budget[0] == 0:
+        if not _cheap(value.node.op) or budget[0] == 0:
             return False
         budget[0] -= 1
         found.append(id(value))
@@ -117,7 +122,7 @@ def _recomputable(grad: Graph, residual_ids: set, varying_ids: set, pinned: set,
 
     for node in reversed(grad.nodes):
         for out in node.outputs:
-            if id(out) not in kept or id(out) in pinned or node.op not in _CHEAP:
+            if id(out) not in kept or id(out) in pinned or not _cheap(node.op):
                 continue
             kept.discard(id(out))
             found: list[int] = []

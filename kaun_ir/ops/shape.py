@@ -318,6 +318,7 @@ def _reverse_samples(rng):
 OPS = [
     OpDef(
         name="broadcast_in_dim",
+        traits={"cheap"},
         arity=1,
         attrs=("shape", "broadcast_dimensions"),
         infer=_bid_infer,
@@ -335,6 +336,7 @@ OPS = [
     ),
     OpDef(
         name="reshape",
+        traits={"cheap"},
         batch=_reshape_batch,
         arity=1,
         attrs=("shape",),
@@ -347,6 +349,7 @@ OPS = [
     ),
     OpDef(
         name="transpose",
+        traits=(),
         batch=_transpose_batch,
         arity=1,
         attrs=("permutation",),
@@ -361,6 +364,7 @@ OPS = [
     ),
     OpDef(
         name="slice",
+        traits=(),
         arity=1,
         attrs=("start_indices", "limit_indices", "strides"),
         infer=_slice_infer,
@@ -382,6 +386,7 @@ OPS = [
     ),
     OpDef(
         name="concatenate",
+        traits=(),
         batch=_concat_batch,
         arity=None,
         attrs=("dimension",),
@@ -396,6 +401,7 @@ OPS = [
     ),
     OpDef(
         name="pad",
+        traits=(),
         batch=_pad_batch,
         arity=2,
         attrs=("low", "high", "interior"),
@@ -418,6 +424,7 @@ OPS = [
     ),
     OpDef(
         name="reverse",
+        traits=(),
         arity=1,
         attrs=("dimensions",),
         infer=_reverse_infer,

@@ -95,6 +95,8 @@ def _samples(rng):
 OPS = [
     OpDef(
         name="sharding_constraint",
+        traits=(),
+        stablehlo="sdy.sharding_constraint",
         arity=1,
         attrs=("mesh", "spec"),
         infer=_infer,

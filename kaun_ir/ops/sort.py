@@ -171,6 +171,7 @@ def _samples(rng):
 OPS = [
     OpDef(
         name="sort",
+        traits=(),
         arity=1,
         attrs=("axis",),
         optional={"descending": False, "index_dtype": dtypes.int32},

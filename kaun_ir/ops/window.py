@@ -627,9 +627,28 @@ def _ss_batch(batched, size, x, source, init, window_dimensions, window_strides,
     )
 
 
+def _window_size(attrs) -> int:
+    size = 1
+    for d in attrs["window_dimensions"]:
+        size *= d
+    return size
+
+
+def _reduce_window_flops(inputs, outputs, **attrs) -> int:
+    """One operation per output element and window position."""
+    return outputs[0].size * _window_size(attrs)
+
+
+def _select_and_scatter_flops(inputs, outputs, **attrs) -> int:
+    """One operation per source element (the pooled gradient) and window position."""
+    return inputs[1].size * _window_size(attrs)
+
+
 OPS = [
     OpDef(
         name="reduce_window",
+        traits=(),
+        flops=_reduce_window_flops,
         arity=2,
         batch=_rw_batch,
         attrs=(
@@ -655,6 +674,9 @@ OPS = [
     ),
     OpDef(
         name="select_and_scatter_add",
+        traits=(),
+        stablehlo="stablehlo.select_and_scatter",
+        flops=_select_and_scatter_flops,
         arity=3,
         batch=_ss_batch,
         attrs=("window_dimensions", "window_strides", "padding"),

@@ -17,47 +17,17 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import StableHLOImportError
 from kaun_ir.ir.core import TensorType
+from kaun_ir.ops import BUILTIN, TABLE
 from kaun_ir.ops.reduce import init_value
 from kaun_ir.runtime.interop.stablehlo_import import tensor_type
 
-_SAME_NAME = [
-    "negate",
-    "abs",
-    "sign",
-    "exponential",
-    "exponential_minus_one",
-    "log",
-    "log_plus_one",
-    "sqrt",
-    "rsqrt",
-    "tanh",
-    "logistic",
-    "sine",
-    "cosine",
-    "floor",
-    "ceil",
-    "round_nearest_even",
-    "not",
-    "is_finite",
-    "add",
-    "subtract",
-    "multiply",
-    "divide",
-    "power",
-    "maximum",
-    "minimum",
-    "remainder",
-    "atan2",
-    "and",
-    "or",
-    "xor",
-    "shift_left",
-    "shift_right_logical",
-    "shift_right_arithmetic",
-    "select",
-    "clamp",
-    "dynamic_update_slice",
-]
+#: ops imported one to one, without attributes or regions: StableHLO (or CHLO) name -> op name,
+#: read off the built-in ops' ``stablehlo`` names (the others have handlers of their own below)
+_SAME_NAME = {
+    TABLE[name].stablehlo: name
+    for name in sorted(BUILTIN)
+    if TABLE[name].stablehlo and not (TABLE[name].attrs or TABLE[name].optional or TABLE[name].regions)
+}
 # the op a combiner region applies -> reduce kind
 _REDUCE_KINDS = {
     "stablehlo.add": "sum",
@@ -559,10 +529,9 @@ def _custom_call(imp, op, xs, env):
     raise StableHLOImportError(f"custom_call @{target} is not supported (its semantics are opaque)")
 
 
-HANDLERS = {f"stablehlo.{name}": _same(name) for name in _SAME_NAME}
+HANDLERS = {mlir_name: _same(name) for mlir_name, name in _SAME_NAME.items()}
 HANDLERS.update(
     {
-        "chlo.erf": _same("erf"),
         "stablehlo.constant": _constant,
         "stablehlo.compare": _compare,
         "stablehlo.convert": _convert("convert"),
