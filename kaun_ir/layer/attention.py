@@ -19,7 +19,7 @@ from kaun_ir.layer.basic import (
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.nn import functional as nn
 from kaun_ir.nn import init as initializers
-from kaun_ir.surface.numeric import reshape
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import type_of
 
 __all__ = ["multi_head_attention"]

@@ -23,8 +23,10 @@ from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.nn import activations, fn
 from kaun_ir.nn import functional as nn
 from kaun_ir.nn import init as initializers
+from kaun_ir.surface.elementwise import add, multiply, stop_gradient
 from kaun_ir.surface.linalg import matmul
-from kaun_ir.surface.numeric import add, astype, multiply, reshape, stop_gradient
+from kaun_ir.surface.promotion import astype
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import type_of
 
 __all__ = [

@@ -50,8 +50,11 @@ from kaun_ir.nn.functional import (
     rms_norm,
     rope,
 )
+from kaun_ir.surface.creation import ones
+from kaun_ir.surface.elementwise import add, divide
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.numeric import add, astype, divide, ones, reshape
+from kaun_ir.surface.promotion import astype
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import apply, type_of
 
 __all__ = [

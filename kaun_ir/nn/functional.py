@@ -27,25 +27,16 @@ from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path
 from kaun_ir.surface import random
+from kaun_ir.surface.creation import arange, zeros_like
+from kaun_ir.surface.elementwise import cos, rsqrt, sin, where
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.indexing import take
+from kaun_ir.surface.indexing import getitem
 from kaun_ir.surface.linalg import einsum
-from kaun_ir.surface.numeric import (
-    arange,
-    astype,
-    concatenate,
-    cos,
-    dtype_of,
-    expand_dims,
-    getitem,
-    reshape,
-    rsqrt,
-    sin,
-    where,
-    zeros_like,
-)
+from kaun_ir.surface.promotion import astype, dtype_of
 from kaun_ir.surface.reductions import mean as _mean
 from kaun_ir.surface.reductions import softmax
+from kaun_ir.surface.shapes import concatenate, expand_dims, reshape
+from kaun_ir.surface.take import take
 from kaun_ir.surface.tensor import apply, type_of
 
 __all__ = [
