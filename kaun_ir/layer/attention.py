@@ -8,7 +8,7 @@ from typing import Any
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path, scope
-from kaun_ir.layer.basic import (
+from kaun_ir.layer.construct import (
     dense,
     infer_size,
     make_param,

@@ -32,7 +32,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path, scope
-from kaun_ir.layer.basic import make_param, positive_int, resolve_init
+from kaun_ir.layer.construct import make_param, positive_int, resolve_init
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.nn.activations import relu
 from kaun_ir.surface.control import scan

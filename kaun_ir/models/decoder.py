@@ -99,7 +99,7 @@ def init_params(cfg: DecoderConfig, dtype=dtypes.float32, abstract: bool = False
 
         normal = zeros = ones = lambda key, shape, dt: ShapeDtype(shape, dt)  # noqa: E731
     else:
-        from kaun_ir.layer.basic import make_param  # draws the key from the current kn.rng scope
+        from kaun_ir.layer.construct import make_param  # draws the key from the current kn.rng scope
 
         draw = initializers.normal(0.02)
         normal = lambda key, shape, dt: make_param(draw, shape, dt)  # noqa: E731
