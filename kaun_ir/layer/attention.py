@@ -17,7 +17,7 @@ from kaun_ir.layer.construct import (
     resolve_init,
 )
 from kaun_ir.layer.core import Layer, Vars
-from kaun_ir.nn import functional as nn
+from kaun_ir.nn import attention as nn_attention
 from kaun_ir.nn import init as initializers
 from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import type_of
@@ -172,7 +172,7 @@ def _forward(heads: _Heads, params, x, training: bool, ctx: dict):
     )
     if heads.rope:
         with scope("rope"):
-            q, k = nn.rope(q, base=heads.rope_base), nn.rope(k, base=heads.rope_base)
+            q, k = nn_attention.rope(q, base=heads.rope_base), nn_attention.rope(k, base=heads.rope_base)
     mask = ctx.get("attention_mask")
     if mask is not None:
         mask = _attention_mask(mask, batch, seq_len)
@@ -184,7 +184,7 @@ def _forward(heads: _Heads, params, x, training: bool, ctx: dict):
             "ctx={'rng': key} to layer.apply, or call it inside `with kn.rng.scope(seed):`"
         )
     with scope("attention"):
-        out = nn.dot_product_attention(
+        out = nn_attention.dot_product_attention(
             q, k, v, mask=mask, is_causal=heads.is_causal, dropout_rate=drop, key=key
         )
     with scope("out"):

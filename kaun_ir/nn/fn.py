@@ -39,16 +39,14 @@ from kaun_ir.nn.activations import (
     swish,
     tanh,
 )
+from kaun_ir.nn.attention import causal_mask, dot_product_attention, rope
 from kaun_ir.nn.functional import (
     batch_norm,
     batch_stats,
-    causal_mask,
-    dot_product_attention,
     dropout,
     embedding,
     layer_norm,
     rms_norm,
-    rope,
 )
 from kaun_ir.surface.creation import ones
 from kaun_ir.surface.elementwise import add, divide
