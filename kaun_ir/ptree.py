@@ -316,7 +316,7 @@ def zeros_like(t: Any) -> Any:
     from kaun_ir.ir.builder import current_builder
 
     if current_builder() is not None:
-        from kaun_ir.surface.numeric import zeros_like as traced_zeros_like
+        from kaun_ir.surface.creation import zeros_like as traced_zeros_like
 
         return map(traced_zeros_like, t)
     return map(_concrete_zeros, t)

@@ -24,7 +24,7 @@ NORMALISATIONS = {
     ("kaun_ir/surface/trace.py", "ShapeDtype", "dtype"): "a spec compares equal to the TensorType it names",
     ("kaun_ir/layer/core.py", "Vars", "dtype"): "layer.dtype(v) is a canonical dtype, whatever was passed",
     ("kaun_ir/precision.py", "Policy", "compute"): "Policy('float16') and Policy(kn.float16) are one policy",
-    ("kaun_ir/ops/base.py", "OpDef", "traits"): "declarations write a set or tuple; the record holds a frozenset",
+    ("kaun_ir/ops/base.py", "OpDef", "traits"): "a set or tuple as written, held as a frozenset",
     ("kaun_ir/ops/base.py", "OpDef", "stablehlo"): "the default StableHLO name is derived from the op's name",
 }
 # files whose hidden attributes another change replaces (the jaxlib adapter's mesh handle)

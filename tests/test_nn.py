@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import kaun_ir as kn
+from kaun_ir.nn import attention as attn
 from kaun_ir.nn import functional as nn
 
 RNG = np.random.default_rng(0)
@@ -267,7 +268,7 @@ def _attention_results():
 
         return loss
 
-    ours = kn.value_and_grad(run(nn.dot_product_attention, kn.sum), has_aux=True)(inputs)
+    ours = kn.value_and_grad(run(attn.dot_product_attention, kn.sum), has_aux=True)(inputs)
     theirs = _x64(jax.jit(jax.value_and_grad(run(_jax_attention, jnp.sum), has_aux=True)))(inputs)
     return ours, theirs
 
@@ -288,7 +289,7 @@ def test_attention_float32_matches_jax_nn_and_handles_fully_masked_rows():
     )
     mask = np.ones((2, 1, 3, 3), bool)
     mask[0, 0, 1] = False  # query 1 of batch 0 sees nothing: a uniform average, not NaN
-    got = np.asarray(nn.dot_product_attention(q, k, v, mask=mask))
+    got = np.asarray(attn.dot_product_attention(q, k, v, mask=mask))
     want = np.asarray(jax.jit(jax.nn.dot_product_attention)(q, k, v, mask=mask))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(got[0, 1], v[0].mean(0), rtol=1e-5, atol=1e-6)
@@ -296,25 +297,25 @@ def test_attention_float32_matches_jax_nn_and_handles_fully_masked_rows():
 
 def test_attention_dropout_uses_the_key():
     q = k = v = _rand(1, 4, 2, 3, dtype=np.float32)
-    a = np.asarray(nn.dot_product_attention(q, k, v, dropout_rate=0.5, key=kn.random.key(0)))
-    b = np.asarray(nn.dot_product_attention(q, k, v, dropout_rate=0.5, key=kn.random.key(0)))
-    c = np.asarray(nn.dot_product_attention(q, k, v, dropout_rate=0.5, key=kn.random.key(1)))
+    a = np.asarray(attn.dot_product_attention(q, k, v, dropout_rate=0.5, key=kn.random.key(0)))
+    b = np.asarray(attn.dot_product_attention(q, k, v, dropout_rate=0.5, key=kn.random.key(0)))
+    c = np.asarray(attn.dot_product_attention(q, k, v, dropout_rate=0.5, key=kn.random.key(1)))
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
     with pytest.raises(ValueError, match="needs a random key"):
-        nn.dot_product_attention(q, k, v, dropout_rate=0.5)
+        attn.dot_product_attention(q, k, v, dropout_rate=0.5)
 
 
 def test_attention_shape_errors():
     q = np.zeros((2, 4, 6, 3), np.float32)
     with pytest.raises(kn.ShapeError, match="multiple of the number of key/value heads"):
-        nn.dot_product_attention(q, np.zeros((2, 4, 4, 3), np.float32), np.zeros((2, 4, 4, 3), np.float32))
+        attn.dot_product_attention(q, np.zeros((2, 4, 4, 3), np.float32), np.zeros((2, 4, 4, 3), np.float32))
     with pytest.raises(kn.ShapeError, match="head dimensions differ"):
-        nn.dot_product_attention(q, np.zeros((2, 4, 6, 2), np.float32), np.zeros((2, 4, 6, 2), np.float32))
+        attn.dot_product_attention(q, np.zeros((2, 4, 6, 2), np.float32), np.zeros((2, 4, 6, 2), np.float32))
     with pytest.raises(kn.ShapeError, match=r"broadcast to \[B, H, T, S\]"):
-        nn.dot_product_attention(q, q, q, mask=np.ones((3, 1, 4, 4), bool))
+        attn.dot_product_attention(q, q, q, mask=np.ones((3, 1, 4, 4), bool))
     with pytest.raises(TypeError, match="mask must be bool"):
-        nn.dot_product_attention(q, q, q, mask=np.ones((4, 4), np.float32))
+        attn.dot_product_attention(q, q, q, mask=np.ones((4, 4), np.float32))
 
 
 # ------------------------------------------------------------------------------ rope
@@ -338,17 +339,17 @@ def _np_rope(x, positions, base=10000.0):
 
 def test_rope_values_positions_and_gradient():
     x = _rand(2, 5, 3, 4)
-    _close(nn.rope(x), _np_rope(x, np.arange(5)))
+    _close(attn.rope(x), _np_rope(x, np.arange(5)))
     positions = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]], np.int32)
-    _close(nn.rope(x, positions, base=100.0), _np_rope(x, positions, base=100.0))
+    _close(attn.rope(x, positions, base=100.0), _np_rope(x, positions, base=100.0))
     # a rotation: norms of each (i, i + D/2) pair are preserved, so the gradient of the squared
     # norm is 2 x
-    g = kn.grad(lambda x: kn.sum(nn.rope(x, positions) ** 2))(x)
+    g = kn.grad(lambda x: kn.sum(attn.rope(x, positions) ** 2))(x)
     _close(g, 2 * x)
     # relative positions: <rope(q, m), rope(k, n)> depends only on m - n
     q, k = _rand(1, 1, 1, 4), _rand(1, 1, 1, 4)
     dots = [
-        float(np.sum(np.asarray(nn.rope(q, np.array([m]))) * np.asarray(nn.rope(k, np.array([m - 2])))))
+        float(np.sum(np.asarray(attn.rope(q, np.array([m]))) * np.asarray(attn.rope(k, np.array([m - 2])))))
         for m in (2, 5)
     ]
     assert abs(dots[0] - dots[1]) < 1e-10
@@ -356,6 +357,6 @@ def test_rope_values_positions_and_gradient():
 
 def test_rope_errors():
     with pytest.raises(kn.ShapeError, match="even"):
-        nn.rope(np.zeros((2, 3, 1, 5), np.float32))
+        attn.rope(np.zeros((2, 3, 1, 5), np.float32))
     with pytest.raises(kn.ShapeError, match="positions must be"):
-        nn.rope(np.zeros((2, 3, 1, 4), np.float32), np.arange(4))
+        attn.rope(np.zeros((2, 3, 1, 4), np.float32), np.arange(4))

@@ -1,9 +1,11 @@
 """NaN, +-Inf, +-0 and empty arrays through the public function surface, against jax.numpy / jax.nn.
 
-Generated over the public names: every name in ``kn.numeric``, ``kn.reductions``, ``kn.linalg``
-and ``kaun_ir.nn.activations`` is either checked here against its JAX counterpart or listed in
-``NOT_ARITHMETIC`` with the reason it has no special-value semantics of its own; a new public
-function fails ``test_every_public_function_is_classified`` until it is put in one of them.
+Generated over the public names: every name in the ``__all__`` of the NumPy-style surface modules
+(``kaun_ir.surface``'s ``elementwise``, ``promotion``, ``shapes``, ``creation``, ``indexing``,
+``take``, ``dynamic_slice``, ``reductions``, ``linalg``) and of ``kaun_ir.nn.activations`` is
+either checked here against its JAX counterpart or listed in ``NOT_ARITHMETIC`` with the reason it
+has no special-value semantics of its own; a new public function fails
+``test_every_public_function_is_classified`` until it is put in one of them.
 
 Functions are evaluated together in a few compiled functions (one executable per group), so the
 file compiles a handful of executables, not one per function.
@@ -21,7 +23,17 @@ import pytest
 
 import kaun_ir as kn
 from kaun_ir.nn import activations
-from kaun_ir.surface import linalg, numeric, reductions
+from kaun_ir.surface import (
+    creation,
+    dynamic_slice,
+    elementwise,
+    indexing,
+    linalg,
+    promotion,
+    reductions,
+    shapes,
+    take,
+)
 
 F32 = np.float32
 SPECIAL = np.array(
@@ -149,6 +161,12 @@ NOT_ARITHMETIC = {
     "concatenate": "data movement",
     "expand_dims": "data movement",
     "getitem": "data movement",
+    "advanced_getitem": "data movement",
+    "take": "data movement",
+    "take_along_axis": "data movement",
+    "dynamic_slice": "data movement",
+    "dynamic_update_slice": "data movement",
+    "one_hot": "creation",
     "reshape": "data movement",
     "squeeze": "data movement",
     "stack": "data movement",
@@ -176,7 +194,8 @@ def _public(module) -> set[str]:
 
 
 def test_every_public_function_is_classified():
-    surface = _public(numeric) | _public(reductions) | _public(linalg) | _public(activations)
+    families = (elementwise, promotion, shapes, creation, indexing, take, dynamic_slice, reductions, linalg)
+    surface = set().union(*(_public(module) for module in families)) | _public(activations)
     covered = set(UNARY) | set(ACTIVATIONS) | set(BINARY) | set(REDUCTIONS) | set(LINALG) | OTHER
     missing = sorted(surface - covered - set(NOT_ARITHMETIC))
     assert not missing, f"public functions with no special-value check or exemption: {missing}"

@@ -10,27 +10,8 @@ See :mod:`kaun_ir.layer.core` for the calling conventions and the ``ctx`` dict (
 dropout, attention masks).
 """
 
+from kaun_ir.layer.activation import gelu, relu, sigmoid, silu, tanh
 from kaun_ir.layer.attention import multi_head_attention
-from kaun_ir.layer.basic import (
-    avg_pool1d,
-    avg_pool2d,
-    batch_norm,
-    conv1d,
-    conv2d,
-    dropout,
-    embedding,
-    flatten,
-    gelu,
-    layer_norm,
-    linear,
-    max_pool1d,
-    max_pool2d,
-    relu,
-    rms_norm,
-    sigmoid,
-    silu,
-    tanh,
-)
 from kaun_ir.layer.blocks import (
     adaptive_avg_pool1d,
     adaptive_avg_pool2d,
@@ -38,6 +19,7 @@ from kaun_ir.layer.blocks import (
     residual,
     tied_embedding,
 )
+from kaun_ir.layer.conv import conv1d, conv2d
 from kaun_ir.layer.core import (
     Layer,
     Vars,
@@ -54,6 +36,11 @@ from kaun_ir.layer.core import (
     with_params,
     with_state,
 )
+from kaun_ir.layer.dropout import dropout
+from kaun_ir.layer.embedding import embedding
+from kaun_ir.layer.linear import linear
+from kaun_ir.layer.normalization import batch_norm, layer_norm, rms_norm
+from kaun_ir.layer.pooling import avg_pool1d, avg_pool2d, flatten, max_pool1d, max_pool2d
 from kaun_ir.layer.recurrent import from_torch as recurrent_from_torch
 from kaun_ir.layer.recurrent import gru, lstm, rnn
 from kaun_ir.layer.show import summary

@@ -3,12 +3,12 @@ heads, causal masking, rotary embeddings and attention dropout."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path, scope
-from kaun_ir.layer.basic import (
+from kaun_ir.layer.construct import (
     dense,
     infer_size,
     make_param,
@@ -17,12 +17,14 @@ from kaun_ir.layer.basic import (
     resolve_init,
 )
 from kaun_ir.layer.core import Layer, Vars
-from kaun_ir.nn import functional as nn
+from kaun_ir.nn import attention as nn_attention
 from kaun_ir.nn import init as initializers
-from kaun_ir.surface.numeric import reshape
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import type_of
 
 __all__ = ["multi_head_attention"]
+
+_LAYER = "multi_head_attention"
 
 
 def _where() -> str:
@@ -80,44 +82,30 @@ def multi_head_attention(
     ``ctx["attention_mask"]`` (bool, ``[B, T]`` key padding or ``[B, 1, T, T]``) masks more.
     In training with ``dropout > 0`` the attention weights are dropped using ``ctx["rng"]``.
     """
-    layer = "multi_head_attention"
     if num_heads is None:
         raise ValueError(
-            f"layer.{layer}: num_heads is required ({layer}(num_heads=n) infers embed_dim from "
+            f"layer.{_LAYER}: num_heads is required ({_LAYER}(num_heads=n) infers embed_dim from "
             "the example given to layer.init)"
         )
-    embed_dim = None if embed_dim is None else positive_int(embed_dim, "embed_dim", layer)
-    num_heads = positive_int(num_heads, "num_heads", layer)
-    num_kv_heads = num_heads if num_kv_heads is None else positive_int(num_kv_heads, "num_kv_heads", layer)
+    embed_dim = None if embed_dim is None else positive_int(embed_dim, "embed_dim", _LAYER)
+    num_heads = positive_int(num_heads, "num_heads", _LAYER)
+    num_kv_heads = num_heads if num_kv_heads is None else positive_int(num_kv_heads, "num_kv_heads", _LAYER)
     if num_heads % num_kv_heads:
         raise ValueError(
-            f"layer.{layer}: num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
+            f"layer.{_LAYER}: num_heads ({num_heads}) must be a multiple of num_kv_heads ({num_kv_heads})"
         )
-    rate = rate_in_unit_interval(dropout, "dropout", layer)
+    rate = rate_in_unit_interval(dropout, "dropout", _LAYER)
     if not rope_base > 0:
-        raise ValueError(f"layer.{layer}: rope_base must be positive, got {rope_base!r}")
-
-    def head_dim_of(dim: int, error) -> int:
-        if dim % num_heads:
-            raise error(
-                f"{_where() if error is ShapeError else f'layer.{layer}: '}embed_dim ({dim}) must be "
-                f"divisible by num_heads ({num_heads})"
-            )
-        if rope and (dim // num_heads) % 2:
-            raise error(
-                f"{_where() if error is ShapeError else f'layer.{layer}: '}rope needs an even head "
-                f"dimension, got embed_dim / num_heads = {dim // num_heads}"
-            )
-        return dim // num_heads
-
+        raise ValueError(f"layer.{_LAYER}: rope_base must be positive, got {rope_base!r}")
+    heads = _Heads(num_heads, num_kv_heads, rate, is_causal, rope, rope_base)
     if embed_dim is not None:
-        head_dim_of(embed_dim, ValueError)  # a bad combination fails at construction, as before
-    weight_init = resolve_init(weight_init, initializers.glorot_uniform(), "weight_init", layer)
-    bias_init = resolve_init(bias_init, initializers.zeros, "bias_init", layer)
+        _head_dim(heads, embed_dim, ValueError)  # a bad combination fails at construction, as before
+    weight_init = resolve_init(weight_init, initializers.glorot_uniform(), "weight_init", _LAYER)
+    bias_init = resolve_init(bias_init, initializers.zeros, "bias_init", _LAYER)
 
     def init_(dt, x=None):
-        dim = infer_size(embed_dim, x, -1, 3, "embed_dim", layer, "[B, T, embed_dim]")
-        head_dim = head_dim_of(dim, ShapeError)
+        dim = infer_size(embed_dim, x, -1, 3, "embed_dim", _LAYER, "[B, T, embed_dim]")
+        head_dim = _head_dim(heads, dim, ShapeError)
         shapes = {
             "query": (dim, num_heads * head_dim),
             "key": (dim, num_kv_heads * head_dim),
@@ -134,38 +122,71 @@ def multi_head_attention(
         return Vars(params, [], dt)
 
     def apply_(params, state, x, *, training, ctx):
-        dim = type_of(params["query"]["weight"]).shape[0]
-        head_dim = dim // num_heads
-        t = type_of(x)
-        if t.ndim != 3 or t.shape[-1] != dim:
-            raise ShapeError(f"{_where()}{layer}(embed_dim={dim}) expects an input [B, T, {dim}], got {t}")
-        batch, seq_len, _ = t.shape
+        return _forward(heads, params, x, training, ctx), state
 
-        def project(name: str, heads: int):
-            with scope(name):
-                y = dense(params[name], x, dim, f"{layer} {name} projection")
-                return reshape(y, (batch, seq_len, heads, head_dim))
+    return Layer(init_, apply_, _LAYER)
 
-        q, k, v = project("query", num_heads), project("key", num_kv_heads), project("value", num_kv_heads)
-        if rope:
-            with scope("rope"):
-                q, k = nn.rope(q, base=rope_base), nn.rope(k, base=rope_base)
-        mask = ctx.get("attention_mask")
-        if mask is not None:
-            mask = _attention_mask(mask, batch, seq_len)
-        drop = rate if training else 0.0
-        key = ctx.get("rng") if drop > 0 else None
-        if drop > 0 and key is None:
-            raise ValueError(
-                f"{_where()}{layer} with dropout in training mode needs a random key: pass "
-                "ctx={'rng': key} to layer.apply, or call it inside `with kn.rng.scope(seed):`"
-            )
-        with scope("attention"):
-            out = nn.dot_product_attention(
-                q, k, v, mask=mask, is_causal=is_causal, dropout_rate=drop, key=key
-            )
-        with scope("out"):
-            out = reshape(out, (batch, seq_len, num_heads * head_dim))
-            return dense(params["out"], out, num_heads * head_dim, f"{layer} output projection"), state
 
-    return Layer(init_, apply_, layer)
+class _Heads(NamedTuple):
+    """The checked hyper-parameters the forward pass needs."""
+
+    num_heads: int
+    num_kv_heads: int
+    rate: float
+    is_causal: bool
+    rope: bool
+    rope_base: float
+
+
+def _head_dim(heads: _Heads, dim: int, error: type[Exception]) -> int:
+    """``dim // num_heads``, or ``error`` (ValueError at construction, ShapeError at init) when
+    ``dim`` does not split into heads, or rope needs an even head dimension it does not get."""
+    where = _where() if error is ShapeError else f"layer.{_LAYER}: "
+    if dim % heads.num_heads:
+        raise error(f"{where}embed_dim ({dim}) must be divisible by num_heads ({heads.num_heads})")
+    if heads.rope and (dim // heads.num_heads) % 2:
+        raise error(
+            f"{where}rope needs an even head dimension, got embed_dim / num_heads = {dim // heads.num_heads}"
+        )
+    return dim // heads.num_heads
+
+
+def _forward(heads: _Heads, params, x, training: bool, ctx: dict):
+    """Project to heads, optionally rotate, attend, and project back: ``[B, T, E] -> [B, T, E]``."""
+    dim = type_of(params["query"]["weight"]).shape[0]
+    head_dim = dim // heads.num_heads
+    t = type_of(x)
+    if t.ndim != 3 or t.shape[-1] != dim:
+        raise ShapeError(f"{_where()}{_LAYER}(embed_dim={dim}) expects an input [B, T, {dim}], got {t}")
+    batch, seq_len, _ = t.shape
+
+    def project(name: str, count: int):
+        with scope(name):
+            y = dense(params[name], x, dim, f"{_LAYER} {name} projection")
+            return reshape(y, (batch, seq_len, count, head_dim))
+
+    q, k, v = (
+        project("query", heads.num_heads),
+        project("key", heads.num_kv_heads),
+        project("value", heads.num_kv_heads),
+    )
+    if heads.rope:
+        with scope("rope"):
+            q, k = nn_attention.rope(q, base=heads.rope_base), nn_attention.rope(k, base=heads.rope_base)
+    mask = ctx.get("attention_mask")
+    if mask is not None:
+        mask = _attention_mask(mask, batch, seq_len)
+    drop = heads.rate if training else 0.0
+    key = ctx.get("rng") if drop > 0 else None
+    if drop > 0 and key is None:
+        raise ValueError(
+            f"{_where()}{_LAYER} with dropout in training mode needs a random key: pass "
+            "ctx={'rng': key} to layer.apply, or call it inside `with kn.rng.scope(seed):`"
+        )
+    with scope("attention"):
+        out = nn_attention.dot_product_attention(
+            q, k, v, mask=mask, is_causal=heads.is_causal, dropout_rate=drop, key=key
+        )
+    with scope("out"):
+        out = reshape(out, (batch, seq_len, heads.num_heads * head_dim))
+        return dense(params["out"], out, heads.num_heads * head_dim, f"{_LAYER} output projection")

@@ -9,12 +9,13 @@ from typing import Any
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import scope
-from kaun_ir.layer.basic import make_param, positive_int, resolve_init, stateless
+from kaun_ir.layer.construct import make_param, positive_int, resolve_init, stateless
 from kaun_ir.layer.core import Layer, Vars, child_ctx, child_init, eval_shape
 from kaun_ir.nn import init as initializers
+from kaun_ir.surface.elementwise import add, multiply
 from kaun_ir.surface.linalg import matmul
-from kaun_ir.surface.numeric import add, concatenate, multiply, transpose
 from kaun_ir.surface.reductions import mean
+from kaun_ir.surface.shapes import concatenate, transpose
 from kaun_ir.surface.tensor import type_of
 
 __all__ = ["residual", "global_avg_pool", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "tied_embedding"]
@@ -102,7 +103,7 @@ def _bins(size: int, out: int) -> list[tuple[int, int]]:
 def _adaptive_axis(x: Any, axis: int, out: int) -> Any:
     size = type_of(x).shape[axis]
     if size % out == 0:  # equal windows: one reshape and one mean
-        from kaun_ir.surface.numeric import reshape
+        from kaun_ir.surface.shapes import reshape
 
         shape = list(type_of(x).shape)
         shape[axis : axis + 1] = [out, size // out]

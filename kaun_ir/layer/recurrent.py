@@ -32,12 +32,14 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path, scope
-from kaun_ir.layer.basic import make_param, positive_int, resolve_init
+from kaun_ir.layer.construct import make_param, positive_int, resolve_init
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.nn.activations import relu
 from kaun_ir.surface.control import scan
+from kaun_ir.surface.creation import arange, zeros
+from kaun_ir.surface.elementwise import sigmoid, tanh, where
 from kaun_ir.surface.linalg import matmul
-from kaun_ir.surface.numeric import arange, concatenate, sigmoid, stack, tanh, transpose, where, zeros
+from kaun_ir.surface.shapes import concatenate, stack, transpose
 from kaun_ir.surface.tensor import type_of
 
 __all__ = ["rnn", "gru", "lstm", "from_torch", "GATES"]

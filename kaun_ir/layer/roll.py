@@ -30,7 +30,7 @@ from kaun_ir import tree
 from kaun_ir.ir.builder import Builder, current_builder, scope
 from kaun_ir.ir.clone import copy_nodes, rebind
 from kaun_ir.ir.core import Graph
-from kaun_ir.surface.numeric import stack
+from kaun_ir.surface.shapes import stack
 from kaun_ir.surface.tensor import Tensor, apply, to_value, type_of
 from kaun_ir.surface.trace import is_array_leaf
 

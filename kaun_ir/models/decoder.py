@@ -29,7 +29,8 @@ from kaun_ir.ir.builder import scope
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.nn import fn
 from kaun_ir.nn import init as initializers
-from kaun_ir.surface import indexing, linalg, numeric
+from kaun_ir.surface import linalg, numeric
+from kaun_ir.surface.dynamic_slice import dynamic_update_slice
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def init_params(cfg: DecoderConfig, dtype=dtypes.float32, abstract: bool = False
 
         normal = zeros = ones = lambda key, shape, dt: ShapeDtype(shape, dt)  # noqa: E731
     else:
-        from kaun_ir.layer.basic import make_param  # draws the key from the current kn.rng scope
+        from kaun_ir.layer.construct import make_param  # draws the key from the current kn.rng scope
 
         draw = initializers.normal(0.02)
         normal = lambda key, shape, dt: make_param(draw, shape, dt)  # noqa: E731
@@ -191,8 +192,8 @@ def _attention(cfg: DecoderConfig, p, x, positions, cache, cache_pos):
             cache_k, cache_v = cache
             zero = numeric.astype(0, dtypes.int32)
             start = [zero, cache_pos, zero, zero]
-            cache_k = indexing.dynamic_update_slice(cache_k, numeric.astype(k, cache_k.dtype), start)
-            cache_v = indexing.dynamic_update_slice(cache_v, numeric.astype(v, cache_v.dtype), start)
+            cache_k = dynamic_update_slice(cache_k, numeric.astype(k, cache_k.dtype), start)
+            cache_v = dynamic_update_slice(cache_v, numeric.astype(v, cache_v.dtype), start)
             keys = numeric.arange(cache_k.shape[1], dtype=dtypes.int32)
             # query t sits at cache_pos + t and sees keys 0 .. cache_pos + t
             allowed = numeric.expand_dims(keys, 0) <= numeric.expand_dims(positions, -1)  # [T, S]

@@ -19,7 +19,9 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.models.decoder import DecoderConfig, empty_cache, forward
 from kaun_ir.runtime.jit import jit
-from kaun_ir.surface import indexing, numeric, random, reductions
+from kaun_ir.surface import numeric, random, reductions
+from kaun_ir.surface.dynamic_slice import dynamic_slice
+from kaun_ir.surface.take import one_hot
 
 
 def top_k_threshold(logits, k: int):
@@ -29,7 +31,7 @@ def top_k_threshold(logits, k: int):
     value = None
     for _ in range(k):  # k argmax sweeps: exact with ties, cheap for the small k used in sampling
         index = reductions.argmax(remaining, axis=-1)
-        chosen = indexing.one_hot(index, vocab, dtype=dtypes.bool_)
+        chosen = one_hot(index, vocab, dtype=dtypes.bool_)
         value = reductions.max(numeric.where(chosen, remaining, -np.inf), axis=-1, keepdims=True)
         remaining = numeric.where(chosen, -np.inf, remaining)
     return value
@@ -61,7 +63,7 @@ def _make_functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
         logits, cache = forward(cfg, params, ids, cache, numeric.astype(0, dtypes.int32))
         batch, _, vocab = logits.shape
         zero = numeric.astype(0, dtypes.int32)
-        last = indexing.dynamic_slice(logits, [zero, length - 1, zero], (batch, 1, vocab))
+        last = dynamic_slice(logits, [zero, length - 1, zero], (batch, 1, vocab))
         return sample(numeric.reshape(last, (batch, vocab)), rng_key, temperature, greedy, top_k), cache
 
     def decode(params, cache, token, position, rng_key, temperature):

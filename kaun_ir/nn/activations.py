@@ -16,10 +16,11 @@ from __future__ import annotations
 import math
 
 from kaun_ir import dtypes
+from kaun_ir.surface.elementwise import abs, erf, exp, expm1, log1p, maximum, where
+from kaun_ir.surface.elementwise import sigmoid as _sigmoid
+from kaun_ir.surface.elementwise import tanh as _tanh
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.numeric import abs, astype, dtype_of, erf, exp, expm1, log1p, maximum, where
-from kaun_ir.surface.numeric import sigmoid as _sigmoid
-from kaun_ir.surface.numeric import tanh as _tanh
+from kaun_ir.surface.promotion import astype, dtype_of
 
 __all__ = [
     "relu",

@@ -39,19 +39,20 @@ from kaun_ir.nn.activations import (
     swish,
     tanh,
 )
+from kaun_ir.nn.attention import causal_mask, dot_product_attention, rope
 from kaun_ir.nn.functional import (
     batch_norm,
     batch_stats,
-    causal_mask,
-    dot_product_attention,
     dropout,
     embedding,
     layer_norm,
     rms_norm,
-    rope,
 )
+from kaun_ir.surface.creation import ones
+from kaun_ir.surface.elementwise import add, divide
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.numeric import add, astype, divide, ones, reshape
+from kaun_ir.surface.promotion import astype
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import apply, type_of
 
 __all__ = [

@@ -38,8 +38,9 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.surface import random
+from kaun_ir.surface.elementwise import clip, erf
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.numeric import astype, broadcast_to, clip, erf
+from kaun_ir.surface.promotion import astype, broadcast_to
 
 __all__ = [
     "Initializer",

@@ -15,8 +15,9 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
-from kaun_ir.surface import indexing, numeric, reductions
+from kaun_ir.surface import numeric, reductions
 from kaun_ir.surface.function import op_function
+from kaun_ir.surface.take import one_hot as _one_hot
 
 __all__ = ["cross_entropy", "cross_entropy_sparse", "binary_cross_entropy", "mse", "mae", "huber"]
 
@@ -95,7 +96,7 @@ def _cross_entropy_sparse(logits, labels):
     logits = _float(logits)
     # the one-hot product (rather than a gather) keeps the forward and backward pass elementwise,
     # which XLA fuses with the softmax; a label outside [0, C) selects nothing (zero loss)
-    picked = indexing.one_hot(labels, shape[-1], dtype=numeric.dtype_of(logits))
+    picked = _one_hot(labels, shape[-1], dtype=numeric.dtype_of(logits))
     per_example = numeric.negative(
         reductions.sum(numeric.multiply(picked, reductions.log_softmax(logits, axis=-1)), axis=-1)
     )

@@ -89,7 +89,7 @@ def fori_loop(lower: int, upper: int, body_fun: Callable, init_val: Any) -> Any:
         (_, val), _ = scan(step, (np.int32(lo), init_val), None, length=max(hi - lo, 0))
         return val
 
-    from kaun_ir.surface.numeric import astype
+    from kaun_ir.surface.promotion import astype
 
     def cond(state):
         return state[0] < astype(upper, np.int32)

@@ -20,12 +20,14 @@ from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path
 from kaun_ir.surface.einspec import Affine, Axis, Fixed, RowVar, Spec, parse, pointer, spec_error
+from kaun_ir.surface.elementwise import divide
 from kaun_ir.surface.function import op_function
 from kaun_ir.surface.linalg import _same_dtype
-from kaun_ir.surface.numeric import astype, divide, reshape, transpose
+from kaun_ir.surface.promotion import astype
 from kaun_ir.surface.reductions import max as reduce_max
 from kaun_ir.surface.reductions import min as reduce_min
 from kaun_ir.surface.reductions import sum as reduce_sum
+from kaun_ir.surface.shapes import reshape, transpose
 from kaun_ir.surface.tensor import apply, type_of
 
 __all__ = ["ein"]

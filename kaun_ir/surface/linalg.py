@@ -15,9 +15,11 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path
+from kaun_ir.surface.elementwise import multiply
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.numeric import astype, broadcast_shapes, broadcast_to, multiply, reshape, transpose
+from kaun_ir.surface.promotion import astype, broadcast_shapes, broadcast_to
 from kaun_ir.surface.reductions import sum as reduce_sum
+from kaun_ir.surface.shapes import reshape, transpose
 from kaun_ir.surface.tensor import apply, type_of
 
 __all__ = ["matmul", "dot", "tensordot", "einsum", "outer"]

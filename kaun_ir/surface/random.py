@@ -30,26 +30,13 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
+from kaun_ir.surface.creation import arange, full, zeros
+from kaun_ir.surface.elementwise import abs as absolute
+from kaun_ir.surface.elementwise import clip, log1p, maximum, mod, sqrt, where
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.numeric import abs as absolute
-from kaun_ir.surface.numeric import (
-    arange,
-    astype,
-    broadcast_shapes,
-    clip,
-    dtype_of,
-    full,
-    getitem,
-    log1p,
-    maximum,
-    mod,
-    reshape,
-    shape_of,
-    sqrt,
-    stack,
-    where,
-    zeros,
-)
+from kaun_ir.surface.indexing import getitem
+from kaun_ir.surface.promotion import astype, broadcast_shapes, dtype_of, shape_of
+from kaun_ir.surface.shapes import reshape, stack
 from kaun_ir.surface.tensor import apply, type_of
 
 _MASK32 = 0xFFFFFFFF
@@ -532,7 +519,7 @@ def gumbel(key, shape=(), dtype=dtypes.float32):
     if not dtypes.is_float(dt):
         raise TypeError(f"kn.random.gumbel: dtype must be a float dtype, got {dtypes.short_name(dt)}")
     tiny = float(ml_dtypes.finfo(dt).tiny)
-    from kaun_ir.surface.numeric import log, negative
+    from kaun_ir.surface.elementwise import log, negative
 
     return negative(log(negative(log(uniform(key, shape, dt, minval=tiny, maxval=1.0)))))
 
@@ -553,8 +540,10 @@ def categorical(key, logits, axis: int = -1, shape=None):
 
     Outside a trace the whole draw is one compiled executable per signature.
     """
-    from kaun_ir.surface.numeric import add, astype, expand_dims, shape_of
+    from kaun_ir.surface.elementwise import add
+    from kaun_ir.surface.promotion import astype, shape_of
     from kaun_ir.surface.reductions import argmax
+    from kaun_ir.surface.shapes import expand_dims
 
     _check_key(key, "categorical")
     if isinstance(logits, (list, tuple, int, float)):

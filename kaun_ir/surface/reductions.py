@@ -17,21 +17,10 @@ from typing import Any
 
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
+from kaun_ir.surface.elementwise import divide, exp, log, multiply, sqrt, stop_gradient, subtract, where
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.numeric import (
-    astype,
-    divide,
-    dtype_of,
-    exp,
-    log,
-    multiply,
-    reshape,
-    shape_of,
-    sqrt,
-    stop_gradient,
-    subtract,
-    where,
-)
+from kaun_ir.surface.promotion import astype, dtype_of, shape_of
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import apply
 
 _LOW_PRECISION = (dtypes.float16, dtypes.bfloat16)

@@ -7,7 +7,7 @@ from typing import Any
 
 from kaun_ir import dtypes
 from kaun_ir.surface.function import op_function
-from kaun_ir.surface.numeric import shape_of
+from kaun_ir.surface.promotion import shape_of
 from kaun_ir.surface.tensor import apply
 
 __all__ = ["sort", "argsort", "top_k"]

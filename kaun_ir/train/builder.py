@@ -93,7 +93,7 @@ def block_body(
     is traced inside the loop body, so the loop itself needs no derivative; its dropout key is
     ``fold_in(key, count)`` with the in-loop step counter)."""
     from kaun_ir.surface.control import fori_loop
-    from kaun_ir.surface.indexing import dynamic_slice, dynamic_update_slice
+    from kaun_ir.surface.dynamic_slice import dynamic_slice, dynamic_update_slice
     from kaun_ir.surface.numeric import reshape
 
     steps = int(xs.shape[0])
