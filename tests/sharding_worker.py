@@ -273,12 +273,12 @@ def group_tools():
 def group_tensor_parallel():
     from kaun_ir import layer, optim, rng, train
     from kaun_ir.nn import loss
-    from kaun_ir.tools.bench.workloads import _decoder_block
+    from kaun_ir.tools.bench.transformer import decoder_block
 
     data_rng = np.random.default_rng(2)
     x = data_rng.standard_normal((3, 8, 8, 32)).astype(np.float32)  # 3 batches [B=8, T=8, E=32]
     y = data_rng.standard_normal((3, 8, 8, 32)).astype(np.float32)
-    block = layer.sequential([_decoder_block(32, 4)])
+    block = layer.sequential([decoder_block(32, 4)])
 
     # plain SGD: Adam would turn rounding noise in gradients that are zero in exact arithmetic
     # (the key projection's bias does not change softmax) into full-size updates

@@ -10,11 +10,16 @@ import json
 import numpy as np
 import pytest
 
-from kaun_ir.tools.bench import command as bench
+from kaun_ir.tools.bench import command as bench_command
+from kaun_ir.tools.bench import measure as bench_measure
+from kaun_ir.tools.bench import memory as bench_memory
+from kaun_ir.tools.bench import reference as bench_reference
+from kaun_ir.tools.bench import runners as bench_runners
+from kaun_ir.tools.bench import workloads as bench_workloads
 from kaun_ir.tools.bench.workloads import WORKLOADS
 from kaun_ir.tools.cli import main
 
-TORCH_OK, TORCH_LINE = bench.torch_status()
+TORCH_OK, TORCH_LINE = bench_reference.torch_status()
 #: transformer12 is the transformer's code at other sizes (test_transformer12_is_the_transformer):
 #: its small run would test nothing new
 TESTED = [name for name in WORKLOADS if name != "transformer12"]
@@ -22,28 +27,28 @@ TESTED = [name for name in WORKLOADS if name != "transformer12"]
 
 @pytest.mark.parametrize("name", TESTED)
 def test_every_implementation_reaches_the_same_loss(name):
-    result = bench.bench_workload(name, steps=4, rounds=0, small=True, steps_per_call=2)
+    result = bench_measure.bench_workload(name, steps=4, rounds=0, small=True, steps_per_call=2)
     entries = result["implementations"]
     losses = {impl: entry["loss_after_steps"] for impl, entry in entries.items()}
     assert set(losses) == {"kaun_ir", "kaun_ir[K=2]", "jax"} | ({"torch"} if TORCH_OK else set())
     assert result["losses_agree"], losses
     # the fused row (2 calls of 2 steps) reaches single-step JAX's loss after 4 steps; at these
     # sizes even the CNN's does within LOSS_RTOL (the bench allows FUSED_LOSS_RTOL, see its docs)
-    np.testing.assert_allclose(losses["kaun_ir"], losses["jax"], rtol=bench.LOSS_RTOL)
-    np.testing.assert_allclose(losses["kaun_ir[K=2]"], losses["jax"], rtol=bench.LOSS_RTOL)
+    np.testing.assert_allclose(losses["kaun_ir"], losses["jax"], rtol=bench_measure.LOSS_RTOL)
+    np.testing.assert_allclose(losses["kaun_ir[K=2]"], losses["jax"], rtol=bench_measure.LOSS_RTOL)
     if TORCH_OK:
-        np.testing.assert_allclose(losses["torch"], losses["jax"], rtol=bench.TORCH_LOSS_RTOL)
+        np.testing.assert_allclose(losses["torch"], losses["jax"], rtol=bench_measure.TORCH_LOSS_RTOL)
     # training moved: the loss after 4 steps differs from the first step's (the check can fail)
     assert losses["kaun_ir"] != entries["kaun_ir"]["first_call_loss"]
 
 
 def test_torch_is_left_out_with_a_reason_when_not_importable(monkeypatch, capsys):
     line = "skipped: import torch failed (ImportError: no torch); install kaun-ir[bench]"
-    monkeypatch.setattr(bench, "torch_status", lambda: (False, line))
-    result = bench.bench_workload("mlp_small", steps=2, rounds=0, small=True)
+    monkeypatch.setattr(bench_measure, "torch_status", lambda: (False, line))
+    result = bench_measure.bench_workload("mlp_small", steps=2, rounds=0, small=True)
     assert "torch" not in result["implementations"] and result["torch"] == line
     with pytest.raises(RuntimeError, match="import torch failed"):
-        bench.bench_workload("mlp_small", steps=2, rounds=0, small=True, torch=True)
+        bench_measure.bench_workload("mlp_small", steps=2, rounds=0, small=True, torch=True)
     assert (
         main(
             [
@@ -74,17 +79,17 @@ def test_torch_forward_matches_the_jax_reference(name):
         pytest.skip(TORCH_LINE)
     import torch
 
-    setup = bench.Setup(name, small=True)
+    setup = bench_workloads.Setup(name, small=True)
     x, _ = setup.batches[0]
     expected = np.asarray(setup.workload.jax_forward(setup.params, x, setup.cfg))  # JAX, op by op
 
     def torch_logits():
-        runner = bench.TorchRunner(setup)
+        runner = bench_reference.TorchRunner(setup)
         with torch.no_grad():
             return runner.forward(runner.batches[0][0]).numpy()
 
     np.testing.assert_allclose(torch_logits(), expected, rtol=1e-4, atol=1e-5)
-    setup.params = bench.initial_params(setup.fresh.params, 7)
+    setup.params = bench_workloads.initial_params(setup.fresh.params, 7)
     assert np.abs(torch_logits() - expected).max() > 1e-3
 
 
@@ -98,24 +103,24 @@ def test_the_reference_differs_when_the_weights_differ():
     batches = [workload.batch(cfg, 0)]
     with rng.scope(0):
         structure = layer.init(workload.kaun_model(cfg)).params
-    a = bench.JaxRunner(workload, cfg, initial_params(structure, 1), batches)
-    b = bench.JaxRunner(workload, cfg, initial_params(structure, 2), batches)
+    a = bench_reference.JaxRunner(workload, cfg, initial_params(structure, 1), batches)
+    b = bench_reference.JaxRunner(workload, cfg, initial_params(structure, 2), batches)
     assert abs(float(a.step()) - float(b.step())) > 1e-4
 
 
 def test_block_runner_follows_the_batch_cycle():
     """K=3 does not divide the 8 batches: the blocks start at 0, 3, 6, 1, ...; the losses of
     every fused step equal JAX's single steps over the same cycle."""
-    setup = bench.Setup("mlp_small", small=True)
-    fused, ref = bench.KaunBlockRunner(setup, 3), bench.JaxRunner.of(setup)
-    assert sorted(fused.blocks) == list(range(bench.NUM_BATCHES))
+    setup = bench_workloads.Setup("mlp_small", small=True)
+    fused, ref = bench_runners.KaunBlockRunner(setup, 3), bench_reference.JaxRunner.of(setup)
+    assert sorted(fused.blocks) == list(range(bench_workloads.NUM_BATCHES))
     losses = np.concatenate([np.asarray(fused.call()) for _ in range(4)])
     expected = [ref.last_loss(ref.call()) for _ in range(12)]
-    np.testing.assert_allclose(losses, expected, rtol=bench.LOSS_RTOL)
+    np.testing.assert_allclose(losses, expected, rtol=bench_measure.LOSS_RTOL)
 
 
 def test_memory_is_measured_in_a_child_process():
-    measured = bench.measure_in_child("mlp_small", "kaun_ir", small=True, calls=2)
+    measured = bench_memory.measure_in_child("mlp_small", "kaun_ir", small=True, calls=2)
     assert "error" not in measured, measured
     assert measured["peak_bytes"] > 0 and measured["compile_peak_bytes"] > 0
     assert measured["rss_before_bytes"] > measured["peak_bytes"] / 100  # a whole process, not a delta
@@ -127,12 +132,12 @@ def test_memory_is_measured_in_a_child_process():
 
 
 def test_option_checks():
-    assert bench.parse_workloads(None) == list(WORKLOADS)
-    assert bench.parse_workloads(["mlp,cnn", "transformer"]) == ["mlp", "cnn", "transformer"]
+    assert bench_command.parse_workloads(None) == list(WORKLOADS)
+    assert bench_command.parse_workloads(["mlp,cnn", "transformer"]) == ["mlp", "cnn", "transformer"]
     with pytest.raises(ValueError, match="unknown workload"):
-        bench.parse_workloads(["resnet50"])
+        bench_command.parse_workloads(["resnet50"])
     with pytest.raises(ValueError, match="multiple of steps_per_call"):
-        bench.bench_workload("mlp_small", steps=3, rounds=0, small=True, steps_per_call=2)
+        bench_measure.bench_workload("mlp_small", steps=3, rounds=0, small=True, steps_per_call=2)
 
 
 def test_cli_json_output_parses(capsys):
@@ -209,19 +214,21 @@ def test_help(capsys):
 
 
 def test_variant_rows_mixed_precision_and_remat():
-    setup = bench.Setup("mlp_small", small=True)
+    setup = bench_workloads.Setup("mlp_small", small=True)
     names = ["kaun_ir", "kaun_ir[remat=nothing]", "kaun_ir[bfloat16]"]
-    assert bench.implementations(0, False, ("remat=nothing", "bfloat16")) == names + ["jax"]
+    assert bench_runners.implementations(0, False, ("remat=nothing", "bfloat16")) == names + ["jax"]
     losses = {}
     for name in names:
-        runner = bench.make_runner(name, setup)
+        runner = bench_runners.make_runner(name, setup)
         assert runner.name == name
         for _ in range(3):
             value = runner.call()
         losses[name] = runner.last_loss(value)
     # rematerialisation recomputes, it does not change the arithmetic; bfloat16 products do, a little
     assert losses["kaun_ir[remat=nothing]"] == losses["kaun_ir"]
-    np.testing.assert_allclose(losses["kaun_ir[bfloat16]"], losses["kaun_ir"], rtol=bench.MIXED_LOSS_RTOL)
+    np.testing.assert_allclose(
+        losses["kaun_ir[bfloat16]"], losses["kaun_ir"], rtol=bench_measure.MIXED_LOSS_RTOL
+    )
 
 
 def test_resnet_running_statistics_agree():
@@ -229,10 +236,10 @@ def test_resnet_running_statistics_agree():
     PyTorch (momentum 0.1 of the new batch, unbiased running variance), and they moved."""
     from kaun_ir import tree
 
-    setup = bench.Setup("resnet", small=True)
-    runners = [bench.KaunRunner(setup), bench.JaxRunner.of(setup)]
+    setup = bench_workloads.Setup("resnet", small=True)
+    runners = [bench_runners.KaunRunner(setup), bench_reference.JaxRunner.of(setup)]
     if TORCH_OK:
-        runners.append(bench.TorchRunner(setup))
+        runners.append(bench_reference.TorchRunner(setup))
     for runner in runners:
         for _ in range(2):
             runner.call()
@@ -263,7 +270,7 @@ def test_gflops_and_the_matmul_microbenchmark():
     layer, forward and backward), GFLOP/s is FLOPs x steps/s, and the matmul rates are positive."""
     from kaun_ir.tools.bench import flops as bench_flops
 
-    result = bench.bench_workload("mlp_small", steps=2, rounds=1, small=True, torch=False)
+    result = bench_measure.bench_workload("mlp_small", steps=2, rounds=1, small=True, torch=False)
     b, sizes = 8, (64, 128, 10)
     matmuls = sum(2 * b * i * o for i, o in zip(sizes[:-1], sizes[1:]))
     # forward, the weight gradients, and the input gradient of the second layer only
@@ -281,8 +288,11 @@ def test_gflops_and_the_matmul_microbenchmark():
 def test_closure_row_trains_like_the_explicit_row():
     """``--variant closure``: a new loss closure per step over device-resident labels runs the
     same arithmetic as the explicit-targets row, and after the first step takes the fast path."""
-    setup = bench.Setup("mlp_small", small=True)
-    explicit, closure = bench.make_runner("kaun_ir", setup), bench.make_runner("kaun_ir[closure]", setup)
+    setup = bench_workloads.Setup("mlp_small", small=True)
+    explicit, closure = (
+        bench_runners.make_runner("kaun_ir", setup),
+        bench_runners.make_runner("kaun_ir[closure]", setup),
+    )
     assert closure.name == "kaun_ir[closure]" and closure.trainer.loss is None
     for _ in range(3):
         a, b = explicit.last_loss(explicit.call()), closure.last_loss(closure.call())

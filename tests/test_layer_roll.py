@@ -13,7 +13,8 @@ import pytest
 import kaun_ir as kn
 from kaun_ir import layer, tree
 from kaun_ir.layer import roll as roll_module
-from kaun_ir.tools.bench import command as bench
+from kaun_ir.tools.bench import runners as bench_runners
+from kaun_ir.tools.bench import workloads as bench_workloads
 
 
 def _scans(fn, *args) -> int:
@@ -35,7 +36,7 @@ def _loss_and_grads(model, vars_, x, y):
 def test_rolled_transformer_matches_jax():
     """Two identical decoder blocks between an embedding and a head: one scan; loss and every
     parameter's gradient (per block, in the user's tree) agree with jax.grad of the reference."""
-    setup = bench.Setup("transformer", small=True, overrides={"layers": 2, "roll": True})
+    setup = bench_workloads.Setup("transformer", small=True, overrides={"layers": 2, "roll": True})
     x, y = setup.batches[0]
     vars_ = layer.with_params(setup.fresh, setup.params)
     model = setup.workload.kaun_model(setup.cfg)
@@ -235,10 +236,10 @@ def test_canonical_form_tells_signed_zeros_apart():
 def test_bench_roll_variant_rolls_the_transformer():
     """``--variant roll`` trains the workload's model built with roll=True (its numbers are
     test_rolled_transformer_matches_jax's); the plain row stays unrolled."""
-    setup = bench.Setup("transformer", small=True)
+    setup = bench_workloads.Setup("transformer", small=True)
     x, _ = setup.batches[0]
     for name, scans in (("kaun_ir", 0), ("kaun_ir[roll]", 1)):
-        model = bench.make_runner(name, setup).trainer.model
+        model = bench_runners.make_runner(name, setup).trainer.model
 
         def forward(p, model=model):
             return layer.apply(model, layer.with_params(setup.fresh, p), x)[0]

@@ -74,6 +74,7 @@ SUBPACKAGES = {
     "kaun_ir.optim": "api",
     "kaun_ir.train": "api",
     "kaun_ir.models": "api",
+    "kaun_ir.data": "api",
     "kaun_ir.datasets": "api",
     "kaun_ir.checkpoint": "api",
     "kaun_ir.sharding": "api",
@@ -93,7 +94,6 @@ MODULES = {
     "kaun_ir.ptree": "api",
     "kaun_ir.rng": "api",
     "kaun_ir.precision": "api",
-    "kaun_ir.data": "api",
     "kaun_ir.debug": "api",
     "kaun_ir.testing": "api",
 }

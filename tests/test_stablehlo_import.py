@@ -13,7 +13,7 @@ import pytest
 
 import kaun_ir as kn
 from kaun_ir.errors import StableHLOImportError
-from kaun_ir.tools.bench import command as bench
+from kaun_ir.tools.bench import reference as bench_reference
 from kaun_ir.tools.bench import workloads as bench_workloads
 
 
@@ -85,7 +85,7 @@ def test_bench_train_steps(name):
         return optax.softmax_cross_entropy_with_integer_labels(workload.jax_forward(p, x, cfg), y).mean()
 
     graph = _check(jax.value_and_grad(loss_of), params, x, y, rtol=2e-4, atol=1e-6)
-    step, opt = bench.make_jax_step(workload, cfg)
+    step, opt = bench_reference.make_jax_step(workload, cfg)
     state = jax.tree_util.tree_map(np.asarray, opt.init(params))
     # Some gradients are exactly zero in exact arithmetic (attention's key bias: softmax ignores
     # a constant shift), so both sides hold rounding noise there, which Adam scales up to about

@@ -107,58 +107,48 @@ def load_module(spec: str):
     return importlib.import_module(spec)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``kaun-ir opt`` with the parsed ``args``; returns the exit status."""
+def _error(message) -> int:
+    from kaun_ir.tools.dump import error as report
+
+    return report("opt", message)
+
+
+def _read_input(path: str) -> str | bytes:
+    """The input's text (bytes for a ``.mlirbc`` file); ``-`` reads stdin."""
+    if path.endswith(".mlirbc"):
+        with open(path, "rb") as handle:
+            return handle.read()
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as handle:
+        return handle.read()
+
+
+def _instruments(args: argparse.Namespace) -> tuple[list, list]:
+    """The pass manager's instrumentations from the options, and those of them that write a
+    report at the end (``--timing``, ``--stats``)."""
     from kaun_ir import passes
-    from kaun_ir.errors import KaunError
-    from kaun_ir.ir import parse
-
-    def error(message) -> int:
-        from kaun_ir.tools.dump import error as report
-
-        return report("opt", message)
-
-    for module in args.load:
-        try:
-            load_module(module)
-        except Exception as err:  # an ImportError, or whatever the module raised while loading
-            return error(f"--load {module}: {type(err).__name__}: {err}")
-    if args.list_passes:
-        list_passes(sys.stdout)
-        return 0
-    if args.stop_after is not None and args.stop_after < 0:
-        return error(f"--stop-after needs a non-negative number of passes, got {args.stop_after}")
-    try:
-        pipeline = passes.Pipeline.parse(args.pipeline)
-    except ValueError as err:
-        return error(err)
-    try:
-        if args.file.endswith(".mlirbc"):
-            with open(args.file, "rb") as handle:
-                text: str | bytes = handle.read()
-        elif args.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.file, encoding="utf-8") as handle:
-                text = handle.read()
-    except (OSError, UnicodeDecodeError) as err:
-        return error(
-            f"{args.file}: {err.reason if isinstance(err, UnicodeDecodeError) else err.strerror}"
-            + (" (not a UTF-8 text file)" if isinstance(err, UnicodeDecodeError) else "")
-        )
 
     instrumentations: list = []
     if args.print_ir_after_all:
         instrumentations.append(passes.PrintAfterAll(sys.stderr))
     if args.print_ir_after_change:
         instrumentations.append(passes.PrintAfterChange(sys.stderr))
-    timing = passes.Timing() if args.timing else None
-    stats = passes.Statistics() if args.stats else None
-    instrumentations += [i for i in (timing, stats) if i is not None]
-    try:
-        from kaun_ir.ir import from_stablehlo
-        from kaun_ir.tools.spec import looks_like_mlir
+    reports = [passes.Timing()] if args.timing else []
+    if args.stats:
+        reports.append(passes.Statistics())
+    return instrumentations + reports, reports
 
+
+def _optimize(args: argparse.Namespace, text: str | bytes, pipeline):
+    """The input graph (StableHLO imported, anything else parsed as textual IR) run through
+    ``pipeline``; the timing and statistics reports go to stderr even when a pass fails."""
+    from kaun_ir import passes
+    from kaun_ir.ir import from_stablehlo, parse
+    from kaun_ir.tools.spec import looks_like_mlir
+
+    instrumentations, reports = _instruments(args)
+    try:
         # StableHLO (.mlir / .mlirbc, or MLIR on stdin) is imported; anything else is textual IR
         is_mlir = args.file.endswith((".mlir", ".mlirbc")) or (
             isinstance(text, str) and looks_like_mlir(text)
@@ -167,19 +157,14 @@ def run(args: argparse.Namespace) -> int:
         manager = passes.PassManager(
             pipeline, instrumentations, verify_each=args.verify_each or None, stop_after=args.stop_after
         )
-        graph = manager.run(graph)
-    except (KaunError, ValueError, TypeError) as err:
-        return error(err)
+        return manager.run(graph)
     finally:  # reports of the passes that ran, also when a later one failed
-        for report in (timing, stats):
-            if report is not None:
-                sys.stderr.write(report.report())
-    if args.stop_after is not None and args.stop_after < len(pipeline):
-        skipped = ",".join(str(s) for s in pipeline.steps[args.stop_after :])
-        print(
-            f"kaun-ir opt: note: stopped after pass #{args.stop_after}; skipped: {skipped}", file=sys.stderr
-        )
+        for report in reports:
+            sys.stderr.write(report.report())
 
+
+def _write_output(args: argparse.Namespace, graph) -> int:
+    """The result as textual IR or StableHLO, to stdout or ``-o``; the exit status."""
     if args.emit == "stablehlo":
         from kaun_ir import runtime
 
@@ -188,11 +173,49 @@ def run(args: argparse.Namespace) -> int:
         out = graph.text()
     if args.output == "-":
         sys.stdout.write(out)
-    else:
-        from kaun_ir.fileio import atomic_write
+        return 0
+    from kaun_ir.fileio import atomic_write
 
-        try:
-            atomic_write(args.output, out)
-        except OSError as err:
-            return error(f"-o {args.output}: {err.strerror}")
+    try:
+        atomic_write(args.output, out)
+    except OSError as err:
+        return _error(f"-o {args.output}: {err.strerror}")
     return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``kaun-ir opt`` with the parsed ``args``; returns the exit status."""
+    from kaun_ir import passes
+    from kaun_ir.errors import KaunError
+
+    for module in args.load:
+        try:
+            load_module(module)
+        except Exception as err:  # an ImportError, or whatever the module raised while loading
+            return _error(f"--load {module}: {type(err).__name__}: {err}")
+    if args.list_passes:
+        list_passes(sys.stdout)
+        return 0
+    if args.stop_after is not None and args.stop_after < 0:
+        return _error(f"--stop-after needs a non-negative number of passes, got {args.stop_after}")
+    try:
+        pipeline = passes.Pipeline.parse(args.pipeline)
+    except ValueError as err:
+        return _error(err)
+    try:
+        text = _read_input(args.file)
+    except (OSError, UnicodeDecodeError) as err:
+        return _error(
+            f"{args.file}: {err.reason if isinstance(err, UnicodeDecodeError) else err.strerror}"
+            + (" (not a UTF-8 text file)" if isinstance(err, UnicodeDecodeError) else "")
+        )
+    try:
+        graph = _optimize(args, text, pipeline)
+    except (KaunError, ValueError, TypeError) as err:
+        return _error(err)
+    if args.stop_after is not None and args.stop_after < len(pipeline):
+        skipped = ",".join(str(s) for s in pipeline.steps[args.stop_after :])
+        print(
+            f"kaun-ir opt: note: stopped after pass #{args.stop_after}; skipped: {skipped}", file=sys.stderr
+        )
+    return _write_output(args, graph)

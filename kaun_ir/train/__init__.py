@@ -26,22 +26,16 @@ the optimiser's step counter, so every step draws fresh masks without recompilin
 
 The modules: :mod:`.state` (``Trainer``, ``State``, ``make``, ``init``), :mod:`.capture` (the
 three ways a loss is called), :mod:`.builder` (what a step traces into and its compiled
-functions), :mod:`.dispatch` (repeated steps through ``kaun_ir.runtime``'s routes), :mod:`.loop`
-(``step``, ``steps``, ``fit``, ``predict``), :mod:`.io` (saving and restoring a state).
+functions), :mod:`.dispatch` (repeated steps through ``kaun_ir.runtime``'s routes), :mod:`.stepping`
+(``step``, ``steps``, ``predict``), :mod:`.loop` (``fit``), :mod:`.inspection` (a step's graphs
+and executable), :mod:`.io` (saving and restoring a state).
 """
 
+from kaun_ir.train.inspection import forward_graph, step_executable, step_graph
 from kaun_ir.train.io import load, save, state_of_tree, state_to_tree
-from kaun_ir.train.loop import (
-    EarlyStop,
-    fit,
-    forward_graph,
-    predict,
-    step,
-    step_executable,
-    step_graph,
-    steps,
-)
+from kaun_ir.train.loop import EarlyStop, fit
 from kaun_ir.train.state import State, Trainer, TrainerCache, init, make, make_state, vars  # noqa: A004
+from kaun_ir.train.stepping import predict, step, steps
 
 __all__ = [
     "Trainer",

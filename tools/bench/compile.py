@@ -28,6 +28,11 @@ import time
 
 import numpy as np
 
+from kaun_ir.tools.bench.memory import run_child, wait_for
+from kaun_ir.tools.bench.reference import JaxRunner
+from kaun_ir.tools.bench.runners import KaunRunner
+from kaun_ir.tools.bench.workloads import Setup
+
 _TAG = "kaun-ir-bench-compile:"
 DEFAULT_LAYERS = (2, 8, 24)
 
@@ -59,17 +64,16 @@ def measure_here(workload: str, overrides: dict, impl: str, small: bool) -> dict
 
     from kaun_ir import jit
     from kaun_ir.runtime import stages
-    from kaun_ir.tools.bench import command as bench
 
     # start XLA and both tracing machineries before timing (see the module docstring)
     jax.jit(jax.grad(lambda v: (v * v).sum()))(np.ones(2, np.float32)).block_until_ready()
     np.asarray(jit(lambda v: (v * v).sum())(np.ones(2, np.float32)))
-    setup = bench.Setup(workload, small, overrides)
+    setup = Setup(workload, small, overrides)
     if impl == "kaun_ir":
         start, cpu = time.perf_counter(), _cpu_seconds()
         with stages.record() as rec:
-            runner = bench.KaunRunner(setup)
-            bench._block(runner.call())
+            runner = KaunRunner(setup)
+            wait_for(runner.call())
         total, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
         executable = runner.trainer.cache.step.executables()[-1]
         traced = next((n for name, _, n in rec.stages if name == "trace"), None)
@@ -82,8 +86,8 @@ def measure_here(workload: str, overrides: dict, impl: str, small: bool) -> dict
             "stablehlo_ops": _stablehlo_ops(executable.mlir),
         }
     start, cpu = time.perf_counter(), _cpu_seconds()
-    runner = bench.JaxRunner.of(setup)
-    bench._block(runner.call())
+    runner = JaxRunner.of(setup)
+    wait_for(runner.call())
     total, cpu = time.perf_counter() - start, _cpu_seconds() - cpu
     x, y = runner.batches[0]
     text = runner.jax_step.lower(runner.params, runner.opt_state, x, y).as_text()
@@ -98,8 +102,6 @@ def _child_main(spec_json: str) -> None:
 
 def measure_in_child(workload: str, overrides: dict, impl: str, small: bool, timeout: float = 900) -> dict:
     """:func:`measure_here` in a fresh process; ``{"error": reason}`` if it fails."""
-    from kaun_ir.tools.bench.command import run_child
-
     spec = {"workload": workload, "overrides": overrides, "impl": impl, "small": small}
     return run_child("kaun_ir.tools.bench.compile", spec, _TAG, timeout)
 

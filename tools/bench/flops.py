@@ -26,7 +26,7 @@ WARMUP = 3
 
 
 def step_flops(runner: Any) -> int | None:
-    """FLOPs of one training step of a kaun_ir runner (``bench.KaunRunner``), from the cost model
+    """FLOPs of one training step of a kaun_ir runner (``runners.KaunRunner``), from the cost model
     over the optimised step graph; None when the graph is not available."""
     from kaun_ir import train
     from kaun_ir.ir.cost import graph_cost

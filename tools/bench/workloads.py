@@ -17,7 +17,8 @@ Every workload describes one training problem with fixed synthetic data and fixe
   new_state)`` and the PyTorch forward updates the state's tensors in place (without it, both
   return the logits only).
 
-``cfg`` holds the sizes; ``SMALL`` configurations keep the tests fast.
+``cfg`` holds the sizes; ``SMALL`` configurations keep the tests fast. :class:`Setup` makes one
+workload's shared starting point: its batches, initial weights and kaun_ir variables.
 """
 
 from __future__ import annotations
@@ -31,6 +32,12 @@ import numpy as np
 
 from kaun_ir.tools.bench import resnet as bench_resnet
 from kaun_ir.tools.bench import rnn as bench_rnn
+from kaun_ir.tools.bench import transformer as bench_transformer
+
+SEED = 0
+#: distinct fixed batches, cycled step by step (one batch alone is memorised within ~20 steps,
+#: after which the loss is ~1e-4 and a relative comparison of it measures nothing)
+NUM_BATCHES = 8
 
 # ------------------------------------------------------------------------------ kaun_ir models
 
@@ -64,70 +71,6 @@ def _cnn_model(cfg: dict):
             layer.flatten(),
             layer.linear(c2 * (s // 4) * (s // 4), 10),
         ]
-    )
-
-
-def _token_embedding(vocab: int, seq: int, dim: int):
-    """Token ids ``[B, T]`` -> ``[B, T, dim]``: learned token rows plus learned positions.
-    Parameters ``{"tokens": [vocab, dim], "positions": [seq, dim]}``."""
-    from kaun_ir import layer
-    from kaun_ir.nn import functional as nn
-    from kaun_ir.nn import init as initializers
-
-    def init_(dt):
-        return layer.Vars(
-            {
-                "tokens": initializers.zeros(None, (vocab, dim), dt),
-                "positions": initializers.zeros(None, (seq, dim), dt),
-            },
-            [],
-            dt,
-        )
-
-    def apply_(params, state, ids, *, training, ctx):
-        return nn.embedding(params["tokens"], ids) + params["positions"], state
-
-    return layer.Layer(init_, apply_, "token_embedding")
-
-
-def _decoder_block(dim: int, heads: int):
-    """Pre-layer-norm decoder block: ``x + attn(ln1(x))`` then ``h + fc2(gelu(fc1(ln2(h))))``,
-    causal self-attention, MLP width ``4 * dim``. ``[B, T, dim] -> [B, T, dim]``."""
-    from kaun_ir import layer
-
-    parts = {
-        "ln1": layer.layer_norm(dim),
-        "attn": layer.multi_head_attention(dim, heads, is_causal=True),
-        "ln2": layer.layer_norm(dim),
-        "fc1": layer.linear(dim, 4 * dim),
-        "act": layer.gelu(),
-        "fc2": layer.linear(4 * dim, dim),
-    }
-    trainable = ("ln1", "attn", "ln2", "fc1", "fc2")
-
-    def init_(dt):
-        return layer.Vars({name: parts[name].init(dt).params for name in trainable}, [], dt)
-
-    def apply_(params, state, x, *, training, ctx):
-        def run(name, value):
-            y, _ = parts[name].apply(params.get(name, []), [], value, training=training, ctx=ctx)
-            return y
-
-        h = x + run("attn", run("ln1", x))
-        return h + run("fc2", run("act", run("fc1", run("ln2", h)))), state
-
-    return layer.Layer(init_, apply_, "decoder_block")
-
-
-def _transformer_model(cfg: dict):
-    """Decoder-only transformer: ids ``[B, T]`` -> logits ``[B, T, vocab]``."""
-    from kaun_ir import layer
-
-    d, v = cfg["dim"], cfg["vocab"]
-    blocks = [_decoder_block(d, cfg["heads"]) for _ in range(cfg["layers"])]
-    return layer.sequential(
-        [_token_embedding(v, cfg["seq"], d), *blocks, layer.layer_norm(d), layer.linear(d, v)],
-        roll=cfg.get("roll"),
     )
 
 
@@ -170,47 +113,6 @@ def cnn_jax_forward(params, x, cfg):
     return h @ params[7]["weight"] + params[7]["bias"]
 
 
-def _jax_layer_norm(x, p, eps=1e-5):
-    import jax.numpy as jnp
-
-    centred = x - jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean(centred * centred, axis=-1, keepdims=True)
-    return centred / jnp.sqrt(var + eps) * p["scale"] + p["bias"]
-
-
-def _jax_attention(x, p, heads):
-    import jax
-    import jax.numpy as jnp
-
-    b, t, d = x.shape
-    hd = d // heads
-
-    def project(name):
-        return (x @ p[name]["weight"] + p[name]["bias"]).reshape(b, t, heads, hd)
-
-    q, k, v = project("query"), project("key"), project("value")
-    logits = jnp.einsum("bqhd,bkhd->bhqk", q, k) / math.sqrt(hd)
-    causal = jnp.tril(jnp.ones((t, t), bool))
-    logits = jnp.where(causal, logits, -jnp.inf)
-    weights = jax.nn.softmax(logits, axis=-1)
-    out = jnp.einsum("bhqk,bkhd->bqhd", weights, v).reshape(b, t, d)
-    return out @ p["out"]["weight"] + p["out"]["bias"]
-
-
-def transformer_jax_forward(params, ids, cfg):
-    """The decoder-only transformer in plain JAX over kaun_ir's parameter list."""
-    import jax
-
-    emb = params[0]
-    x = emb["tokens"][ids] + emb["positions"]
-    for p in params[1 : 1 + cfg["layers"]]:
-        x = x + _jax_attention(_jax_layer_norm(x, p["ln1"]), p["attn"], cfg["heads"])
-        h = _jax_layer_norm(x, p["ln2"]) @ p["fc1"]["weight"] + p["fc1"]["bias"]
-        x = x + jax.nn.gelu(h, approximate=False) @ p["fc2"]["weight"] + p["fc2"]["bias"]
-    x = _jax_layer_norm(x, params[-2])
-    return x @ params[-1]["weight"] + params[-1]["bias"]
-
-
 # ------------------------------------------------------------------------------ PyTorch eager
 # The same networks over the same parameter tree (torch.Tensor leaves, identical layouts: dense
 # weights [in, out] are used as ``x @ W + b`` rather than through nn.Linear's [out, in]).
@@ -241,39 +143,6 @@ def cnn_torch_forward(params, x, cfg):
     h = F.max_pool2d(torch.relu(conv(h, params[3])), 2)
     h = h.reshape(h.shape[0], -1)
     return torch.addmm(params[7]["bias"], h, params[7]["weight"])
-
-
-def _torch_attention(x, p, heads):
-    import torch.nn.functional as F
-
-    b, t, d = x.shape
-    hd = d // heads
-
-    def project(name):  # [B, T, D] -> [B, H, T, hd]
-        return (x @ p[name]["weight"] + p[name]["bias"]).reshape(b, t, heads, hd).transpose(1, 2)
-
-    # softmax(q k^T / sqrt(hd)) v with the causal mask, as in the JAX reference
-    out = F.scaled_dot_product_attention(project("query"), project("key"), project("value"), is_causal=True)
-    out = out.transpose(1, 2).reshape(b, t, d)
-    return out @ p["out"]["weight"] + p["out"]["bias"]
-
-
-def transformer_torch_forward(params, ids, cfg):
-    """The decoder-only transformer in PyTorch eager (exact erf GELU and layer-norm eps 1e-5, as
-    in the JAX reference)."""
-    import torch.nn.functional as F
-
-    def layer_norm(h, p):
-        return F.layer_norm(h, (h.shape[-1],), p["scale"], p["bias"], eps=1e-5)
-
-    emb = params[0]
-    x = emb["tokens"][ids] + emb["positions"]
-    for p in params[1 : 1 + cfg["layers"]]:
-        x = x + _torch_attention(layer_norm(x, p["ln1"]), p["attn"], cfg["heads"])
-        h = layer_norm(x, p["ln2"]) @ p["fc1"]["weight"] + p["fc1"]["bias"]
-        x = x + F.gelu(h, approximate="none") @ p["fc2"]["weight"] + p["fc2"]["bias"]
-    x = layer_norm(x, params[-2])
-    return x @ params[-1]["weight"] + params[-1]["bias"]
 
 
 # ------------------------------------------------------------------------------ data
@@ -365,9 +234,9 @@ WORKLOADS: dict[str, Workload] = {
             "transformer",
             "decoder-only transformer: 4 layers, d_model 128, 4 heads, seq 64, batch 16, "
             "vocab 512, causal, pre-LN, GELU MLP 4x; AdamW 1e-3 (decay 0.01)",
-            _transformer_model,
-            transformer_jax_forward,
-            transformer_torch_forward,
+            bench_transformer.kaun_model,
+            bench_transformer.jax_forward,
+            bench_transformer.torch_forward,
             _token_batch,
             ("adamw", 1e-3, 0.01),
             full={"layers": 4, "dim": 128, "heads": 4, "seq": 64, "batch": 16, "vocab": 512},
@@ -395,9 +264,9 @@ WORKLOADS: dict[str, Workload] = {
             "transformer12",
             "decoder-only transformer: 12 layers, d_model 256, 8 heads, seq 64, batch 4, "
             "vocab 512, causal, pre-LN, GELU MLP 4x; AdamW 1e-3 (decay 0.01)",
-            _transformer_model,
-            transformer_jax_forward,
-            transformer_torch_forward,
+            bench_transformer.kaun_model,
+            bench_transformer.jax_forward,
+            bench_transformer.torch_forward,
             _token_batch,
             ("adamw", 1e-3, 0.01),
             full={"layers": 12, "dim": 256, "heads": 8, "seq": 64, "batch": 4, "vocab": 512},
@@ -451,3 +320,29 @@ def initial_params(structure: Any, seed: int) -> Any:
             value = noise / math.sqrt(shape[0])
         out.append(value.astype(np.float32))
     return tree.unflatten(treedef, out)
+
+
+class Setup:
+    """The shared starting point of one workload: sizes, batches, NumPy initial weights and the
+    kaun_ir variables they go into (made once, so no implementation pays for it)."""
+
+    def __init__(self, name: str, small: bool, overrides: dict | None = None):
+        from kaun_ir import layer, rng
+
+        self.workload: Workload = WORKLOADS[name]
+        self.cfg = {**(self.workload.small if small else self.workload.full), **(overrides or {})}
+        self.batches = [self.workload.batch(self.cfg, SEED + 100 + i) for i in range(NUM_BATCHES)]
+        with rng.scope(SEED):
+            #: the kaun_ir variables (their parameters are replaced by ``params``)
+            self.fresh = layer.init(self.workload.kaun_model(self.cfg))
+        self.params = initial_params(self.fresh.params, SEED + 1)
+        #: the initial layer state (batch norm's running statistics) as NumPy arrays: every
+        #: implementation copies it, since kaun_ir and JAX donate the state they are given
+        self.layer_state = _numpy_tree(self.fresh.state)
+
+
+def _numpy_tree(t: Any) -> Any:
+    from kaun_ir import tree
+
+    leaves, treedef = tree.flatten(t)
+    return tree.unflatten(treedef, [np.array(a) for a in leaves])
