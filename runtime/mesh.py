@@ -2,7 +2,8 @@
 
 A :class:`Mesh` is an n-dimensional grid of devices with a name per axis; a :class:`Spec` says,
 per array dimension, which mesh axes that dimension is split over. Both are plain values; the
-jaxlib objects built from them (shardings of result arrays) come from the ``xla`` adapter.
+jaxlib objects built from them (shardings of result arrays) come from the jaxlib adapter
+(:mod:`kaun_ir.runtime.xla.shardings`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir.errors import ShapeError
+from kaun_ir.runtime.xla import backend
 
 
 class Spec:
@@ -104,12 +106,10 @@ class Mesh:
             raise ValueError(f"mesh shape {shape} must be positive")
         size = math.prod(shape)
         if devices is None:
-            from kaun_ir.runtime import xla
-
-            available = xla.global_devices()
+            available = backend.global_devices()
             if size > len(available):
                 raise ValueError(
-                    f"mesh {dict(zip(names, shape))} needs {size} devices, but the {xla.backend_name()} "
+                    f"mesh {dict(zip(names, shape))} needs {size} devices, but the {backend.backend_name()} "
                     f"backend has {len(available)}; on the CPU, set XLA_FLAGS="
                     f"--xla_force_host_platform_device_count={size} before the backend starts"
                 )
