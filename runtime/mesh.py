@@ -183,12 +183,20 @@ def check_graph_mesh(graph, mesh: Mesh) -> None:
 
 # -- the mesh in scope while tracing (``kn.sharding.constrain`` without an explicit mesh) ------
 
-_SCOPE = threading.local()
+
+class _Scope(threading.local):
+    """Each thread's stack of meshes in scope (a thread traces with its own)."""
+
+    def __init__(self):
+        self.stack: list[Mesh] = []
+
+
+_SCOPE = _Scope()
 
 
 def active() -> Mesh | None:
     """The innermost mesh of :func:`use` in this thread, or None."""
-    stack = getattr(_SCOPE, "stack", None)
+    stack = _SCOPE.stack
     return stack[-1] if stack else None
 
 
@@ -198,7 +206,7 @@ def use(mesh: Mesh | None):
     if mesh is None:
         yield None
         return
-    stack = _SCOPE.__dict__.setdefault("stack", [])
+    stack = _SCOPE.stack
     stack.append(mesh)
     try:
         yield mesh
