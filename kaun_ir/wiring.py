@@ -31,8 +31,9 @@ from kaun_ir import ops
 from kaun_ir.ir import optable
 from kaun_ir.ops import rules as op_rules
 from kaun_ir.passes import target
-from kaun_ir.runtime import compilation, jit, xla
+from kaun_ir.runtime import compilation, jit
 from kaun_ir.runtime.pipelines import backend_in_use
+from kaun_ir.runtime.xla import transfer
 from kaun_ir.surface import function, tensor
 from kaun_ir.transforms import autodiff, vmap
 
@@ -54,7 +55,7 @@ def install() -> None:
             batch_graph=vmap.batch_graph,
             gradient_graph=autodiff.gradient_graph,
         )
-        tensor.install_runtime(compilation.run_op, xla.from_dlpack)
+        tensor.install_runtime(compilation.run_op, transfer.from_dlpack)
         function.install_jit(jit)
         target.set_backend_query(backend_in_use)
         _INSTALLED = True

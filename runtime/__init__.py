@@ -1,12 +1,12 @@
 """The runtime: lowering to StableHLO and compiling/running through XLA's PJRT client.
 
-Imported as ``kaun_ir.runtime``; jaxlib is only touched through the ``xla`` adapter module.
+Imported as ``kaun_ir.runtime``; jaxlib is only touched through the adapter package ``kaun_ir.runtime.xla``.
 """
 
 from __future__ import annotations
 
 from kaun_ir.fileio import atomic_write
-from kaun_ir.runtime import compilation, disk_cache, dispatch, pipelines, stages, xla
+from kaun_ir.runtime import compilation, disk_cache, dispatch, pipelines, stages
 from kaun_ir.runtime.compilation import compile_graph as compile
 from kaun_ir.runtime.compilation import stats
 from kaun_ir.runtime.dispatch import Route, RouteCache
@@ -16,13 +16,15 @@ from kaun_ir.runtime.interop.jax_export import to_jax_export
 from kaun_ir.runtime.jit import Jitted, jit
 from kaun_ir.runtime.lower import lower
 from kaun_ir.runtime.mesh import Mesh, Spec
-from kaun_ir.runtime.xla import backend_name, parse_mlir
+from kaun_ir.runtime.xla import backend, mlir
+from kaun_ir.runtime.xla.backend import backend_name
+from kaun_ir.runtime.xla.mlir import parse_mlir
 
 
 def devices():
     """The XLA devices of the backend in use (``KAUN_IR_BACKEND=cpu|gpu|tpu``, default best)."""
 
-    return xla.devices()
+    return backend.devices()
 
 
 def export(graph, path: str) -> str:
@@ -33,7 +35,7 @@ def export(graph, path: str) -> str:
 
     text = lower(graph)
     if path.endswith(".mlirbc"):
-        data = xla.serialize_portable(text)
+        data = mlir.serialize_portable(text)
     elif path.endswith(".mlir"):
         data = text.encode()
     else:

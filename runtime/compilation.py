@@ -38,8 +38,9 @@ from typing import Any
 
 from kaun_ir.errors import CompileError
 from kaun_ir.fileio import atomic_write, repro_dir
-from kaun_ir.runtime import disk_cache, finite, gc_pause, graph_cache, stages, xla
+from kaun_ir.runtime import disk_cache, finite, gc_pause, graph_cache, stages
 from kaun_ir.runtime.dispatch import Route, RouteCache
+from kaun_ir.runtime.xla import backend, compiler, transfer
 
 __all__ = [
     "FunctionCache",
@@ -92,7 +93,11 @@ def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence =
     hits = disk_cache.counters.hits
     start = time.perf_counter()
     try:
-        loaded = xla.compile_partitioned(mlir_text, devices) if devices else xla.compile(mlir_text, device)
+        loaded = (
+            compiler.compile_partitioned(mlir_text, devices)
+            if devices
+            else compiler.compile(mlir_text, device)
+        )
     except Exception as err:  # jaxlib raises its own XlaRuntimeError / ValueError types
         first_line = str(err).splitlines()[0] if str(err) else ""
         path = os.path.join(repro_dir(), f"{key[:16]}.mlir")
@@ -144,25 +149,25 @@ def compile_graph(
 
 def default_device():
     """The device computations run on when none is named (the first this process drives)."""
-    return xla.default_device()
+    return backend.default_device()
 
 
 def array_types() -> tuple[type, ...]:
     """The array classes a route takes as they are: (``np.ndarray``, the device array class)."""
-    return xla.array_types()
+    return transfer.array_types()
 
 
 def is_device_array(x: Any) -> bool:
     """Whether ``x`` is already a device array (``jax.Array``)."""
-    return xla.is_device_array(x)
+    return transfer.is_device_array(x)
 
 
 def put(x: Any, dtype, device=None):
     """``x`` as a device array of ``dtype`` on ``device`` (default: a device array stays on its
     own device, anything else goes to :func:`default_device`)."""
     if device is None:
-        device = next(iter(x.devices())) if xla.is_device_array(x) else xla.default_device()
-    return xla.to_device(x, dtype, device)
+        device = next(iter(x.devices())) if transfer.is_device_array(x) else backend.default_device()
+    return transfer.to_device(x, dtype, device)
 
 
 # ------------------------------------------------------------------ functions (``kn.jit``)
@@ -272,7 +277,7 @@ def run_op(opdef, operands: Sequence, attrs: dict, regions: tuple) -> list:
     types = [type_of(x) for x in operands]
     attrs = opdef.check_attrs(attrs)
     checked = finite.enabled()
-    device = xla.default_device()
+    device = backend.default_device()
     key = (
         opdef.name,
         tuple(sorted(attrs.items())),

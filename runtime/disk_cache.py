@@ -25,8 +25,13 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from kaun_ir.fileio import atomic_write
+from kaun_ir.runtime.xla import backend
+
+Loaded = TypeVar("Loaded")  # the loaded executable of whichever jaxlib compiled it
 
 ENV = "KAUN_IR_CACHE_DIR"
 _FORMAT = "kaun_ir-xla-cache-1"
@@ -54,13 +59,11 @@ def directory() -> str | None:
 
 def key(module: str | bytes, devices, options_bytes: bytes) -> str:
     """The hex cache key of compiling ``module`` for ``devices`` with serialised compile options."""
-    from jaxlib import xla_client as xc
-
     digest = hashlib.sha256()
     for part in (
         _FORMAT,
-        getattr(xc, "_version", ""),
-        getattr(xc, "_xla_extension_version", ""),
+        backend.jaxlib_version(),
+        backend.xla_extension_version(),
         os.environ.get("XLA_FLAGS", ""),
         os.environ.get("LIBTPU_INIT_ARGS", ""),
         ",".join(f"{d.platform}/{d.device_kind}/{d.id}" for d in devices),
@@ -77,17 +80,25 @@ def _entry(root: str, cache_key: str) -> str:
     return os.path.join(root, cache_key[:2], cache_key + _SUFFIX)
 
 
-def compile_cached(pjrt, module: str | bytes, device_list, options, compile_fn):
+def compile_cached(
+    module: str | bytes,
+    devices: Sequence,
+    options: bytes,
+    compile_fn: Callable[[], Loaded],
+    save: Callable[[Loaded], bytes],
+    load: Callable[[bytes], Loaded],
+) -> Loaded:
     """``compile_fn()`` (a loaded executable) through the on-disk cache when it is on.
 
-    ``pjrt`` is the client, ``device_list`` the executable's devices and ``options`` its
-    ``CompileOptions``: a hit is deserialised with them. Without ``KAUN_IR_CACHE_DIR`` this is
-    just ``compile_fn()``."""
+    ``devices`` are the executable's devices and ``options`` its serialised compile options
+    (both part of the key); ``save`` turns an executable into bytes and ``load`` turns them back
+    (the jaxlib adapter passes its client's methods). Without ``KAUN_IR_CACHE_DIR`` this is just
+    ``compile_fn()``."""
     root = directory()
     if root is None:
         return compile_fn()
-    path = _entry(root, key(module, list(device_list), options.SerializeAsString()))
-    loaded = _load(pjrt, path, device_list, options)
+    path = _entry(root, key(module, list(devices), options))
+    loaded = _load(path, load)
     if loaded is not None:
         counters.hits += 1
         return loaded
@@ -95,7 +106,7 @@ def compile_cached(pjrt, module: str | bytes, device_list, options, compile_fn):
     counters.misses += 1
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        atomic_write(path, pjrt.serialize_executable(executable))
+        atomic_write(path, save(executable))
     except Exception as err:  # a full disk or a read-only directory must not fail a compilation
         counters.errors += 1
         _warn_once(
@@ -106,7 +117,7 @@ def compile_cached(pjrt, module: str | bytes, device_list, options, compile_fn):
     return executable
 
 
-def _load(pjrt, path: str, device_list, options):
+def _load(path: str, load: Callable[[bytes], Loaded]) -> Loaded | None:
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -119,7 +130,7 @@ def _load(pjrt, path: str, device_list, options):
         )
         return None
     try:
-        return pjrt.deserialize_executable(data, device_list, options)
+        return load(data)
     except Exception as err:  # jaxlib's own error types for foreign or truncated entries
         counters.errors += 1
         _warn_once(

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kaun_ir import tree
-from kaun_ir.runtime import xla
+from kaun_ir.runtime.xla import transfer
 
 __all__ = ["Route", "RouteCache"]
 
@@ -61,7 +61,7 @@ class Route:
         self._sharding = getattr(executable, "sharding", None)  # None on a mesh (see place)
         self.run: Callable[[list], list] = executable.run
         self.meta = meta
-        self._device_type = xla.array_types()[-1]
+        self._device_type = transfer.array_types()[-1]
         if out_treedef == tree.LEAF:
             self.unflatten = _first
         elif out_treedef[0] == "tuple" and all(d == tree.LEAF for d in out_treedef[1]):
@@ -90,7 +90,7 @@ class Route:
         return [
             a
             if type(a) is device_type and a.dtype == dt and a.sharding == placed
-            else xla.to_device(a, dt, device)
+            else transfer.to_device(a, dt, device)
             for a, dt in zip(arrays, dtypes)
         ]
 

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
 from kaun_ir.ir.core import Graph, TensorType
-from kaun_ir.runtime import finite, stages, xla
+from kaun_ir.runtime import finite, stages
 from kaun_ir.runtime.compilation import compile_mlir
 from kaun_ir.runtime.lower import lower
+from kaun_ir.runtime.xla import backend, compiler, shardings, transfer
 
 
 class Executable:
@@ -56,9 +57,9 @@ class Executable:
             raise ValueError("give either device= or mesh=, not both")
         self.mesh = mesh
         if mesh is None:
-            self.device = device if device is not None else xla.default_device()
+            self.device = device if device is not None else backend.default_device()
             self.in_specs = self.out_specs = None
-            self.sharding = xla.single_device_sharding(self.device)
+            self.sharding = shardings.single_device_sharding(self.device)
             checking = finite.enabled()  # kn.debug.check_finite / KAUN_IR_CHECK_FINITE
             if checking:
                 self.donate = ()  # the located re-run needs the arguments intact
@@ -67,8 +68,8 @@ class Executable:
             with stages.stage("lower"):
                 self.mlir = lower(compiled if checking else graph, donate=self.donate)
             self.loaded = compile_mlir(self.mlir, self.device, pipeline)
-            #: ``run(device_arrays) -> list``: the dispatch path, built once (see :func:`xla.executor`)
-            self.run = _moving_devices(xla.executor(self.loaded, out_types, self.device), self.device)
+            #: ``run(device_arrays) -> list``: the dispatch path, built once (see :func:`compiler.executor`)
+            self.run = _moving_devices(compiler.executor(self.loaded, out_types, self.device), self.device)
             if checking:
                 self.run = finite.checked_run(self.run, graph, self._build_unchecked)
             return
@@ -79,7 +80,7 @@ class Executable:
         with stages.stage("lower"):
             self.mlir = lower(graph, donate=self.donate, mesh=mesh, in_specs=self.in_specs, out_specs=asked)
         self.loaded = compile_mlir(self.mlir, self.device, pipeline, devices=mesh.device_list)
-        chosen = xla.output_specs(self.loaded, mesh, [len(t[0]) for t in out_types])
+        chosen = shardings.output_specs(self.loaded, mesh, [len(t[0]) for t in out_types])
         for i, (want, got) in enumerate(zip(asked, chosen)):
             if want is None and got is None:
                 raise CompileError(
@@ -87,15 +88,15 @@ class Executable:
                     f"on {mesh} describes; give its out_shardings"
                 )
         self.out_specs = [want if want is not None else got for want, got in zip(asked, chosen)]
-        self.in_shardings = [xla.named_sharding(mesh, s) for s in self.in_specs]
-        self.out_shardings = [xla.named_sharding(mesh, s) for s in self.out_specs]
-        self.run = xla.partitioned_executor(self.loaded, out_types, self.out_shardings)
+        self.in_shardings = [shardings.named_sharding(mesh, s) for s in self.in_specs]
+        self.out_shardings = [shardings.named_sharding(mesh, s) for s in self.out_specs]
+        self.run = compiler.partitioned_executor(self.loaded, out_types, self.out_shardings)
 
     def _build_unchecked(self, graph: Graph):
         """The run function of another graph compiled for this device (no checks, no donation)."""
         loaded = compile_mlir(lower(graph), self.device, self.pipeline)
         out_types = [(v.type.shape, v.type.dtype) for v in graph.outputs]
-        return _moving_devices(xla.executor(loaded, out_types, self.device), self.device)
+        return _moving_devices(compiler.executor(loaded, out_types, self.device), self.device)
 
     def _checked(self, specs, values, what: str, default) -> list:
         from kaun_ir.runtime.mesh import as_spec
@@ -142,21 +143,21 @@ class Executable:
         """Input ``i`` as the device array this executable takes (moved or laid out as needed)."""
         dtype = self._types[i][1]
         if self.mesh is None:
-            return xla.to_device(array, dtype, self.device)
-        return xla.put_sharded(array, dtype, self.in_shardings[i])
+            return transfer.to_device(array, dtype, self.device)
+        return transfer.put_sharded(array, dtype, self.in_shardings[i])
 
     def hlo_text(self) -> str:
         """XLA's optimised HLO of this executable."""
-        return xla.hlo_text(self.loaded)
+        return compiler.hlo_text(self.loaded)
 
     def memory_analysis(self) -> dict | None:
         """XLA's memory estimate in bytes (``argument``, ``output``, ``temp``, ``alias``,
         ``total_bytes``); None where the platform keeps none."""
-        return xla.memory_analysis(self.loaded)
+        return compiler.memory_analysis(self.loaded)
 
     def cost_analysis(self) -> dict:
         """XLA's cost estimate (``flops``, ``bytes accessed``, ...)."""
-        return xla.cost_analysis(self.loaded)
+        return compiler.cost_analysis(self.loaded)
 
 
 def _moving_devices(run, device):
@@ -170,8 +171,8 @@ def _moving_devices(run, device):
         except Exception:
             moved = [
                 a
-                if not xla.is_device_array(a) or a.devices() == {device}
-                else xla.to_device(a, a.dtype, device)
+                if not transfer.is_device_array(a) or a.devices() == {device}
+                else transfer.to_device(a, a.dtype, device)
                 for a in arrays
             ]
             if all(a is b for a, b in zip(moved, arrays)):

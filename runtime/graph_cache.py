@@ -39,6 +39,7 @@ from kaun_ir import dtypes
 from kaun_ir.fileio import atomic_write
 from kaun_ir.ir.core import ArrayAttr, Graph, Node, TensorType, Value
 from kaun_ir.runtime import disk_cache, stages
+from kaun_ir.runtime.xla import backend
 
 _FORMAT = "kaun_ir-graph-cache-1"
 SUFFIX = disk_cache.GRAPH_SUFFIX  # so disk_cache.clear() removes these too
@@ -110,19 +111,17 @@ def _cacheable(pipeline) -> bool:
 def key(graph: Graph, pipeline) -> str:
     """The hex key of running ``pipeline`` over ``graph`` with this kaun_ir, backend and NumPy."""
     import numpy as np
-    from jaxlib import xla_client as xc
 
     from kaun_ir.passes import Pipeline
-    from kaun_ir.runtime.xla import backend_name
 
     steps = [(step.name, sorted(step.resolved_options().items())) for step in Pipeline.parse(pipeline).steps]
     digest = hashlib.sha256()
     for part in (
         _FORMAT,
         code_fingerprint(),
-        backend_name(),
+        backend.backend_name(),
         np.__version__,
-        getattr(xc, "_version", ""),
+        backend.jaxlib_version(),
         sys.version,
         platform.machine(),
         sys.byteorder,

@@ -6,10 +6,11 @@ import functools
 from collections.abc import Callable, Sequence
 
 from kaun_ir import tree
-from kaun_ir.runtime import explain, xla
+from kaun_ir.runtime import explain
 from kaun_ir.runtime.compilation import FunctionCache, compile_function
 from kaun_ir.runtime.dispatch import Route
 from kaun_ir.runtime.executable import Executable
+from kaun_ir.runtime.xla import shardings, transfer
 from kaun_ir.surface.tensor import Tensor
 from kaun_ir.surface.trace import is_array_leaf, leaf_type
 
@@ -79,7 +80,7 @@ class Jitted:
                 arrays.append(leaf)
                 key.append((tuple(leaf.shape), leaf.dtype) if hasattr(leaf, "dtype") else leaf_type(leaf))
                 if self.mesh is not None and self.in_shardings is None:  # inputs keep their layout
-                    key.append(xla.spec_on_mesh(leaf, self.mesh))
+                    key.append(shardings.spec_on_mesh(leaf, self.mesh))
             else:
                 # NaN != NaN: key it by name so a static NaN does not retrace on every call
                 key.append(("static", type(leaf), "nan" if leaf != leaf else leaf))
@@ -102,7 +103,7 @@ class Jitted:
         if key is None:  # called inside another trace: trace through (inline)
             return self.f(*args, **kwargs)
         route = self._compiled.get(key) or self._entry(args, kwargs, key)
-        if not kwargs and self.mesh is None and all(type(a) in xla.array_types() for a in args):
+        if not kwargs and self.mesh is None and all(type(a) in transfer.array_types() for a in args):
             self.routes.put(tuple([(type(a), a.shape, a.dtype) for a in args]), route)
         try:
             return route.unflatten(route.run(route.place(arrays)))
@@ -146,11 +147,11 @@ class Jitted:
                 args,
                 kwargs,
             )
-        shardings = None
+        resolve = None
         if self.mesh is not None:
             from kaun_ir.runtime import sharding_args
 
-            def shardings(traced, n_inputs, n_outputs):
+            def resolve(traced, n_inputs, n_outputs):
                 return sharding_args.resolve(self, args, kwargs, traced, n_inputs, n_outputs)
 
         return compile_function(
@@ -161,7 +162,7 @@ class Jitted:
             device=self.device,
             mesh=self.mesh,
             donated_positions=lambda positions: self._donated_inputs(args, positions),
-            shardings=shardings,
+            shardings=resolve,
             cache=self._compiled,
         )
 

@@ -2,7 +2,8 @@
 
 A :class:`Mesh` is an n-dimensional grid of devices with a name per axis; a :class:`Spec` says,
 per array dimension, which mesh axes that dimension is split over. Both are plain values; the
-jaxlib objects built from them (shardings of result arrays) come from the ``xla`` adapter.
+jaxlib objects built from them (shardings of result arrays) come from the jaxlib adapter
+(:mod:`kaun_ir.runtime.xla.shardings`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir.errors import ShapeError
+from kaun_ir.runtime.xla import backend
 
 
 class Spec:
@@ -104,12 +106,10 @@ class Mesh:
             raise ValueError(f"mesh shape {shape} must be positive")
         size = math.prod(shape)
         if devices is None:
-            from kaun_ir.runtime import xla
-
-            available = xla.global_devices()
+            available = backend.global_devices()
             if size > len(available):
                 raise ValueError(
-                    f"mesh {dict(zip(names, shape))} needs {size} devices, but the {xla.backend_name()} "
+                    f"mesh {dict(zip(names, shape))} needs {size} devices, but the {backend.backend_name()} "
                     f"backend has {len(available)}; on the CPU, set XLA_FLAGS="
                     f"--xla_force_host_platform_device_count={size} before the backend starts"
                 )
@@ -183,12 +183,20 @@ def check_graph_mesh(graph, mesh: Mesh) -> None:
 
 # -- the mesh in scope while tracing (``kn.sharding.constrain`` without an explicit mesh) ------
 
-_SCOPE = threading.local()
+
+class _Scope(threading.local):
+    """Each thread's stack of meshes in scope (a thread traces with its own)."""
+
+    def __init__(self):
+        self.stack: list[Mesh] = []
+
+
+_SCOPE = _Scope()
 
 
 def active() -> Mesh | None:
     """The innermost mesh of :func:`use` in this thread, or None."""
-    stack = getattr(_SCOPE, "stack", None)
+    stack = _SCOPE.stack
     return stack[-1] if stack else None
 
 
@@ -198,7 +206,7 @@ def use(mesh: Mesh | None):
     if mesh is None:
         yield None
         return
-    stack = _SCOPE.__dict__.setdefault("stack", [])
+    stack = _SCOPE.stack
     stack.append(mesh)
     try:
         yield mesh

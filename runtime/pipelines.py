@@ -39,9 +39,9 @@ TRAIN_PIPELINE_ENV = "KAUN_IR_TRAIN_PIPELINE"
 def _backend(backend: str | None) -> str:
     if backend is not None:
         return backend
-    from kaun_ir.runtime import xla  # asked only when needed: it may start jax's runtime
+    from kaun_ir.runtime.xla import backend as xla_backend
 
-    return xla.backend_name()
+    return xla_backend.backend_name()  # asked only when needed: it may start jax's runtime
 
 
 def default_jit_pipeline(backend: str | None = None) -> str:

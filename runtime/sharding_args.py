@@ -16,8 +16,8 @@ from __future__ import annotations
 from typing import Any
 
 from kaun_ir import tree
-from kaun_ir.runtime import xla
 from kaun_ir.runtime.mesh import REPLICATED, Spec, _is_jax_spec, as_spec
+from kaun_ir.runtime.xla import shardings, transfer
 from kaun_ir.surface.trace import is_array_leaf
 
 
@@ -86,8 +86,8 @@ def resolve(jitted, args: tuple, kwargs: dict, traced, n_inputs: int, n_outputs:
 
 
 def _own_spec(leaf, mesh) -> Spec:
-    if xla.is_device_array(leaf):
-        spec = xla.spec_on_mesh(leaf, mesh)
+    if transfer.is_device_array(leaf):
+        spec = shardings.spec_on_mesh(leaf, mesh)
         if spec is not None:
             return spec
     return REPLICATED

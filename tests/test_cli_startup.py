@@ -88,10 +88,10 @@ def test_a_command_runs_with_the_whole_framework_loaded():
 # jaxlib loaded through its MLIR bindings before jax, then a PJRT client: the order of an export
 # followed by a compilation, which printed "PjRt-IFRT device count" INFO lines
 _MLIR_THEN_CLIENT = """
-from kaun_ir.runtime import xla
+from kaun_ir.runtime.xla import backend, mlir
 text = "func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> { return %a : tensor<2xf32> }"
-xla.serialize_portable(xla.parse_mlir(text))
-xla.client()
+mlir.serialize_portable(mlir.parse_mlir(text))
+backend.client()
 """
 
 

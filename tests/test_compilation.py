@@ -9,7 +9,8 @@ import pytest
 
 import kaun_ir as kn
 from kaun_ir import optim
-from kaun_ir.runtime import compilation, finite, stages, xla
+from kaun_ir.runtime import compilation, finite, stages
+from kaun_ir.runtime.xla import backend, compiler, transfer
 from kaun_ir.surface import tensor
 
 
@@ -19,8 +20,15 @@ def _refuse(*args, **kwargs):
 
 def test_creating_a_jit_wrapper_starts_nothing(monkeypatch):
     # every way into the runtime's client and devices fails the test if it is taken
-    for name in ("client", "default_device", "devices", "array_types", "_jax", "compile"):
-        monkeypatch.setattr(xla, name, _refuse)
+    for module, name in (
+        (backend, "client"),
+        (backend, "default_device"),
+        (backend, "devices"),
+        (backend, "jax_module"),
+        (transfer, "array_types"),
+        (compiler, "compile"),
+    ):
+        monkeypatch.setattr(module, name, _refuse)
     before = (compilation.stats.compiles, compilation.stats.cache_hits)
     with stages.record() as recording:
         wrappers = [
@@ -37,8 +45,8 @@ def test_a_fresh_process_has_no_client_after_creating_a_wrapper():
     code = (
         "import sys, kaun_ir as kn\n"
         "f = kn.jit(lambda x: x + 1)\n"
-        "from kaun_ir.runtime import xla\n"
-        "print(xla.client.cache_info().currsize, 'jax' in sys.modules)\n"
+        "from kaun_ir.runtime.xla import backend\n"
+        "print(backend.client.cache_info().currsize, 'jax' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0", "False"]

@@ -481,12 +481,12 @@ def test_the_backend_decides_and_the_environment_overrides(monkeypatch):
     assert pipelines.jit_pipeline() == pipelines.DEFAULT_JIT_PIPELINE
     monkeypatch.setenv("KAUN_IR_BACKEND", "cpu")
     # the switch: an explicit pipeline or the environment variable wins (the backend is not asked)
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
     def no_backend():
         raise AssertionError("the backend was asked for")
 
-    monkeypatch.setattr(xla, "backend_name", no_backend)
+    monkeypatch.setattr(backend, "backend_name", no_backend)
     monkeypatch.setenv(pipelines.TRAIN_PIPELINE_ENV, pipelines.DEFAULT_TRAIN_PIPELINE)
     assert pipelines.train_pipeline() == pipelines.DEFAULT_TRAIN_PIPELINE
     assert pipelines.train_pipeline("cse") == "cse"

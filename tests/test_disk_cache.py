@@ -93,9 +93,9 @@ def test_second_process_loads_instead_of_compiling_and_corrupt_entries_are_recom
 def test_key_covers_module_devices_options_and_flags(monkeypatch):
     from jaxlib import xla_client as xc
 
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    devices = xla.devices()[:1]
+    devices = backend.devices()[:1]
     options = xc.CompileOptions().SerializeAsString()
     base = disk_cache.key("module A", devices, options)
     assert base == disk_cache.key("module A", devices, options)
@@ -113,7 +113,10 @@ def test_off_without_the_variable_and_clear(tmp_path, monkeypatch):
     assert disk_cache.directory() is None
     assert disk_cache.clear() == 0
     calls = []
-    assert disk_cache.compile_cached(None, "m", [], None, lambda: calls.append(1) or "exe") == "exe"
+    compiled = disk_cache.compile_cached(
+        "m", [], b"", lambda: calls.append(1) or "exe", save=lambda exe: b"", load=lambda data: "loaded"
+    )
+    assert compiled == "exe"
     assert calls == [1]
 
     monkeypatch.setenv(disk_cache.ENV, str(tmp_path / "c"))

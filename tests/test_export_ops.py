@@ -12,7 +12,7 @@ import kaun_ir as kn
 from kaun_ir import ops
 from kaun_ir.ir.core import Graph, Node, TensorType
 from kaun_ir.ir.interp import interpret
-from kaun_ir.runtime import xla
+from kaun_ir.runtime.xla import backend, compiler, mlir, transfer
 
 
 def _all_samples_graph(opdef, samples) -> Graph:
@@ -45,12 +45,14 @@ def test_op_samples_through_a_portable_artifact(name, tmp_path):
     path = str(tmp_path / f"{name}.mlirbc")
     kn.runtime.export(graph, path)
     with open(path, "rb") as handle:
-        module = xla.deserialize_portable(handle.read())
+        module = mlir.deserialize_portable(handle.read())
     assert b"chlo." not in module  # legalised: portable consumers need not know CHLO
-    device = xla.default_device()
-    loaded = xla.compile(module, device)
-    arrays = [xla.to_device(np.asarray(a), np.asarray(a).dtype, device) for s in samples for a in s.inputs]
-    actual = xla.execute(loaded, arrays)
+    device = backend.default_device()
+    loaded = compiler.compile(module, device)
+    arrays = [
+        transfer.to_device(np.asarray(a), np.asarray(a).dtype, device) for s in samples for a in s.inputs
+    ]
+    actual = compiler.execute(loaded, arrays)
     k = 0
     for index, sample in enumerate(samples):
         expected = interpret(_all_samples_graph(opdef, [sample]), *sample.inputs)

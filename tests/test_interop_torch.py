@@ -47,10 +47,10 @@ def test_torch_tensors_are_accepted_and_results_convert_back():
 
 
 def test_dlpack_shares_cpu_memory():
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import transfer
 
     t = torch.arange(1024, dtype=torch.float32)
-    assert xla.from_dlpack(t).unsafe_buffer_pointer() == t.data_ptr()
+    assert transfer.from_dlpack(t).unsafe_buffer_pointer() == t.data_ptr()
 
 
 # ------------------------------------------------------------------------------ state_dicts

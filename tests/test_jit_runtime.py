@@ -12,7 +12,8 @@ import pytest
 
 import kaun_ir as kn
 from kaun_ir import runtime
-from kaun_ir.runtime import executable, xla
+from kaun_ir.runtime import executable
+from kaun_ir.runtime.xla import backend, compiler, mlir, transfer
 
 F32 = np.float32
 
@@ -212,10 +213,10 @@ def test_export_mlir_text_and_portable_bytecode(tmp_path):
     bc_path = runtime.export(graph, str(tmp_path / "model.mlirbc"))
     data = open(bc_path, "rb").read()
     assert data.startswith(b"ML\xefR")  # MLIR bytecode magic
-    module = xla.deserialize_portable(data)
-    device = xla.default_device()
-    loaded = xla.compile(module, device)
-    (out,) = xla.execute(loaded, [xla.to_device(x, np.dtype(F32), device)])
+    module = mlir.deserialize_portable(data)
+    device = backend.default_device()
+    loaded = compiler.compile(module, device)
+    (out,) = compiler.execute(loaded, [transfer.to_device(x, np.dtype(F32), device)])
     np.testing.assert_allclose(np.asarray(out), expected, rtol=1e-6)
     (direct,) = runtime.compile(graph)(x)
     np.testing.assert_array_equal(np.asarray(out), np.asarray(direct))
@@ -242,7 +243,7 @@ def test_module_that_xla_rejects_raises_compile_error_with_repro(tmp_path, monke
     assert bad != good
     compiles = runtime.stats.compiles
     with pytest.raises(kn.CompileError) as info:
-        executable.compile_mlir(bad, xla.default_device(), "cse,dce")
+        executable.compile_mlir(bad, backend.default_device(), "cse,dce")
     message = str(info.value)
     match = re.search(r"StableHLO written to (\S+\.mlir)$", message)
     assert match, message
@@ -356,11 +357,11 @@ def test_devices_and_backend():
 def test_bogus_backend_is_a_clear_value_error(monkeypatch):
     monkeypatch.setenv("KAUN_IR_BACKEND", "bogus")
     with pytest.raises(ValueError, match=r"KAUN_IR_BACKEND='bogus': expected one of cpu, gpu, tpu"):
-        xla.backend_name()
+        backend.backend_name()
     monkeypatch.setenv("KAUN_IR_BACKEND", " CPU ")
-    assert xla.backend_name() == "cpu"
+    assert backend.backend_name() == "cpu"
     monkeypatch.delenv("KAUN_IR_BACKEND")
-    assert xla.backend_name() in ("cpu", "gpu", "tpu")
+    assert backend.backend_name() in ("cpu", "gpu", "tpu")
 
 
 @pytest.mark.parametrize("fast", [True, False])
@@ -368,11 +369,9 @@ def test_transfer_and_execute_paths_agree(monkeypatch, fast):
     """The runtime's direct jaxlib paths (host->device put, C++ result handlers) and the public
     fallbacks (``jax.device_put``, jaxlib's generic ``execute``) give the same arrays, dtypes
     included: 64-bit, bool, 0-d, empty and non-contiguous inputs."""
-    from kaun_ir.runtime import xla
-
     if not fast:  # a jaxlib without those entry points: the fallbacks must take over
-        monkeypatch.setattr(xla, "_result_handler_factory", lambda: None)
-        monkeypatch.setattr(xla, "_host_put", lambda device: None)
+        monkeypatch.setattr(compiler, "_result_handler_factory", lambda: None)
+        monkeypatch.setattr(transfer, "_host_put", lambda device: None)
     inputs = [
         np.arange(6, dtype=np.float64).reshape(2, 3).T,
         np.array([True, False]),
@@ -386,6 +385,6 @@ def test_transfer_and_execute_paths_agree(monkeypatch, fast):
     for got, expected in zip(out, want):
         assert got.dtype == np.asarray(expected).dtype
         np.testing.assert_array_equal(np.asarray(got), expected)
-    moved = xla.to_device(inputs[0], np.dtype(np.float64), xla.default_device())
+    moved = transfer.to_device(inputs[0], np.dtype(np.float64), backend.default_device())
     np.testing.assert_array_equal(np.asarray(moved), inputs[0])
-    assert (xla._host_put(xla.default_device()) is None) == (not fast)
+    assert (transfer._host_put(backend.default_device()) is None) == (not fast)

@@ -225,7 +225,7 @@ def test_export_mlirbc_runs_like_jit(capsys, tmp_path):
     kn.jit's result on concrete parameters."""
     import kaun_ir as kn
     from kaun_ir import layer, rng, tree
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend, compiler, mlir, transfer
 
     path = tmp_path / "mlp.mlirbc"
     rc, out, err = run_cli(capsys, "export", "kaun_ir.tools.examples:mlp", "-o", str(path), "--list-inputs")
@@ -233,9 +233,9 @@ def test_export_mlirbc_runs_like_jit(capsys, tmp_path):
     assert "%arg4: f32[32,784]" in out
     data = path.read_bytes()
     assert not data.startswith(b"module")  # bytecode, not text
-    module = xla.deserialize_portable(data)
-    device = xla.default_device()
-    loaded = xla.compile(module, device)
+    module = mlir.deserialize_portable(data)
+    device = backend.default_device()
+    loaded = compiler.compile(module, device)
 
     subject = spec.resolve("kaun_ir.tools.examples:mlp")
     with rng.scope(3):
@@ -243,7 +243,7 @@ def test_export_mlirbc_runs_like_jit(capsys, tmp_path):
     x = np.random.default_rng(0).standard_normal((32, 784)).astype(np.float32)
     expected = np.asarray(kn.jit(subject.fn)(v.params, v.state, x))
     leaves = tree.flatten((v.params, v.state, x))[0]
-    got = xla.execute(loaded, [xla.to_device(a, np.dtype(np.float32), device) for a in leaves])
+    got = compiler.execute(loaded, [transfer.to_device(a, np.dtype(np.float32), device) for a in leaves])
     np.testing.assert_allclose(np.asarray(got[0]), expected, rtol=1e-5, atol=1e-5)
 
 

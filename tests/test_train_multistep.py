@@ -8,6 +8,7 @@ import pytest
 import kaun_ir as kn
 from kaun_ir import layer, optim, rng, train, tree
 from kaun_ir.nn import loss
+from kaun_ir.runtime.xla import transfer
 
 
 def _model(dropout: bool = False):
@@ -150,7 +151,7 @@ def test_steps_on_stacked_device_blocks_equals_single_steps():
     losses, st2 = train.steps(
         trainer2,
         st2,
-        kn.runtime.xla.to_device(xs, xs.dtype, kn.runtime.devices()[0]),
+        transfer.to_device(xs, xs.dtype, kn.runtime.devices()[0]),
         lambda logits: loss.cross_entropy_sparse(logits, ys),
     )
     np.testing.assert_array_equal(np.asarray(losses), np.asarray(single, np.float32))

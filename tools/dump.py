@@ -76,9 +76,9 @@ def use_virtual_devices(count: int | None) -> None:
     """Ask XLA's CPU backend for ``count`` devices (only possible before it starts)."""
     if not count:
         return
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    if xla.client.cache_info().currsize:
+    if backend.client.cache_info().currsize:
         raise ValueError("--devices must be given before the XLA backend starts")
     flag = f"--xla_force_host_platform_device_count={int(count)}"
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + flag).strip()

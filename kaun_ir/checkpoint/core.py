@@ -263,7 +263,7 @@ def _as_kind(arr: np.ndarray, kind: str) -> Any:
 
 
 def _load_like(reader: Reader, like: Any) -> Any:
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import transfer
     from kaun_ir.surface.tensor import Tensor
 
     _, rebuild = ptree.flatten(like)
@@ -297,11 +297,11 @@ def _load_like(reader: Reader, like: Any) -> Any:
                 f"checkpoint.load: {name} has shape {arr.shape} in {reader.path} but {shape} in the template"
             )
         dtype = np.dtype(template.dtype)
-        if xla.is_device_array(template) and len(template.devices()) > 1:  # keep its layout
-            out.append(xla.put_sharded(arr, dtype, template.sharding))
-        elif xla.is_device_array(template):
+        if transfer.is_device_array(template) and len(template.devices()) > 1:  # keep its layout
+            out.append(transfer.put_sharded(arr, dtype, template.sharding))
+        elif transfer.is_device_array(template):
             device = next(iter(template.devices()))
-            out.append(xla.to_device(arr, dtype, device))
+            out.append(transfer.to_device(arr, dtype, device))
         elif isinstance(template, np.generic):
             out.append(arr.astype(dtype)[()])
         else:

@@ -62,18 +62,18 @@ def _pieces(array) -> list[tuple[tuple, Any]]:
 def _barrier_token(token: int) -> int:
     """Process 0's ``token``, returned in every process once all processes have reached this
     point (an all-reduce over every device is the barrier)."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend, shardings, transfer
 
-    if xla.process_count() == 1:
+    if backend.process_count() == 1:
         return token
     from kaun_ir.runtime.mesh import Mesh, Spec
 
-    devices = xla.global_devices()
+    devices = backend.global_devices()
     mesh = Mesh((len(devices),), ("all",), devices)
     owners = [d.process_index for d in mesh.device_list]
     values = np.array([token if p == 0 else 0 for p in owners], np.int32)
-    sharding = xla.named_sharding(mesh, Spec("all"))
-    spread = xla.array_from_callback(values.shape, sharding, lambda index: values[index])
+    sharding = shardings.named_sharding(mesh, Spec("all"))
+    spread = transfer.array_from_callback(values.shape, sharding, lambda index: values[index])
     total = _summer(mesh)(spread)
     return int(np.asarray(total.addressable_shards[0].data)) // owners.count(0)
 
@@ -96,10 +96,10 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
     of a distributed run must call it with the same tree structure. Returns ``path``."""
     from safetensors.numpy import save as st_save
 
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend, transfer
 
     path = os.fspath(path).rstrip(os.sep)
-    me, count = xla.process_index(), xla.process_count()
+    me, count = backend.process_index(), backend.process_count()
     token = _barrier_token(int(np.random.default_rng().integers(1, 1 << 20)))
     staging = f"{path}.partial-{token:06x}"
     os.makedirs(staging, exist_ok=True)
@@ -112,7 +112,7 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
             raise TypeError(f"checkpoint.save_sharded: leaf {key!r} is a {type(leaf).__name__}, not an array")
         shape = tuple(int(n) for n in leaf.shape)
         pieces = []
-        if xla.is_device_array(leaf):
+        if transfer.is_device_array(leaf):
             local = {s.device: s for s in leaf.addressable_shards}
             for bounds, device in _pieces(leaf):
                 owner = device.process_index
@@ -195,7 +195,7 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
     written on a mesh of another shape; NumPy / ``kn.ShapeDtype`` leaves give host arrays;
     numbers give numbers. Raises ``ValueError`` naming the key when an array is missing or its
     shape differs."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import transfer
 
     root = os.fspath(path)
     try:
@@ -231,12 +231,12 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
                 f"{tuple(template.shape)} in the template"
             )
         dtype = np.dtype(template.dtype)
-        if xla.is_device_array(template):
+        if transfer.is_device_array(template):
             # the defaults bind this entry's values: a callback must not see a later iteration's
             def piece(idx, key=key, entry=entry, dtype=dtype):
                 return _assemble(files, key, entry, idx).astype(dtype)
 
-            out.append(xla.array_from_callback(shape, template.sharding, piece))
+            out.append(transfer.array_from_callback(shape, template.sharding, piece))
         else:
             whole = tuple(slice(0, n) for n in shape)
             out.append(_assemble(files, key, entry, whole).astype(dtype))

@@ -80,15 +80,15 @@ def constrain(x: Any, spec: Any, mesh: Mesh | None = None) -> Any:
 
 def named_sharding(m: Mesh, spec: Any):
     """JAX's ``NamedSharding`` for ``spec`` on ``m`` (what sharded results carry)."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import shardings
 
-    return xla.named_sharding(m, as_spec(spec))
+    return shardings.named_sharding(m, as_spec(spec))
 
 
 def put(x: Any, m: Mesh, spec: Any = None) -> Any:
     """``x`` (a NumPy/jax array, or a tree of them) as global ``jax.Array``s laid out as ``spec`` on
     ``m`` (default: replicated). Host data must hold the same global value in every process."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import shardings, transfer
 
     spec = as_spec(spec)
 
@@ -98,7 +98,7 @@ def put(x: Any, m: Mesh, spec: Any = None) -> Any:
         dtype = np.dtype(getattr(leaf, "dtype", None) or np.asarray(leaf).dtype)
         shape = tuple(getattr(leaf, "shape", None) or np.shape(leaf))
         m.check(shape, spec, f"kn.sharding.put of {dtype}{list(shape)}")
-        return xla.put_sharded(leaf, dtype, xla.named_sharding(m, spec))
+        return transfer.put_sharded(leaf, dtype, shardings.named_sharding(m, spec))
 
     if isinstance(x, Tensor):
         return constrain(x, spec, m)
@@ -111,18 +111,18 @@ def put_local(x: Any, m: Mesh, spec: Any = "data") -> Any:
     holds the rows of dimension 0 that this process loaded (``kn.data.shard``), and the result
     is the concatenation over processes, in process order, laid out as ``spec`` (default: split
     over ``"data"``). In a single process this is :func:`put`."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend, shardings, transfer
 
     spec = as_spec(spec)
-    if xla.process_count() == 1:
+    if backend.process_count() == 1:
         return put(x, m, spec)
-    sharding = xla.named_sharding(m, spec)
+    sharding = shardings.named_sharding(m, spec)
 
     def one(leaf):
         import numpy as np
 
         host = np.asarray(leaf)
-        return xla.from_process_local(host, host.dtype, sharding)
+        return transfer.from_process_local(host, host.dtype, sharding)
 
     leaves, treedef = tree.flatten(x)
     return tree.unflatten(treedef, [one(leaf) for leaf in leaves])
@@ -130,6 +130,6 @@ def put_local(x: Any, m: Mesh, spec: Any = "data") -> Any:
 
 def spec_of(x: Any, m: Mesh) -> Spec | None:
     """The partition spec of a ``jax.Array`` laid out on ``m``, or None if it is laid out otherwise."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import shardings
 
-    return xla.spec_on_mesh(x, m)
+    return shardings.spec_on_mesh(x, m)

@@ -210,7 +210,7 @@ def check_training_layout(mesh: Any, data_axis: str, policy: Any) -> None:
 def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state: Any) -> tuple:
     """``(params, opt_state)`` as global arrays laid out by ``policy`` on ``mesh``."""
     from kaun_ir import tree
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import shardings, transfer
 
     pspecs = param_specs(params, mesh, policy, data_axis)
     ospecs = _opt_specs(opt_state, params, pspecs)
@@ -223,7 +223,7 @@ def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state:
             import numpy as np
 
             dtype = np.dtype(getattr(leaf, "dtype", None) or np.asarray(leaf).dtype)
-            out.append(xla.put_sharded(leaf, dtype, xla.named_sharding(mesh, spec)))
+            out.append(transfer.put_sharded(leaf, dtype, shardings.named_sharding(mesh, spec)))
         return tree.unflatten(treedef, out)
 
     count, trees = opt_state

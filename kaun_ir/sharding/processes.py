@@ -37,9 +37,9 @@ def initialize(
         raise ValueError(f"num_processes must be >= 1, got {num_processes}")
     if not 0 <= int(process_id) < int(num_processes):
         raise ValueError(f"process_id {process_id} is not in [0, {num_processes})")
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    xla.initialize_distributed(
+    backend.initialize_distributed(
         coordinator_address,
         int(num_processes),
         int(process_id),
@@ -50,34 +50,34 @@ def initialize(
 
 def shutdown() -> None:
     """Leave the run (the coordination service stops when process 0 leaves)."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    xla.shutdown_distributed()
+    backend.shutdown_distributed()
 
 
 def is_initialized() -> bool:
     """Whether :func:`initialize` has run in this process."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    return xla.distributed_initialized()
+    return backend.distributed_initialized()
 
 
 def process_index() -> int:
     """This process's index (0 when not distributed)."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    return xla.process_index()
+    return backend.process_index()
 
 
 def process_count() -> int:
     """The number of processes in the run (1 when not distributed)."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    return xla.process_count()
+    return backend.process_count()
 
 
 def local_devices() -> list:
     """The devices this process drives (``kn.runtime.devices()`` lists those of every process)."""
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    return xla.local_devices()
+    return backend.local_devices()

@@ -180,9 +180,9 @@ def global_batch(trainer: Trainer, x: Any, arrays: tuple, block: bool = False) -
     they are otherwise."""
     if trainer.mesh is None:
         return x, arrays
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend
 
-    if xla.process_count() == 1:
+    if backend.process_count() == 1:
         return x, arrays
     from kaun_ir.sharding.placement import Spec, put_local
 

@@ -26,7 +26,7 @@ from kaun_ir.errors import KaunError, StableHLOImportError
 from kaun_ir.ir.builder import Builder, infer_or_raise
 from kaun_ir.ir.core import Graph, Node, TensorType, Value
 from kaun_ir.ops import TABLE
-from kaun_ir.runtime import xla
+from kaun_ir.runtime.xla import mlir
 
 _MLIR_DTYPES = {
     "f16": dtypes.float16,
@@ -62,9 +62,9 @@ def from_stablehlo(module: str | bytes, name: str | None = None) -> Graph:
         data = module
     else:
         raise TypeError(f"from_stablehlo takes MLIR text or bytes, got {type(module).__name__}")
-    with xla.open_module(data) as parsed:
+    with mlir.open_module(data) as parsed:
         if any(op_name.startswith("chlo.") and op_name not in _NATIVE_CHLO for op_name in _op_names(parsed)):
-            xla.legalize_chlo(parsed)
+            mlir.legalize_chlo(parsed)
         return _Importer(parsed).run(name)
 
 
@@ -84,18 +84,10 @@ def _op_names(module) -> set[str]:
 
 def tensor_type(mlir_type) -> TensorType:
     """kaun_ir's type of a ranked, static MLIR tensor type (ValueError otherwise)."""
-    from jaxlib.mlir import ir
-
-    try:
-        ranked = ir.RankedTensorType(mlir_type)
-    except (ValueError, TypeError):
-        raise ValueError(f"type {mlir_type} is not a ranked tensor") from None
-    if not ranked.has_static_shape:
-        raise ValueError(f"type {mlir_type} has a dynamic shape")
-    element = str(ranked.element_type)
+    element, shape = mlir.ranked_tensor(mlir_type)
     if element not in _MLIR_DTYPES:
         raise ValueError(f"element type {element} is not supported")
-    return TensorType(_MLIR_DTYPES[element], tuple(ranked.shape))
+    return TensorType(_MLIR_DTYPES[element], shape)
 
 
 def location_name(location) -> str:

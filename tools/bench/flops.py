@@ -54,13 +54,13 @@ def matmul_rates(n: int = MATMUL_N, torch: bool = True) -> dict:
     """GFLOP/s of an ``n x n`` float32 matmul: ``xla`` (XLA's dot through kaun_ir's runtime) and
     ``torch`` (``torch.mm``, None when not run); medians of MATMUL_CALLS blocking calls."""
     from kaun_ir import jit
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend, transfer
 
     r = np.random.default_rng(0)
     a, b = (r.standard_normal((n, n)).astype(np.float32) for _ in range(2))
     flops = 2.0 * n**3
-    device = xla.default_device()
-    da, db = xla.to_device(a, a.dtype, device), xla.to_device(b, b.dtype, device)
+    device = backend.default_device()
+    da, db = transfer.to_device(a, a.dtype, device), transfer.to_device(b, b.dtype, device)
     matmul = jit(lambda u, v: u @ v)
     out: dict[str, Any] = {"n": n, "flops": flops}
     out["xla"] = flops / _median_seconds(lambda: matmul(da, db), lambda v: v.block_until_ready()) / 1e9

@@ -91,10 +91,10 @@ class JaxRunner:
     def memory_analysis(self) -> dict | None:
         x, y = self.batches[0]
         try:  # lowers and compiles the step once more (jit's own executable is not exposed)
-            from kaun_ir.runtime import xla
+            from kaun_ir.runtime.xla import compiler
 
             compiled = self.jax_step.lower(self.params, self.opt_state, x, y).compile()
-            return xla.memory_stats_dict(compiled.memory_analysis())
+            return compiler.memory_stats_dict(compiled.memory_analysis())
         except Exception:
             return None
 

@@ -97,13 +97,13 @@ def _kaun_trainer(setup: Setup, variant: str | None = None):
 def _kaun_state(trainer, setup: Setup):
     """A training state holding ``setup.params`` on the device."""
     from kaun_ir import layer, train, tree
-    from kaun_ir.runtime import xla
+    from kaun_ir.runtime.xla import backend, transfer
 
-    device = xla.default_device()
+    device = backend.default_device()
 
     def on_device(t):
         leaves, treedef = tree.flatten(t)
-        return tree.unflatten(treedef, [xla.to_device(np.array(a), a.dtype, device) for a in leaves])
+        return tree.unflatten(treedef, [transfer.to_device(np.array(a), a.dtype, device) for a in leaves])
 
     fresh = layer.with_state(
         layer.with_params(setup.fresh, on_device(setup.params)), on_device(setup.layer_state)
@@ -120,15 +120,16 @@ class KaunRunner:
 
     def __init__(self, setup: Setup, variant: str | None = None):
         from kaun_ir import train
-        from kaun_ir.runtime import xla
+        from kaun_ir.runtime.xla import backend, transfer
 
         if variant is not None:
             self.name = variant_name(variant)
         self.trainer = _kaun_trainer(setup, variant)
         self.state = _kaun_state(self.trainer, setup)
-        device = xla.default_device()
+        device = backend.default_device()
         self.batches = [
-            (xla.to_device(x, x.dtype, device), xla.to_device(y, y.dtype, device)) for x, y in setup.batches
+            (transfer.to_device(x, x.dtype, device), transfer.to_device(y, y.dtype, device))
+            for x, y in setup.batches
         ]
         self.count = 0
         self._step = train.step
@@ -175,7 +176,7 @@ class KaunBlockRunner:
 
     def __init__(self, setup: Setup, steps_per_call: int):
         from kaun_ir import train
-        from kaun_ir.runtime import xla
+        from kaun_ir.runtime.xla import backend, transfer
 
         self._train = train
 
@@ -183,13 +184,16 @@ class KaunBlockRunner:
         self.name = block_name(k)
         self.trainer = _kaun_trainer(setup)
         self.state = _kaun_state(self.trainer, setup)
-        device = xla.default_device()
+        device = backend.default_device()
         # block c starts at batch (c * k) % NUM_BATCHES; only distinct starts are stored
         self.blocks = {}
         for start in sorted({(c * k) % NUM_BATCHES for c in range(NUM_BATCHES)}):
             picked = [setup.batches[(start + j) % NUM_BATCHES] for j in range(k)]
             xs, ys = (np.stack(column) for column in zip(*picked))
-            self.blocks[start] = (xla.to_device(xs, xs.dtype, device), xla.to_device(ys, ys.dtype, device))
+            self.blocks[start] = (
+                transfer.to_device(xs, xs.dtype, device),
+                transfer.to_device(ys, ys.dtype, device),
+            )
         self.count = 0
 
     def call(self):

@@ -1,0 +1,57 @@
+"""Importing StableHLO's control flow: ``while`` loops, whose regions become the op's region
+graphs. Values a loop's regions use from outside become extra loop-carried values."""
+
+from __future__ import annotations
+
+from kaun_ir.ir.builder import Builder
+from kaun_ir.runtime.interop.stablehlo_attrs import region_block
+
+
+def _free_values(op) -> list:
+    """MLIR values used inside ``op``'s regions but defined outside them, in first-use order."""
+    defined, free = set(), {}
+
+    def walk(operation):
+        for region in operation.regions:
+            for block in region.blocks:
+                defined.update(block.arguments)
+                for inner in block.operations:
+                    inner = inner.operation
+                    for v in inner.operands:
+                        if v not in defined:
+                            free.setdefault(v, None)
+                    walk(inner)
+                    defined.update(inner.results)
+
+    walk(op)
+    return [v for v in free if v not in defined]
+
+
+def while_loop(imp, op, xs, env):
+    """``stablehlo.while``: the op table's ``while`` with a cond and a body region graph."""
+    # Values captured from outside become extra loop-carried values that the body passes on.
+    captured = _free_values(op)
+    extra = [imp.lookup(env, v, op) for v in captured]
+    carried = list(xs) + extra
+    types = [v.type for v in carried]
+    cond = _with_captures(imp, op, 0, types, len(xs), captured, "cond")
+    body = _with_captures(imp, op, 1, types, len(xs), captured, "body")
+    outs = imp.add("while", *carried, regions=(cond, body))
+    return list(outs[: len(xs)])
+
+
+def _with_captures(imp, op, index, types, n, captured, name):
+    """A region graph whose first ``n`` arguments are the block's and the rest the captures."""
+    block = region_block(op, index)
+    saved = imp.builder
+    builder = Builder(record_source=False)
+    imp.builder = builder
+    try:
+        args = [builder.add_input(t) for t in types]
+        outer = dict(zip(captured, args[n:]))
+        outputs = imp.block(block, args[:n], outer)
+    finally:
+        imp.builder = saved
+    if index == 1:
+        outputs = list(outputs) + args[n:]
+    return builder.finish(outputs, name=name)

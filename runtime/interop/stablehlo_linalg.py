@@ -1,0 +1,67 @@
+"""Importing StableHLO's contractions: ``dot_general``, ``dot`` and ``convolution``, whose
+dimension numbers become the op table's attributes."""
+
+from __future__ import annotations
+
+from kaun_ir.runtime.interop.stablehlo_attrs import integer, ints, pairs, result_type
+from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError
+from kaun_ir.runtime.xla import mlir
+
+
+def dot_general(imp, op, xs, env):
+    """``stablehlo.dot_general``: the same op, a result dtype other than the operands' kept as
+    ``preferred_dtype``."""
+    dims = mlir.dimension_numbers("dot", op.attributes["dot_dimension_numbers"])
+    out = result_type(op).dtype
+    return imp.add(
+        "dot_general",
+        *xs,
+        lhs_batch=tuple(dims.lhs_batching_dimensions),
+        rhs_batch=tuple(dims.rhs_batching_dimensions),
+        lhs_contracting=tuple(dims.lhs_contracting_dimensions),
+        rhs_contracting=tuple(dims.rhs_contracting_dimensions),
+        preferred_dtype=None if out == xs[0].dtype else out,
+    )
+
+
+def dot(imp, op, xs, env):
+    """``stablehlo.dot``: a ``dot_general`` contracting the last axis of the left operand with
+    the first of the right."""
+    lhs, rhs = xs
+    out = result_type(op).dtype
+    return imp.add(
+        "dot_general",
+        lhs,
+        rhs,
+        lhs_batch=(),
+        rhs_batch=(),
+        lhs_contracting=(lhs.type.ndim - 1,),
+        rhs_contracting=(0,),
+        preferred_dtype=None if out == lhs.dtype else out,
+    )
+
+
+def convolution(imp, op, xs, env):
+    """``stablehlo.convolution`` (without window reversal), its dimension numbers as layout specs."""
+    if "window_reversal" in op.attributes and any(bool(v) for v in op.attributes["window_reversal"]):
+        raise StableHLOImportError("convolution with window_reversal is not supported")
+    d = mlir.dimension_numbers("conv", op.attributes["dimension_numbers"])
+    spatial = len(d.input_spatial_dimensions)
+    ones = (1,) * spatial
+    return imp.add(
+        "convolution",
+        *xs,
+        window_strides=ints(op, "window_strides", ones),
+        padding=pairs(op, "padding", spatial),
+        lhs_dilation=ints(op, "lhs_dilation", ones),
+        rhs_dilation=ints(op, "rhs_dilation", ones),
+        lhs_spec=(d.input_batch_dimension, d.input_feature_dimension, *d.input_spatial_dimensions),
+        rhs_spec=(
+            d.kernel_output_feature_dimension,
+            d.kernel_input_feature_dimension,
+            *d.kernel_spatial_dimensions,
+        ),
+        out_spec=(d.output_batch_dimension, d.output_feature_dimension, *d.output_spatial_dimensions),
+        feature_group_count=integer(op, "feature_group_count", 1),
+        batch_group_count=integer(op, "batch_group_count", 1),
+    )

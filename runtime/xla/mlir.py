@@ -1,0 +1,191 @@
+"""jaxlib's MLIR bindings: contexts with the dialects kaun_ir reads and writes, parsing and
+verifying StableHLO, portable (versioned) artifacts, and the attribute and type readers the
+StableHLO importer (:mod:`kaun_ir.runtime.interop.stablehlo_import`) walks a module with."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+
+
+@contextlib.contextmanager
+def mlir_context():
+    """An MLIR context with the func, StableHLO, CHLO and Shardy dialects loaded."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import chlo, stablehlo
+
+    registry = ir.DialectRegistry()
+    try:
+        from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+
+        _jax_mlir_ext.register_dialects(registry)
+    except ImportError:  # older jaxlib layouts
+        pass
+    with ir.Context() as ctx:
+        ctx.append_dialect_registry(registry)
+        ctx.load_all_available_dialects()
+        stablehlo.register_dialect(ctx)
+        chlo.register_dialect(ctx)
+        _register_optional_dialects(ctx)
+        yield ctx
+
+
+def _register_optional_dialects(ctx) -> None:
+    """Shardy (``sdy``) and MHLO, which modules written by JAX mention; absent from some jaxlibs."""
+    try:
+        from jaxlib.mlir.dialects import sdy
+
+        sdy.register_dialect(ctx)
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from jaxlib.mlir.dialects import mhlo
+
+        mhlo.register_mhlo_dialect(ctx)
+    except (ImportError, AttributeError):
+        pass
+
+
+@contextlib.contextmanager
+def open_module(data: str | bytes):
+    """Parse a StableHLO module — text, MLIR bytecode or a portable (versioned) artifact — and
+    yield the ``ir.Module`` while its context is live. Raises ``ValueError`` with MLIR's diagnostic."""
+    from jaxlib.mlir import ir
+    from jaxlib.mlir.dialects import stablehlo
+
+    with mlir_context() as ctx, ir.Location.unknown():
+        module = None
+        if isinstance(data, (bytes, bytearray)):
+            try:
+                module = stablehlo.deserialize_portable_artifact(ctx, bytes(data))
+            except Exception:  # not a portable artifact: plain MLIR bytecode or text
+                module = None
+        if module is None:
+            try:
+                module = ir.Module.parse(data)
+            except Exception as err:  # MLIRError: diagnostics in the message
+                raise ValueError(f"StableHLO does not parse: {err}") from None
+        yield module
+
+
+def legalize_chlo(module) -> None:
+    """Rewrite every CHLO op of ``module`` (in place) into StableHLO ops."""
+    from jaxlib.mlir import passmanager
+
+    _register_stablehlo_passes()
+    pm = passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))")
+    pm.run(module.operation)
+
+
+@functools.cache
+def _register_stablehlo_passes() -> None:
+    from jaxlib.mlir._mlir_libs import _stablehlo
+
+    _stablehlo.register_stablehlo_passes()
+
+
+def parse_mlir(text: str) -> str:
+    """Parse and verify StableHLO text with jaxlib's MLIR bindings; returns the pretty form.
+
+    Raises ``ValueError`` with MLIR's diagnostic if the text does not parse or verify.
+    """
+    from jaxlib.mlir import ir
+
+    with mlir_context():
+        try:
+            module = ir.Module.parse(text)
+        except Exception as err:  # MLIRError: diagnostics in the message
+            raise ValueError(f"StableHLO does not parse: {err}") from None
+        if not module.operation.verify():
+            raise ValueError("StableHLO does not verify")
+        return str(module)
+
+
+# ----------------------------------------------------------------------- portable artifacts
+
+
+def serialize_portable(text: str) -> bytes:
+    """A portable StableHLO artifact (versioned bytecode) of the module, for other consumers.
+
+    CHLO ops (``chlo.erf``) have no portable form, so they are first rewritten into StableHLO.
+    The artifact targets the oldest StableHLO version that can express the module (the minimum
+    version the installed jaxlib supports, else its current one); sharding annotations (Shardy
+    ``sdy`` ops) are kept as non-StableHLO ops, as ``jax.export`` does. Raises ``ValueError``
+    naming every attempt when none succeeds.
+    """
+    from jaxlib.mlir.dialects import stablehlo
+
+    with open_module(text) as module:
+        legalize_chlo(module)
+        errors = []
+        targets = dict.fromkeys([stablehlo.get_minimum_version(), stablehlo.get_current_version()])
+        # pure StableHLO first; sharding annotations (Shardy ops) only travel with other dialects allowed
+        for other_dialects in (True,) if "sdy." in text else (False, True):
+            for target in targets:
+                try:
+                    # the module object itself: locations (layer paths) stay, no text round trip
+                    return stablehlo.serialize_portable_artifact(module, target, other_dialects)
+                except Exception as err:
+                    errors.append(
+                        f"version {target}{' with other dialects' if other_dialects else ''}: {err}"
+                    )
+        raise ValueError(
+            "the module cannot be written as a portable StableHLO artifact: " + "; ".join(errors)
+        )
+
+
+def deserialize_portable(data: bytes) -> bytes:
+    """The module in a portable artifact, as MLIR bytecode that ``compiler.compile`` accepts."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    with mlir_context() as ctx:  # the context knows Shardy, which artifacts with shardings hold
+        module = stablehlo.deserialize_portable_artifact(ctx, bytes(data))
+        out = io.BytesIO()
+        module.operation.write_bytecode(out)
+        return out.getvalue()
+
+
+# ----------------------------------------------------------------------- reading a parsed module
+
+
+def ranked_tensor(mlir_type) -> tuple[str, tuple[int, ...]]:
+    """``(element type, shape)`` of a ranked, static MLIR tensor type, e.g. ``("f32", (2, 3))``;
+    ``ValueError`` for any other type."""
+    from jaxlib.mlir import ir
+
+    try:
+        ranked = ir.RankedTensorType(mlir_type)
+    except (ValueError, TypeError):
+        raise ValueError(f"type {mlir_type} is not a ranked tensor") from None
+    if not ranked.has_static_shape:
+        raise ValueError(f"type {mlir_type} has a dynamic shape")
+    return str(ranked.element_type), tuple(ranked.shape)
+
+
+def integer_value(attr) -> int:
+    """The value of an MLIR integer attribute."""
+    from jaxlib.mlir import ir
+
+    return int(ir.IntegerAttr(attr).value)
+
+
+def bool_value(attr) -> bool:
+    """The value of an MLIR boolean attribute."""
+    from jaxlib.mlir import ir
+
+    return bool(ir.BoolAttr(attr).value)
+
+
+def dimension_numbers(kind: str, attr):
+    """The StableHLO dimension numbers ``attr`` holds, read as the bindings' record of ``kind``
+    (``"dot"``, ``"conv"``, ``"gather"`` or ``"scatter"``), whose fields are lists of ints."""
+    from jaxlib.mlir.dialects import stablehlo
+
+    records = {
+        "dot": stablehlo.DotDimensionNumbers,
+        "conv": stablehlo.ConvDimensionNumbers,
+        "gather": stablehlo.GatherDimensionNumbers,
+        "scatter": stablehlo.ScatterDimensionNumbers,
+    }
+    return records[kind](attr)

@@ -1,0 +1,121 @@
+"""jax's sharding objects for kaun_ir's meshes and partition specs, and the reverse: the spec of
+an array laid out over a mesh, and the specs XLA chose for a partitioned executable's results."""
+
+from __future__ import annotations
+
+import itertools
+import weakref
+from collections.abc import Iterator, Sequence
+
+import numpy as np
+
+from kaun_ir.runtime.mesh import REPLICATED, Mesh, Spec
+
+# jax's Mesh of each kaun_ir Mesh, built once: a NamedSharding is made per result of every
+# partitioned executable and per argument placed on a mesh. Keyed weakly, so a mesh that is no
+# longer used takes its jax Mesh with it; equal meshes (the same devices, axes and order) may
+# share one, which is the same value.
+_JAX_MESHES: weakref.WeakKeyDictionary[Mesh, object] = weakref.WeakKeyDictionary()
+
+
+def single_device_sharding(device):
+    """jax's sharding of an array held whole by ``device``."""
+    from jax.sharding import SingleDeviceSharding
+
+    return SingleDeviceSharding(device)
+
+
+def _jax_mesh(mesh: Mesh):
+    """jax's ``Mesh`` of the same devices and axis names as ``mesh`` (cached per mesh)."""
+    jax_mesh = _JAX_MESHES.get(mesh)
+    if jax_mesh is None:
+        from jax.sharding import Mesh as JaxMesh
+
+        jax_mesh = JaxMesh(mesh.devices, mesh.axis_names)
+        _JAX_MESHES[mesh] = jax_mesh
+    return jax_mesh
+
+
+def named_sharding(mesh: Mesh, spec: Spec):
+    """jax's ``NamedSharding`` of a kaun_ir ``Mesh`` and ``Spec`` (the container of results)."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    entries = [None if not d else d[0] if len(d) == 1 else d for d in spec.dims]
+    return NamedSharding(_jax_mesh(mesh), PartitionSpec(*entries))
+
+
+def spec_on_mesh(array, mesh: Mesh) -> Spec | None:
+    """The partition spec of a ``jax.Array`` laid out over ``mesh`` (same devices in the same
+    order and the same axis names), or None when it lives elsewhere or is laid out otherwise."""
+    from jax.sharding import NamedSharding
+
+    sharding = getattr(array, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return None
+    if tuple(sharding.mesh.axis_names) != mesh.axis_names or sharding.mesh.devices.shape != mesh.shape:
+        return None
+    if any(a is not b for a, b in zip(sharding.mesh.devices.flat, mesh.devices.flat)):
+        return None
+    return Spec(*list(sharding.spec))
+
+
+# ----------------------------------------------------------------------- specs XLA chose
+
+
+def output_specs(executable, mesh: Mesh, ranks: Sequence[int]) -> list:
+    """The spec XLA chose for each output of a partitioned executable, as a ``Spec`` on
+    ``mesh``; None for an output whose layout no spec on ``mesh`` describes."""
+    from jaxlib import xla_client as xc
+
+    protos = executable.get_output_shardings()
+    if protos is None:  # XLA keeps none for a one-device program: everything is whole there
+        return [REPLICATED if mesh.size == 1 else None for _ in ranks]
+    chosen = [xc.HloSharding.from_proto(p) for p in protos]
+    specs = []
+    for hlo, rank in zip(chosen, ranks):
+        found = None
+        if hlo.is_replicated():
+            found = REPLICATED
+        else:
+            for spec in _candidate_specs(mesh, rank):
+                if _hlo_sharding_of(mesh, spec, rank) == hlo:
+                    found = spec
+                    break
+        specs.append(found)
+    return specs
+
+
+def _hlo_sharding_of(mesh: Mesh, spec: Spec, rank: int):
+    """The ``HloSharding`` that ``spec`` on ``mesh`` means, with device positions in mesh order."""
+    from jaxlib import xla_client as xc
+
+    names = list(mesh.axis_names)
+    dims = spec.padded(rank)
+    used = [names.index(a) for axes in dims for a in axes]
+    if not used:
+        return xc.HloSharding.replicate()
+    rest = [i for i in range(len(names)) if i not in used]
+    sizes = dict(mesh.axes)
+    tile = [int(np.prod([sizes[a] for a in axes])) for axes in dims]
+    replicas = int(np.prod([mesh.shape[i] for i in rest]))
+    order = np.arange(mesh.size).reshape(mesh.shape).transpose(used + rest).reshape(-1)
+    proto = xc.OpSharding()
+    proto.type = xc.OpSharding.Type.OTHER
+    proto.tile_assignment_dimensions = tile + ([replicas] if replicas > 1 else [])
+    proto.replicate_on_last_tile_dim = replicas > 1
+    proto.tile_assignment_devices = [int(i) for i in order]
+    return xc.HloSharding.from_proto(proto)
+
+
+def _candidate_specs(mesh: Mesh, rank: int) -> Iterator[Spec]:
+    """Every spec of a rank-``rank`` array on ``mesh`` (each axis on one dimension or none, the
+    axes of one dimension in every order), simplest first."""
+    names = mesh.axis_names
+    seen = set()
+    for placement in itertools.product(range(rank + 1), repeat=len(names)):
+        groups = [[n for n, p in zip(names, placement) if p == d] for d in range(rank)]
+        for orders in itertools.product(*[list(itertools.permutations(g)) for g in groups]):
+            spec = Spec(*[tuple(o) if o else None for o in orders])
+            if spec not in seen:
+                seen.add(spec)
+                yield spec
