@@ -41,16 +41,40 @@ def scope(name: str):
         _STATE.path.pop()
 
 
+class _Unset:
+    """The default of :func:`location`'s arguments: keep what the enclosing code records."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
 @contextlib.contextmanager
-def source_scope(source: str):
-    """Nodes created inside record ``source`` as their source line (reverse mode uses it so that
-    backward nodes name the forward op and user line they differentiate)."""
-    saved = _STATE.source
-    _STATE.source = source
+def location(path: str | None = UNSET, source: str | None = UNSET):
+    """Nodes created inside record exactly this layer path and source line.
+
+    ``path`` replaces the path of the enclosing scopes (``kn.ir.scope`` inside still nests
+    under it); ``source`` replaces the user's ``file:line`` that nodes would record. An argument
+    left out keeps what the enclosing code records. Transformations use it to build a node's
+    replacement where the node was built (see :func:`at`).
+    """
+    saved_path, saved_source = _STATE.path, _STATE.source
+    if path is not UNSET:
+        _STATE.path = [path] if path else []
+    if source is not UNSET:
+        _STATE.source = source
     try:
         yield
     finally:
-        _STATE.source = saved
+        _STATE.path, _STATE.source = saved_path, saved_source
+
+
+def at(node: Node):
+    """``with at(node):`` nodes created inside record ``node``'s layer path and source line, so
+    what a pass or transformation builds in place of ``node`` reads as part of the same layer."""
+    return location(path=node.path, source=node.source)
 
 
 def current_path() -> str:
@@ -61,6 +85,12 @@ def current_path() -> str:
 def current_builder() -> Builder | None:
     """The builder of the innermost active trace, or None outside tracing."""
     return _STATE.builders[-1] if _STATE.builders else None
+
+
+def is_active(builder: Builder) -> bool:
+    """Whether ``builder`` belongs to a trace still running on this thread (the innermost or an
+    enclosing one): its values may still be captured by an inner trace."""
+    return any(active is builder for active in _STATE.builders)
 
 
 def _user_source() -> str:
@@ -100,6 +130,7 @@ class Builder:
         # Tensors of enclosing traces used inside this one become extra inputs ("captures").
         self.captures: list = []
         self._captured: dict[int, Value] = {}
+        self._counts: dict[str, int] = {}
 
     def __enter__(self) -> Builder:
         _STATE.builders.append(self)
@@ -123,6 +154,18 @@ class Builder:
             self._captured[id(outer.value)] = value
             self.captures.append(outer)
         return value
+
+    def next_count(self, kind: str) -> int:
+        """0, 1, 2 ... on successive calls with the same ``kind``: numbers things made during
+        this trace (``kn.remat`` numbers its segments with it)."""
+        count = self._counts.get(kind, 0)
+        self._counts[kind] = count + 1
+        return count
+
+    def append(self, node: Node) -> tuple[Value, ...]:
+        """Append a node built elsewhere (a copy, already type-checked); returns its outputs."""
+        self.nodes.append(node)
+        return node.outputs
 
     def add(
         self, opdef, inputs: Sequence[Value], attrs: dict[str, Any], regions: Sequence[Graph] = ()

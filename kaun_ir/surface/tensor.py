@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
-from kaun_ir.ir.builder import _STATE, Builder, current_builder
+from kaun_ir.ir.builder import Builder, current_builder, is_active
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops import TABLE
 from kaun_ir.ops import get as get_op
@@ -359,7 +359,7 @@ def to_value(builder: Builder, x: Any) -> Value:
     if isinstance(x, Tensor):
         if x.builder is builder:
             return x.value
-        if x.builder in _STATE.builders:
+        if is_active(x.builder):
             return builder.capture(x)
         raise TracerError(
             f"a {x.type} tensor from a trace that has already finished was used; tensors must not "

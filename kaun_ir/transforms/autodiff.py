@@ -17,7 +17,7 @@ import numpy as np
 
 from kaun_ir import dtypes, tree
 from kaun_ir.errors import GradientError
-from kaun_ir.ir.builder import _STATE, Builder, current_builder, source_scope
+from kaun_ir.ir.builder import Builder, at, current_builder, location
 from kaun_ir.ir.clone import copy_nodes
 from kaun_ir.ir.core import Graph, Node, TensorType, Value
 from kaun_ir.ops import TABLE
@@ -54,20 +54,6 @@ def parse_backward_source(source: str) -> tuple[str, str | None]:
         where, op = source[:-1].rsplit(marker, 1)
         return ("" if where == "?" else where), op
     return source, None
-
-
-class _PathScope:
-    """Temporarily set the layer path (backward nodes record the path of their forward node)."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __enter__(self):
-        self.saved = _STATE.path
-        _STATE.path = [self.path] if self.path else []
-
-    def __exit__(self, *exc):
-        _STATE.path = self.saved
 
 
 def gradient_graph(
@@ -130,7 +116,7 @@ def gradient_graph(
             if seed_inputs:
                 seed = Tensor(builder.add_input(out.type), builder)
             else:
-                with source_scope(SEED_SOURCE):
+                with location(source=SEED_SOURCE):
                     seed = apply("constant", value=np.ones((), out.type.dtype))
             _accumulate(cotangents, out, seed)
         for node in reversed(graph.nodes):
@@ -143,7 +129,7 @@ def gradient_graph(
                     # a sum of cotangents belongs to the layer that produced the value (a
                     # parameter's: to the layer that reads it)
                     producer = value.node if value.node is not None else node
-                    with _PathScope(producer.path), source_scope(backward_source(producer)):
+                    with location(path=producer.path, source=backward_source(producer)):
                         _accumulate(cotangents, value, ct)
         grads = []
         for i in wrt:
@@ -180,7 +166,7 @@ def _copy_forward(
                 env[id(old)] = fresh
             continue
         inputs = [Tensor(env[id(v)], builder) for v in node.inputs]
-        with _PathScope(node.path), source_scope(node.source):
+        with at(node):
             outs, saved = opdef.vjp_forward(*inputs, wrt=wrt, regions=node.regions, **node.attr_dict)
         for old, fresh in zip(node.outputs, outs):
             if fresh.type != old.type:
@@ -212,7 +198,7 @@ def _apply_vjp(node, cts, env, builder, saved=None) -> list:
         extra["regions"] = node.regions
     if opdef.vjp_forward is not None:
         extra["residuals"] = saved
-    with _PathScope(node.path), source_scope(backward_source(node)):
+    with location(path=node.path, source=backward_source(node)):
         if len(node.outputs) == 1:
             ct = cts[0]
             result = opdef.vjp(ct, outputs[0], *inputs, **node.attr_dict, **extra)

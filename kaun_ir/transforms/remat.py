@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaun_ir import dtypes
-from kaun_ir.ir.builder import Builder, current_builder, scope, source_scope
+from kaun_ir.ir.builder import Builder, current_builder, location, scope
 from kaun_ir.ir.core import Graph, Node, Value, path_components
 from kaun_ir.surface.tensor import Tensor, apply
 from kaun_ir.transforms.autodiff import SEED_SOURCE, parse_backward_source
@@ -115,9 +115,7 @@ def remat(f: Callable, policy: Any = "nothing") -> Callable:
         if builder is None:  # nothing is differentiated outside a trace
             return f(*args, **kwargs)
         # each call is its own segment: number the calls within the trace
-        count = getattr(builder, "remat_calls", 0)
-        builder.remat_calls = count + 1
-        with scope(f"{MARK}{spec}:{count}"):
+        with scope(f"{MARK}{spec}:{builder.next_count('remat')}"):
             return f(*args, **kwargs)
 
     rematerialized.__name__ = getattr(f, "__name__", "f")
@@ -276,7 +274,7 @@ def _tie(
 ) -> dict[int, Value]:
     """Each float value entering the segment, made to depend on one element of ``trigger``."""
     local: dict[int, Value] = {}
-    with source_scope(f"(remat: recomputation of {key} waits for the cotangent)"):
+    with location(source=f"(remat: recomputation of {key} waits for the cotangent)"):
         t = Tensor(trigger, builder)
         if t.ndim:
             t = apply(

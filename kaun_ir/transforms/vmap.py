@@ -20,12 +20,11 @@ from typing import Any
 
 from kaun_ir import tree
 from kaun_ir.errors import KaunError
-from kaun_ir.ir.builder import Builder, current_builder
+from kaun_ir.ir.builder import Builder, current_builder, location
 from kaun_ir.ir.clone import copy_nodes
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops import TABLE
 from kaun_ir.surface.tensor import Tensor, apply, to_value
-from kaun_ir.transforms.autodiff import _PathScope
 
 
 class BatchingError(KaunError, ValueError):
@@ -65,7 +64,7 @@ def batch_graph(
         for node in graph.nodes:
             flags = [is_batched[id(v)] for v in node.inputs]
             operands = [env[id(v)] for v in node.inputs]
-            with _PathScope(node.path):
+            with location(path=node.path):
                 if not any(flags):
                     outs = apply(node.op, *operands, regions=node.regions, **node.attr_dict)
                 else:
