@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from kaun_ir import dtypes
 from kaun_ir.ir.builder import Builder, at
-from kaun_ir.ir.core import Graph, Node, Value
+from kaun_ir.ir.clone import copy_node
+from kaun_ir.ir.core import Graph, Value
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.surface.tensor import Tensor, apply
 
@@ -57,9 +58,8 @@ def _rewrite(graph: Graph, low) -> tuple[Graph, int]:
                 rewritten_regions = [_rewrite(region, low) for region in regions]
                 regions = tuple(region for region, _ in rewritten_regions)
                 rewritten += sum(count for _, count in rewritten_regions)
-            fresh = Node(node.op, inputs, node.attrs, node.types, regions, path=node.path, source=node.source)
-            builder.nodes.append(fresh)
-            for old, new in zip(node.outputs, fresh.outputs):
-                env[id(old)] = new
+            fresh = copy_node(node, env, regions)
+            builder.append(fresh)
+            env.update((id(old), new) for old, new in zip(node.outputs, fresh.outputs))
         outputs = [env[id(v)] for v in graph.outputs]
     return builder.finish(outputs, name=graph.name, input_names=graph.input_names), rewritten

@@ -11,6 +11,7 @@ from typing import Any
 
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import Graph, Node, TensorType, Value
+from kaun_ir.ir.provenance import Provenance
 
 
 class _State(threading.local):
@@ -18,6 +19,7 @@ class _State(threading.local):
         self.builders: list[Builder] = []
         self.path: list[str] = []
         self.source: str | None = None  # when set, every new node records this source instead
+        self.provenance: Provenance | None = None  # recorded by every new node
 
 
 _STATE = _State()
@@ -52,29 +54,35 @@ UNSET: Any = _Unset()
 
 
 @contextlib.contextmanager
-def location(path: str | None = UNSET, source: str | None = UNSET):
-    """Nodes created inside record exactly this layer path and source line.
+def location(path: str | None = UNSET, source: str | None = UNSET, provenance: Provenance | None = UNSET):
+    """Nodes created inside record exactly this layer path, source line and provenance.
 
     ``path`` replaces the path of the enclosing scopes (``kn.ir.scope`` inside still nests
-    under it); ``source`` replaces the user's ``file:line`` that nodes would record. An argument
-    left out keeps what the enclosing code records. Transformations use it to build a node's
-    replacement where the node was built (see :func:`at`).
+    under it); ``source`` replaces the user's ``file:line`` that nodes would record;
+    ``provenance`` (:mod:`kaun_ir.ir.provenance`, None for none) is recorded by every node. An
+    argument left out keeps what the enclosing code records. Transformations use it to build a
+    node's replacement where the node was built (see :func:`at`).
     """
-    saved_path, saved_source = _STATE.path, _STATE.source
+    saved = _STATE.path, _STATE.source, _STATE.provenance
     if path is not UNSET:
         _STATE.path = [path] if path else []
     if source is not UNSET:
         _STATE.source = source
+    if provenance is not UNSET:
+        _STATE.provenance = provenance
     try:
         yield
     finally:
-        _STATE.path, _STATE.source = saved_path, saved_source
+        _STATE.path, _STATE.source, _STATE.provenance = saved
 
 
-def at(node: Node):
-    """``with at(node):`` nodes created inside record ``node``'s layer path and source line, so
-    what a pass or transformation builds in place of ``node`` reads as part of the same layer."""
-    return location(path=node.path, source=node.source)
+def at(node: Node, provenance: Provenance | None = UNSET):
+    """``with at(node):`` nodes created inside record ``node``'s layer path, source line and
+    provenance (or ``provenance`` when given), so what a pass or transformation builds in place
+    of ``node`` reads as part of the same layer: reverse mode builds an op's backward nodes
+    ``at(node, provenance=backward_of(node.op))``."""
+    chosen = node.provenance if provenance is UNSET else provenance
+    return location(path=node.path, source=node.source, provenance=chosen)
 
 
 def current_path() -> str:
@@ -178,7 +186,9 @@ class Builder:
             source = _STATE.source
         else:
             source = _user_source() if self.record_source else ""
-        node = Node(opdef.name, inputs, attrs, types, regions, path=path, source=source)
+        node = Node(
+            opdef.name, inputs, attrs, types, regions, path=path, source=source, provenance=_STATE.provenance
+        )
         self.nodes.append(node)
         return node.outputs
 

@@ -18,8 +18,9 @@ import numpy as np
 from kaun_ir import dtypes, tree
 from kaun_ir.errors import GradientError
 from kaun_ir.ir.builder import Builder, at, current_builder, location
-from kaun_ir.ir.clone import copy_nodes
-from kaun_ir.ir.core import Graph, Node, TensorType, Value
+from kaun_ir.ir.clone import copy_node, copy_nodes
+from kaun_ir.ir.core import Graph, TensorType, Value
+from kaun_ir.ir.provenance import SEED, Provenance, backward_of
 from kaun_ir.ops import TABLE
 from kaun_ir.surface.tensor import Tensor, apply
 
@@ -32,28 +33,6 @@ def differentiable(t: TensorType) -> bool:
 def _zeros(t: TensorType, builder: Builder) -> Tensor:
     scalar = apply("constant", value=np.zeros((), t.dtype))
     return apply("broadcast_in_dim", scalar, shape=t.shape, broadcast_dimensions=()) if t.shape else scalar
-
-
-BACKWARD = "backward of"
-#: the source recorded on the cotangent seed (``1.0`` for a loss): where the backward pass starts
-SEED_SOURCE = "(cotangent seed)"
-
-
-def backward_source(node: Node) -> str:
-    """The source recorded on nodes of ``node``'s reverse rule: ``"model.py:12 (backward of sqrt)"``.
-
-    Tools (``kn.debug.check_finite``) read it back with :func:`parse_backward_source`."""
-    where = node.source or "?"
-    return f"{where} ({BACKWARD} {node.op})"
-
-
-def parse_backward_source(source: str) -> tuple[str, str | None]:
-    """``(user source, forward op)`` of a backward node's source; forward op None otherwise."""
-    marker = f" ({BACKWARD} "
-    if source.endswith(")") and marker in source:
-        where, op = source[:-1].rsplit(marker, 1)
-        return ("" if where == "?" else where), op
-    return source, None
 
 
 def gradient_graph(
@@ -116,7 +95,7 @@ def gradient_graph(
             if seed_inputs:
                 seed = Tensor(builder.add_input(out.type), builder)
             else:
-                with location(source=SEED_SOURCE):
+                with location(provenance=Provenance(SEED)):
                     seed = apply("constant", value=np.ones((), out.type.dtype))
             _accumulate(cotangents, out, seed)
         for node in reversed(graph.nodes):
@@ -129,7 +108,7 @@ def gradient_graph(
                     # a sum of cotangents belongs to the layer that produced the value (a
                     # parameter's: to the layer that reads it)
                     producer = value.node if value.node is not None else node
-                    with location(path=producer.path, source=backward_source(producer)):
+                    with at(producer, provenance=backward_of(producer.op)):
                         _accumulate(cotangents, value, ct)
         grads = []
         for i in wrt:
@@ -152,18 +131,10 @@ def _copy_forward(
         opdef = TABLE[node.op]
         wrt = tuple(id(v) in active for v in node.inputs)
         if opdef.vjp_forward is None or not any(wrt) or not any(id(o) in needed for o in node.outputs):
-            new = Node(
-                node.op,
-                [env.get(id(v), v) for v in node.inputs],
-                node.attrs,
-                node.types,
-                node.regions,
-                path=node.path,
-                source=node.source,
-            )
-            builder.nodes.append(new)
-            for old, fresh in zip(node.outputs, new.outputs):
-                env[id(old)] = fresh
+            fresh = copy_node(node, env)
+            builder.append(fresh)
+            # recorded also when the node is kept as it is: the reverse sweep looks every value up
+            env.update((id(old), new) for old, new in zip(node.outputs, fresh.outputs))
             continue
         inputs = [Tensor(env[id(v)], builder) for v in node.inputs]
         with at(node):
@@ -198,7 +169,7 @@ def _apply_vjp(node, cts, env, builder, saved=None) -> list:
         extra["regions"] = node.regions
     if opdef.vjp_forward is not None:
         extra["residuals"] = saved
-    with location(path=node.path, source=backward_source(node)):
+    with at(node, provenance=backward_of(node.op)):
         if len(node.outputs) == 1:
             ct = cts[0]
             result = opdef.vjp(ct, outputs[0], *inputs, **node.attr_dict, **extra)
