@@ -54,37 +54,8 @@ def gradient_graph(
     """
     n_in = len(graph.inputs)
     wrt = [i for i, v in enumerate(graph.inputs) if differentiable(v.type)] if wrt is None else list(wrt)
-    for i in wrt:
-        if not 0 <= i < n_in:
-            raise IndexError(f"wrt index {i} out of range for {n_in} inputs")
-        if not differentiable(graph.inputs[i].type):
-            name = graph.input_names[i] if graph.input_names and graph.input_names[i] else f"input {i}"
-            raise GradientError(
-                f"cannot differentiate with respect to {name} of type "
-                f"{graph.inputs[i].type}: only floating-point inputs have gradients"
-            )
-    for k in of:
-        t = graph.outputs[k].type
-        if not differentiable(t):
-            raise GradientError(f"output {k} of type {t} is not floating point; it has no derivative")
-        if not seed_inputs and t.shape != ():
-            raise GradientError(
-                f"output {k} has shape {list(t.shape)}: grad needs a scalar output "
-                "(use kn.vjp to supply a cotangent for non-scalar outputs)"
-            )
-
-    # Which values depend on a wrt input: only those need cotangents.
-    active: set[int] = {id(graph.inputs[i]) for i in wrt}
-    for node in graph.nodes:
-        if any(id(v) in active for v in node.inputs):
-            active.update(id(o) for o in node.outputs if differentiable(o.type))
-
-    # which values the differentiated outputs depend on (ops elsewhere need no reverse rule)
-    needed: set[int] = {id(graph.outputs[k]) for k in of}
-    for node in reversed(graph.nodes):
-        if any(id(o) in needed for o in node.outputs):
-            needed.update(id(v) for v in node.inputs)
-
+    _check_request(graph, wrt, of, seed_inputs)
+    active, needed = _activity(graph, wrt, of)
     with Builder(record_source=False) as builder:
         args = [builder.add_input(v.type) for v in graph.inputs]
         env: dict[int, Value] = {id(old): new for old, new in zip(graph.inputs, args)}
@@ -119,6 +90,44 @@ def gradient_graph(
     if seed_inputs:
         names += [f"cotangent{k}" for k in of]
     return builder.finish(outputs + grads, name=graph.name, input_names=names)
+
+
+def _check_request(graph: Graph, wrt: Sequence[int], of: Sequence[int], seed_inputs: bool) -> None:
+    """IndexError or GradientError when ``wrt`` or ``of`` asks for a derivative that does not exist."""
+    n_in = len(graph.inputs)
+    for i in wrt:
+        if not 0 <= i < n_in:
+            raise IndexError(f"wrt index {i} out of range for {n_in} inputs")
+        if not differentiable(graph.inputs[i].type):
+            name = graph.input_names[i] if graph.input_names and graph.input_names[i] else f"input {i}"
+            raise GradientError(
+                f"cannot differentiate with respect to {name} of type "
+                f"{graph.inputs[i].type}: only floating-point inputs have gradients"
+            )
+    for k in of:
+        t = graph.outputs[k].type
+        if not differentiable(t):
+            raise GradientError(f"output {k} of type {t} is not floating point; it has no derivative")
+        if not seed_inputs and t.shape != ():
+            raise GradientError(
+                f"output {k} has shape {list(t.shape)}: grad needs a scalar output "
+                "(use kn.vjp to supply a cotangent for non-scalar outputs)"
+            )
+
+
+def _activity(graph: Graph, wrt: Sequence[int], of: Sequence[int]) -> tuple[set[int], set[int]]:
+    """``(active, needed)``: the ids of the values that depend on a ``wrt`` input (only those
+    need cotangents) and of those the differentiated outputs depend on (ops elsewhere need no
+    reverse rule)."""
+    active: set[int] = {id(graph.inputs[i]) for i in wrt}
+    for node in graph.nodes:
+        if any(id(v) in active for v in node.inputs):
+            active.update(id(o) for o in node.outputs if differentiable(o.type))
+    needed: set[int] = {id(graph.outputs[k]) for k in of}
+    for node in reversed(graph.nodes):
+        if any(id(o) in needed for o in node.outputs):
+            needed.update(id(v) for v in node.inputs)
+    return active, needed
 
 
 def _copy_forward(
