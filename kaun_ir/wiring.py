@@ -10,7 +10,7 @@ hook (layer)              filled with                         why it points up
                                                               interpreter look ops up by name
 ``ops.rules``             the tracer, ``vmap``, ``autodiff``  rules of ops with regions build
                                                               and transform sub-graphs
-``surface.tensor``        ``runtime`` (run one op, DLPack)    a primitive on concrete arrays
+``surface.eager``         ``runtime`` (run one op, DLPack)    a primitive on concrete arrays
                                                               runs eagerly
 ``surface.function``      ``runtime.jit``                     ``kn.*`` functions compile
                                                               concrete calls
@@ -34,7 +34,7 @@ from kaun_ir.passes import target
 from kaun_ir.runtime import compilation, jit
 from kaun_ir.runtime.pipelines import backend_in_use
 from kaun_ir.runtime.xla import transfer
-from kaun_ir.surface import function, tensor
+from kaun_ir.surface import eager, function, tensor
 from kaun_ir.transforms import autodiff, vmap
 
 _LOCK = threading.Lock()
@@ -55,7 +55,7 @@ def install() -> None:
             batch_graph=vmap.batch_graph,
             gradient_graph=autodiff.gradient_graph,
         )
-        tensor.install_runtime(compilation.run_op, transfer.from_dlpack)
+        eager.install_runtime(compilation.run_op, transfer.from_dlpack)
         function.install_jit(jit)
         target.set_backend_query(backend_in_use)
         _INSTALLED = True

@@ -24,7 +24,9 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.ir.builder import Builder
-from kaun_ir.ir.core import Graph, Node, Value
+from kaun_ir.ir.clone import copy_node
+from kaun_ir.ir.core import Graph, Value
+from kaun_ir.ir.provenance import backward_op, describe
 from kaun_ir.passes.registry import register
 from kaun_ir.surface.tensor import Tensor, apply
 
@@ -70,8 +72,6 @@ def _checked(value: Value) -> bool:
 
 def instrument(graph: Graph) -> tuple[Graph, list[Site]]:
     """``graph`` with the two check outputs appended, and the list of sites they index."""
-    from kaun_ir.transforms.autodiff import parse_backward_source
-
     sites: list[Site] = []
     with Builder(record_source=False) as builder:
         args = [builder.add_input(v.type) for v in graph.inputs]
@@ -96,18 +96,9 @@ def instrument(graph: Graph) -> tuple[Graph, list[Site]]:
                 finite[id(old)] = apply("is_finite", probe)
                 note(apply("not", finite[id(old)]), probe, Site("input", name, "", None))
         for node in graph.nodes:
-            fresh = Node(
-                node.op,
-                [env[id(v)] for v in node.inputs],
-                node.attrs,
-                node.types,
-                node.regions,
-                path=node.path,
-                source=node.source,
-            )
-            builder.nodes.append(fresh)
-            for old, out in zip(node.outputs, fresh.outputs):
-                env[id(old)] = out
+            fresh = copy_node(node, env)
+            builder.append(fresh)
+            env.update((id(old), out) for old, out in zip(node.outputs, fresh.outputs))
             outs = [(old, out) for old, out in zip(node.outputs, fresh.outputs) if _checked(old)]
             if not outs:
                 continue
@@ -125,8 +116,8 @@ def instrument(graph: Graph) -> tuple[Graph, list[Site]]:
             for value in node.inputs:
                 if id(value) in finite:
                     bad = apply("and", bad, finite[id(value)])
-            source, backward_of = parse_backward_source(node.source)
-            note(bad, probe, Site(node.op, node.path, source, backward_of))
+            source = node.source if backward_op(node) is not None else describe(node)
+            note(bad, probe, Site(node.op, node.path, source, backward_op(node)))
         outputs = [env[id(v)] for v in graph.outputs] + [first.value, probe_of_first.value]
     names = list(graph.input_names) if graph.input_names is not None else None
     return builder.finish(outputs, name=graph.name, input_names=names), sites
@@ -139,18 +130,9 @@ def probe_outputs(graph: Graph) -> Graph:
         args = [builder.add_input(v.type) for v in graph.inputs]
         env: dict[int, Value] = {id(old): new for old, new in zip(graph.inputs, args)}
         for node in graph.nodes:
-            fresh = Node(
-                node.op,
-                [env[id(v)] for v in node.inputs],
-                node.attrs,
-                node.types,
-                node.regions,
-                path=node.path,
-                source=node.source,
-            )
-            builder.nodes.append(fresh)
-            for old, out in zip(node.outputs, fresh.outputs):
-                env[id(old)] = out
+            fresh = copy_node(node, env)
+            builder.append(fresh)
+            env.update((id(old), out) for old, out in zip(node.outputs, fresh.outputs))
         ok = apply("constant", value=np.asarray(True))
         for value in graph.outputs:
             if _checked(value):

@@ -1,5 +1,6 @@
 """Common-subexpression elimination over structurally identical nodes."""
 
+from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node
 from kaun_ir.passes.registry import register
 
@@ -11,8 +12,7 @@ def cse(graph: Graph) -> Graph:
     seen: dict[tuple, Node] = {}
     nodes: list[Node] = []
     for node in graph.nodes:
-        inputs = [replacement.get(id(v), v) for v in node.inputs]
-        fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, node.path, node.source)
+        fresh = copy_node(node, replacement)  # its key must name the merged operands
         twin = seen.get(fresh.key)
         if twin is None:
             seen[fresh.key] = fresh

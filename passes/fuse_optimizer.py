@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir.ir.builder import infer_or_raise
+from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.ops import with_trait
 from kaun_ir.passes.registry import register, statistic
@@ -319,7 +320,7 @@ def _fuse(chains: list[_Chain], replacement: dict[int, Value]) -> list[Node]:
         opdef = get(op)
         attrs = opdef.check_attrs(attrs)
         types = infer_or_raise(opdef, [v.type for v in inputs], attrs, like.path)
-        node = Node(op, inputs, attrs, types, path=like.path, source=like.source)
+        node = Node(op, inputs, attrs, types, path=like.path, source=like.source, provenance=like.provenance)
         new_nodes.append(node)
         return node.outputs[0]
 
@@ -430,13 +431,7 @@ def _rebuild(
 
     nodes: list[Node] = []
     for k in order:
-        node = items[k][1]
-        inputs = operands(node)
-        if any(a is not b for a, b in zip(inputs, node.inputs)):
-            fresh = Node(node.op, inputs, node.attrs, node.types, node.regions, node.path, node.source)
-            env.update({id(old): new for old, new in zip(node.outputs, fresh.outputs)})
-            node = fresh
-        nodes.append(node)
+        nodes.append(copy_node(items[k][1], env))
     outputs = [env.get(id(v), v) for v in graph.outputs]
     live = {id(n) for n in Graph.from_outputs(graph.inputs, outputs).nodes}
     nodes = [n for n in nodes if id(n) in live]  # the unfused chains' leftovers (broadcasts)

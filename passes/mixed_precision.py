@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from kaun_ir import dtypes
-from kaun_ir.ir.builder import Builder
-from kaun_ir.ir.core import Graph, Node, Value
+from kaun_ir.ir.builder import Builder, at
+from kaun_ir.ir.clone import copy_node
+from kaun_ir.ir.core import Graph, Value
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.surface.tensor import Tensor, apply
 
@@ -42,7 +43,7 @@ def _rewrite(graph: Graph, low) -> tuple[Graph, int]:
                 v.type.dtype == dtypes.float32 for v in list(node.inputs) + list(node.outputs)
             ):
                 rewritten += 1
-                with _at(node):
+                with at(node):
                     lhs, rhs = (apply("convert", Tensor(v, builder), dtype=low) for v in inputs)
                     attrs = node.attr_dict
                     if node.op == "dot_general":
@@ -57,30 +58,8 @@ def _rewrite(graph: Graph, low) -> tuple[Graph, int]:
                 rewritten_regions = [_rewrite(region, low) for region in regions]
                 regions = tuple(region for region, _ in rewritten_regions)
                 rewritten += sum(count for _, count in rewritten_regions)
-            fresh = Node(node.op, inputs, node.attrs, node.types, regions, path=node.path, source=node.source)
-            builder.nodes.append(fresh)
-            for old, new in zip(node.outputs, fresh.outputs):
-                env[id(old)] = new
+            fresh = copy_node(node, env, regions)
+            builder.append(fresh)
+            env.update((id(old), new) for old, new in zip(node.outputs, fresh.outputs))
         outputs = [env[id(v)] for v in graph.outputs]
     return builder.finish(outputs, name=graph.name, input_names=graph.input_names), rewritten
-
-
-class _at:
-    """New nodes take the rewritten node's layer path and source line."""
-
-    def __init__(self, node: Node):
-        self.node = node
-
-    def __enter__(self):
-        from kaun_ir.ir.builder import _STATE, source_scope
-
-        self.saved_path = _STATE.path
-        _STATE.path = [self.node.path] if self.node.path else []
-        self.source = source_scope(self.node.source)
-        self.source.__enter__()
-
-    def __exit__(self, *exc):
-        from kaun_ir.ir.builder import _STATE
-
-        self.source.__exit__(*exc)
-        _STATE.path = self.saved_path

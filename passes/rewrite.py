@@ -45,6 +45,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import KaunError, RewriteError
 from kaun_ir.ir.builder import infer_or_raise
+from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.passes.registry import statistic
 
@@ -204,7 +205,15 @@ class Rewriter:
             raise RewriteError(f"rules cannot build {op} nodes (ops with regions)")
         attrs = opdef.check_attrs(attrs)
         types = infer_or_raise(opdef, [v.type for v in inputs], attrs, self.node.path)
-        node = Node(op, inputs, attrs, types, path=self.node.path, source=self.node.source)
+        node = Node(
+            op,
+            inputs,
+            attrs,
+            types,
+            path=self.node.path,
+            source=self.node.source,
+            provenance=self.node.provenance,
+        )
         self.staged.append(node)
         return node.outputs[0] if len(node.outputs) == 1 else node.outputs
 
@@ -284,16 +293,8 @@ def _sweep(graph: Graph, rules: RuleTable, fired: dict[str, int], max_sweeps: in
     env: dict[int, Value] = {}  # id(old value) -> value replacing it
     nodes: list[Node] = []
     for node in graph.nodes:
-        inputs = tuple(env.get(id(v), v) for v in node.inputs)
         regions = tuple(_region(r, rules, fired, max_sweeps, label) for r in node.regions)
-        unchanged = all(a is b for a, b in zip(inputs, node.inputs)) and all(
-            a is b for a, b in zip(regions, node.regions)
-        )
-        current = (
-            node
-            if unchanged
-            else Node(node.op, inputs, node.attrs, node.types, regions, node.path, node.source)
-        )
+        current = copy_node(node, env, regions)
         replacement = _try_rules(current, rules, nodes, label)
         if replacement is None:
             nodes.append(current)

@@ -8,9 +8,9 @@ pays only for tracing, a load of each and lowering.
 
 The key is a SHA-256 of everything the passes' result depends on:
 
-- the traced graph itself, in a canonical form (every op, attribute, type, layer path and source
-  line, the values wired by position, regions included): a graph that differs in anything
-  misses;
+- the traced graph itself, in a canonical form (every op, attribute, type, layer path, source
+  line and provenance, the values wired by position, regions included; see
+  :mod:`kaun_ir.ir.serialize`): a graph that differs in anything misses;
 - the pipeline with every option resolved (defaults included);
 - the source code of kaun_ir (every ``.py`` file of the ``kaun_ir`` package, ``passes`` and
   ``runtime`` included), so an edited or upgraded pass never serves an old result;
@@ -27,21 +27,20 @@ with one warning. Writes are atomic (:func:`kaun_ir.fileio.atomic_write`).
 from __future__ import annotations
 
 import hashlib
-import io
 import os
-import pickle
 import platform
 import sys
 import time
 import warnings
 
-from kaun_ir import dtypes
 from kaun_ir.fileio import atomic_write
-from kaun_ir.ir.core import ArrayAttr, Graph, Node, TensorType, Value
+from kaun_ir.ir.core import Graph
+from kaun_ir.ir.serialize import encode, from_bytes, to_bytes
 from kaun_ir.runtime import disk_cache, stages
 from kaun_ir.runtime.xla import backend
 
-_FORMAT = "kaun_ir-graph-cache-1"
+#: bumped whenever the entries' layout changes (2: nodes record their provenance)
+_FORMAT = "kaun_ir-graph-cache-2"
 SUFFIX = disk_cache.GRAPH_SUFFIX  # so disk_cache.clear() removes these too
 _FOLDER = "graphs"
 
@@ -86,7 +85,7 @@ def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
     counters.misses += 1
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        atomic_write(path, pickle.dumps((_FORMAT, encode(result)), protocol=pickle.HIGHEST_PROTOCOL))
+        atomic_write(path, to_bytes(result, _FORMAT))
     except Exception as err:  # a full disk or a read-only directory must not fail a compilation
         counters.errors += 1
         _warn_once(
@@ -164,124 +163,11 @@ if disk_cache.directory() is not None:
     code_fingerprint()
 
 
-# ----------------------------------------------------------------------- graph <-> plain data
-#
-# A graph becomes nested tuples of strings, numbers and bytes: values are numbered in definition
-# order (arguments first), a node refers to its inputs by number. ``repr`` of that form is the
-# canonical text hashed into the key (cheaper than the printed IR, and it holds the source lines
-# the printer leaves out); pickled, it is the entry. Attribute values are frozen (tuples, never
-# lists or bytes), so a tuple starting with a bytes tag can only be one of ours: dtypes and arrays.
-
-
-def encode(graph: Graph) -> tuple:
-    """``graph`` as nested tuples of plain values (see the comment above)."""
-    numbers: dict[int, int] = {}
-    for value in graph.inputs:
-        numbers[id(value)] = len(numbers)
-    nodes = []
-    for node in graph.nodes:
-        inputs = tuple(numbers[id(v)] for v in node.inputs)
-        for value in node.outputs:
-            numbers[id(value)] = len(numbers)
-        nodes.append(
-            (
-                node.op,
-                inputs,
-                tuple((name, _encode_attr(value)) for name, value in node.attrs),
-                tuple(_encode_type(t) for t in node.types),
-                node.path,
-                node.source,
-                tuple(encode(region) for region in node.regions),
-            )
-        )
-    return (
-        graph.name,
-        graph.input_names,
-        tuple(_encode_type(v.type) for v in graph.inputs),
-        tuple(nodes),
-        tuple(numbers[id(v)] for v in graph.outputs),
-    )
-
-
-def _encode_type(t: TensorType) -> tuple:
-    return (dtypes.short_name(t.dtype), t.shape)
-
-
-def _encode_attr(value):
-    if isinstance(value, tuple):
-        return tuple(_encode_attr(v) for v in value)
-    if isinstance(value, ArrayAttr):
-        array = value.array
-        return (b"a", dtypes.short_name(array.dtype), array.shape, array.tobytes())
-    if isinstance(value, (str, bool, int, float)) or value is None:
-        return value
-    return (b"d", dtypes.short_name(value))  # freeze_attr keeps only dtypes besides the above
-
-
-#: the slots decode() fills in; a test fails when Node grows a slot this module does not know
-NODE_SLOTS = ("op", "inputs", "attrs", "regions", "path", "source", "outputs", "_key")
-
-
-def decode(data: tuple) -> Graph:
-    """The graph :func:`encode` turned into ``data``."""
-    types: dict[tuple, TensorType] = {}
-
-    def tensor_type(encoded):
-        found = types.get(encoded)
-        if found is None:
-            found = types[encoded] = TensorType(dtypes.from_short_name(encoded[0]), encoded[1])
-        return found
-
-    return _decode(data, tensor_type)
-
-
-def _decode(data: tuple, tensor_type) -> Graph:
-    name, input_names, input_types, encoded_nodes, outputs = data
-    values: list[Value] = list(Graph.arguments([tensor_type(t) for t in input_types]))
-    nodes = []
-    for op, inputs, attrs, out_types, path, source, regions in encoded_nodes:
-        # built without Node.__init__: the attributes are already frozen and sorted, and
-        # re-freezing them is most of the cost of reading a graph back
-        node = Node.__new__(Node)
-        node.op = op
-        node.inputs = tuple(values[i] for i in inputs)
-        node.attrs = tuple((k, _decode_attr(v)) for k, v in attrs)
-        node.regions = tuple(_decode(region, tensor_type) for region in regions)
-        node.path = path
-        node.source = source
-        node.outputs = tuple(Value(node, i, tensor_type(t)) for i, t in enumerate(out_types))
-        node._key = None
-        values.extend(node.outputs)
-        nodes.append(node)
-    return Graph(values[: len(input_types)], [values[i] for i in outputs], nodes, name, input_names)
-
-
-def _decode_attr(value):
-    if isinstance(value, tuple):
-        if value and type(value[0]) is bytes:
-            if value[0] == b"a":
-                import numpy as np
-
-                _, short, shape, data = value
-                array = np.frombuffer(data, dtype=dtypes.from_short_name(short)).reshape(shape)
-                return ArrayAttr(array)
-            return dtypes.from_short_name(value[1])
-        return tuple(_decode_attr(v) for v in value)
-    return value
-
-
 # ----------------------------------------------------------------------- entries on disk
 
 
 def _entry(root: str, cache_key: str) -> str:
     return os.path.join(root, _FOLDER, cache_key[:2], cache_key + SUFFIX)
-
-
-class _PlainUnpickler(pickle.Unpickler):
-    """Reads only plain data: any class or function reference in an entry is refused."""
-
-    def find_class(self, module, name):
-        raise pickle.UnpicklingError(f"unexpected object {module}.{name} in a graph cache entry")
 
 
 def _load(path: str, traced: Graph) -> Graph | None:
@@ -295,10 +181,7 @@ def _load(path: str, traced: Graph) -> Graph | None:
         _warn_once("read", f"kaun_ir: cannot read the graph cache entry {path} ({err}); running the passes")
         return None
     try:
-        fmt, encoded = _PlainUnpickler(io.BytesIO(data)).load()
-        if fmt != _FORMAT:
-            raise ValueError(f"format {fmt!r}")
-        graph = decode(encoded)
+        graph = from_bytes(data, _FORMAT)
         # the passes keep the signature; an entry that does not is not the result of this graph
         if graph.input_types != traced.input_types or len(graph.outputs) != len(traced.outputs):
             raise ValueError("signature differs from the traced graph's")

@@ -11,7 +11,7 @@ import kaun_ir as kn
 from kaun_ir import optim
 from kaun_ir.runtime import compilation, finite, stages
 from kaun_ir.runtime.xla import backend, compiler, transfer
-from kaun_ir.surface import tensor
+from kaun_ir.surface import eager, tensor
 
 
 def _refuse(*args, **kwargs):
@@ -53,7 +53,7 @@ def test_a_fresh_process_has_no_client_after_creating_a_wrapper():
 
 
 def test_the_eager_path_runs_through_the_runtime_hook():
-    assert tensor._RUNTIME.run_op is compilation.run_op
+    assert eager._RUNTIME.run_op is compilation.run_op
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     got = tensor.apply("exponential", x)
     np.testing.assert_allclose(np.asarray(got), np.exp(x), rtol=1e-6)

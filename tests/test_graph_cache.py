@@ -12,6 +12,7 @@ import pytest
 
 import kaun_ir as kn
 from kaun_ir import passes
+from kaun_ir.ir import serialize
 from kaun_ir.ir.core import Node
 from kaun_ir.runtime import disk_cache, gc_pause, graph_cache
 
@@ -56,7 +57,7 @@ def test_encode_decode_round_trip_keeps_everything():
     traced = kn.trace(kn.grad(_model), W, X)
     optimised = passes.run(traced, "canonicalize,fold,cse,dce")
     for graph in (traced, optimised):
-        back = graph_cache.decode(pickle.loads(pickle.dumps(graph_cache.encode(graph))))
+        back = serialize.decode(pickle.loads(pickle.dumps(serialize.encode(graph))))
         assert back.text(debug=True) == graph.text(debug=True)
         back.verify()
         assert [n.key[:2] for n in back.nodes] == [n.key[:2] for n in graph.nodes]
@@ -65,7 +66,7 @@ def test_encode_decode_round_trip_keeps_everything():
 
 def test_decode_fills_every_slot_of_a_node():
     # decode() builds nodes without Node.__init__; a new slot must be taught to it
-    assert set(Node.__slots__) == set(graph_cache.NODE_SLOTS)
+    assert set(Node.__slots__) == set(serialize.NODE_SLOTS)
 
 
 def test_repeated_compilation_skips_the_passes(cache):
@@ -129,12 +130,12 @@ def test_key_covers_source_lines_and_options(cache):
     assert base == graph_cache.key(kn.trace(_model, W, X), "cse,dce")
     assert base != graph_cache.key(traced, "cse")
     assert graph_cache.key(traced, "layout") != graph_cache.key(traced, "layout{prefer=nchw}")
-    # a node's layer path or source line changed (error messages and viewers show them)
-    name, names, inputs, nodes, outputs = graph_cache.encode(traced)
-    for field, value in ((4, "other.layer"), (5, "elsewhere.py:1")):
+    # a node's layer path, source line or provenance changed (messages, viewers and remat read them)
+    name, names, inputs, nodes, outputs = serialize.encode(traced)
+    for field, value in ((4, "other.layer"), (5, "elsewhere.py:1"), (6, ("backward", "add"))):
         edited = list(nodes[0])
         edited[field] = value
-        changed = graph_cache.decode((name, names, inputs, (tuple(edited),) + nodes[1:], outputs))
+        changed = serialize.decode((name, names, inputs, (tuple(edited),) + nodes[1:], outputs))
         assert base != graph_cache.key(changed, "cse,dce")
 
 

@@ -392,3 +392,33 @@ def test_dce_without_dead_code_leaves_the_text_unchanged():
 
     graph = kn.trace(f, np.ones(3, F32))
     assert kn.passes.run(graph, "dce").text() == graph.text()
+
+
+def test_builder_location_and_at_set_path_source_and_provenance():
+    from kaun_ir.ir.builder import Builder, at, is_active, location
+    from kaun_ir.ir.provenance import Provenance, backward_of
+    from kaun_ir.surface.tensor import Tensor, apply
+
+    t = TensorType(np.float32, (2,))
+    with Builder(record_source=False) as builder:
+        x = builder.add_input(t)
+        with kn.ir.scope("outer"), location(path="blk", source="m.py:3", provenance=backward_of("exp")):
+            with kn.ir.scope("inner"):  # a scope still nests under the given path
+                y = apply("negate", Tensor(x, builder))
+        model = y.value.node
+        with kn.ir.scope("elsewhere"), at(model):
+            z = apply("abs", y)
+        with at(model, provenance=None):
+            w = apply("abs", z)
+        assert is_active(builder)
+    assert not is_active(builder)
+    assert (model.path, model.source, model.provenance) == (
+        "blk.inner",
+        "m.py:3",
+        Provenance("backward", "exp"),
+    )
+    assert (z.value.node.path, z.value.node.source) == ("blk.inner", "m.py:3")
+    assert z.value.node.provenance == model.provenance
+    assert w.value.node.provenance is None
+    with pytest.raises(ValueError, match="provenance kind"):
+        Provenance("sideways")

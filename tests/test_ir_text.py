@@ -8,13 +8,14 @@ with the same computation written in NumPy); the oracle for the text is the prin
 from __future__ import annotations
 
 import inspect
+import re
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import kaun_ir as kn
-from kaun_ir import dtypes
+from kaun_ir import dtypes, passes
 from kaun_ir.ir.core import Graph, Node, TensorType
 from kaun_ir.ops import TABLE
 from kaun_ir.ops.base import OpDef
@@ -169,6 +170,36 @@ def test_debug_text_carries_source_lines():
     assert parsed.text(debug=True) == debug
     assert parsed.text() == plain  # sources are shown only in debug mode
     assert kn.ir.parse(plain).nodes[0].source == ""
+
+
+def test_debug_text_carries_provenance_and_parses_it_back():
+    def loss(x):
+        with kn.ir.scope("blk"):
+            return kn.sum(kn.sqrt(x))
+
+    graph = passes.run(kn.trace(loss, np.ones(3, F32)), "autodiff")
+    plain, debug = graph.text(), graph.text(debug=True)
+    assert " from " not in plain  # like source lines, only debug text shows provenance
+    assert 'loc("" from seed)' in debug
+    backward = [line for line in debug.splitlines() if 'from backward "sqrt"' in line]
+    assert backward and all('loc("blk" at "test_ir_text.py:' in line for line in backward)
+    parsed = kn.ir.parse(debug)
+    assert parsed.text(debug=True) == debug
+    assert [n.provenance for n in parsed.nodes] == [n.provenance for n in graph.nodes]
+    assert {n.provenance for n in kn.ir.parse(plain).nodes} == {None}
+
+
+@pytest.mark.parametrize(
+    "loc, fragment",
+    [
+        ('loc("" from sideways)', "expected a provenance kind (backward, seed, recompute)"),
+        ('loc("" from "backward")', "expected a provenance kind"),
+    ],
+)
+def test_malformed_provenance_is_a_parse_error(loc, fragment):
+    text = f"graph @main(%0: f32[2]) -> (f32[2]) {{\n  %1 = negate %0 : f32[2] {loc}\n  return %1\n}}\n"
+    with pytest.raises(kn.ParseError, match=re.escape(fragment)):
+        kn.ir.parse(text)
 
 
 def test_multi_output_node_with_regions_roundtrips():

@@ -111,7 +111,7 @@ ALLOWED_UPWARD = [
     # the composition root, called by each hook the first time it is found empty (kaun_ir/wiring.py)
     ("kaun_ir.ir.optable", "kaun_ir.wiring", "the op table is installed on first need"),
     ("kaun_ir.ops.rules", "kaun_ir.wiring", "the tracer and region transformations, on first need"),
-    ("kaun_ir.surface.tensor", "kaun_ir.wiring", "the runtime for concrete operands, on first need"),
+    ("kaun_ir.surface.eager", "kaun_ir.wiring", "the runtime for concrete operands, on first need"),
     ("kaun_ir.surface.function", "kaun_ir.wiring", "kn.jit for concrete calls, on first need"),
     ("kaun_ir.passes.target", "kaun_ir.wiring", "the runtime's backend for target=auto, on first need"),
 ]

@@ -103,3 +103,19 @@ def test_policy_errors():
     with pytest.raises(ValueError, match="remat_depth"):
         train.make(layer.linear(2, 2), optim.sgd(0.1), loss=loss.mse, remat="dots", remat_depth=0)
     assert kn.RematPolicy.save_paths("*.attn.*", "*.fc1").saves.__self__.spec == "paths:*.attn.*|*.fc1"
+
+
+def test_remat_reads_the_provenance_that_autodiff_records():
+    # reverse mode records which nodes are backward as data on the node (kaun_ir.ir.provenance);
+    # the remat pass reads it from there, so it survives the debug text and other passes
+    graph = kn.passes.run(kn.trace(_loss(lambda f: f), PS[:2], X[:8]), "autodiff")
+    kinds = {n.provenance.kind for n in graph.nodes if n.provenance is not None}
+    assert kinds == {"backward", "seed"}
+    parsed = kn.ir.parse(graph.text(debug=True))
+    pipeline = "cse,remat{policy=nothing depth=1}"
+    rematerialized = kn.passes.run(parsed, pipeline)
+    assert rematerialized.text(debug=True) == kn.passes.run(graph, pipeline).text(debug=True)
+    assert rematerialized.op_counts()["tanh"] > graph.op_counts()["tanh"]
+    ties = [n for n in rematerialized.nodes if n.provenance is not None and n.provenance.kind == "recompute"]
+    # block 0 reads only graph inputs, which live anyway: only block 1's recomputation is tied
+    assert {n.provenance.detail for n in ties} == {"1.block"}

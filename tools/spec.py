@@ -106,11 +106,11 @@ class TrainSetup:
 
 def parse_input(text: str):
     """``"f32[32,784]"`` -> ``kn.ShapeDtype((32, 784), float32)``; ``ModelSpecError`` if malformed."""
-    from kaun_ir.ir.text import _parse_type
+    from kaun_ir.ir.tokens import parse_type
     from kaun_ir.surface.trace import ShapeDtype
 
     try:
-        t = _parse_type(text.strip())
+        t = parse_type(text.strip())
     except (ValueError, TypeError, KeyError) as err:
         raise ModelSpecError(
             f"--input {text!r}: expected a tensor type like f32[32,784] or i32[] ({err})"

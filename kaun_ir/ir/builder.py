@@ -11,6 +11,7 @@ from typing import Any
 
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import Graph, Node, TensorType, Value
+from kaun_ir.ir.provenance import Provenance
 
 
 class _State(threading.local):
@@ -18,6 +19,7 @@ class _State(threading.local):
         self.builders: list[Builder] = []
         self.path: list[str] = []
         self.source: str | None = None  # when set, every new node records this source instead
+        self.provenance: Provenance | None = None  # recorded by every new node
 
 
 _STATE = _State()
@@ -41,16 +43,46 @@ def scope(name: str):
         _STATE.path.pop()
 
 
+class _Unset:
+    """The default of :func:`location`'s arguments: keep what the enclosing code records."""
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET: Any = _Unset()
+
+
 @contextlib.contextmanager
-def source_scope(source: str):
-    """Nodes created inside record ``source`` as their source line (reverse mode uses it so that
-    backward nodes name the forward op and user line they differentiate)."""
-    saved = _STATE.source
-    _STATE.source = source
+def location(path: str | None = UNSET, source: str | None = UNSET, provenance: Provenance | None = UNSET):
+    """Nodes created inside record exactly this layer path, source line and provenance.
+
+    ``path`` replaces the path of the enclosing scopes (``kn.ir.scope`` inside still nests
+    under it); ``source`` replaces the user's ``file:line`` that nodes would record;
+    ``provenance`` (:mod:`kaun_ir.ir.provenance`, None for none) is recorded by every node. An
+    argument left out keeps what the enclosing code records. Transformations use it to build a
+    node's replacement where the node was built (see :func:`at`).
+    """
+    saved = _STATE.path, _STATE.source, _STATE.provenance
+    if path is not UNSET:
+        _STATE.path = [path] if path else []
+    if source is not UNSET:
+        _STATE.source = source
+    if provenance is not UNSET:
+        _STATE.provenance = provenance
     try:
         yield
     finally:
-        _STATE.source = saved
+        _STATE.path, _STATE.source, _STATE.provenance = saved
+
+
+def at(node: Node, provenance: Provenance | None = UNSET):
+    """``with at(node):`` nodes created inside record ``node``'s layer path, source line and
+    provenance (or ``provenance`` when given), so what a pass or transformation builds in place
+    of ``node`` reads as part of the same layer: reverse mode builds an op's backward nodes
+    ``at(node, provenance=backward_of(node.op))``."""
+    chosen = node.provenance if provenance is UNSET else provenance
+    return location(path=node.path, source=node.source, provenance=chosen)
 
 
 def current_path() -> str:
@@ -61,6 +93,12 @@ def current_path() -> str:
 def current_builder() -> Builder | None:
     """The builder of the innermost active trace, or None outside tracing."""
     return _STATE.builders[-1] if _STATE.builders else None
+
+
+def is_active(builder: Builder) -> bool:
+    """Whether ``builder`` belongs to a trace still running on this thread (the innermost or an
+    enclosing one): its values may still be captured by an inner trace."""
+    return any(active is builder for active in _STATE.builders)
 
 
 def _user_source() -> str:
@@ -100,6 +138,7 @@ class Builder:
         # Tensors of enclosing traces used inside this one become extra inputs ("captures").
         self.captures: list = []
         self._captured: dict[int, Value] = {}
+        self._counts: dict[str, int] = {}
 
     def __enter__(self) -> Builder:
         _STATE.builders.append(self)
@@ -124,6 +163,18 @@ class Builder:
             self.captures.append(outer)
         return value
 
+    def next_count(self, kind: str) -> int:
+        """0, 1, 2 ... on successive calls with the same ``kind``: numbers things made during
+        this trace (``kn.remat`` numbers its segments with it)."""
+        count = self._counts.get(kind, 0)
+        self._counts[kind] = count + 1
+        return count
+
+    def append(self, node: Node) -> tuple[Value, ...]:
+        """Append a node built elsewhere (a copy, already type-checked); returns its outputs."""
+        self.nodes.append(node)
+        return node.outputs
+
     def add(
         self, opdef, inputs: Sequence[Value], attrs: dict[str, Any], regions: Sequence[Graph] = ()
     ) -> tuple[Value, ...]:
@@ -135,7 +186,9 @@ class Builder:
             source = _STATE.source
         else:
             source = _user_source() if self.record_source else ""
-        node = Node(opdef.name, inputs, attrs, types, regions, path=path, source=source)
+        node = Node(
+            opdef.name, inputs, attrs, types, regions, path=path, source=source, provenance=_STATE.provenance
+        )
         self.nodes.append(node)
         return node.outputs
 

@@ -7,19 +7,35 @@ from collections.abc import Sequence
 from kaun_ir.ir.core import Graph, Node, Value
 
 
-def copy_node(node: Node, env: dict[int, Value], regions: Sequence[Graph] | None = None) -> Node:
-    """``node`` reading its inputs through ``env`` (``id(old value) -> new value``; values not in
-    it stay) and with ``regions`` if given: ``node`` itself when nothing changed, else a copy
-    whose results are added to ``env``."""
-    inputs = tuple(env.get(id(v), v) for v in node.inputs)
+def with_inputs(node: Node, inputs: Sequence[Value], regions: Sequence[Graph] | None = None) -> Node:
+    """``node`` over ``inputs`` (and ``regions`` if given), keeping its op, attributes, types,
+    layer path, source line and provenance: ``node`` itself when nothing changed, else a copy."""
+    inputs = tuple(inputs)
     regions = node.regions if regions is None else tuple(regions)
     if all(a is b for a, b in zip(inputs, node.inputs)) and all(
         a is b for a, b in zip(regions, node.regions)
     ):
         return node
-    new = Node(node.op, inputs, node.attrs, node.types, regions, path=node.path, source=node.source)
-    for old, fresh in zip(node.outputs, new.outputs):
-        env[id(old)] = fresh
+    return Node(
+        node.op,
+        inputs,
+        node.attrs,
+        node.types,
+        regions,
+        path=node.path,
+        source=node.source,
+        provenance=node.provenance,
+    )
+
+
+def copy_node(node: Node, env: dict[int, Value], regions: Sequence[Graph] | None = None) -> Node:
+    """``node`` reading its inputs through ``env`` (``id(old value) -> new value``; values not in
+    it stay) and with ``regions`` if given: ``node`` itself when nothing changed, else a copy
+    whose results are added to ``env``."""
+    new = with_inputs(node, [env.get(id(v), v) for v in node.inputs], regions)
+    if new is not node:
+        for old, fresh in zip(node.outputs, new.outputs):
+            env[id(old)] = fresh
     return new
 
 
@@ -41,6 +57,7 @@ def copy_nodes(graph: Graph, env: dict[int, Value], sink: list[Node], path_prefi
             node.regions,
             path=path,
             source=node.source,
+            provenance=node.provenance,
         )
         for old, fresh in zip(node.outputs, new.outputs):
             env[id(old)] = fresh

@@ -16,6 +16,7 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.errors import IRError
+from kaun_ir.ir.provenance import Provenance
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,10 +124,14 @@ class Node:
     """One operation: ``op`` applied to ``inputs`` with ``attrs``, producing ``outputs``.
 
     ``regions`` holds sub-graphs for ops that carry them (``while``); ``path`` is the layer
-    path that created the node (``"1.linear"``); ``source`` the user's ``file:line``.
+    path that created the node (``"1.linear"``); ``source`` the user's ``file:line``;
+    ``provenance`` the transformation that made it, None for a node of the user's program
+    (:class:`kaun_ir.ir.provenance.Provenance`: a backward node, the cotangent seed ...). Like
+    the path and the source line it is not part of :attr:`key`: it says where a node comes
+    from, not what it computes.
     """
 
-    __slots__ = ("op", "inputs", "attrs", "regions", "path", "source", "outputs", "_key")
+    __slots__ = ("op", "inputs", "attrs", "regions", "path", "source", "provenance", "outputs", "_key")
 
     def __init__(
         self,
@@ -137,6 +142,7 @@ class Node:
         regions: Sequence[Graph] = (),
         path: str = "",
         source: str = "",
+        provenance: Provenance | None = None,
     ):
         self.op = op
         self.inputs = tuple(inputs)
@@ -145,6 +151,7 @@ class Node:
         self.regions = tuple(regions)
         self.path = path
         self.source = source
+        self.provenance = provenance
         self.outputs = tuple(Value(self, i, t) for i, t in enumerate(types))
         self._key = None
 

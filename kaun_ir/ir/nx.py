@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kaun_ir.ir.core import Graph
+from kaun_ir.ir.provenance import describe
 
 
 def to_networkx(graph: Graph):
@@ -10,7 +11,8 @@ def to_networkx(graph: Graph):
     per operand (``x * x`` gives two edges between the same nodes, keyed 0 and 1).
 
     Node ids: ``"arg<i>"``, ``"n<k>"`` (k = position in ``graph.nodes``), ``"out<i>"``. Op nodes
-    carry ``op``, ``types`` (text), ``attrs`` (dict), ``path`` (layer path) and ``source``;
+    carry ``op``, ``types`` (text), ``attrs`` (dict), ``path`` (layer path) and ``source`` (with
+    the provenance of transformation-made nodes, :func:`kaun_ir.ir.provenance.describe`);
     edges carry ``type``, ``index`` (the operand position at the target) and ``result`` (the
     result index at the source).
     """
@@ -33,7 +35,7 @@ def to_networkx(graph: Graph):
             types=[str(t) for t in node.types],
             attrs=node.attr_dict,
             path=node.path,
-            source=node.source,
+            source=describe(node),  # with the provenance: "model.py:12 (backward of sqrt)"
         )
         for operand_index, value in enumerate(node.inputs):
             dg.add_edge(

@@ -2,7 +2,7 @@
 
 ``apply("add", x, y)`` inside a trace appends a node to the active builder and returns Tensors;
 outside any trace, with concrete operands, it runs the single op through the runtime (compiled
-once per op signature and cached there; see ``install_runtime``) and returns ``jax.Array``s.
+once per op signature and cached there; see :mod:`kaun_ir.surface.eager`) and returns ``jax.Array``s.
 """
 
 from __future__ import annotations
@@ -16,10 +16,11 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.errors import TracerError
-from kaun_ir.ir.builder import _STATE, Builder, current_builder
+from kaun_ir.ir.builder import Builder, current_builder, is_active
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops import TABLE
 from kaun_ir.ops import get as get_op
+from kaun_ir.surface.eager import runtime
 
 
 class Tensor:
@@ -300,7 +301,7 @@ def is_foreign_array(x: Any) -> bool:
 
 def from_foreign(x: Any):
     """A foreign array as a ``jax.Array`` sharing its memory where DLPack allows (no copy on CPU)."""
-    return _runtime().from_dlpack(x)
+    return runtime().from_dlpack(x)
 
 
 def concrete_array(x: Any) -> np.ndarray:
@@ -356,7 +357,7 @@ def to_value(builder: Builder, x: Any) -> Value:
     if isinstance(x, Tensor):
         if x.builder is builder:
             return x.value
-        if x.builder in _STATE.builders:
+        if is_active(x.builder):
             return builder.capture(x)
         raise TracerError(
             f"a {x.type} tensor from a trace that has already finished was used; tensors must not "
@@ -381,36 +382,9 @@ def apply(op: str, *operands: Any, regions: tuple[Graph, ...] = (), **attrs: Any
                     f"a {x.type} tensor from a trace that has already finished was used; tensors must "
                     "not escape the function being traced (return them instead)"
                 )
-        outs = _runtime().run_op(opdef, operands, attrs, regions)
+        outs = runtime().run_op(opdef, operands, attrs, regions)
         return outs[0] if len(outs) == 1 else tuple(outs)
     values = [to_value(builder, x) for x in operands]
     outs = builder.add(opdef, values, attrs, regions)
     tensors = tuple(Tensor(v, builder) for v in outs)
     return tensors[0] if len(tensors) == 1 else tensors
-
-
-class _Runtime:
-    """What the runtime (a layer above this module) installs here: ``run_op(opdef, operands,
-    attrs, regions) -> list`` runs one primitive on concrete operands (compiled and cached by the
-    runtime), ``from_dlpack(x)`` takes a foreign array. Installed when ``kaun_ir.runtime`` is
-    imported, which ``import kaun_ir`` does."""
-
-    run_op: Callable | None = None
-    from_dlpack: Callable | None = None
-
-
-_RUNTIME = _Runtime()
-
-
-def install_runtime(run_op: Callable, from_dlpack: Callable) -> None:
-    """Called by ``kaun_ir.runtime`` on import: how concrete operands are computed on."""
-    _RUNTIME.run_op = run_op
-    _RUNTIME.from_dlpack = from_dlpack
-
-
-def _runtime() -> _Runtime:
-    if _RUNTIME.run_op is None:
-        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
-
-        wiring.install()
-    return _RUNTIME

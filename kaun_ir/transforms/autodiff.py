@@ -17,9 +17,10 @@ import numpy as np
 
 from kaun_ir import dtypes, tree
 from kaun_ir.errors import GradientError
-from kaun_ir.ir.builder import _STATE, Builder, current_builder, source_scope
-from kaun_ir.ir.clone import copy_nodes
-from kaun_ir.ir.core import Graph, Node, TensorType, Value
+from kaun_ir.ir.builder import Builder, at, current_builder, location
+from kaun_ir.ir.clone import copy_node, copy_nodes
+from kaun_ir.ir.core import Graph, TensorType, Value
+from kaun_ir.ir.provenance import SEED, Provenance, backward_of
 from kaun_ir.ops import TABLE
 from kaun_ir.surface.tensor import Tensor, apply
 
@@ -32,42 +33,6 @@ def differentiable(t: TensorType) -> bool:
 def _zeros(t: TensorType, builder: Builder) -> Tensor:
     scalar = apply("constant", value=np.zeros((), t.dtype))
     return apply("broadcast_in_dim", scalar, shape=t.shape, broadcast_dimensions=()) if t.shape else scalar
-
-
-BACKWARD = "backward of"
-#: the source recorded on the cotangent seed (``1.0`` for a loss): where the backward pass starts
-SEED_SOURCE = "(cotangent seed)"
-
-
-def backward_source(node: Node) -> str:
-    """The source recorded on nodes of ``node``'s reverse rule: ``"model.py:12 (backward of sqrt)"``.
-
-    Tools (``kn.debug.check_finite``) read it back with :func:`parse_backward_source`."""
-    where = node.source or "?"
-    return f"{where} ({BACKWARD} {node.op})"
-
-
-def parse_backward_source(source: str) -> tuple[str, str | None]:
-    """``(user source, forward op)`` of a backward node's source; forward op None otherwise."""
-    marker = f" ({BACKWARD} "
-    if source.endswith(")") and marker in source:
-        where, op = source[:-1].rsplit(marker, 1)
-        return ("" if where == "?" else where), op
-    return source, None
-
-
-class _PathScope:
-    """Temporarily set the layer path (backward nodes record the path of their forward node)."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __enter__(self):
-        self.saved = _STATE.path
-        _STATE.path = [self.path] if self.path else []
-
-    def __exit__(self, *exc):
-        _STATE.path = self.saved
 
 
 def gradient_graph(
@@ -89,6 +54,47 @@ def gradient_graph(
     """
     n_in = len(graph.inputs)
     wrt = [i for i, v in enumerate(graph.inputs) if differentiable(v.type)] if wrt is None else list(wrt)
+    _check_request(graph, wrt, of, seed_inputs)
+    active, needed = _activity(graph, wrt, of)
+    with Builder(record_source=False) as builder:
+        args = [builder.add_input(v.type) for v in graph.inputs]
+        env: dict[int, Value] = {id(old): new for old, new in zip(graph.inputs, args)}
+        residuals = _copy_forward(graph, env, builder, active, needed)
+        cotangents: dict[int, Tensor] = {}
+        for k in of:
+            out = graph.outputs[k]
+            if seed_inputs:
+                seed = Tensor(builder.add_input(out.type), builder)
+            else:
+                with location(provenance=Provenance(SEED)):
+                    seed = apply("constant", value=np.ones((), out.type.dtype))
+            _accumulate(cotangents, out, seed)
+        for node in reversed(graph.nodes):
+            cts = [cotangents.get(id(o)) for o in node.outputs]
+            if all(c is None for c in cts) or not any(id(v) in active for v in node.inputs):
+                continue
+            in_cts = _apply_vjp(node, cts, env, builder, residuals.get(id(node)))
+            for value, ct in zip(node.inputs, in_cts):
+                if ct is not None and id(value) in active:
+                    # a sum of cotangents belongs to the layer that produced the value (a
+                    # parameter's: to the layer that reads it)
+                    producer = value.node if value.node is not None else node
+                    with at(producer, provenance=backward_of(producer.op)):
+                        _accumulate(cotangents, value, ct)
+        grads = []
+        for i in wrt:
+            ct = cotangents.get(id(graph.inputs[i]))
+            grads.append(ct.value if ct is not None else _zeros(graph.inputs[i].type, builder).value)
+        outputs = [env[id(v)] for v in graph.outputs] if keep_outputs else []
+    names = list(graph.input_names) if graph.input_names else [""] * n_in
+    if seed_inputs:
+        names += [f"cotangent{k}" for k in of]
+    return builder.finish(outputs + grads, name=graph.name, input_names=names)
+
+
+def _check_request(graph: Graph, wrt: Sequence[int], of: Sequence[int], seed_inputs: bool) -> None:
+    """IndexError or GradientError when ``wrt`` or ``of`` asks for a derivative that does not exist."""
+    n_in = len(graph.inputs)
     for i in wrt:
         if not 0 <= i < n_in:
             raise IndexError(f"wrt index {i} out of range for {n_in} inputs")
@@ -108,52 +114,20 @@ def gradient_graph(
                 "(use kn.vjp to supply a cotangent for non-scalar outputs)"
             )
 
-    # Which values depend on a wrt input: only those need cotangents.
+
+def _activity(graph: Graph, wrt: Sequence[int], of: Sequence[int]) -> tuple[set[int], set[int]]:
+    """``(active, needed)``: the ids of the values that depend on a ``wrt`` input (only those
+    need cotangents) and of those the differentiated outputs depend on (ops elsewhere need no
+    reverse rule)."""
     active: set[int] = {id(graph.inputs[i]) for i in wrt}
     for node in graph.nodes:
         if any(id(v) in active for v in node.inputs):
             active.update(id(o) for o in node.outputs if differentiable(o.type))
-
-    # which values the differentiated outputs depend on (ops elsewhere need no reverse rule)
     needed: set[int] = {id(graph.outputs[k]) for k in of}
     for node in reversed(graph.nodes):
         if any(id(o) in needed for o in node.outputs):
             needed.update(id(v) for v in node.inputs)
-
-    with Builder(record_source=False) as builder:
-        args = [builder.add_input(v.type) for v in graph.inputs]
-        env: dict[int, Value] = {id(old): new for old, new in zip(graph.inputs, args)}
-        residuals = _copy_forward(graph, env, builder, active, needed)
-        cotangents: dict[int, Tensor] = {}
-        for k in of:
-            out = graph.outputs[k]
-            if seed_inputs:
-                seed = Tensor(builder.add_input(out.type), builder)
-            else:
-                with source_scope(SEED_SOURCE):
-                    seed = apply("constant", value=np.ones((), out.type.dtype))
-            _accumulate(cotangents, out, seed)
-        for node in reversed(graph.nodes):
-            cts = [cotangents.get(id(o)) for o in node.outputs]
-            if all(c is None for c in cts) or not any(id(v) in active for v in node.inputs):
-                continue
-            in_cts = _apply_vjp(node, cts, env, builder, residuals.get(id(node)))
-            for value, ct in zip(node.inputs, in_cts):
-                if ct is not None and id(value) in active:
-                    # a sum of cotangents belongs to the layer that produced the value (a
-                    # parameter's: to the layer that reads it)
-                    producer = value.node if value.node is not None else node
-                    with _PathScope(producer.path), source_scope(backward_source(producer)):
-                        _accumulate(cotangents, value, ct)
-        grads = []
-        for i in wrt:
-            ct = cotangents.get(id(graph.inputs[i]))
-            grads.append(ct.value if ct is not None else _zeros(graph.inputs[i].type, builder).value)
-        outputs = [env[id(v)] for v in graph.outputs] if keep_outputs else []
-    names = list(graph.input_names) if graph.input_names else [""] * n_in
-    if seed_inputs:
-        names += [f"cotangent{k}" for k in of]
-    return builder.finish(outputs + grads, name=graph.name, input_names=names)
+    return active, needed
 
 
 def _copy_forward(
@@ -166,21 +140,13 @@ def _copy_forward(
         opdef = TABLE[node.op]
         wrt = tuple(id(v) in active for v in node.inputs)
         if opdef.vjp_forward is None or not any(wrt) or not any(id(o) in needed for o in node.outputs):
-            new = Node(
-                node.op,
-                [env.get(id(v), v) for v in node.inputs],
-                node.attrs,
-                node.types,
-                node.regions,
-                path=node.path,
-                source=node.source,
-            )
-            builder.nodes.append(new)
-            for old, fresh in zip(node.outputs, new.outputs):
-                env[id(old)] = fresh
+            fresh = copy_node(node, env)
+            builder.append(fresh)
+            # recorded also when the node is kept as it is: the reverse sweep looks every value up
+            env.update((id(old), new) for old, new in zip(node.outputs, fresh.outputs))
             continue
         inputs = [Tensor(env[id(v)], builder) for v in node.inputs]
-        with _PathScope(node.path), source_scope(node.source):
+        with at(node):
             outs, saved = opdef.vjp_forward(*inputs, wrt=wrt, regions=node.regions, **node.attr_dict)
         for old, fresh in zip(node.outputs, outs):
             if fresh.type != old.type:
@@ -212,7 +178,7 @@ def _apply_vjp(node, cts, env, builder, saved=None) -> list:
         extra["regions"] = node.regions
     if opdef.vjp_forward is not None:
         extra["residuals"] = saved
-    with _PathScope(node.path), source_scope(backward_source(node)):
+    with at(node, provenance=backward_of(node.op)):
         if len(node.outputs) == 1:
             ct = cts[0]
             result = opdef.vjp(ct, outputs[0], *inputs, **node.attr_dict, **extra)

@@ -38,12 +38,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from kaun_ir import dtypes
-from kaun_ir.ir.builder import Builder, current_builder, scope, source_scope
+from kaun_ir.ir.builder import Builder, current_builder, location, scope
+from kaun_ir.ir.clone import with_inputs
 from kaun_ir.ir.core import Graph, Node, Value, path_components
+from kaun_ir.ir.provenance import RECOMPUTE, Provenance, backward_op, is_seed
 from kaun_ir.surface.tensor import Tensor, apply
-from kaun_ir.transforms.autodiff import SEED_SOURCE, parse_backward_source
 
-__all__ = ["RematPolicy", "remat", "rematerialize", "SEED_SOURCE", "MARK"]
+__all__ = ["RematPolicy", "remat", "rematerialize", "MARK"]
 
 #: prefix of the layer-path component with which kn.remat marks a segment
 MARK = "remat:"
@@ -115,9 +116,7 @@ def remat(f: Callable, policy: Any = "nothing") -> Callable:
         if builder is None:  # nothing is differentiated outside a trace
             return f(*args, **kwargs)
         # each call is its own segment: number the calls within the trace
-        count = getattr(builder, "remat_calls", 0)
-        builder.remat_calls = count + 1
-        with scope(f"{MARK}{spec}:{count}"):
+        with scope(f"{MARK}{spec}:{builder.next_count('remat')}"):
             return f(*args, **kwargs)
 
     rematerialized.__name__ = getattr(f, "__name__", "f")
@@ -158,117 +157,140 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0) -> Graph:
     every group of nodes sharing the first ``depth`` components of their layer path.
     """
     policy = as_policy(policy) if policy is not None else None
-    names = graph.input_names or [""] * len(graph.inputs)
-    deep: set[int] = {id(v) for v, name in zip(graph.inputs, names) if name.startswith("cotangent")}
-    deep_nodes: set[int] = set()
-    for node in graph.nodes:
-        if node.source == SEED_SOURCE or any(id(v) in deep for v in node.inputs):
-            deep_nodes.add(id(node))
-            deep.update(id(o) for o in node.outputs)
-
-    segment_of: dict[int, tuple] = {}
-    for node in graph.nodes:
-        if id(node) not in deep_nodes:
-            seg = _segment(node, policy, depth)
-            if seg is not None:
-                segment_of[id(node)] = seg
-
-    def saved(node: Node, seg) -> bool:
-        forward = parse_backward_source(node.source)[1] is None
-        return forward and seg[1].saves(node)
-
-    # residuals per segment: non-deep values of the segment that deep nodes read
-    position = {id(node): k for k, node in enumerate(graph.nodes)}
-    residuals: dict[str, list[Value]] = {}
-    first_use: dict[str, Node] = {}
-    seg_info: dict[str, tuple] = {}
-    for node in graph.nodes:
-        if id(node) not in deep_nodes:
-            continue
-        for value in node.inputs:
-            producer = value.node
-            if producer is None or id(value) in deep or id(producer) not in segment_of:
-                continue
-            seg = segment_of[id(producer)]
-            if saved(producer, seg):
-                continue
-            key = seg[0]
-            seg_info[key] = seg
-            chosen = residuals.setdefault(key, [])
-            if all(value is not r for r in chosen):
-                chosen.append(value)
-            if key not in first_use or position[id(node)] < position[id(first_use[key])]:
-                first_use[key] = node
-
-    plans = {}
-    for key, values in residuals.items():
-        consumer = first_use[key]
-        trigger = next((v for v in consumer.inputs if id(v) in deep and dtypes.is_float(v.type.dtype)), None)
-        if trigger is None:
-            continue
-        clone: list[Node] = []
-        boundary: list[Value] = []
-        seen: set[int] = set()
-        stack = list(values)
-        while stack:
-            value = stack.pop()
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
-            producer = value.node
-            inside = (
-                producer is not None
-                and id(producer) not in deep_nodes
-                and segment_of.get(id(producer), (None,))[0] == key
-                and (any(value is r for r in values) or not saved(producer, seg_info[key]))
-            )
-            if not inside:
-                boundary.append(value)
-                continue
-            if all(producer is not n for n in clone):
-                clone.append(producer)
-                stack.extend(producer.inputs)
-        clone.sort(key=lambda n: position[id(n)])
-        plans.setdefault(id(consumer), []).append((key, values, clone, boundary, trigger))
+    parts = _Parts(graph, policy, depth)
+    plans: dict[int, list[_Plan]] = {}
+    for key, (values, consumer) in _residuals(graph, parts).items():
+        plan = _plan(key, values, consumer, parts)
+        if plan is not None:
+            plans.setdefault(id(consumer), []).append(plan)
     if not plans:
         return graph
+    return _rebuild(graph, plans, parts)
 
+
+class _Parts:
+    """The backward part of a differentiated graph (the *deep* nodes: those downstream of a
+    cotangent) and the segment of every forward node."""
+
+    def __init__(self, graph: Graph, policy: RematPolicy | None, depth: int):
+        self.position = {id(node): k for k, node in enumerate(graph.nodes)}
+        names = graph.input_names or [""] * len(graph.inputs)
+        self.deep: set[int] = {id(v) for v, name in zip(graph.inputs, names) if name.startswith("cotangent")}
+        self.deep_nodes: set[int] = set()
+        for node in graph.nodes:
+            if is_seed(node) or any(id(v) in self.deep for v in node.inputs):
+                self.deep_nodes.add(id(node))
+                self.deep.update(id(o) for o in node.outputs)
+        self.segment_of: dict[int, tuple[str, RematPolicy]] = {}
+        for node in graph.nodes:
+            if id(node) not in self.deep_nodes:
+                seg = _segment(node, policy, depth)
+                if seg is not None:
+                    self.segment_of[id(node)] = seg
+
+    def key_of(self, node: Node | None) -> str | None:
+        """The segment of a forward node; None for backward nodes, arguments and unsegmented nodes."""
+        if node is None or id(node) in self.deep_nodes or id(node) not in self.segment_of:
+            return None
+        return self.segment_of[id(node)][0]
+
+    def saved(self, node: Node) -> bool:
+        """Whether the policy of ``node``'s segment keeps its results (backward nodes never are)."""
+        return backward_op(node) is None and self.segment_of[id(node)][1].saves(node)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """The recomputation of one segment's residuals, placed before their first backward reader."""
+
+    key: str  # the segment
+    values: list[Value]  # the residuals recomputed
+    clone: list[Node]  # the forward nodes recomputed, in graph order
+    boundary: list[Value]  # the values entering the recomputation
+    trigger: Value  # the cotangent the recomputation waits for
+
+
+def _residuals(graph: Graph, parts: _Parts) -> dict[str, tuple[list[Value], Node]]:
+    """Per segment: the forward values that backward nodes read and the policy does not save,
+    and the first backward node reading one of them."""
+    found: dict[str, tuple[list[Value], Node]] = {}
+    for node in graph.nodes:
+        if id(node) not in parts.deep_nodes:
+            continue
+        for value in node.inputs:
+            key = parts.key_of(value.node)
+            if key is None or parts.saved(value.node):
+                continue
+            values, consumer = found.get(key, ([], node))
+            if all(value is not r for r in values):
+                values.append(value)
+            if parts.position[id(node)] < parts.position[id(consumer)]:
+                consumer = node
+            found[key] = (values, consumer)
+    return found
+
+
+def _plan(key: str, values: list[Value], consumer: Node, parts: _Parts) -> _Plan | None:
+    """The nodes recomputing ``values`` from the values entering segment ``key``; None when the
+    first reader has no floating-point cotangent to tie the recomputation to."""
+    trigger = next(
+        (v for v in consumer.inputs if id(v) in parts.deep and dtypes.is_float(v.type.dtype)), None
+    )
+    if trigger is None:
+        return None
+    clone: list[Node] = []
+    boundary: list[Value] = []
+    seen: set[int] = set()
+    stack = list(values)
+    while stack:
+        value = stack.pop()
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        producer = value.node
+        inside = parts.key_of(producer) == key and (
+            any(value is r for r in values) or not parts.saved(producer)
+        )
+        if not inside:
+            boundary.append(value)
+            continue
+        if all(producer is not n for n in clone):
+            clone.append(producer)
+            stack.extend(producer.inputs)
+    clone.sort(key=lambda n: parts.position[id(n)])
+    return _Plan(key, values, clone, boundary, trigger)
+
+
+def _rebuild(graph: Graph, plans: dict[int, list[_Plan]], parts: _Parts) -> Graph:
+    """``graph`` with each plan's recomputation inserted before its first backward reader, whose
+    backward nodes read the recomputed residuals instead of the forward ones."""
     with Builder(record_source=False) as builder:
-        env: dict[int, Value] = {
-            id(old): new for old, new in zip(graph.inputs, [builder.add_input(v.type) for v in graph.inputs])
-        }
+        env: dict[int, Value] = {id(old): builder.add_input(old.type) for old in graph.inputs}
         recomputed: dict[int, Value] = {}
         for node in graph.nodes:
-            for key, values, clone, boundary, trigger in plans.get(id(node), []):
-                local = _tie(builder, key, boundary, env, env[id(trigger)])
-                for old in clone:
-                    fresh = Node(
-                        old.op,
-                        [local.get(id(v), env.get(id(v))) for v in old.inputs],
-                        old.attrs,
-                        old.types,
-                        old.regions,
-                        path=old.path,
-                        source=old.source,
-                    )
-                    builder.nodes.append(fresh)
-                    for o, n in zip(old.outputs, fresh.outputs):
-                        local[id(o)] = n
-                for value in values:
-                    recomputed[id(value)] = local[id(value)]
-            if id(node) in deep_nodes:
+            for plan in plans.get(id(node), []):
+                recomputed.update(_recompute(builder, plan, env))
+            if id(node) in parts.deep_nodes:
                 inputs = [recomputed.get(id(v), env[id(v)]) for v in node.inputs]
             else:
                 inputs = [env[id(v)] for v in node.inputs]
-            fresh = Node(
-                node.op, inputs, node.attrs, node.types, node.regions, path=node.path, source=node.source
-            )
-            builder.nodes.append(fresh)
-            for o, n in zip(node.outputs, fresh.outputs):
-                env[id(o)] = n
+            fresh = with_inputs(node, inputs)
+            builder.append(fresh)
+            env.update((id(old), new) for old, new in zip(node.outputs, fresh.outputs))
         outputs = [env[id(v)] for v in graph.outputs]
     result = builder.finish(outputs, name=graph.name, input_names=graph.input_names)
     return Graph.from_outputs(result.inputs, result.outputs, graph.name, graph.input_names)
+
+
+def _recompute(builder: Builder, plan: _Plan, env: dict[int, Value]) -> dict[int, Value]:
+    """Append the plan's recomputation; returns the new value of each recomputed residual."""
+    local = _tie(builder, plan.key, plan.boundary, env, env[id(plan.trigger)])
+    for old in plan.clone:
+        fresh = with_inputs(old, [local.get(id(v), env.get(id(v))) for v in old.inputs])
+        if fresh is not old:  # a node of constants only is kept as it is, already in the graph
+            builder.append(fresh)
+        local.update((id(o), n) for o, n in zip(old.outputs, fresh.outputs))
+    return {id(value): local[id(value)] for value in plan.values}
 
 
 def _tie(
@@ -276,7 +298,7 @@ def _tie(
 ) -> dict[int, Value]:
     """Each float value entering the segment, made to depend on one element of ``trigger``."""
     local: dict[int, Value] = {}
-    with source_scope(f"(remat: recomputation of {key} waits for the cotangent)"):
+    with location(provenance=Provenance(RECOMPUTE, key)):
         t = Tensor(trigger, builder)
         if t.ndim:
             t = apply(

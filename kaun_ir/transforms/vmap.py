@@ -20,12 +20,11 @@ from typing import Any
 
 from kaun_ir import tree
 from kaun_ir.errors import BatchingError
-from kaun_ir.ir.builder import Builder, current_builder
+from kaun_ir.ir.builder import Builder, current_builder, location
 from kaun_ir.ir.clone import copy_nodes
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops import TABLE
 from kaun_ir.surface.tensor import Tensor, apply, to_value
-from kaun_ir.transforms.autodiff import _PathScope
 
 
 def _bcast(x: Tensor, size: int) -> Tensor:
@@ -61,7 +60,7 @@ def batch_graph(
         for node in graph.nodes:
             flags = [is_batched[id(v)] for v in node.inputs]
             operands = [env[id(v)] for v in node.inputs]
-            with _PathScope(node.path):
+            with location(path=node.path):
                 if not any(flags):
                     outs = apply(node.op, *operands, regions=node.regions, **node.attr_dict)
                 else:
@@ -134,8 +133,26 @@ def _normalize_axis(axis: int, ndim: int, what: str) -> int:
 
 
 def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dict):
-    from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
+    """One call of ``kn.vmap(f)``: trace ``f`` for one example, batch the graph, inline it."""
+    from kaun_ir.surface.trace import trace_flat
 
+    example_args, moves, sizes = _examples(args, _arg_specs(in_axes, args), isinstance(in_axes, tuple | list))
+    size = _batch_size(sizes, axis_size)
+    traced = trace_flat(f, tuple(example_args), kwargs)
+    # graph inputs: the array leaves of (args, kwargs) in flatten order, then captures
+    flags = [axis is not None for _, axis in moves]
+    flags += [False] * (len(traced.array_positions) - len(moves) + len(traced.captures))
+    batched, out_flags = batch_graph(traced.graph, flags, size)
+    outs = _inline(batched, traced, moves, args, kwargs)
+    out_specs = _out_axes(out_axes, traced.out_treedef, len(outs))
+    results = [
+        _placed(k, out, b, axis, size) for k, (out, b, axis) in enumerate(zip(outs, out_flags, out_specs))
+    ]
+    return tree.unflatten(traced.out_treedef, results)
+
+
+def _arg_specs(in_axes, args: tuple) -> tuple:
+    """One ``in_axes`` entry per positional argument."""
     if isinstance(in_axes, list):
         in_axes = tuple(in_axes)
     if isinstance(in_axes, tuple):
@@ -144,20 +161,26 @@ def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dic
                 f"vmap in_axes has {len(in_axes)} entries but the function was called with "
                 f"{len(args)} positional argument(s)"
             )
-        specs = in_axes
-    elif in_axes is None or isinstance(in_axes, int):
-        specs = (in_axes,) * len(args)
-    else:
-        raise BatchingError(
-            f"vmap in_axes must be an int, None or a tuple with one entry per positional "
-            f"argument, got {in_axes!r}"
-        )
+        return in_axes
+    if in_axes is None or isinstance(in_axes, int):
+        return (in_axes,) * len(args)
+    raise BatchingError(
+        f"vmap in_axes must be an int, None or a tuple with one entry per positional "
+        f"argument, got {in_axes!r}"
+    )
+
+
+def _examples(args: tuple, specs: tuple, per_argument: bool) -> tuple[list, list, dict[str, int]]:
+    """The arguments of one example (mapped axes removed), ``(leaf, axis)`` for every array leaf in
+    flatten order (axis None when not mapped), and the batch size each mapped leaf implies."""
+    from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type
+
     sizes: dict[str, int] = {}
     example_args = []
-    moves: list[tuple[Any, int | None]] = []  # (leaf, axis) for every array leaf, in flatten order
+    moves: list[tuple[Any, int | None]] = []
     for i, (arg, spec) in enumerate(zip(args, specs)):
         leaves, treedef = tree.flatten(arg)
-        axes = _axes_for(spec, arg, f"[{i}]" if isinstance(in_axes, tuple) else "")
+        axes = _axes_for(spec, arg, f"[{i}]" if per_argument else "")
         example_leaves = []
         for (path, leaf), axis in zip(tree.paths(arg), axes):
             if not is_array_leaf(leaf) or axis is None:
@@ -172,6 +195,11 @@ def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dic
             example_leaves.append(ShapeDtype(t.shape[:axis] + t.shape[axis + 1 :], t.dtype))
             moves.append((leaf, axis))
         example_args.append(tree.unflatten(treedef, example_leaves))
+    return example_args, moves, sizes
+
+
+def _batch_size(sizes: dict[str, int], axis_size: int | None) -> int:
+    """The one batch size of the mapped axes and ``axis_size``; BatchingError when they differ."""
     distinct = set(sizes.values()) | ({axis_size} if axis_size is not None else set())
     if len(distinct) > 1:
         listed = ", ".join(f"{name}: {n}" for name, n in sizes.items())
@@ -183,15 +211,12 @@ def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dic
         raise BatchingError(
             "vmap needs at least one mapped argument (an in_axes entry that is not None) or axis_size"
         )
-    size = distinct.pop()
-    traced = trace_flat(f, tuple(example_args), kwargs)
-    graph = traced.graph
-    # graph inputs: the array leaves of (args, kwargs) in flatten order, then captures
-    arg_leaf_count = len(moves)
-    flags = [m[1] is not None for m in moves]
-    kw_inputs = len(traced.array_positions) - arg_leaf_count
-    flags += [False] * (kw_inputs + len(traced.captures))
-    batched, out_flags = batch_graph(graph, flags, size)
+    return distinct.pop()
+
+
+def _inline(batched: Graph, traced, moves: list, args: tuple, kwargs: dict) -> list[Tensor]:
+    """Copy the batched graph into the active trace over the call's arrays (each mapped one with
+    its batch axis moved to the front); returns its outputs."""
     builder = current_builder()
     operands = []
     for leaf, axis in moves:
@@ -201,29 +226,25 @@ def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dic
             value = leaf if isinstance(leaf, Tensor) else Tensor(to_value(builder, leaf), builder)
             operands.append(_move(value, axis, 0))
     all_leaves = tree.flatten((tuple(args), kwargs))[0]
-    kw_leaves = [all_leaves[p] for p in traced.array_positions[arg_leaf_count:]]
-    operands += kw_leaves + list(traced.captures)
+    operands += [all_leaves[p] for p in traced.array_positions[len(moves) :]] + list(traced.captures)
     values = [to_value(builder, x) for x in operands]
     env: dict[int, Value] = {id(old): new for old, new in zip(batched.inputs, values)}
-    outs = [Tensor(v, builder) for v in copy_nodes(batched, env, builder.nodes)]
-    out_treedef = traced.out_treedef
-    out_specs = _out_axes(out_axes, out_treedef, len(outs))
-    results = []
-    for k, (out, b, axis) in enumerate(zip(outs, out_flags, out_specs)):
-        if axis is None:
-            if b:
-                raise BatchingError(
-                    f"vmap out_axes is None for output {k}, but it depends on a mapped "
-                    "argument (it differs per example)"
-                )
-            # the batched graph carries the unbatched value as it is
-            results.append(out)
-            continue
-        if not b:
-            out = _bcast(out, size)
-        axis = _normalize_axis(axis, out.ndim, f"output {k} ({out.type})")
-        results.append(_move(out, 0, axis))
-    return tree.unflatten(out_treedef, results)
+    return [Tensor(v, builder) for v in copy_nodes(batched, env, builder.nodes)]
+
+
+def _placed(k: int, out: Tensor, batched: bool, axis: int | None, size: int) -> Tensor:
+    """Output ``k`` with its batch axis where ``out_axes`` puts it (broadcast if it has none)."""
+    if axis is None:
+        if batched:
+            raise BatchingError(
+                f"vmap out_axes is None for output {k}, but it depends on a mapped "
+                "argument (it differs per example)"
+            )
+        return out  # the batched graph carries the unbatched value as it is
+    if not batched:
+        out = _bcast(out, size)
+    axis = _normalize_axis(axis, out.ndim, f"output {k} ({out.type})")
+    return _move(out, 0, axis)
 
 
 def _out_axes(out_axes, treedef, count: int) -> list:
