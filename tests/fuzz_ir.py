@@ -196,7 +196,7 @@ def check(text: str) -> tuple[str, str | None]:
     ``("crash", description)``."""
     import kaun_ir as kn
     from kaun_ir.runtime import lower
-    from kaun_ir.runtime.xla import parse_mlir
+    from kaun_ir.runtime.xla.mlir import parse_mlir
 
     try:
         graph = kn.ir.parse(text)
