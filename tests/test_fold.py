@@ -17,9 +17,9 @@ import kaun_ir as kn
 from kaun_ir import dtypes
 from kaun_ir.ir import Builder, TensorType, interpret, scope
 from kaun_ir.ir.core import Graph
-from kaun_ir.ops import TABLE
+from kaun_ir.ops import TABLE, with_trait
 from kaun_ir.passes import canonicalize as _canonicalize  # noqa: F401  (registers the pass)
-from kaun_ir.passes.fold import ELEMENTWISE, FOLDABLE, NOT_FOLDED, fold
+from kaun_ir.passes.fold import ELEMENTWISE, ELEMENTWISE_NOT_FOLDED, FOLDABLE, NOT_FOLDED, fold
 from kaun_ir.passes.rewrite import last_statistics
 from kaun_ir.surface.tensor import Tensor, apply
 
@@ -54,6 +54,14 @@ def test_every_op_is_classified_once():
     for op in ("exponential", "log", "tanh", "erf", "logistic", "sine", "cosine", "sqrt", "rsqrt", "atan2"):
         assert op in NOT_FOLDED
     assert ELEMENTWISE <= set(FOLDABLE)
+
+
+def test_the_elementwise_ops_folded_are_the_trait_minus_the_exclusions():
+    """The splat-folded ops come from the op table's trait, not from a list of their own."""
+    elementwise = with_trait("elementwise")
+    assert ELEMENTWISE == elementwise - set(ELEMENTWISE_NOT_FOLDED)
+    assert set(ELEMENTWISE_NOT_FOLDED) <= elementwise  # an exclusion names an elementwise op
+    assert all(NOT_FOLDED[op] == reason for op, reason in ELEMENTWISE_NOT_FOLDED.items())
 
 
 @pytest.mark.parametrize("op", sorted(FOLDABLE))

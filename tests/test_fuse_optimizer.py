@@ -15,11 +15,11 @@ import pytest
 from passutil import assert_bit_identical, random_inputs, same_snapshot, snapshot
 
 import kaun_ir as kn
-import kaun_ir.passes.fuse_optimizer as fo  # registers the pass
 from kaun_ir import layer, optim, passes, rng, train, tree
 from kaun_ir.ir import parse
 from kaun_ir.ir.interp import interpret
 from kaun_ir.nn import loss
+from kaun_ir.passes import optimizer_chains
 
 # the NumPy references warn about the NaN and inf in the random inputs; they are meant to be there
 pytestmark = pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
@@ -133,14 +133,14 @@ def test_optimizer_update_nodes_carry_the_layer_path():
 
 def _chains(text: str):
     graph = parse(text)
-    return graph, fo._find_chains(graph)
+    return graph, optimizer_chains.find_chains(graph)
 
 
 def test_dependent_chains_are_isomorphic_but_not_fused():
     graph, chains = _chains((KIR / "fuse-optimizer-mismatch.kir").read_text())
     f32_3 = [c for c in chains if c.shape == (3,)]
     assert len(f32_3) == 2 and f32_3[0].signature == f32_3[1].signature  # only the dependency differs
-    assert fo._independent(f32_3, graph) == [f32_3[0]]
+    assert optimizer_chains.independent(f32_3, graph) == [f32_3[0]]
     assert "concatenate" not in passes.run(graph, "fuse-optimizer{horizontal=true}").op_counts()
 
 

@@ -19,25 +19,13 @@ from kaun_ir.layer.blocks import (
     residual,
     tied_embedding,
 )
+from kaun_ir.layer.combinators import child_ctx, compose, sequential
 from kaun_ir.layer.conv import conv1d, conv2d
-from kaun_ir.layer.core import (
-    Layer,
-    Vars,
-    apply,
-    child_ctx,
-    child_init,
-    compose,
-    dtype,
-    eval_shape,
-    init,
-    params,
-    sequential,
-    state,
-    with_params,
-    with_state,
-)
+from kaun_ir.layer.core import Layer, Vars, dtype, params, state, with_params, with_state
 from kaun_ir.layer.dropout import dropout
 from kaun_ir.layer.embedding import embedding
+from kaun_ir.layer.forward import apply
+from kaun_ir.layer.initialise import child_init, eval_shape, init
 from kaun_ir.layer.linear import linear
 from kaun_ir.layer.normalization import batch_norm, layer_norm, rms_norm
 from kaun_ir.layer.pooling import avg_pool1d, avg_pool2d, flatten, max_pool1d, max_pool2d

@@ -9,8 +9,10 @@ from typing import Any
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import scope
+from kaun_ir.layer.combinators import child_ctx
 from kaun_ir.layer.construct import make_param, positive_int, resolve_init, stateless
-from kaun_ir.layer.core import Layer, Vars, child_ctx, child_init, eval_shape
+from kaun_ir.layer.core import Layer, Vars
+from kaun_ir.layer.initialise import child_init, eval_shape
 from kaun_ir.nn import init as initializers
 from kaun_ir.surface.elementwise import add, multiply
 from kaun_ir.surface.linalg import matmul

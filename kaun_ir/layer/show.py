@@ -176,7 +176,7 @@ def summary(
     is compiled or run: the forward pass is traced on abstract values.
     """
     from kaun_ir import rng
-    from kaun_ir.layer.core import init
+    from kaun_ir.layer.initialise import init
     from kaun_ir.layer.roll import unrolled
     from kaun_ir.surface.trace import ShapeDtype, leaf_type, trace_flat
 
