@@ -47,7 +47,7 @@ from kaun_ir.ir.builder import current_builder, scope
 from kaun_ir.layer.roll import apply_layers as roll_layers
 from kaun_ir.layer.roll import resolve_roll, rolling_allowed
 from kaun_ir.surface import random
-from kaun_ir.surface.numeric import astype, dtype_of
+from kaun_ir.surface.promotion import astype, dtype_of
 from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
 
 __all__ = [
