@@ -331,7 +331,7 @@ __all__ = [
     "bfloat16",
     "float32",
     "float64",
-    # numeric (the NumPy-style functions)
+    # the NumPy-style functions (elementwise, promotion, shapes, creation, indexing)
     "abs",
     "add",
     "arange",

@@ -25,7 +25,10 @@ import numpy as np
 
 from kaun_ir import dtypes, ptree
 from kaun_ir.optim.core import Algorithm
-from kaun_ir.surface import numeric, reductions
+from kaun_ir.surface import reductions
+from kaun_ir.surface.creation import zeros_like
+from kaun_ir.surface.elementwise import where
+from kaun_ir.surface.promotion import astype, dtype_of
 
 __all__ = ["Policy", "as_policy", "loss_scaled", "loss_scale_of"]
 
@@ -99,7 +102,7 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
         scale = ptree.flatten(scale_tree)[0][0]
         finite_steps = ptree.flatten(finite_tree)[0][0]
         grads = ptree.map(
-            lambda g: numeric.astype(g / numeric.astype(scale, numeric.dtype_of(g)), numeric.dtype_of(g)),
+            lambda g: astype(g / astype(scale, dtype_of(g)), dtype_of(g)),
             grads,
         )
         ok = None
@@ -107,15 +110,15 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
             leaf_ok = reductions.all(apply("is_finite", g))
             ok = leaf_ok if ok is None else ok & leaf_ok
         updates, new_inner = alg.step(t, inner, params, grads)
-        updates = ptree.map(lambda u: numeric.where(ok, u, numeric.zeros_like(u)), updates)
+        updates = ptree.map(lambda u: where(ok, u, zeros_like(u)), updates)
         new_inner = tuple(
-            ptree.map2(lambda new, old: numeric.where(ok, new, old), n, o) for n, o in zip(new_inner, inner)
+            ptree.map2(lambda new, old: where(ok, new, old), n, o) for n, o in zip(new_inner, inner)
         )
         if dynamic:
             grown = finite_steps + 1
             double = grown >= policy.growth_interval
-            new_scale = numeric.where(ok, numeric.where(double, scale * 2.0, scale), scale * 0.5)
-            new_finite = numeric.where(ok, numeric.where(double, 0, grown), 0).astype(dtypes.int32)
+            new_scale = where(ok, where(double, scale * 2.0, scale), scale * 0.5)
+            new_finite = where(ok, where(double, 0, grown), 0).astype(dtypes.int32)
         else:
             new_scale, new_finite = scale, finite_steps
         return updates, new_inner + (

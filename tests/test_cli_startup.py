@@ -16,7 +16,7 @@ from kaun_ir.tools import cli
 
 # absl/TSL's line prefix: I (INFO), month and day, time, e.g. "I1123 21:36:28.503971  5473 pjrt_client.cc"
 INFO_LINE = re.compile(r"^I\d{4} \d\d:\d\d:\d\d", re.M)
-HEAVY = ("numpy", "jax", "jaxlib", "kaun_ir.surface.numeric", "kaun_ir.passes", "kaun_ir.runtime")
+HEAVY = ("numpy", "jax", "jaxlib", "kaun_ir.surface.elementwise", "kaun_ir.passes", "kaun_ir.runtime")
 
 
 def _env(**extra) -> dict:

@@ -147,10 +147,10 @@ def test_float64_matches_jax_x64():
 def test_erf_inv_accuracy():
     from scipy.special import erfinv
 
-    from kaun_ir.surface.random import _erf_inv
+    from kaun_ir.surface.random.continuous import erf_inv
 
     x = np.concatenate([np.linspace(-0.999999, 0.999999, 4001), [0.0, 1e-30, -1e-7, 0.9999999999]])
-    f = kn.jit(_erf_inv)
+    f = kn.jit(erf_inv)
     np.testing.assert_allclose(np.asarray(f(x)), erfinv(x), rtol=1e-11, atol=1e-15)
     x32 = x.astype(np.float32)
     np.testing.assert_allclose(np.asarray(f(x32)), erfinv(x32.astype(np.float64)), rtol=2e-5, atol=1e-6)

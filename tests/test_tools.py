@@ -10,7 +10,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from kaun_ir.ir.core import path_components
 from kaun_ir.tools import cli, dump, spec
+from kaun_ir.tools.subject import GRAPH_STAGES
 from kaun_ir.tools.viz import command as viz
 from kaun_ir.tools.viz import html as viz_html
 from kaun_ir.tools.viz import svg as viz_svg
@@ -74,11 +76,11 @@ def test_bare_layer_needs_input(tmp_path, capsys):
 
 
 def test_path_components():
-    assert spec.path_components("") == []
-    assert spec.path_components("1.linear") == ["1.linear"]
-    assert spec.path_components("1.residual.body.mlp.0.linear") == ["1.residual", "body.mlp", "0.linear"]
-    assert spec.path_components("left.embedding") == ["left.embedding"]
-    assert spec.path_components("encoder.0.attn") == ["encoder", "0.attn"]
+    assert path_components("") == []
+    assert path_components("1.linear") == ["1.linear"]
+    assert path_components("1.residual.body.mlp.0.linear") == ["1.residual", "body.mlp", "0.linear"]
+    assert path_components("left.embedding") == ["left.embedding"]
+    assert path_components("encoder.0.attn") == ["encoder", "0.attn"]
 
 
 # ------------------------------------------------------------------ dump
@@ -89,7 +91,7 @@ def test_dump_ir_stages(capsys, target):
     from kaun_ir.ir import parse
 
     texts = {}
-    for stage in spec.GRAPH_STAGES:
+    for stage in GRAPH_STAGES:
         rc, out, err = run_cli(capsys, "dump", target, "--stage", stage)
         assert rc == 0, err
         graph = parse(out)  # every IR stage prints valid textual IR
@@ -97,7 +99,7 @@ def test_dump_ir_stages(capsys, target):
         texts[stage] = graph
     # autodiff adds the gradients as outputs (a training step returns new params and state)
     assert len(texts["autodiff"].outputs) > len(texts["traced"].outputs)
-    # the optimized stage is the pipeline run on this stage (see tools/spec.py): same signature.
+    # the optimized stage is the pipeline run on this stage (see tools/subject.py): same signature.
     # (Not fewer nodes: lowering passes may expand an op, e.g. a convolution into several.)
     optimized_from = "autodiff" if "train_step" in target else "traced"
     assert texts["optimized"].output_types == texts[optimized_from].output_types
@@ -276,7 +278,7 @@ def check_model_explorer(doc: dict, graph) -> None:
             assert [a["key"] for a in m["attrs"]] == ["tensor_shape"]
     for k, node in enumerate(graph.nodes):  # namespaces are the layer paths, "/" between layers
         me = by_id[f"n{k}"]
-        assert me["namespace"] == "/".join(spec.path_components(node.path))
+        assert me["namespace"] == "/".join(path_components(node.path))
         assert me["namespace"].replace("/", ".") == node.path
         assert len(me["incomingEdges"]) == len(node.inputs)
         assert me["outputsMetadata"][0]["attrs"][0]["value"].endswith(
@@ -294,7 +296,7 @@ def check_dot(text: str, graph) -> None:
     } | {f"out{i}" for i in range(len(graph.outputs))}
     assert len(edges) == sum(len(n.inputs) for n in graph.nodes) + len(graph.outputs)
     assert all(a in declared and b in declared and re.fullmatch(r"\w+\[[\d,]*\]", t) for a, b, t in edges)
-    groups = {spec.path_components(n.path)[0] for n in graph.nodes if n.path}
+    groups = {path_components(n.path)[0] for n in graph.nodes if n.path}
     clusters = re.findall(r'^  subgraph "cluster_\d+" \{\n    label="([^"]*)"', text, re.M)
     assert set(clusters) == groups  # one top-level cluster per top-level layer
 
@@ -328,7 +330,7 @@ def check_html(text: str, graphs: list) -> dict:
             while g >= 0:
                 parts.insert(0, shown["groups"][g][1])
                 g = shown["groups"][g][0]
-            assert parts == spec.path_components(node.path)
+            assert parts == path_components(node.path)
             assert entry["cost"] == list(dump.node_cost(node))
     return payload
 

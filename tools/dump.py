@@ -5,7 +5,7 @@
     kaun-ir dump kaun_ir.tools.examples:cnn --stats
 
 Stages: traced, autodiff, optimized (textual IR), stablehlo (MLIR text), hlo (XLA's optimised
-HLO); see ``kaun_ir/tools/spec.py`` for what each means for layers, functions, graphs and
+HLO); see ``kaun_ir/tools/subject.py`` for what each means for layers, functions, graphs and
 training setups. ``--stats`` counts ops per op and per top-level layer, parameter bytes, and
 estimates FLOPs and bytes moved with a simple cost model (:func:`node_cost`).
 """
@@ -20,8 +20,10 @@ import sys
 import tempfile
 
 from kaun_ir.fileio import atomic_write
+from kaun_ir.ir.core import path_components
 from kaun_ir.ir.cost import graph_cost, node_cost  # noqa: F401 - the viewer imports node_cost from here
 from kaun_ir.tools import spec as specs
+from kaun_ir.tools.subject import GRAPH_STAGES, STAGES, parameter_inputs
 
 STAGE_FILES = {
     "traced": "traced.kir",
@@ -43,7 +45,7 @@ def add_parser(sub) -> None:
     add_spec_arguments(parser)
     parser.add_argument(
         "--stage",
-        choices=specs.STAGES,
+        choices=STAGES,
         default=None,
         help="which stage to print (default: traced; with --stats: the training step "
         "for training setups, else traced)",
@@ -130,13 +132,13 @@ def statistics(subject, graph) -> dict:
     per_layer: dict[str, dict] = {}
     for node in graph.nodes:
         per_op[node.op] = per_op.get(node.op, 0) + 1
-        parts = specs.path_components(node.path)
+        parts = path_components(node.path)
         group = per_layer.setdefault(parts[0] if parts else "(top)", {"nodes": 0, "flops": 0, "bytes": 0})
         flops, nbytes = node_cost(node)
         group["nodes"] += 1
         group["flops"] += flops
         group["bytes"] += nbytes
-    params = specs.parameter_inputs(subject, graph)
+    params = parameter_inputs(subject, graph)
     flops, nbytes = graph_cost(graph)
     shardings: dict[str, int] = {}
     for node in graph.nodes:
@@ -208,8 +210,8 @@ def write_all(subject, directory: str) -> list[str]:
     target = os.path.abspath(directory)
     if os.path.exists(target) and not os.path.isdir(target):
         raise NotADirectoryError(errno.ENOTDIR, "exists and is not a directory", directory)
-    texts = {stage: subject.stage_text(stage) for stage in specs.STAGES}
-    names = [f"{subject.name}.{STAGE_FILES[stage]}" for stage in specs.STAGES]
+    texts = {stage: subject.stage_text(stage) for stage in STAGES}
+    names = [f"{subject.name}.{STAGE_FILES[stage]}" for stage in STAGES]
     if not os.path.isdir(target):
         parent = os.path.dirname(target)
         os.makedirs(parent, exist_ok=True)
@@ -241,10 +243,8 @@ def run(args: argparse.Namespace) -> int:
             return 0
         if args.stats:
             stage = args.stage or subject.default_stage
-            if stage not in specs.GRAPH_STAGES:
-                return error(
-                    "dump", f"--stats works on an IR stage ({', '.join(specs.GRAPH_STAGES)}), not {stage}"
-                )
+            if stage not in GRAPH_STAGES:
+                return error("dump", f"--stats works on an IR stage ({', '.join(GRAPH_STAGES)}), not {stage}")
             text = format_statistics(subject.name, stage, statistics(subject, subject.stage_graph(stage)))
         else:
             text = subject.stage_text(args.stage or "traced")

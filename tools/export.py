@@ -18,6 +18,7 @@ import sys
 
 from kaun_ir.tools import spec as specs
 from kaun_ir.tools.dump import add_spec_arguments, error
+from kaun_ir.tools.subject import GRAPH_STAGES
 
 
 def add_parser(sub) -> None:
@@ -32,7 +33,7 @@ def add_parser(sub) -> None:
     parser.add_argument("-o", "--output", required=True, metavar="FILE", help="model.mlir or model.mlirbc")
     parser.add_argument(
         "--stage",
-        choices=specs.GRAPH_STAGES,
+        choices=GRAPH_STAGES,
         default="optimized",
         help="which IR stage to export (default: %(default)s)",
     )

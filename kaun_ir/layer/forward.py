@@ -11,7 +11,7 @@ import numpy as np
 from kaun_ir import dtypes, rng, tree
 from kaun_ir.ir.builder import current_builder
 from kaun_ir.layer.core import Layer, Vars, check_layer
-from kaun_ir.surface.numeric import astype, dtype_of
+from kaun_ir.surface.promotion import astype, dtype_of
 
 __all__ = ["apply"]
 

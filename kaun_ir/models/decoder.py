@@ -29,8 +29,11 @@ from kaun_ir.ir.builder import scope
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.nn import fn
 from kaun_ir.nn import init as initializers
-from kaun_ir.surface import linalg, numeric
+from kaun_ir.surface import linalg
+from kaun_ir.surface.creation import arange
 from kaun_ir.surface.dynamic_slice import dynamic_update_slice
+from kaun_ir.surface.promotion import astype
+from kaun_ir.surface.shapes import expand_dims, reshape
 
 
 @dataclass(frozen=True)
@@ -175,11 +178,11 @@ def _attention(cfg: DecoderConfig, p, x, positions, cache, cache_pos):
     batch, seq_len, _ = x.shape
     hd = cfg.head_size
     with scope("query"):
-        q = numeric.reshape(_dense(p["query"], x), (batch, seq_len, cfg.num_heads, hd))
+        q = reshape(_dense(p["query"], x), (batch, seq_len, cfg.num_heads, hd))
     with scope("key"):
-        k = numeric.reshape(_dense(p["key"], x), (batch, seq_len, cfg.num_kv_heads, hd))
+        k = reshape(_dense(p["key"], x), (batch, seq_len, cfg.num_kv_heads, hd))
     with scope("value"):
-        v = numeric.reshape(_dense(p["value"], x), (batch, seq_len, cfg.num_kv_heads, hd))
+        v = reshape(_dense(p["value"], x), (batch, seq_len, cfg.num_kv_heads, hd))
     if cfg.positions == "rope":
         with scope("rope"):
             q = fn.rope(q, positions, base=cfg.rope_theta)
@@ -190,17 +193,17 @@ def _attention(cfg: DecoderConfig, p, x, positions, cache, cache_pos):
             out = fn.dot_product_attention(q, k, v, is_causal=True)
         else:
             cache_k, cache_v = cache
-            zero = numeric.astype(0, dtypes.int32)
+            zero = astype(0, dtypes.int32)
             start = [zero, cache_pos, zero, zero]
-            cache_k = dynamic_update_slice(cache_k, numeric.astype(k, cache_k.dtype), start)
-            cache_v = dynamic_update_slice(cache_v, numeric.astype(v, cache_v.dtype), start)
-            keys = numeric.arange(cache_k.shape[1], dtype=dtypes.int32)
+            cache_k = dynamic_update_slice(cache_k, astype(k, cache_k.dtype), start)
+            cache_v = dynamic_update_slice(cache_v, astype(v, cache_v.dtype), start)
+            keys = arange(cache_k.shape[1], dtype=dtypes.int32)
             # query t sits at cache_pos + t and sees keys 0 .. cache_pos + t
-            allowed = numeric.expand_dims(keys, 0) <= numeric.expand_dims(positions, -1)  # [T, S]
+            allowed = expand_dims(keys, 0) <= expand_dims(positions, -1)  # [T, S]
             out = fn.dot_product_attention(q, cache_k, cache_v, mask=allowed)
             new_cache = (cache_k, cache_v)
     with scope("out"):
-        out = _dense(p["out"], numeric.reshape(out, (batch, seq_len, cfg.num_heads * hd)))
+        out = _dense(p["out"], reshape(out, (batch, seq_len, cfg.num_heads * hd)))
     return out, new_cache
 
 
@@ -212,7 +215,7 @@ def forward(cfg: DecoderConfig, params, ids, cache=None, cache_pos=None):
     ``cache_pos .. cache_pos+T-1``; returns ``(logits, new_cache)``.
     """
     seq_len = ids.shape[1]
-    positions = numeric.arange(seq_len, dtype=dtypes.int32)
+    positions = arange(seq_len, dtype=dtypes.int32)
     if cache is not None:
         positions = positions + cache_pos
     with scope("embed"):

@@ -19,8 +19,11 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.models.decoder import DecoderConfig, empty_cache, forward
 from kaun_ir.runtime.jit import jit
-from kaun_ir.surface import numeric, random, reductions
+from kaun_ir.surface import random, reductions
 from kaun_ir.surface.dynamic_slice import dynamic_slice
+from kaun_ir.surface.elementwise import log, where
+from kaun_ir.surface.promotion import astype
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.take import one_hot
 
 
@@ -32,22 +35,22 @@ def top_k_threshold(logits, k: int):
     for _ in range(k):  # k argmax sweeps: exact with ties, cheap for the small k used in sampling
         index = reductions.argmax(remaining, axis=-1)
         chosen = one_hot(index, vocab, dtype=dtypes.bool_)
-        value = reductions.max(numeric.where(chosen, remaining, -np.inf), axis=-1, keepdims=True)
-        remaining = numeric.where(chosen, -np.inf, remaining)
+        value = reductions.max(where(chosen, remaining, -np.inf), axis=-1, keepdims=True)
+        remaining = where(chosen, -np.inf, remaining)
     return value
 
 
 def sample(logits, key, temperature, greedy: bool, top_k: int | None):
     """Next token ids ``[B]`` (int32) from last-position logits ``[B, V]``."""
-    logits = numeric.astype(logits, dtypes.float32)
+    logits = astype(logits, dtypes.float32)
     if greedy:
-        return numeric.astype(reductions.argmax(logits, axis=-1), dtypes.int32)
+        return astype(reductions.argmax(logits, axis=-1), dtypes.int32)
     scaled = logits / temperature
     if top_k is not None and top_k < logits.shape[-1]:
-        scaled = numeric.where(scaled >= top_k_threshold(scaled, top_k), scaled, -np.inf)
+        scaled = where(scaled >= top_k_threshold(scaled, top_k), scaled, -np.inf)
     uniform = random.uniform(key, scaled.shape, minval=np.finfo(np.float32).tiny, maxval=1.0)
-    gumbel = -numeric.log(-numeric.log(uniform))
-    return numeric.astype(reductions.argmax(scaled + gumbel, axis=-1), dtypes.int32)
+    gumbel = -log(-log(uniform))
+    return astype(reductions.argmax(scaled + gumbel, axis=-1), dtypes.int32)
 
 
 def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
@@ -60,14 +63,14 @@ def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
 
 def _make_functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
     def prefill(params, cache, ids, length, rng_key, temperature):
-        logits, cache = forward(cfg, params, ids, cache, numeric.astype(0, dtypes.int32))
+        logits, cache = forward(cfg, params, ids, cache, astype(0, dtypes.int32))
         batch, _, vocab = logits.shape
-        zero = numeric.astype(0, dtypes.int32)
+        zero = astype(0, dtypes.int32)
         last = dynamic_slice(logits, [zero, length - 1, zero], (batch, 1, vocab))
-        return sample(numeric.reshape(last, (batch, vocab)), rng_key, temperature, greedy, top_k), cache
+        return sample(reshape(last, (batch, vocab)), rng_key, temperature, greedy, top_k), cache
 
     def decode(params, cache, token, position, rng_key, temperature):
-        logits, cache = forward(cfg, params, numeric.reshape(token, (token.shape[0], 1)), cache, position)
+        logits, cache = forward(cfg, params, reshape(token, (token.shape[0], 1)), cache, position)
         step_key = random.fold_in(rng_key, position)
         return sample(logits[:, 0, :], step_key, temperature, greedy, top_k), cache
 

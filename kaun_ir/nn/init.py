@@ -41,6 +41,7 @@ from kaun_ir.surface import random
 from kaun_ir.surface.elementwise import clip, erf
 from kaun_ir.surface.function import op_function
 from kaun_ir.surface.promotion import astype, broadcast_to
+from kaun_ir.surface.random.continuous import erf_inv
 
 __all__ = [
     "Initializer",
@@ -115,7 +116,7 @@ def _truncated_standard_normal(key, shape, dtype, lower: float, upper: float):
     sqrt2 = np.asarray(np.sqrt(2.0), compute)
     low, high = np.asarray(lower, compute), np.asarray(upper, compute)
     u = random.uniform(key, shape, compute, erf(low / sqrt2), erf(high / sqrt2))
-    z = random._erf_inv(u) * sqrt2  # the composite erf_inv of kn.random (there is no primitive)
+    z = erf_inv(u) * sqrt2  # the composite erf_inv of kn.random (there is no primitive)
     # erf_inv rounding can land a hair outside the interval; clip strictly inside, as jax does
     inf = np.asarray(np.inf, compute)
     z = clip(z, np.nextafter(low, inf), np.nextafter(high, -inf))

@@ -15,8 +15,11 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
-from kaun_ir.surface import numeric, reductions
+from kaun_ir.surface import reductions
+from kaun_ir.surface.elementwise import abs as absolute
+from kaun_ir.surface.elementwise import add, exp, log1p, maximum, minimum, multiply, negative, subtract
 from kaun_ir.surface.function import op_function
+from kaun_ir.surface.promotion import astype, dtype_of, shape_of
 from kaun_ir.surface.take import one_hot as _one_hot
 
 __all__ = ["cross_entropy", "cross_entropy_sparse", "binary_cross_entropy", "mse", "mae", "huber"]
@@ -27,11 +30,11 @@ def _shape_text(shape) -> str:
 
 
 def _float(x: Any) -> Any:
-    return x if dtypes.is_float(numeric.dtype_of(x)) else numeric.astype(x, dtypes.float32)
+    return x if dtypes.is_float(dtype_of(x)) else astype(x, dtypes.float32)
 
 
 def _same_shape(name: str, what: tuple[str, str], a: Any, b: Any) -> None:
-    sa, sb = numeric.shape_of(a), numeric.shape_of(b)
+    sa, sb = shape_of(a), shape_of(b)
     if sa != sb:
         raise ShapeError(
             f"loss.{name}: {what[0]} {_shape_text(sa)} and {what[1]} {_shape_text(sb)} "
@@ -43,11 +46,11 @@ def _pair(name: str, what: tuple[str, str], predictions: Any, targets: Any) -> t
     """Predictions as float and targets in the same dtype, after the shape check."""
     _same_shape(name, what, predictions, targets)
     predictions = _float(predictions)
-    return predictions, numeric.astype(targets, numeric.dtype_of(predictions))
+    return predictions, astype(targets, dtype_of(predictions))
 
 
 def _class_axis(name: str, logits: Any) -> None:
-    if len(numeric.shape_of(logits)) == 0:
+    if len(shape_of(logits)) == 0:
         raise ShapeError(f"loss.{name}: logits must have a class axis (shape [..., C]), got a scalar")
 
 
@@ -61,8 +64,8 @@ def cross_entropy(logits, one_hot):
     """
     _class_axis("cross_entropy", logits)
     logits, targets = _pair("cross_entropy", ("logits", "one_hot"), logits, one_hot)
-    per_example = numeric.negative(
-        reductions.sum(numeric.multiply(targets, reductions.log_softmax(logits, axis=-1)), axis=-1)
+    per_example = negative(
+        reductions.sum(multiply(targets, reductions.log_softmax(logits, axis=-1)), axis=-1)
     )
     return reductions.mean(per_example)
 
@@ -81,25 +84,23 @@ def _check_labels_on_host(labels: Any, num_classes: int) -> None:
 @op_function
 def _cross_entropy_sparse(logits, labels):
     _class_axis("cross_entropy_sparse", logits)
-    shape = numeric.shape_of(logits)
-    if numeric.shape_of(labels) != shape[:-1]:
+    shape = shape_of(logits)
+    if shape_of(labels) != shape[:-1]:
         raise ShapeError(
-            f"loss.cross_entropy_sparse: labels {_shape_text(numeric.shape_of(labels))} must have "
+            f"loss.cross_entropy_sparse: labels {_shape_text(shape_of(labels))} must have "
             f"the logits' shape without the class axis, {_shape_text(shape[:-1])} (logits "
             f"{_shape_text(shape)})"
         )
-    if not dtypes.is_integer(numeric.dtype_of(labels)):
+    if not dtypes.is_integer(dtype_of(labels)):
         raise TypeError(
-            f"loss.cross_entropy_sparse: labels must be integers, got {numeric.dtype_of(labels)} "
+            f"loss.cross_entropy_sparse: labels must be integers, got {dtype_of(labels)} "
             "(use loss.cross_entropy for one-hot or soft targets)"
         )
     logits = _float(logits)
     # the one-hot product (rather than a gather) keeps the forward and backward pass elementwise,
     # which XLA fuses with the softmax; a label outside [0, C) selects nothing (zero loss)
-    picked = _one_hot(labels, shape[-1], dtype=numeric.dtype_of(logits))
-    per_example = numeric.negative(
-        reductions.sum(numeric.multiply(picked, reductions.log_softmax(logits, axis=-1)), axis=-1)
-    )
+    picked = _one_hot(labels, shape[-1], dtype=dtype_of(logits))
+    per_example = negative(reductions.sum(multiply(picked, reductions.log_softmax(logits, axis=-1)), axis=-1))
     return reductions.mean(per_example)
 
 
@@ -113,7 +114,7 @@ def cross_entropy_sparse(logits, labels):
     """
     if isinstance(labels, list):
         labels = np.asarray(labels)
-    shape = numeric.shape_of(logits)
+    shape = shape_of(logits)
     if shape:
         _check_labels_on_host(labels, shape[-1])
     return _cross_entropy_sparse(logits, labels)
@@ -129,9 +130,9 @@ def binary_cross_entropy(logits, labels):
     ``binary_cross_entropy_with_logits``).
     """
     x, y = _pair("binary_cross_entropy", ("logits", "labels"), logits, labels)
-    per_element = numeric.add(
-        numeric.subtract(numeric.maximum(x, 0.0), numeric.multiply(x, y)),
-        numeric.log1p(numeric.exp(numeric.negative(numeric.abs(x)))),
+    per_element = add(
+        subtract(maximum(x, 0.0), multiply(x, y)),
+        log1p(exp(negative(absolute(x)))),
     )
     return reductions.mean(per_element)
 
@@ -140,15 +141,15 @@ def binary_cross_entropy(logits, labels):
 def mse(predictions, targets):
     """Mean squared error: ``[...]`` and ``[...]`` (same shape) -> scalar ``mean((p - t)**2)``."""
     p, t = _pair("mse", ("predictions", "targets"), predictions, targets)
-    error = numeric.subtract(p, t)
-    return reductions.mean(numeric.multiply(error, error))
+    error = subtract(p, t)
+    return reductions.mean(multiply(error, error))
 
 
 @op_function
 def mae(predictions, targets):
     """Mean absolute error: ``[...]`` and ``[...]`` (same shape) -> scalar ``mean(|p - t|)``."""
     p, t = _pair("mae", ("predictions", "targets"), predictions, targets)
-    return reductions.mean(numeric.abs(numeric.subtract(p, t)))
+    return reductions.mean(absolute(subtract(p, t)))
 
 
 @op_function
@@ -159,11 +160,7 @@ def huber(predictions, targets, delta=1.0):
     if isinstance(delta, (int, float)) and not delta > 0:
         raise ValueError(f"loss.huber: delta must be > 0, got {delta}")
     p, t = _pair("huber", ("predictions", "targets"), predictions, targets)
-    abs_error = numeric.abs(numeric.subtract(p, t))
-    quadratic = numeric.minimum(abs_error, delta)
-    linear = numeric.subtract(abs_error, quadratic)
-    return reductions.mean(
-        numeric.add(
-            numeric.multiply(0.5, numeric.multiply(quadratic, quadratic)), numeric.multiply(delta, linear)
-        )
-    )
+    abs_error = absolute(subtract(p, t))
+    quadratic = minimum(abs_error, delta)
+    linear = subtract(abs_error, quadratic)
+    return reductions.mean(add(multiply(0.5, multiply(quadratic, quadratic)), multiply(delta, linear)))

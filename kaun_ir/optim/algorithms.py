@@ -20,7 +20,8 @@ import numpy as np
 from kaun_ir import dtypes, ptree
 from kaun_ir.errors import ShapeError
 from kaun_ir.optim.core import Algorithm, filled_like
-from kaun_ir.surface import numeric
+from kaun_ir.surface.elementwise import add, divide, greater, multiply, power, rsqrt, sqrt, subtract, where
+from kaun_ir.surface.promotion import astype, dtype_of, shape_of
 
 __all__ = ["sgd", "adam", "adamw", "rmsprop", "adagrad"]
 
@@ -74,19 +75,19 @@ class _Scalars:
         value = self.values[name]
         if isinstance(value, float):  # a Python float adapts to the leaf's dtype by itself
             return value
-        key = (name, numeric.dtype_of(like))
+        key = (name, dtype_of(like))
         if key not in self.cast:
-            self.cast[key] = numeric.astype(value, key[1])
+            self.cast[key] = astype(value, key[1])
         return self.cast[key]
 
 
 def _scale(value: Any, factor: float) -> Any:
     """``value * factor`` for a Python float or a scalar Tensor."""
-    return value * factor if isinstance(value, (float, int)) else numeric.multiply(value, factor)
+    return value * factor if isinstance(value, (float, int)) else multiply(value, factor)
 
 
 def _step_float(t: Any) -> Any:
-    return numeric.astype(t, dtypes.float32)
+    return astype(t, dtypes.float32)
 
 
 # ------------------------------------------------------------------- leaf-wise mapping
@@ -105,11 +106,11 @@ def _leaves_like(params: Any, tree: Any, what: str, opt: str) -> list:
     pairs = zip(ptree.flatten_with_paths(params), ptree.leaves(tree))
     leaves = []
     for (path, p), leaf in pairs:
-        if numeric.shape_of(p) != numeric.shape_of(leaf):
+        if shape_of(p) != shape_of(leaf):
             where = f"at {path!r}" if path else "at the root"
             raise ShapeError(
-                f"optim.{opt}: {what} {where} have shape {_shape_text(numeric.shape_of(leaf))}, "
-                f"the parameter {_shape_text(numeric.shape_of(p))}"
+                f"optim.{opt}: {what} {where} have shape {_shape_text(shape_of(leaf))}, "
+                f"the parameter {_shape_text(shape_of(p))}"
             )
         leaves.append(leaf)
     return leaves
@@ -138,17 +139,17 @@ def _state_dtype_arg(opt: str, state_dtype: Any) -> Any:
 
 def _in(like: Any, x: Any) -> Any:
     """``x`` in ``like``'s dtype (the slot dtype the arithmetic runs in)."""
-    return numeric.astype(x, numeric.dtype_of(like))
+    return astype(x, dtype_of(like))
 
 
 def _out(p: Any, u: Any) -> Any:
     """An update in its parameter's dtype."""
-    return numeric.astype(u, numeric.dtype_of(p))
+    return astype(u, dtype_of(p))
 
 
 def _ema(decay: float, new: Any, old: Any) -> Any:
     """``(1 - decay) * new + decay * old`` (optax's moment update)."""
-    return numeric.add(numeric.multiply(1.0 - decay, new), numeric.multiply(decay, old))
+    return add(multiply(1.0 - decay, new), multiply(decay, old))
 
 
 # ------------------------------------------------------------------------ optimisers
@@ -176,14 +177,14 @@ def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False, state_dtype: Any
         scalars = _Scalars(neg_lr=_scale(_learning_rate(lr, t), -1.0))
         if not momentum:
             return _map_leaves(
-                "sgd", lambda p, g: (numeric.multiply(scalars("neg_lr", g), g),), params, grads, trees, 1
+                "sgd", lambda p, g: (multiply(scalars("neg_lr", g), g),), params, grads, trees, 1
             )[0], ()
 
         def leaf(p, g, v):
             g = _in(v, g)
-            v = numeric.add(g, numeric.multiply(momentum, v))
-            direction = numeric.add(g, numeric.multiply(momentum, v)) if nesterov else v
-            return _out(p, numeric.multiply(scalars("neg_lr", g), direction)), v
+            v = add(g, multiply(momentum, v))
+            direction = add(g, multiply(momentum, v)) if nesterov else v
+            return _out(p, multiply(scalars("neg_lr", g), direction)), v
 
         updates, velocity = _map_leaves("sgd", leaf, params, grads, trees, 2)
         return updates, (velocity,)
@@ -221,11 +222,11 @@ def _adam_like(
         lr_t = _learning_rate(lr, t)
         t_float = _step_float(t)
         # bias corrections, once per step: mu_hat = mu / (1 - b1**t), nu_hat = nu / (1 - b2**t)
-        correction1 = numeric.subtract(1.0, numeric.power(np.float32(b1), t_float))
-        correction2 = numeric.subtract(1.0, numeric.power(np.float32(b2), t_float))
+        correction1 = subtract(1.0, power(np.float32(b1), t_float))
+        correction2 = subtract(1.0, power(np.float32(b2), t_float))
         scalars = _Scalars(
-            neg_step=numeric.divide(_scale(lr_t, -1.0), correction1),
-            inv_correction2=numeric.divide(1.0, correction2),
+            neg_step=divide(_scale(lr_t, -1.0), correction1),
+            inv_correction2=divide(1.0, correction2),
             neg_decay=_scale(lr_t, -weight_decay),
         )
 
@@ -234,11 +235,11 @@ def _adam_like(
         def leaf(p, g, mu, nu):
             g = _in(mu, g)  # the moments' dtype: float32 for float16/bfloat16 parameters
             mu = _ema(b1, g, mu)
-            nu = _ema(b2, numeric.multiply(g, g), nu)
-            root = numeric.sqrt(numeric.multiply(nu, scalars("inv_correction2", g)))
-            u = numeric.multiply(scalars("neg_step", g), numeric.divide(mu, numeric.add(root, eps)))
+            nu = _ema(b2, multiply(g, g), nu)
+            root = sqrt(multiply(nu, scalars("inv_correction2", g)))
+            u = multiply(scalars("neg_step", g), divide(mu, add(root, eps)))
             if weight_decay and next(decays):
-                u = numeric.add(u, numeric.multiply(scalars("neg_decay", g), _in(g, p)))
+                u = add(u, multiply(scalars("neg_decay", g), _in(g, p)))
             return _out(p, u), mu, nu
 
         updates, mu, nu = _map_leaves(name, leaf, params, grads, trees, 3)
@@ -319,13 +320,11 @@ def rmsprop(
 
         def leaf(p, g, nu, *trace):
             g = _in(nu, g)
-            nu = _ema(decay, numeric.multiply(g, g), nu)
-            u = numeric.multiply(
-                scalars("neg_lr", g), numeric.multiply(numeric.rsqrt(numeric.add(nu, eps)), g)
-            )
+            nu = _ema(decay, multiply(g, g), nu)
+            u = multiply(scalars("neg_lr", g), multiply(rsqrt(add(nu, eps)), g))
             if not momentum:
                 return _out(p, u), nu
-            velocity = numeric.add(u, numeric.multiply(momentum, trace[0]))
+            velocity = add(u, multiply(momentum, trace[0]))
             return _out(p, velocity), nu, velocity
 
         if not momentum:
@@ -362,9 +361,9 @@ def adagrad(
 
         def leaf(p, g, total):
             g = _in(total, g)
-            total = numeric.add(numeric.multiply(g, g), total)
-            inv_root = numeric.where(numeric.greater(total, 0.0), numeric.rsqrt(numeric.add(total, eps)), 0.0)
-            return _out(p, numeric.multiply(scalars("neg_lr", g), numeric.multiply(inv_root, g))), total
+            total = add(multiply(g, g), total)
+            inv_root = where(greater(total, 0.0), rsqrt(add(total, eps)), 0.0)
+            return _out(p, multiply(scalars("neg_lr", g), multiply(inv_root, g))), total
 
         updates, total = _map_leaves("adagrad", leaf, params, grads, trees, 2)
         return updates, (total,)

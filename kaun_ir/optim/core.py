@@ -21,8 +21,11 @@ import numpy as np
 
 from kaun_ir import dtypes, ptree
 from kaun_ir.ir.builder import current_builder
-from kaun_ir.surface import numeric, reductions
+from kaun_ir.surface import reductions
+from kaun_ir.surface.creation import full, zeros
+from kaun_ir.surface.elementwise import add, divide, less, maximum, multiply, sqrt, where
 from kaun_ir.surface.function import op_function
+from kaun_ir.surface.promotion import astype, dtype_of, shape_of
 from kaun_ir.surface.tensor import Tensor, type_of
 
 __all__ = [
@@ -150,7 +153,7 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
     while tracing, else device arrays)."""
     if _tracing():
         return ptree.map(
-            lambda p: numeric.full(numeric.shape_of(p), value, slot_dtype(numeric.dtype_of(p), state_dtype)),
+            lambda p: full(shape_of(p), value, slot_dtype(dtype_of(p), state_dtype)),
             params,
         )
     from kaun_ir.runtime import compilation
@@ -167,7 +170,7 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
 
 def _zero_count() -> Any:
     if _tracing():
-        return numeric.zeros((), dtypes.int32)
+        return zeros((), dtypes.int32)
     from kaun_ir.runtime import compilation
 
     return compilation.put(np.zeros((), np.int32), dtypes.int32)
@@ -188,11 +191,11 @@ def init(alg: Algorithm, params: Any) -> State:
 
 def _step_traced(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
     count, trees = _as_state(alg, state, "step")
-    if numeric.shape_of(count) != () or not dtypes.is_integer(numeric.dtype_of(count)):
+    if shape_of(count) != () or not dtypes.is_integer(dtype_of(count)):
         raise TypeError(f"optim.step: count must be an integer scalar, got {type_of(count)}")
-    count = numeric.astype(count, dtypes.int32)
+    count = astype(count, dtypes.int32)
     # saturate instead of wrapping around (like optax.safe_increment)
-    t = numeric.where(numeric.less(count, _INT32_MAX), numeric.add(count, 1), count)
+    t = where(less(count, _INT32_MAX), add(count, 1), count)
     updates, new_trees = alg.step(t, tuple(trees), params, grads)
     return updates, State(t, new_trees)
 
@@ -212,10 +215,10 @@ def step(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, Stat
 
 
 def _apply(params: Any, updates: Any) -> Any:
-    def add(p, u):
-        return numeric.astype(numeric.add(p, u), numeric.dtype_of(p))
+    def updated(p, u):
+        return astype(add(p, u), dtype_of(p))
 
-    return ptree.map2(add, params, updates)
+    return ptree.map2(updated, params, updates)
 
 
 @op_function
@@ -250,17 +253,17 @@ def update(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, St
 
 def _norm_dtype(leaves: list) -> np.dtype:
     """float32 unless a leaf is float64 (low-precision leaves are summed in float32)."""
-    return dtypes.float64 if any(numeric.dtype_of(g) == dtypes.float64 for g in leaves) else dtypes.float32
+    return dtypes.float64 if any(dtype_of(g) == dtypes.float64 for g in leaves) else dtypes.float32
 
 
 def _global_norm(grads: Any) -> Any:
     leaves = ptree.leaves(grads)
     dtype = _norm_dtype(leaves)
-    total = numeric.zeros((), dtype)
+    total = zeros((), dtype)
     for g in leaves:
-        g = numeric.astype(g, dtype)
-        total = numeric.add(total, reductions.sum(numeric.multiply(g, g)))
-    return numeric.sqrt(total)
+        g = astype(g, dtype)
+        total = add(total, reductions.sum(multiply(g, g)))
+    return sqrt(total)
 
 
 @op_function
@@ -302,14 +305,14 @@ def _clip(max_norm: Any, grads: Any) -> Any:
     """The clipping itself (traced)."""
     norm = _global_norm(grads)
     # one scalar per step: 1 while norm <= max_norm, max_norm / norm above (never divides by 0)
-    scale = numeric.divide(max_norm, numeric.maximum(norm, max_norm))
+    scale = divide(max_norm, maximum(norm, max_norm))
     scales: dict = {}
 
     def clip(g):
-        dt = numeric.dtype_of(g)
+        dt = dtype_of(g)
         if dt not in scales:
-            scales[dt] = numeric.astype(scale, dt)
-        return numeric.multiply(g, scales[dt])
+            scales[dt] = astype(scale, dt)
+        return multiply(g, scales[dt])
 
     return ptree.map(clip, grads)
 
@@ -327,7 +330,7 @@ def state_of_trees(alg: Algorithm, count: Any, trees: Any) -> State:
     algorithm's."""
     _check_algorithm(alg, "state_of_trees")
     if isinstance(count, Tensor):
-        count = numeric.astype(count, dtypes.int32)
+        count = astype(count, dtypes.int32)
     else:
         from kaun_ir.runtime import compilation
 

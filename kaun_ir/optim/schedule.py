@@ -21,13 +21,16 @@ reaches the peak on the 10th. To reproduce an optax run exactly, give optax
 from __future__ import annotations
 
 import math
+import types
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
 from kaun_ir import dtypes
-from kaun_ir.surface import numeric
+from kaun_ir.surface.creation import full_like
+from kaun_ir.surface.elementwise import clip, cos, floor, maximum, minimum, power, where
+from kaun_ir.surface.promotion import astype
 
 __all__ = [
     "Schedule",
@@ -40,6 +43,19 @@ __all__ = [
     "piecewise_constant",
 ]
 
+# What a schedule computes with on a traced step: the kaun_ir functions of the NumPy names it uses
+# (on a host step it computes with NumPy itself).
+_TRACED = types.SimpleNamespace(
+    clip=clip,
+    cos=cos,
+    floor=floor,
+    full_like=full_like,
+    maximum=maximum,
+    minimum=minimum,
+    power=power,
+    where=where,
+)
+
 
 class Schedule:
     """A named schedule: ``schedule(step)`` evaluates it; ``repr`` shows its hyper-parameters."""
@@ -47,7 +63,7 @@ class Schedule:
     __slots__ = ("_fn", "_description")
 
     def __init__(self, fn: Callable[[Any, Any], Any], description: str):
-        self._fn = fn  # fn(n, xp): n is the step as a float (array), xp is numpy or kaun_ir
+        self._fn = fn  # fn(n, xp): n is the step as a float (array), xp is numpy or _TRACED
         self._description = description
 
     def __call__(self, step):
@@ -65,7 +81,7 @@ def _prepare(step):
     if isinstance(step, Tensor):
         if not (dtypes.is_integer(step.dtype) or dtypes.is_float(step.dtype)):
             raise TypeError(f"schedule: the step must be an integer scalar, got a {step.type} tensor")
-        return numeric.astype(step, dtypes.float32), numeric, _traced_result
+        return astype(step, dtypes.float32), _TRACED, _traced_result
     n = np.asarray(step)
     if n.dtype.kind not in "iuf":
         raise TypeError(f"schedule: the step must be an integer, got {step!r}")
@@ -73,7 +89,7 @@ def _prepare(step):
 
 
 def _traced_result(value):
-    return numeric.astype(value, dtypes.float32)
+    return astype(value, dtypes.float32)
 
 
 def _host_result(value):

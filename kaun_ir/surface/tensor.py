@@ -7,9 +7,6 @@ once per op signature and cached there; see :mod:`kaun_ir.surface.eager`) and re
 
 from __future__ import annotations
 
-import contextlib
-import threading
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,6 +17,7 @@ from kaun_ir.ir.builder import Builder, current_builder, is_active
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops import TABLE
 from kaun_ir.ops import get as get_op
+from kaun_ir.surface.constant_hooks import replacement
 from kaun_ir.surface.eager import runtime
 
 
@@ -96,12 +94,27 @@ class Tensor:
             "with kn.where(mask, v, x) or kn.dynamic_update_slice(x, v, start)"
         )
 
-    # -- the NumPy-style surface (numeric.py, reductions.py, linalg.py) -----------------------
-    # Those modules build on this one, so they are imported on first use.
-    def _n(self):
-        from kaun_ir.surface import numeric
+    # -- the NumPy-style surface (elementwise, promotion, shapes, indexing, reductions, linalg) --
+    # Those modules build on this one (they make Tensors), so they are imported on first use.
+    def _elementwise(self):
+        from kaun_ir.surface import elementwise
 
-        return numeric
+        return elementwise
+
+    def _promotion(self):
+        from kaun_ir.surface import promotion
+
+        return promotion
+
+    def _shapes(self):
+        from kaun_ir.surface import shapes
+
+        return shapes
+
+    def _indexing(self):
+        from kaun_ir.surface import indexing
+
+        return indexing
 
     def _reductions(self):
         from kaun_ir.surface import reductions
@@ -114,46 +127,46 @@ class Tensor:
         return linalg
 
     def __add__(self, other):
-        return self._n().add(self, other)
+        return self._elementwise().add(self, other)
 
     def __radd__(self, other):
-        return self._n().add(other, self)
+        return self._elementwise().add(other, self)
 
     def __sub__(self, other):
-        return self._n().subtract(self, other)
+        return self._elementwise().subtract(self, other)
 
     def __rsub__(self, other):
-        return self._n().subtract(other, self)
+        return self._elementwise().subtract(other, self)
 
     def __mul__(self, other):
-        return self._n().multiply(self, other)
+        return self._elementwise().multiply(self, other)
 
     def __rmul__(self, other):
-        return self._n().multiply(other, self)
+        return self._elementwise().multiply(other, self)
 
     def __truediv__(self, other):
-        return self._n().divide(self, other)
+        return self._elementwise().divide(self, other)
 
     def __rtruediv__(self, other):
-        return self._n().divide(other, self)
+        return self._elementwise().divide(other, self)
 
     def __floordiv__(self, other):
-        return self._n().floor_divide(self, other)
+        return self._elementwise().floor_divide(self, other)
 
     def __rfloordiv__(self, other):
-        return self._n().floor_divide(other, self)
+        return self._elementwise().floor_divide(other, self)
 
     def __mod__(self, other):
-        return self._n().mod(self, other)
+        return self._elementwise().mod(self, other)
 
     def __rmod__(self, other):
-        return self._n().mod(other, self)
+        return self._elementwise().mod(other, self)
 
     def __pow__(self, other):
-        return self._n().power(self, other)
+        return self._elementwise().power(self, other)
 
     def __rpow__(self, other):
-        return self._n().power(other, self)
+        return self._elementwise().power(other, self)
 
     def __matmul__(self, other):
         return self._linalg().matmul(self, other)
@@ -162,79 +175,79 @@ class Tensor:
         return self._linalg().matmul(other, self)
 
     def __neg__(self):
-        return self._n().negative(self)
+        return self._elementwise().negative(self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return self._n().abs(self)
+        return self._elementwise().abs(self)
 
     def __invert__(self):
-        return self._n().invert(self)
+        return self._elementwise().invert(self)
 
     def __and__(self, other):
-        return self._n().bitwise_and(self, other)
+        return self._elementwise().bitwise_and(self, other)
 
     def __rand__(self, other):
-        return self._n().bitwise_and(other, self)
+        return self._elementwise().bitwise_and(other, self)
 
     def __or__(self, other):
-        return self._n().bitwise_or(self, other)
+        return self._elementwise().bitwise_or(self, other)
 
     def __ror__(self, other):
-        return self._n().bitwise_or(other, self)
+        return self._elementwise().bitwise_or(other, self)
 
     def __xor__(self, other):
-        return self._n().bitwise_xor(self, other)
+        return self._elementwise().bitwise_xor(self, other)
 
     def __rxor__(self, other):
-        return self._n().bitwise_xor(other, self)
+        return self._elementwise().bitwise_xor(other, self)
 
     def __lshift__(self, other):
-        return self._n().left_shift(self, other)
+        return self._elementwise().left_shift(self, other)
 
     def __rshift__(self, other):
-        return self._n().right_shift(self, other)
+        return self._elementwise().right_shift(self, other)
 
     def __lt__(self, other):
-        return self._n().less(self, other)
+        return self._elementwise().less(self, other)
 
     def __le__(self, other):
-        return self._n().less_equal(self, other)
+        return self._elementwise().less_equal(self, other)
 
     def __gt__(self, other):
-        return self._n().greater(self, other)
+        return self._elementwise().greater(self, other)
 
     def __ge__(self, other):
-        return self._n().greater_equal(self, other)
+        return self._elementwise().greater_equal(self, other)
 
     def __eq__(self, other):
-        return self._n().equal(self, other)  # type: ignore[override]
+        return self._elementwise().equal(self, other)  # type: ignore[override]
 
     def __ne__(self, other):
-        return self._n().not_equal(self, other)  # type: ignore[override]
+        return self._elementwise().not_equal(self, other)  # type: ignore[override]
 
     def __getitem__(self, index):
-        return self._n().getitem(self, index)
+        return self._indexing().getitem(self, index)
 
     @property
     def T(self):
-        return self._n().transpose(self)
+        return self._shapes().transpose(self)
 
     def reshape(self, *shape):
         """``kn.reshape(self, shape)``; the shape may also be given as separate ints."""
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return self._n().reshape(self, shape)
+        return self._shapes().reshape(self, shape)
 
     def transpose(self, *axes):
         """``kn.transpose(self, axes)``; no axes reverses them, as NumPy."""
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
-        return self._n().transpose(self, axes or None)
+        return self._shapes().transpose(self, axes or None)
 
     def astype(self, dtype):
         """``kn.astype(self, dtype)``."""
-        return self._n().astype(self, dtype)
+        return self._promotion().astype(self, dtype)
 
     def sum(self, axis=None, keepdims=False):
         """``kn.sum(self, axis, keepdims)``."""
@@ -282,7 +295,7 @@ class Tensor:
 
     def flatten(self):
         """The elements as one axis (``kn.reshape(self, (-1,))``)."""
-        return self._n().reshape(self, (-1,))
+        return self._shapes().reshape(self, (-1,))
 
 
 def is_tensor(x: Any) -> bool:
@@ -331,27 +344,6 @@ def type_of(x: Any) -> TensorType:
     return TensorType(arr.dtype, arr.shape)
 
 
-class _ConstantHooks(threading.local):
-    def __init__(self):
-        self.stack: list = []
-
-
-_HOOKS = _ConstantHooks()
-
-
-@contextlib.contextmanager
-def constant_hook(hook: Callable[[Any], Any]):
-    """While active, every concrete operand about to become a ``constant`` node of a trace is
-    first shown to ``hook(x)``; a non-None result (a Tensor) is used in its place. Innermost
-    hook wins. ``kn.train`` uses this to find (and lift to inputs) the arrays a loss closure
-    reads, whatever path it reaches them by."""
-    _HOOKS.stack.append(hook)
-    try:
-        yield
-    finally:
-        _HOOKS.stack.pop()
-
-
 def to_value(builder: Builder, x: Any) -> Value:
     """The graph value for an operand: the tensor's own, a capture, or a new constant node."""
     if isinstance(x, Tensor):
@@ -363,10 +355,9 @@ def to_value(builder: Builder, x: Any) -> Value:
             f"a {x.type} tensor from a trace that has already finished was used; tensors must not "
             "escape the function being traced (return them instead)"
         )
-    if _HOOKS.stack:
-        replaced = _HOOKS.stack[-1](x)
-        if replaced is not None:
-            return to_value(builder, replaced)
+    replaced = replacement(x)
+    if replaced is not None:
+        return to_value(builder, replaced)
     arr = concrete_array(x)
     return builder.add(TABLE["constant"], [], {"value": arr})[0]
 

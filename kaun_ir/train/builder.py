@@ -18,7 +18,7 @@ import numpy as np
 from kaun_ir import layer, optim, tree
 from kaun_ir.ir.builder import scope as ir_scope
 from kaun_ir.surface import random
-from kaun_ir.surface.numeric import astype, dtype_of
+from kaun_ir.surface.promotion import astype, dtype_of
 from kaun_ir.train.capture import Explicit, LossSpec, Probed
 from kaun_ir.train.diagnose import warn_if_independent
 from kaun_ir.train.state import State, Trainer
@@ -94,7 +94,7 @@ def block_body(
     ``fold_in(key, count)`` with the in-loop step counter)."""
     from kaun_ir.surface.control import fori_loop
     from kaun_ir.surface.dynamic_slice import dynamic_slice, dynamic_update_slice
-    from kaun_ir.surface.numeric import reshape
+    from kaun_ir.surface.shapes import reshape
 
     steps = int(xs.shape[0])
     leaves, treedef = tree.flatten(targets)

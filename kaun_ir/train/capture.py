@@ -33,7 +33,8 @@ import numpy as np
 
 from kaun_ir import tree
 from kaun_ir.ir.builder import Builder
-from kaun_ir.surface.tensor import Tensor, constant_hook, to_value, type_of
+from kaun_ir.surface.constant_hooks import constant_hook
+from kaun_ir.surface.tensor import Tensor, to_value, type_of
 from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type
 
 __all__ = ["Explicit", "LossSpec", "Probed", "Unlifted", "probe", "warn_opaque"]

@@ -138,7 +138,7 @@ def _stack(arrays: list):
     else one XLA ``stack`` so device arrays stay on the device)."""
     if all(isinstance(a, np.ndarray) for a in arrays):
         return np.stack(arrays)
-    from kaun_ir.surface.numeric import stack
+    from kaun_ir.surface.shapes import stack
 
     return stack(list(arrays))
 

@@ -85,7 +85,7 @@ def jacfwd(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 
 def _zero_tangent(arg):
     """Zero tangents for an argument that is not differentiated (its primal's own types)."""
-    from kaun_ir.surface.numeric import zeros_like
+    from kaun_ir.surface.creation import zeros_like
     from kaun_ir.surface.trace import is_array_leaf
 
     leaves, treedef = tree.flatten(arg)
@@ -94,7 +94,7 @@ def _zero_tangent(arg):
 
 def _split_last(out, types, treedef):
     """Each output leaf ``O + (n,)`` split into one block ``O + shape`` per input leaf."""
-    from kaun_ir.surface.numeric import reshape
+    from kaun_ir.surface.shapes import reshape
 
     def split(leaf):
         blocks, start = [], 0
@@ -140,7 +140,7 @@ def jacrev(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 def _split_first(rows_of_arg, out_types, out_treedef):
     """Leaves ``(n_out,) + I`` of one argument -> an output-shaped tree whose every leaf holds the
     argument's tree of blocks ``O + I``."""
-    from kaun_ir.surface.numeric import reshape
+    from kaun_ir.surface.shapes import reshape
 
     arg_leaves, arg_def = tree.flatten(rows_of_arg)
     per_output, start = [], 0

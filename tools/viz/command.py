@@ -34,8 +34,10 @@ import shutil
 import subprocess
 import sys
 
+from kaun_ir.ir.core import path_components
 from kaun_ir.tools import spec as specs
 from kaun_ir.tools.dump import add_spec_arguments, error, write_atomic
+from kaun_ir.tools.subject import GRAPH_STAGES
 
 FORMATS = (".dot", ".svg", ".png", ".json", ".html")
 
@@ -58,7 +60,7 @@ def add_parser(sub) -> None:
     )
     parser.add_argument(
         "--stage",
-        choices=specs.GRAPH_STAGES,
+        choices=GRAPH_STAGES,
         default=None,
         help="which IR stage to draw (default: traced; the training step for training setups)",
     )
@@ -72,10 +74,10 @@ def add_parser(sub) -> None:
         "--diff",
         nargs=2,
         metavar=("STAGE_A", "STAGE_B"),
-        choices=specs.GRAPH_STAGES,
+        choices=GRAPH_STAGES,
         default=None,
         help="(.html only) two stages side by side with removed / added nodes marked, "
-        f"e.g. --diff traced optimized; stages: {', '.join(specs.GRAPH_STAGES)}",
+        f"e.g. --diff traced optimized; stages: {', '.join(GRAPH_STAGES)}",
     )
     parser.add_argument(
         "--overlay",
@@ -107,7 +109,7 @@ def to_dot(graph, overlay: str | None = None) -> str:
     tree: dict = {"nodes": [], "children": {}}
     for n in model["nodes"]:
         place = tree
-        for part in specs.path_components(n["path"]):
+        for part in path_components(n["path"]):
             place = place["children"].setdefault(part, {"nodes": [], "children": {}})
         place["nodes"].append(n)
     lines = [
@@ -202,7 +204,7 @@ def to_model_explorer(graph) -> dict:
             {
                 "id": n["id"],
                 "label": n["title"],
-                "namespace": "/".join(specs.path_components(n["path"])),
+                "namespace": "/".join(path_components(n["path"])),
                 "attrs": attrs,
                 "incomingEdges": sorted(incoming.get(n["id"], []), key=lambda e: int(e["targetNodeInputId"])),
                 "outputsMetadata": [

@@ -2,7 +2,7 @@
 
 The page embeds the graph as JSON and draws it with its own script (``page.js``, styles in
 ``page.css``, both inlined): a layered layout of the *visible* graph, where each layer group
-(a node's layer path, split by :func:`~kaun_ir.tools.spec.path_components`) is either collapsed
+(a node's layer path, split by :func:`~kaun_ir.ir.core.path_components`) is either collapsed
 into one box or expanded into a frame around its ops and sub-groups. See ``docs/visualisation.md``
 for what a user can do in it.
 
@@ -28,7 +28,7 @@ import os
 import re
 from collections import defaultdict
 
-from kaun_ir.tools.spec import path_components
+from kaun_ir.ir.core import path_components
 from kaun_ir.tools.viz.svg import describe
 
 #: more graph inputs (outputs) than this are gathered into one group "(inputs)" ("(outputs)")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import html
 
-from kaun_ir.tools.spec import path_components
+from kaun_ir.ir.core import path_components
 
 _PALETTE = (
     "#dbeafe",

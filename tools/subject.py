@@ -1,0 +1,188 @@
+"""What a model named on the command line becomes: a :class:`Subject`, the stages of its IR
+from the traced graph to XLA's HLO, and the abstract (never materialised) parameters they need.
+
+The stages of a :class:`Subject`:
+
+===========  ===================================================================================
+traced       the forward pass / function / graph as traced (for a training setup: the forward
+             pass of its model)
+autodiff     the ``autodiff`` pass applied to ``(params, state, x) -> sum(y)`` for a layer
+             (gradients w.r.t. every floating-point input: the parameters and a float ``x``); to
+             ``sum(first output)`` for a function; to the graph itself for a graph / ``.kir``
+             (output 0 must be a float scalar). For a training setup: the whole training step
+             (forward, backward, optimiser update) as ``train.step_graph`` traces it
+optimized    ``autodiff``'s graph for training setups, else ``traced``'s, after the default
+             pipeline (``kn.runtime.pipelines.train_pipeline()`` / ``jit_pipeline()``)
+stablehlo    the optimized graph lowered to StableHLO text
+hlo          XLA's optimised HLO after compiling the StableHLO
+===========  ===================================================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kaun_ir.errors import ModelSpecError
+
+STAGES = ("traced", "autodiff", "optimized", "stablehlo", "hlo")
+GRAPH_STAGES = ("traced", "autodiff", "optimized")
+
+
+def abstract_vars(model, dtype=None):
+    """``(params, state)`` of ``model`` as trees of ``kn.ShapeDtype``, by tracing its ``init``."""
+    from kaun_ir import dtypes, layer, rng, tree
+    from kaun_ir.surface.trace import ShapeDtype, trace_flat
+
+    dtype = dtype or dtypes.float32
+
+    def make():
+        v = layer.init(model, dtype)
+        return v.params, v.state
+
+    with rng.scope(0):
+        traced = trace_flat(make, (), {}, name="init")
+    leaves = [ShapeDtype(t.shape, t.dtype) for t in traced.graph.output_types]
+    return tree.unflatten(traced.out_treedef, leaves)
+
+
+@dataclass
+class Subject:
+    """A named model and the stages of its IR (see the module docstring)."""
+
+    name: str
+    kind: str  # "layer" | "function" | "graph" | "train"
+    fn: Callable | None = None  # the traced function (layer / function kinds)
+    args: tuple = ()  # its example arguments
+    graph: Any = None  # graph kind
+    setup: Any = None  # a kaun_ir.tools.spec.TrainSetup (train kind); spec.py imports this module
+    _cache: dict = field(default_factory=dict)
+
+    @property
+    def default_stage(self) -> str:
+        """What ``viz`` and ``dump --stats`` show without ``--stage``: the training step for a
+        training setup, else the traced graph."""
+        return "autodiff" if self.kind == "train" else "traced"
+
+    def stage_graph(self, stage: str):
+        """The IR graph of ``traced``, ``autodiff`` or ``optimized``."""
+        if stage not in GRAPH_STAGES:
+            raise ModelSpecError(f"stage {stage!r} is not an IR graph; choose from {', '.join(GRAPH_STAGES)}")
+        if stage not in self._cache:
+            self._cache[stage] = getattr(self, f"_{stage}")()
+        return self._cache[stage]
+
+    def stage_text(self, stage: str) -> str:
+        """The text of any stage: textual IR, StableHLO or HLO."""
+        from kaun_ir import runtime
+
+        if stage in GRAPH_STAGES:
+            return self.stage_graph(stage).text()
+        if stage == "stablehlo":
+            return runtime.lower(self.stage_graph("optimized"))
+        if stage == "hlo":
+            return runtime.compile(self.stage_graph("optimized")).hlo_text()
+        raise ModelSpecError(f"unknown stage {stage!r}; choose from {', '.join(STAGES)}")
+
+    # ------------------------------------------------------------------ the stages
+
+    def _traced(self):
+        from kaun_ir.surface.trace import trace
+
+        if self.kind == "graph":
+            return self.graph
+        if self.kind == "train":
+            return self._train_forward()
+        return trace(self.fn, *self.args)
+
+    def _autodiff(self):
+        from kaun_ir import passes
+
+        if self.kind == "train":
+            return self._train_step()
+        if self.kind == "graph":
+            return passes.run(self.graph, "autodiff")
+        return passes.run(self._summed(), "autodiff")
+
+    def _optimized(self):
+        from kaun_ir import passes
+        from kaun_ir.runtime.pipelines import jit_pipeline, train_pipeline
+
+        if self.kind == "train":
+            return passes.run(
+                self.stage_graph("autodiff"),
+                train_pipeline(getattr(self._trainer(), "pipeline", None)),
+            )
+        return passes.run(self.stage_graph("traced"), jit_pipeline())
+
+    def _summed(self):
+        """The function with its first output leaf summed to a scalar (what ``autodiff`` needs)."""
+        import kaun_ir as kn
+        from kaun_ir import tree
+
+        fn = self.fn
+
+        def summed(*args):
+            first = tree.flatten(fn(*args))[0][0]
+            return kn.sum(kn.astype(first, kn.float32) if not _float(first) else first)
+
+        summed.__name__ = getattr(fn, "__name__", "main")
+        return kn.trace(summed, *self.args)
+
+    def _trainer(self):
+        from kaun_ir import train
+
+        if "trainer" not in self._cache:
+            self._cache["trainer"] = train.make(self.setup.model, self.setup.optimizer)
+        return self._cache["trainer"]
+
+    def _abstract_state(self):
+        """A ``train.State`` whose leaves are ``kn.ShapeDtype``: nothing runs on XLA."""
+        from kaun_ir import dtypes, layer, optim, train, tree
+        from kaun_ir.surface.trace import ShapeDtype, trace_flat
+
+        trainer = self._trainer()
+        params, state = abstract_vars(trainer.model)
+
+        def opt_init(p):
+            st = optim.init(trainer.optimizer, p)
+            return tuple(st)
+
+        traced = trace_flat(opt_init, (params,), {})
+        leaves = [ShapeDtype(t.shape, t.dtype) for t in traced.graph.output_types]
+        count, trees = tree.unflatten(traced.out_treedef, leaves)
+        opt_state = optim.State(count, trees)  # state_of_trees wants a concrete count
+        return train.State(
+            layer.Vars(params, state, dtypes.float32), opt_state, 0, ShapeDtype((2,), dtypes.uint32)
+        )
+
+    def _x(self):
+        inputs = self.setup.inputs
+        return inputs[0] if len(inputs) == 1 else tuple(inputs)
+
+    def _train_forward(self):
+        from kaun_ir import train
+
+        return train.forward_graph(self._trainer(), self._abstract_state(), self._x())
+
+    def _train_step(self):
+        from kaun_ir import train
+
+        loss_fn = self.setup.loss_fn_builder(*self.setup.inputs)
+        return train.step_graph(self._trainer(), self._abstract_state(), self._x(), loss_fn)
+
+
+def _float(x) -> bool:
+    from kaun_ir import dtypes
+    from kaun_ir.surface.tensor import type_of
+
+    return dtypes.is_float(type_of(x).dtype)
+
+
+def parameter_inputs(subject: Subject, graph) -> list[int]:
+    """Indices of the graph inputs that are model parameters (argument 0 of the traced forward
+    pass or training step); every input for functions and graphs, whose parameters are unknown."""
+    if subject.kind in ("layer", "train") and graph.input_names:
+        return [i for i, name in enumerate(graph.input_names) if name == "0" or name.startswith("0.")]
+    return list(range(len(graph.inputs)))
