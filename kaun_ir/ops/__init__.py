@@ -16,13 +16,14 @@ from kaun_ir.ops import (
     linalg,
     misc,
     reduce,
+    reduce_window,
     scan,
     scatter,
     scatter_add,
+    select_and_scatter_add,
     shape,
     sharding,
     sort,
-    window,
 )
 from kaun_ir.ops.base import TRAITS, OpDef, Sample
 from kaun_ir.ops.emit import Emitter
@@ -39,7 +40,8 @@ _FAMILIES = (
     conv,
     reduce,
     sort,
-    window,
+    reduce_window,
+    select_and_scatter_add,
     control,
     sharding,
     scan,
