@@ -7,11 +7,13 @@ family modules export; nothing registers itself as an import side effect.
 from __future__ import annotations
 
 from kaun_ir.ops import (
+    binary,
+    compare_select,
     control,
     conv,
+    convert,
     custom,
     dynamic_slice,
-    elementwise,
     gather,
     linalg,
     misc,
@@ -24,12 +26,16 @@ from kaun_ir.ops import (
     shape,
     sharding,
     sort,
+    unary,
 )
 from kaun_ir.ops.base import TRAITS, OpDef, Sample
 from kaun_ir.ops.emit import Emitter
 
 _FAMILIES = (
-    elementwise,
+    unary,
+    binary,
+    compare_select,
+    convert,
     misc,
     shape,
     dynamic_slice,
