@@ -109,6 +109,11 @@ def _general_samples(rng):
         (random_array(rng, (5, 3)), np.array([1, 4, 1], np.int32), random_array(rng, (3, 3))),
         {"kind": "add", **_ROWS},
     )
+    yield from _general_more_samples(rng)
+
+
+def _general_more_samples(rng):
+    """Windows written with set, bool data, and max on bfloat16."""
     # 2x2 windows written with set; bool data; point writes with the index vector first
     yield Sample(
         (
