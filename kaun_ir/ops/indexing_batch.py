@@ -1,4 +1,4 @@
-"""Batching rules of the indexing ops (declared in ``indexing.py``).
+"""Batching rules of the indexing ops (``dynamic_slice``, ``gather``, ``scatter_add``, ``scatter``).
 
 Positions that differ per example become index vectors with one more component, the example's
 number, so one ``gather`` / ``scatter_add`` serves the whole batch; positions shared by every

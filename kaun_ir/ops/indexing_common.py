@@ -1,0 +1,106 @@
+"""What the indexing ops (``dynamic_slice``, ``gather``, ``scatter`` ...) share: StableHLO's clamping
+of start positions, index vectors, axis and dtype checks, the dimension-numbers attribute of the
+emission, and the random operands of their samples.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
+from kaun_ir.ir.core import TensorType
+from kaun_ir.ops.rules import apply
+
+
+def random_array(rng, shape, dtype=np.float32):
+    """Sample data of ``shape``: small integers, coin flips for bool, normal floats otherwise."""
+    dt = np.dtype(dtype)
+    if dt == dtypes.bool_:
+        return rng.random(shape) < 0.5
+    if dt in dtypes.INTEGERS:
+        return rng.integers(0 if dtypes.is_unsigned(dt) else -5, 6, size=shape).astype(dt)
+    return rng.standard_normal(shape).astype(dt)
+
+
+def start_index(value, dtype=np.int32) -> np.ndarray:
+    """A scalar start index as the 0-d array the ops take."""
+    return np.array(value, dtype=dtype)
+
+
+def zeros_like(like):
+    """Zeros of ``like``'s type, for the VJP rules."""
+    zero = apply("constant", value=np.zeros((), like.dtype))
+    return apply("broadcast_in_dim", zero, shape=like.shape, broadcast_dimensions=()) if like.shape else zero
+
+
+def along_index_vector(indices, index_vector_dim: int, values: Sequence[int]):
+    """A tensor of ``indices``' type holding ``values[k]`` at position k of every index vector."""
+    info = np.iinfo(indices.dtype)
+    values = np.clip(np.asarray(values, np.int64), info.min, info.max).astype(indices.dtype)
+    if index_vector_dim == indices.ndim:  # the implicit vector of length 1
+        bound = apply("constant", value=values.reshape(()))
+        dims: tuple[int, ...] = ()
+    else:
+        bound = apply("constant", value=values)
+        dims = (index_vector_dim,)
+    return apply("broadcast_in_dim", bound, shape=indices.shape, broadcast_dimensions=dims)
+
+
+def clamp_start(start: int, size: int, window: int) -> int:
+    """StableHLO's rule: move ``start`` so that ``[start, start + window)`` lies in ``[0, size)``."""
+    return min(max(int(start), 0), size - window)
+
+
+def check_axes(axes: Sequence[int], bound: int, what: str, sorted_: bool = True) -> None:
+    """ShapeError unless ``axes`` are distinct axes below ``bound`` (and increasing if ``sorted_``)."""
+    axes = tuple(axes)
+    if len(set(axes)) != len(axes) or any(not 0 <= a < bound for a in axes):
+        raise ShapeError(f"{what} {list(axes)} must be distinct axes in [0, {bound})")
+    if sorted_ and list(axes) != sorted(axes):
+        raise ShapeError(f"{what} {list(axes)} must be increasing")
+
+
+def require_integer(t: TensorType, what: str) -> None:
+    """TypeError unless ``t`` has an integer dtype."""
+    if not dtypes.is_integer(t.dtype):
+        raise TypeError(f"{what} must have an integer dtype, got {dtypes.short_name(t.dtype)}")
+
+
+def index_vector_length(indices_shape: Sequence[int], index_vector_dim: int) -> int:
+    """How many start positions each index vector holds (1 for the implicit trailing vector)."""
+    return indices_shape[index_vector_dim] if index_vector_dim < len(indices_shape) else 1
+
+
+def batch_shape(indices_shape: Sequence[int], index_vector_dim: int) -> list[int]:
+    """The shape of the index batch: ``indices``' shape without the index vector dim."""
+    return [n for i, n in enumerate(indices_shape) if i != index_vector_dim]
+
+
+def index_vector(indices: np.ndarray, batch_index: Sequence[int], index_vector_dim: int) -> list[int]:
+    """The start index vector of one batch position (the implicit length-1 vector when
+    ``index_vector_dim`` is the rank of ``indices``)."""
+    if index_vector_dim == indices.ndim:
+        return [int(indices[tuple(batch_index)])]
+    where = list(batch_index)
+    where.insert(index_vector_dim, slice(None))
+    return [int(v) for v in indices[tuple(where)]]
+
+
+def dims_attr(kind: str, fields: Sequence[tuple[str, Sequence[int] | int]]) -> str:
+    """``#stablehlo.gather<...>`` / ``#stablehlo.scatter<...>``; empty lists are left out, as
+    StableHLO prints them."""
+    parts = []
+    for name, value in fields:
+        if isinstance(value, int):
+            parts.append(f"{name} = {value}")
+        elif value:
+            parts.append(f"{name} = [{', '.join(str(int(v)) for v in value)}]")
+    return f"#stablehlo.{kind}<{', '.join(parts)}>"
+
+
+def hlo_bool(value: bool) -> str:
+    """A bool as StableHLO prints it."""
+    return "true" if value else "false"
