@@ -25,6 +25,7 @@ from kaun_ir.ops import (
     select_and_scatter_add,
     shape,
     sharding,
+    slicing,
     sort,
     unary,
 )
@@ -38,6 +39,7 @@ _FAMILIES = (
     convert,
     misc,
     shape,
+    slicing,
     dynamic_slice,
     gather,
     scatter_add,
