@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from kaun_ir.errors import NonFiniteError
 from kaun_ir.ir.builder import current_builder
+from kaun_ir.runtime import finite, jit
 
 __all__ = ["check_finite", "checking", "NonFiniteError", "ENV"]
 
@@ -25,8 +26,6 @@ ENV = "KAUN_IR_CHECK_FINITE"
 def checking(on: bool = True):
     """Context manager: programs compiled inside the block are checked (``on=False``: not checked,
     whatever ``KAUN_IR_CHECK_FINITE`` says). Executables compiled earlier keep how they were built."""
-    from kaun_ir.runtime import finite
-
     return finite.forced(on)
 
 
@@ -35,8 +34,6 @@ def check_finite(f: Callable, donate_argnums: Sequence[int] = ()) -> Callable:
     NaN or an Inf raises :class:`NonFiniteError` naming the first op that did (see the module
     docstring). Inside a trace the checks are the enclosing program's business: ``f`` is called
     as it is."""
-    from kaun_ir.runtime import finite, jit
-
     compiled = jit(f, donate_argnums=donate_argnums)
 
     @functools.wraps(f)

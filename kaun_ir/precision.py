@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from kaun_ir import dtypes, ptree
+from kaun_ir import dtypes, ptree, tree
 from kaun_ir.optim.core import Algorithm
 from kaun_ir.surface import reductions
 from kaun_ir.surface.creation import zeros_like
 from kaun_ir.surface.elementwise import where
 from kaun_ir.surface.promotion import astype, dtype_of
+from kaun_ir.surface.tensor import apply
 
 __all__ = ["Policy", "as_policy", "loss_scaled", "loss_scale_of"]
 
@@ -86,8 +87,6 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
     Two slots are added: ``loss_scale`` and ``finite_steps``, trees of scalars shaped like the
     parameter tree (every leaf holds the same value)."""
 
-    from kaun_ir.surface.tensor import apply
-
     dynamic = policy.loss_scale == "dynamic"
     start = policy.initial_scale if dynamic else float(policy.loss_scale)
     n_inner = len(alg.slots)
@@ -137,6 +136,4 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
 
 def loss_scale_of(opt_state: Any) -> Any:
     """The current loss scale in the state ``(count, trees)`` of a :func:`loss_scaled` optimiser."""
-    from kaun_ir import tree
-
     return tree.flatten(opt_state[1][-2])[0][0]

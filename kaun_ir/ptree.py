@@ -29,6 +29,11 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import tree as _tree
+from kaun_ir.ir.builder import current_builder
+from kaun_ir.runtime import compilation
+from kaun_ir.surface.creation import zeros_like as traced_zeros_like
+from kaun_ir.surface.tensor import Tensor, type_of
+from kaun_ir.surface.trace import ShapeDtype
 
 __all__ = [
     "map",
@@ -313,20 +318,12 @@ def zeros_like(t: Any) -> Any:
     are device arrays (``jax.Array``): on the leaf's own device for a ``jax.Array`` leaf, on the
     default device otherwise; no XLA program is compiled for them.
     """
-    from kaun_ir.ir.builder import current_builder
-
     if current_builder() is not None:
-        from kaun_ir.surface.creation import zeros_like as traced_zeros_like
-
         return map(traced_zeros_like, t)
     return map(_concrete_zeros, t)
 
 
 def _concrete_zeros(leaf: Any) -> Any:
-    from kaun_ir.runtime import compilation
-    from kaun_ir.surface.tensor import Tensor, type_of
-    from kaun_ir.surface.trace import ShapeDtype
-
     if isinstance(leaf, Tensor):
         raise TypeError("ptree.zeros_like: a symbolic Tensor outside its trace")
     if isinstance(leaf, ShapeDtype):

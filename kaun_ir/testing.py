@@ -25,8 +25,13 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
+from kaun_ir.ir import interpret, parse
 from kaun_ir.ir.core import Graph, Node, TensorType
 from kaun_ir.ops import TABLE, OpDef
+from kaun_ir.runtime import compile as compile_graph
+from kaun_ir.transforms.autodiff import differentiable, gradient_graph
+from kaun_ir.transforms.jvp import jvp_graph
+from kaun_ir.transforms.vmap import batch_graph
 
 _TOLERANCE = {
     np.dtype(np.float64): (1e-9, 1e-12),
@@ -97,9 +102,6 @@ def check_op(
         if check not in checks:
             checks.append(check)
 
-    from kaun_ir.ir import interpret, parse
-    from kaun_ir.runtime import compile as compile_graph
-
     for k, sample in enumerate(samples):
         where = f"{name} sample {k}"
         inputs = [np.asarray(a) for a in sample.inputs]
@@ -133,11 +135,6 @@ def _float64(a: np.ndarray) -> np.ndarray:
 
 
 def _check_derivatives(opdef, sample, inputs, where, jax_fn, step, tol, record) -> None:
-    from kaun_ir.ir import interpret
-    from kaun_ir.runtime import compile as compile_graph
-    from kaun_ir.transforms.autodiff import differentiable, gradient_graph
-    from kaun_ir.transforms.jvp import jvp_graph
-
     wide = [_float64(a) for a in inputs]
     graph = single_op_graph(opdef, wide, sample.attrs, sample.regions)
     wrt = [i for i, v in enumerate(graph.inputs) if differentiable(v.type)]
@@ -161,7 +158,7 @@ def _check_derivatives(opdef, sample, inputs, where, jax_fn, step, tol, record) 
         return [np.asarray(results[k], np.float64) for k in outs]
 
     if jax_fn is not None:
-        import jax
+        import jax  # noqa: PLC0415 - jax loads only when a program compiles or compares
 
         def jax_outputs(*point):
             full = list(wide)
@@ -210,9 +207,6 @@ def _check_derivatives(opdef, sample, inputs, where, jax_fn, step, tol, record) 
 
 
 def _check_batching(opdef, sample, inputs, where, size, record) -> None:
-    from kaun_ir.runtime import compile as compile_graph
-    from kaun_ir.transforms.vmap import batch_graph
-
     rng = np.random.default_rng(11)
     graph = single_op_graph(opdef, inputs, sample.attrs, sample.regions)
     attrs = opdef.check_attrs(dict(sample.attrs))

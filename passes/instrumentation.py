@@ -8,6 +8,8 @@ are what ``kaun-ir opt --print-ir-after-all / --print-ir-after-change / --timing
 
 from __future__ import annotations
 
+import difflib
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -82,8 +84,6 @@ class PrintAfterChange(Instrumentation):
 
     def after(self, pass_, graph, result, seconds):
         """Print a unified diff of the IR before and after the pass, if the pass changed it."""
-        import difflib
-
         before, after = graph.text(), result.text()
         if before == after:
             return
@@ -189,6 +189,4 @@ def _rule(title: str) -> str:
 
 
 def _stderr():
-    import sys
-
     return sys.stderr

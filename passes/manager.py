@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shlex
+import sys
 import time
 from collections.abc import Iterable, Sequence
 from typing import NoReturn
@@ -170,8 +171,6 @@ def reproducer_text(graph: Graph, remaining: Pipeline, err: BaseException) -> st
 
 def _modules_to_load(pipeline: Pipeline) -> list[str]:
     """Modules (paths where known) defining passes that are not built in, for ``--load``."""
-    import sys
-
     loads: list[str] = []
     for step in pipeline.steps:
         module_name = getattr(REGISTRY[step.name].fn, "__module__", "") or ""

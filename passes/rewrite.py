@@ -47,6 +47,7 @@ from kaun_ir.errors import KaunError, RewriteError
 from kaun_ir.ir.builder import infer_or_raise
 from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node, Value
+from kaun_ir.ops import get
 from kaun_ir.passes.registry import statistic
 
 #: Sweeps before :func:`apply_rules` gives up. A sweep collapses whole chains (each node sees
@@ -198,8 +199,6 @@ class Rewriter:
         It gets the layer path and source line of the node being replaced. Ops with regions
         cannot be built here.
         """
-        from kaun_ir.ops import get
-
         opdef = get(op)
         if opdef.regions:
             raise RewriteError(f"rules cannot build {op} nodes (ops with regions)")

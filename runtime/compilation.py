@@ -36,11 +36,17 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kaun_ir import passes
 from kaun_ir.errors import CompileError
 from kaun_ir.fileio import atomic_write, repro_dir
+from kaun_ir.ir.builder import infer_or_raise
+from kaun_ir.ir.core import Graph, Node
 from kaun_ir.runtime import disk_cache, finite, gc_pause, graph_cache, stages
 from kaun_ir.runtime.dispatch import Route, RouteCache
+from kaun_ir.runtime.mesh import use
 from kaun_ir.runtime.xla import backend, compiler, transfer
+from kaun_ir.surface.tensor import type_of
+from kaun_ir.surface.trace import trace_flat
 
 __all__ = [
     "FunctionCache",
@@ -131,7 +137,8 @@ def compile_graph(
     ``device``: the device to run on (default: the first). ``mesh`` (a ``kn.sharding.mesh``):
     partition over the mesh instead, with ``in_specs`` / ``out_specs`` one partition spec (or
     None) per graph input / output: inputs default to replicated, outputs to XLA's choice."""
-    from kaun_ir.runtime.executable import Executable
+    # imported here: runtime.compilation and runtime.executable import each other
+    from kaun_ir.runtime.executable import Executable  # noqa: PLC0415
 
     return Executable(
         graph,
@@ -241,10 +248,6 @@ def compile_function(
     positions) -> flat input indices`` picks the inputs XLA may reuse; ``shardings(traced,
     n_inputs, n_outputs)`` gives the partition specs of the graph's inputs and outputs on
     ``mesh``; ``cache`` (the function's) counts the trace."""
-    from kaun_ir import passes
-    from kaun_ir.runtime.mesh import use
-    from kaun_ir.surface.trace import trace_flat
-
     parsed = passes.Pipeline.parse(pipeline)  # unknown passes fail before tracing
     # the collector's sweeps of the growing graphs cost more the larger the model (gc_pause)
     with gc_pause.paused():
@@ -270,10 +273,6 @@ _OPS: dict[tuple, Any] = {}
 def run_op(opdef, operands: Sequence, attrs: dict, regions: tuple) -> list:
     """Run one primitive on concrete operands (the eager path of ``kaun_ir.surface.tensor.apply``),
     compiled once per op signature; returns device arrays."""
-    from kaun_ir.ir.builder import infer_or_raise
-    from kaun_ir.ir.core import Graph, Node
-    from kaun_ir.surface.tensor import type_of
-
     types = [type_of(x) for x in operands]
     attrs = opdef.check_attrs(attrs)
     checked = finite.enabled()

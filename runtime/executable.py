@@ -5,12 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
 from kaun_ir.ir.core import Graph, TensorType
 from kaun_ir.runtime import finite, stages
 from kaun_ir.runtime.compilation import compile_mlir
 from kaun_ir.runtime.lower import lower
+from kaun_ir.runtime.mesh import REPLICATED, as_spec, check_graph_mesh, constraint_meshes, mesh_of_axes
 from kaun_ir.runtime.xla import backend, compiler, shardings, transfer
 
 
@@ -37,8 +40,6 @@ class Executable:
         in_specs: Sequence | None = None,
         out_specs: Sequence | None = None,
     ):
-        from kaun_ir.runtime.mesh import REPLICATED, check_graph_mesh, constraint_meshes, mesh_of_axes
-
         self.graph = graph
         self.donate = tuple(sorted(set(donate)))
         self.pipeline = pipeline
@@ -99,8 +100,6 @@ class Executable:
         return _moving_devices(compiler.executor(loaded, out_types, self.device), self.device)
 
     def _checked(self, specs, values, what: str, default) -> list:
-        from kaun_ir.runtime.mesh import as_spec
-
         if specs is None:
             return [default] * len(values)
         specs = list(specs)
@@ -123,8 +122,6 @@ class Executable:
         for i, (array, (shape, dtype)) in enumerate(zip(arrays, self._types)):
             got = getattr(array, "shape", None)
             if got is None:
-                import numpy as np
-
                 got = np.shape(array)
             if tuple(got) != shape:
                 raise TypeError(

@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kaun_ir.errors import NonFiniteError
+from kaun_ir.passes.check_finite import instrument, probe_outputs
 
 #: set to 1 to check every compiled program of the process (off by default: it costs time)
 ENV = "KAUN_IR_CHECK_FINITE"
@@ -46,8 +47,6 @@ def forced(on: bool = True):
 
 def checked_graph(graph):
     """The graph an Executable compiles when checking: ``graph`` plus the all-finite flag."""
-    from kaun_ir.passes.check_finite import probe_outputs
-
     return probe_outputs(graph)
 
 
@@ -61,8 +60,6 @@ def checked_run(run: Callable, graph, build: Callable) -> Callable:
         if bool(np.asarray(outs[-1])):
             return outs[:-1]
         if not located:
-            from kaun_ir.passes.check_finite import instrument
-
             full, sites = instrument(graph)
             located.append((build(full), sites))
         full_run, sites = located[0]

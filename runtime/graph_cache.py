@@ -33,9 +33,14 @@ import sys
 import time
 import warnings
 
+import numpy as np
+
+from kaun_ir import errors, passes
 from kaun_ir.fileio import atomic_write
 from kaun_ir.ir.core import Graph
 from kaun_ir.ir.serialize import encode, from_bytes, to_bytes
+from kaun_ir.passes import Pipeline
+from kaun_ir.passes.registry import REGISTRY
 from kaun_ir.runtime import disk_cache, stages
 from kaun_ir.runtime.xla import backend
 
@@ -65,8 +70,6 @@ def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
     On a hit the passes do not run, so ``instrumentations`` see nothing; the time of the lookup is
     recorded as the stage ``pass-cache`` (:mod:`kaun_ir.runtime.stages`), and so is the time of
     computing the key and storing the result on a miss."""
-    from kaun_ir import passes
-
     root = disk_cache.directory()
     if root is None or not _cacheable(pipeline):
         if root is not None:
@@ -97,9 +100,6 @@ def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
 
 def _cacheable(pipeline) -> bool:
     """Whether every pass of ``pipeline`` is kaun_ir's own (its code is part of the key)."""
-    from kaun_ir.passes import Pipeline
-    from kaun_ir.passes.registry import REGISTRY
-
     for step in Pipeline.parse(pipeline).steps:
         module = getattr(REGISTRY[step.name].fn, "__module__", "") or ""
         if not module.startswith("kaun_ir."):
@@ -109,10 +109,6 @@ def _cacheable(pipeline) -> bool:
 
 def key(graph: Graph, pipeline) -> str:
     """The hex key of running ``pipeline`` over ``graph`` with this kaun_ir, backend and NumPy."""
-    import numpy as np
-
-    from kaun_ir.passes import Pipeline
-
     steps = [(step.name, sorted(step.resolved_options().items())) for step in Pipeline.parse(pipeline).steps]
     digest = hashlib.sha256()
     for part in (
@@ -138,8 +134,6 @@ _CODE: list[str] = []
 def code_fingerprint() -> str:
     """A SHA-256 of every ``.py`` file of the installed kaun_ir (computed once per process)."""
     if not _CODE:
-        from kaun_ir import errors, passes
-
         digest = hashlib.sha256()
         # the package folders of kaun_ir (subpackages included), its passes and this runtime
         modules = (errors, passes, sys.modules[__name__])

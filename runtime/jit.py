@@ -5,11 +5,12 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 
-from kaun_ir import tree
-from kaun_ir.runtime import explain
+from kaun_ir import passes, tree
+from kaun_ir.runtime import explain, sharding_args
 from kaun_ir.runtime.compilation import FunctionCache, compile_function
 from kaun_ir.runtime.dispatch import Route
 from kaun_ir.runtime.executable import Executable
+from kaun_ir.runtime.pipelines import jit_pipeline
 from kaun_ir.runtime.xla import shardings, transfer
 from kaun_ir.surface.tensor import Tensor
 from kaun_ir.surface.trace import is_array_leaf, leaf_type
@@ -125,8 +126,6 @@ class Jitted:
     @property
     def pipeline(self) -> str:
         """The pipeline the next compilation runs (the environment is read at compile time)."""
-        from kaun_ir.runtime.pipelines import jit_pipeline
-
         requested = self._pipeline() if callable(self._pipeline) else self._pipeline
         return jit_pipeline(None if requested is None else str(requested))
 
@@ -135,8 +134,6 @@ class Jitted:
         return self._compiled.entry(key, lambda: self._compile(args, kwargs, key))
 
     def _compile(self, args, kwargs, key) -> Route:
-        from kaun_ir import passes
-
         pipeline = passes.Pipeline.parse(self.pipeline)  # unknown passes fail before tracing
         if explain.enabled():
             explain.log(
@@ -149,7 +146,6 @@ class Jitted:
             )
         resolve = None
         if self.mesh is not None:
-            from kaun_ir.runtime import sharding_args
 
             def resolve(traced, n_inputs, n_outputs):
                 return sharding_args.resolve(self, args, kwargs, traced, n_inputs, n_outputs)

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir.errors import ShapeError
+from kaun_ir.ops.sharding import check_spec
 from kaun_ir.runtime.xla import backend
 
 
@@ -142,8 +143,6 @@ class Mesh:
     # -- checks ----------------------------------------------------------------------------------
     def check(self, shape: Sequence[int], spec: Spec, what: str) -> None:
         """Raise ``ShapeError`` unless ``spec`` lays out an array of ``shape`` on this mesh."""
-        from kaun_ir.ops.sharding import check_spec
-
         check_spec(tuple(shape), self.axes, spec.dims, what)
 
     def shard_shape(self, shape: Sequence[int], spec: Spec) -> tuple[int, ...]:

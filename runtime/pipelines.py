@@ -14,6 +14,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from kaun_ir.runtime.xla import backend as xla_backend
+
 #: What ``kn.jit`` runs before lowering on any backend: exact clean-ups (see docs/passes.md).
 #: The default actually used depends on the backend: :func:`default_jit_pipeline`.
 DEFAULT_JIT_PIPELINE = "canonicalize,fold,cse,dce"
@@ -39,7 +41,6 @@ TRAIN_PIPELINE_ENV = "KAUN_IR_TRAIN_PIPELINE"
 def _backend(backend: str | None) -> str:
     if backend is not None:
         return backend
-    from kaun_ir.runtime.xla import backend as xla_backend
 
     return xla_backend.backend_name()  # asked only when needed: it may start jax's runtime
 

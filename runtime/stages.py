@@ -21,6 +21,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from kaun_ir.passes import Instrumentation
+
 _LOCAL = threading.local()
 
 
@@ -89,7 +91,6 @@ def pass_instrumentations() -> list:
     """``[instrumentation]`` recording each pass as a stage when recording, else ``[]``."""
     if current() is None:
         return []
-    from kaun_ir.passes import Instrumentation
 
     class _PassStages(Instrumentation):
         def after(self, pass_, graph, result, seconds):

@@ -28,6 +28,8 @@ from kaun_ir.checkpoint.mapping import MappedSource, state_dict_arrays
 from kaun_ir.checkpoint.reader import Reader
 from kaun_ir.errors import CheckpointError
 from kaun_ir.fileio import atomic_write
+from kaun_ir.runtime.xla import transfer
+from kaun_ir.surface.tensor import Tensor
 
 __all__ = [
     "save",
@@ -86,8 +88,6 @@ def _decode(spec: Any, path: str, read) -> Any:
 
 
 def _leaf_to_host(path: str, leaf: Any) -> np.ndarray:
-    from kaun_ir.surface.tensor import Tensor
-
     name = repr(path) if path else "the root"
     if isinstance(leaf, Tensor):
         raise TypeError(
@@ -131,12 +131,14 @@ def save(path: str | os.PathLike, tree: Any, metadata: dict[str, str] | None = N
     are copied to the host. Raises ``ValueError`` for dict keys containing ``"."`` and
     ``TypeError`` for leaves that are neither arrays nor numbers (or are symbolic tensors).
     """
-    from safetensors.numpy import save as st_save
+    # imported here: safetensors loads only when a file is read or written
+    from safetensors.numpy import save as st_save  # noqa: PLC0415
 
-    from kaun_ir.train import State
+    from kaun_ir.train import State  # noqa: PLC0415 - checkpoint.core and train import each other
 
     if isinstance(tree, State):
-        from kaun_ir.train import io as train_io
+        # imported here: checkpoint.core and train import each other
+        from kaun_ir.train import io as train_io  # noqa: PLC0415
 
         return train_io.save(path, tree, metadata)
     path = os.fspath(path)
@@ -208,10 +210,11 @@ def load(path: str | os.PathLike, like: Any = None, rename=None, transpose=None)
     are stored with reversed axes (``[out, in]`` linear weights); see
     :mod:`kaun_ir.checkpoint.mapping` and docs/interop.md for the convention table.
     """
-    from kaun_ir.train import State
+    from kaun_ir.train import State  # noqa: PLC0415 - checkpoint.core and train import each other
 
     if isinstance(like, State):  # a whole training state: kn.train's loader checks the optimiser
-        from kaun_ir.train import io as train_io
+        # imported here: checkpoint.core and train import each other
+        from kaun_ir.train import io as train_io  # noqa: PLC0415
 
         return train_io.load_like(os.fspath(path), like)
     if rename is not None or transpose is not None:
@@ -263,9 +266,6 @@ def _as_kind(arr: np.ndarray, kind: str) -> Any:
 
 
 def _load_like(reader: Reader, like: Any) -> Any:
-    from kaun_ir.runtime.xla import transfer
-    from kaun_ir.surface.tensor import Tensor
-
     _, rebuild = ptree.flatten(like)
     out = []
     for key, template in ptree.flatten_with_paths(like):  # the same order as flatten's leaves

@@ -38,6 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from kaun_ir.surface.tensor import from_foreign, is_foreign_array
+
 Rename = (
     Callable[[str], "str | None"] | Mapping[str, "str | None"] | Iterable[tuple[str, "str | None"]] | None
 )
@@ -129,8 +131,6 @@ class MappedSource:
 
 def state_dict_arrays(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Host arrays of a ``{name: tensor}`` mapping (PyTorch tensors through DLPack, NumPy, jax)."""
-    from kaun_ir.surface.tensor import from_foreign, is_foreign_array
-
     out = {}
     for key, value in state_dict.items():
         if is_foreign_array(value):

@@ -19,7 +19,8 @@ class Reader:
     """A SafeTensors file opened once; tensors are read on demand."""
 
     def __init__(self, path: str):
-        from safetensors import safe_open
+        # imported here: safetensors loads only when a file is read or written
+        from safetensors import safe_open  # noqa: PLC0415
 
         self.path = path
         _check_readable(path)

@@ -30,6 +30,9 @@ import numpy as np
 
 from kaun_ir import ptree
 from kaun_ir.fileio import atomic_write
+from kaun_ir.runtime import jit
+from kaun_ir.runtime.mesh import Mesh, Spec
+from kaun_ir.runtime.xla import backend, shardings, transfer
 
 INDEX = "index.json"
 FORMAT = "kaun_ir-sharded-1"
@@ -62,11 +65,8 @@ def _pieces(array) -> list[tuple[tuple, Any]]:
 def _barrier_token(token: int) -> int:
     """Process 0's ``token``, returned in every process once all processes have reached this
     point (an all-reduce over every device is the barrier)."""
-    from kaun_ir.runtime.xla import backend, shardings, transfer
-
     if backend.process_count() == 1:
         return token
-    from kaun_ir.runtime.mesh import Mesh, Spec
 
     devices = backend.global_devices()
     mesh = Mesh((len(devices),), ("all",), devices)
@@ -82,9 +82,6 @@ _SUMMERS: dict = {}
 
 
 def _summer(mesh):
-    from kaun_ir.runtime import jit
-    from kaun_ir.runtime.mesh import Spec
-
     if mesh not in _SUMMERS:
         _SUMMERS[mesh] = jit(lambda v: v.sum(), mesh=mesh, in_shardings=(Spec("all"),), out_shardings=Spec())
     return _SUMMERS[mesh]
@@ -94,9 +91,8 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
     """Write ``tree`` (global ``jax.Array``s, possibly sharded over devices of several processes,
     host arrays and Python numbers) as a sharded checkpoint directory at ``path``; every process
     of a distributed run must call it with the same tree structure. Returns ``path``."""
-    from safetensors.numpy import save as st_save
-
-    from kaun_ir.runtime.xla import backend, transfer
+    # imported here: safetensors loads only when a file is read or written
+    from safetensors.numpy import save as st_save  # noqa: PLC0415
 
     path = os.fspath(path).rstrip(os.sep)
     me, count = backend.process_index(), backend.process_count()
@@ -153,7 +149,8 @@ class _Pieces:
     """The SafeTensors files of a checkpoint, opened on demand."""
 
     def __init__(self, root: str):
-        from safetensors import safe_open
+        # imported here: safetensors loads only when a file is read or written
+        from safetensors import safe_open  # noqa: PLC0415
 
         self.root, self._open, self._files = root, safe_open, {}
 
@@ -195,8 +192,6 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
     written on a mesh of another shape; NumPy / ``kn.ShapeDtype`` leaves give host arrays;
     numbers give numbers. Raises ``ValueError`` naming the key when an array is missing or its
     shape differs."""
-    from kaun_ir.runtime.xla import transfer
-
     root = os.fspath(path)
     try:
         with open(os.path.join(root, INDEX)) as handle:

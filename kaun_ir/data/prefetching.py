@@ -11,6 +11,7 @@ import numpy as np
 
 from kaun_ir import tree as _tree
 from kaun_ir.data.core import Data, check_count, check_data
+from kaun_ir.runtime import compilation
 
 _END = object()
 
@@ -94,8 +95,6 @@ class _Prefetch(Data):
 
 
 def _to_device(element: Any, device: Any) -> Any:
-    from kaun_ir.runtime import compilation
-
     leaves, treedef = _tree.flatten(element)
     moved = [  # device None: the runtime's default device
         compilation.put(leaf, leaf.dtype, device) if isinstance(leaf, (np.ndarray, np.generic)) else leaf

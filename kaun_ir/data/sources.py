@@ -16,6 +16,7 @@ import numpy as np
 from kaun_ir import tree as _tree
 from kaun_ir.data.core import Data, check_count
 from kaun_ir.data.order import permutation
+from kaun_ir.surface.tensor import Tensor
 
 
 class _Indexed(Data):
@@ -61,8 +62,6 @@ class _Iterable(Data):
 
 def _host_array(x: Any, what: str) -> np.ndarray:
     """``x`` as a host NumPy array (copying a jax.Array once); symbolic tensors are refused."""
-    from kaun_ir.surface.tensor import Tensor
-
     if isinstance(x, Tensor):
         raise TypeError(
             f"data.{what}: a symbolic Tensor (inside a trace) cannot feed a data "

@@ -14,8 +14,8 @@ def from_stablehlo(module, name=None):
     ``StableHLOImportError`` naming the op and its MLIR location.
     """
     # Reading MLIR needs jaxlib's bindings, which only the runtime layer touches; the import is
-    # deferred so the IR core itself stays free of jaxlib (allowed upward reference).
-    from kaun_ir.runtime.interop.stablehlo_import import from_stablehlo as _import
+    # deferred so the IR core itself stays free of jaxlib (an allowed upward import).
+    from kaun_ir.runtime.interop.stablehlo_import import from_stablehlo as _import  # noqa: PLC0415
 
     return _import(module, name)
 

@@ -7,6 +7,7 @@ graph: they build a new one.
 
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -299,7 +300,7 @@ class Graph:
 
     def text(self, debug: bool = False) -> str:
         """The textual IR (see docs/ir.md); ``debug=True`` adds source lines to locations."""
-        from kaun_ir.ir.text import print_graph
+        from kaun_ir.ir.text import print_graph  # noqa: PLC0415 - ir.core and ir.text import each other
 
         return print_graph(self, debug=debug)
 
@@ -313,7 +314,7 @@ class Graph:
 
     def verify(self) -> Graph:
         """Re-derive every type from the op table and check SSA order; raises IRError."""
-        from kaun_ir.ir.verify import verify
+        from kaun_ir.ir.verify import verify  # noqa: PLC0415 - ir.core and ir.verify import each other
 
         verify(self)
         return self
@@ -321,16 +322,16 @@ class Graph:
     def to_networkx(self):
         """A ``networkx.MultiDiGraph``: one node per argument, op and output, one edge per operand
         (see :func:`kaun_ir.ir.nx.to_networkx`)."""
-        from kaun_ir.ir.nx import to_networkx
+        from kaun_ir.ir.nx import to_networkx  # noqa: PLC0415 - ir.core and ir.nx import each other
 
         return to_networkx(self)
 
     def _repr_svg_(self) -> str:  # notebooks: the built-in layered drawing (kaun-ir viz)
-        from kaun_ir.tools.viz.svg import render_svg  # lazily: the core stays free of tool imports
+        # lazily: the core stays free of tool imports (an allowed upward import, tests/test_layering.py)
+        from kaun_ir.tools.viz.svg import render_svg  # noqa: PLC0415
 
         return render_svg(self)
 
     def _repr_html_(self) -> str:  # notebooks
-        import html
 
         return f"<pre>{html.escape(self.text())}</pre>"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import networkx as nx
+
 from kaun_ir.ir.core import Graph
 from kaun_ir.ir.provenance import describe
 
@@ -16,8 +18,6 @@ def to_networkx(graph: Graph):
     edges carry ``type``, ``index`` (the operand position at the target) and ``result`` (the
     result index at the source).
     """
-    import networkx as nx
-
     dg = nx.MultiDiGraph(name=graph.name)  # one edge per operand, even x * x
     ids: dict[int, str] = {}
     for i, value in enumerate(graph.inputs):

@@ -14,11 +14,13 @@ from kaun_ir.layer.construct import make_param, positive_int, resolve_init, stat
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.layer.initialise import child_init, eval_shape
 from kaun_ir.nn import init as initializers
+from kaun_ir.nn.functional import embedding
 from kaun_ir.surface.elementwise import add, multiply
 from kaun_ir.surface.linalg import matmul
 from kaun_ir.surface.reductions import mean
-from kaun_ir.surface.shapes import concatenate, transpose
-from kaun_ir.surface.tensor import type_of
+from kaun_ir.surface.shapes import concatenate, reshape, transpose
+from kaun_ir.surface.tensor import apply, type_of
+from kaun_ir.surface.trace import ShapeDtype
 
 __all__ = ["residual", "global_avg_pool", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "tied_embedding"]
 
@@ -33,8 +35,6 @@ def _path_name(prefix: str, layer: Layer) -> str:
 
 
 def _slice_axis(x: Any, axis: int, start: int, stop: int) -> Any:
-    from kaun_ir.surface.tensor import apply
-
     shape = type_of(x).shape
     starts = tuple(start if i == axis else 0 for i in range(len(shape)))
     limits = tuple(stop if i == axis else d for i, d in enumerate(shape))
@@ -105,8 +105,6 @@ def _bins(size: int, out: int) -> list[tuple[int, int]]:
 def _adaptive_axis(x: Any, axis: int, out: int) -> Any:
     size = type_of(x).shape[axis]
     if size % out == 0:  # equal windows: one reshape and one mean
-        from kaun_ir.surface.shapes import reshape
-
         shape = list(type_of(x).shape)
         shape[axis : axis + 1] = [out, size // out]
         return mean(reshape(x, tuple(shape)), axis=axis + 1)
@@ -175,8 +173,6 @@ def tied_embedding(
             params: dict = {"embedding": {"weight": make_param(table_init, (vocab_size, embed_dim), dt)}}
         h = None
         if x is not None:
-            from kaun_ir.surface.trace import ShapeDtype
-
             h = ShapeDtype(tuple(x.shape) + (embed_dim,), dt)
         with scope(_path_name("body", body)):
             bv = child_init(body, dt, h)
@@ -188,8 +184,6 @@ def tied_embedding(
         return Vars(params, {"body": bv.state}, dt)
 
     def apply_(params, state, ids, *, training, ctx):
-        from kaun_ir.nn.functional import embedding
-
         t = type_of(ids)
         if not dtypes.is_integer(t.dtype):
             raise TypeError(f"{name} expects integer token ids, got {t}")

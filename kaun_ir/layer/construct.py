@@ -5,6 +5,7 @@ the argument), initialiser resolution, parameter creation from the current ``kn.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -132,8 +133,6 @@ def warn_if_integer(t, what: str) -> None:
     """Integer inputs are promoted to the parameters' float dtype; say so (once per call site and
     trace), since token ids fed to a dense layer are usually a mistake (use ``embedding``)."""
     if not dtypes.is_float(t.dtype):
-        import warnings
-
         warnings.warn(
             f"{path_prefix()}{what}: integer input {t} is converted to floating point (cast it "
             "yourself, or use layer.embedding for token ids)",

@@ -62,12 +62,14 @@ class Vars:
         object.__setattr__(self, "dtype", dtypes.canonical(self.dtype))
 
     def __repr__(self) -> str:  # shapes and dtypes, never the arrays
-        from kaun_ir.layer.show import vars_repr
+        # imported here: layer.core and layer.show import each other
+        from kaun_ir.layer.show import vars_repr  # noqa: PLC0415
 
         return vars_repr(self)
 
     def _repr_html_(self) -> str:
-        from kaun_ir.layer.show import vars_html
+        # imported here: layer.core and layer.show import each other
+        from kaun_ir.layer.show import vars_html  # noqa: PLC0415
 
         return vars_html(self)
 
@@ -109,12 +111,14 @@ class Layer:
     cache: LayerCache = field(default_factory=LayerCache, init=False, compare=False, hash=False, repr=False)
 
     def __repr__(self) -> str:  # the structure, not function addresses
-        from kaun_ir.layer.show import layer_repr
+        # imported here: layer.core and layer.show import each other
+        from kaun_ir.layer.show import layer_repr  # noqa: PLC0415
 
         return layer_repr(self)
 
     def _repr_html_(self) -> str:
-        from kaun_ir.layer.show import layer_html
+        # imported here: layer.core and layer.show import each other
+        from kaun_ir.layer.show import layer_html  # noqa: PLC0415
 
         return layer_html(self)
 

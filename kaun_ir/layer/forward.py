@@ -11,6 +11,7 @@ import numpy as np
 from kaun_ir import dtypes, rng, tree
 from kaun_ir.ir.builder import current_builder
 from kaun_ir.layer.core import Layer, Vars, check_layer
+from kaun_ir.runtime import jit
 from kaun_ir.surface.promotion import astype, dtype_of
 
 __all__ = ["apply"]
@@ -57,8 +58,6 @@ def compiled_forward(model: Layer):
     """The model's forward pass under ``kn.jit``, made once per model and kept on it."""
     compiled = model.cache.compiled
     if compiled is None:
-        # imported here: building or tracing a model never loads the runtime (and jaxlib)
-        from kaun_ir.runtime import jit
 
         def forward(params, state, x, ctx, training, dtype_name):
             return traced_forward(model, params, state, x, ctx, training, dtypes.from_short_name(dtype_name))

@@ -34,6 +34,7 @@ from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path, scope
 from kaun_ir.layer.construct import make_param, positive_int, resolve_init
 from kaun_ir.layer.core import Layer, Vars
+from kaun_ir.nn import init as initializers
 from kaun_ir.nn.activations import relu
 from kaun_ir.surface.control import scan
 from kaun_ir.surface.creation import arange, zeros
@@ -153,7 +154,6 @@ def _recurrent(
     directions = 2 if bidirectional else 1
     width = GATES[kind] * hidden
     bound = 1.0 / math.sqrt(hidden)  # PyTorch's default: U(-1/sqrt(hidden), 1/sqrt(hidden)) for all
-    from kaun_ir.nn import init as initializers
 
     default = initializers.uniform((-bound, bound))
     weight_init = resolve_init(weight_init, default, "weight_init", kind)

@@ -8,9 +8,13 @@ import types
 from collections.abc import Callable
 from typing import Any
 
-from kaun_ir import dtypes, ptree, tree
+from kaun_ir import dtypes, ptree, rng, tree
 from kaun_ir.ir.cost import node_cost
+from kaun_ir.layer.core import Layer
+from kaun_ir.layer.initialise import init
+from kaun_ir.layer.roll import unrolled
 from kaun_ir.surface.tensor import type_of
+from kaun_ir.surface.trace import ShapeDtype, leaf_type, trace_flat
 
 __all__ = ["layer_repr", "layer_html", "vars_repr", "vars_html", "summary"]
 
@@ -23,8 +27,6 @@ _MAX_LINE = 100
 def _parts(layer) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
     """``(settings, children)`` of a layer, read from the closures of its two functions: Python
     scalars (and tuples of them) it was made with, and the layers it contains."""
-    from kaun_ir.layer.core import Layer
-
     settings: dict[str, Any] = {}
     children: dict[str, Any] = {}
     for fn in (layer.init, layer.apply):
@@ -175,11 +177,6 @@ def summary(
     ``vars`` (default: ``layer.init(model, example)`` with seed 0) gives the variables; nothing
     is compiled or run: the forward pass is traced on abstract values.
     """
-    from kaun_ir import rng
-    from kaun_ir.layer.initialise import init
-    from kaun_ir.layer.roll import unrolled
-    from kaun_ir.surface.trace import ShapeDtype, leaf_type, trace_flat
-
     if vars is None:
         with rng.scope(0):
             vars = init(model, example)

@@ -26,6 +26,7 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.ir.builder import scope
+from kaun_ir.layer.construct import make_param
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.nn import fn
 from kaun_ir.nn import init as initializers
@@ -34,6 +35,7 @@ from kaun_ir.surface.creation import arange
 from kaun_ir.surface.dynamic_slice import dynamic_update_slice
 from kaun_ir.surface.promotion import astype
 from kaun_ir.surface.shapes import expand_dims, reshape
+from kaun_ir.surface.trace import ShapeDtype
 
 
 @dataclass(frozen=True)
@@ -98,12 +100,8 @@ def init_params(cfg: DecoderConfig, dtype=dtypes.float32, abstract: bool = False
     the current ``kn.rng`` scope in a fixed order; ``abstract=True`` gives ``kn.ShapeDtype``
     leaves instead (the tree's structure and shapes, nothing drawn)."""
     if abstract:
-        from kaun_ir.surface.trace import ShapeDtype
-
         normal = zeros = ones = lambda key, shape, dt: ShapeDtype(shape, dt)  # noqa: E731
     else:
-        from kaun_ir.layer.construct import make_param  # draws the key from the current kn.rng scope
-
         draw = initializers.normal(0.02)
         normal = lambda key, shape, dt: make_param(draw, shape, dt)  # noqa: E731
         zeros, ones = initializers.zeros, initializers.ones

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from kaun_ir import dtypes
+from kaun_ir import dtypes, ptree
 from kaun_ir.models.decoder import DecoderConfig, empty_cache, forward
+from kaun_ir.runtime import compilation
 from kaun_ir.runtime.jit import jit
 from kaun_ir.surface import random, reductions
 from kaun_ir.surface.dynamic_slice import dynamic_slice
@@ -56,8 +57,6 @@ def sample(logits, key, temperature, greedy: bool, top_k: int | None):
 def _functions(cfg: DecoderConfig, greedy: bool, top_k: int | None):
     """The (prefill, decode) pair of ``kn.jit`` functions for one model config and sampling mode,
     kept for the process by the runtime."""
-    from kaun_ir.runtime import compilation
-
     return compilation.shared(("generate", cfg, greedy, top_k), lambda: _make_functions(cfg, greedy, top_k))
 
 
@@ -148,15 +147,12 @@ def generate(
 
 def ptree_leaves(tree):
     """The leaves of a parameter tree in flattening order."""
-    from kaun_ir import ptree
-
     return ptree.flatten(tree)[0]
 
 
 def executables(model) -> int:
     """How many executables generation has compiled for ``model``'s config so far."""
     cfg = getattr(model, "config", model)
-    from kaun_ir.runtime import compilation
 
     return sum(
         fn.trace_count for key, pair in compilation.shared_items("generate") if key[1] == cfg for fn in pair

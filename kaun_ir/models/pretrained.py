@@ -150,7 +150,8 @@ class _Tensors:
     """The safetensors of a checkpoint directory (one file or a sharded index), read lazily."""
 
     def __init__(self, directory: str):
-        from safetensors import safe_open
+        # imported here: safetensors loads only when a file is read or written
+        from safetensors import safe_open  # noqa: PLC0415
 
         index = os.path.join(directory, "model.safetensors.index.json")
         single = os.path.join(directory, "model.safetensors")

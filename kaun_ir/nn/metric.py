@@ -24,13 +24,12 @@ from typing import Any
 import numpy as np
 
 from kaun_ir.errors import ShapeError
+from kaun_ir.surface.tensor import Tensor
 
 __all__ = ["accuracy", "binary_accuracy", "precision", "recall", "f1", "tracker", "Tracker", "Summary"]
 
 
 def _host(x: Any, name: str) -> np.ndarray:
-    from kaun_ir.surface.tensor import Tensor
-
     if isinstance(x, Tensor):
         raise TypeError(
             f"metric.{name} works on concrete arrays; it cannot run inside a trace "
@@ -235,8 +234,6 @@ class Tracker:
 
     def observe(self, name: str, value: Any, weight: float = 1.0) -> None:
         """Record ``value`` (a scalar) under ``name`` with ``weight`` (e.g. the batch size)."""
-        from kaun_ir.surface.tensor import Tensor
-
         if not isinstance(name, str) or not name:
             raise TypeError(f"metric.tracker: a metric name must be a non-empty string, got {name!r}")
         if isinstance(value, Tensor):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kaun_ir.ir import optable
 from kaun_ir.ir.core import TensorType
 from kaun_ir.ops.rules import apply, trace
 
@@ -103,9 +104,7 @@ def by_loop(name: str):
     """
 
     def rule(batched, size, *args, regions=(), **attrs):
-        from kaun_ir.ops import TABLE
-
-        opdef = TABLE[name]
+        opdef = optable.table()[name]
         types = [example_type(x, b) for x, b in zip(args, batched)]
         out_types = opdef.infer_types(types, opdef.check_attrs(dict(attrs)), regions)
         accumulators = []

@@ -7,6 +7,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
+from kaun_ir.ir.interp import interpret
 from kaun_ir.ops.base import OpDef, Sample
 from kaun_ir.ops.rules import apply, batch_graph, inline, trace
 
@@ -27,8 +28,6 @@ def _while_infer(*carried: TensorType, regions) -> tuple[TensorType, ...]:
 
 
 def _while_reference(*values, regions):
-    from kaun_ir.ir.interp import interpret
-
     cond, body = regions
     state = list(values)
     while bool(interpret(cond, *state)[0]):

@@ -25,6 +25,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
+from kaun_ir.ir.interp import interpret
 from kaun_ir.ops.base import OpDef, Sample
 from kaun_ir.ops.batching import materialize
 from kaun_ir.ops.rules import apply, batch_graph, binary, gradient_graph, inline, trace, zeros
@@ -71,8 +72,6 @@ def _jvp_infer(*operands: TensorType, regions, name):
 
 
 def _reference(*operands, regions, **attrs):
-    from kaun_ir.ir.interp import interpret
-
     return tuple(interpret(regions[0], *operands))
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 
 from kaun_ir import dtypes
+from kaun_ir.ir import optable
 from kaun_ir.ir.core import TensorType
 
 
@@ -168,13 +169,12 @@ class Emitter:
 
         The lowering calls this for the main function; ops with regions call it for sub-graphs.
         """
-        from kaun_ir.ops import TABLE
-
+        table = optable.table()
         names: dict[int, str] = {id(v): n for v, n in zip(graph.inputs, arg_names)}
         for node in graph.nodes:
             outer_location = self.location
             self.location = node.location
-            results = TABLE[node.op].emit(self, node, *[names[id(v)] for v in node.inputs])
+            results = table[node.op].emit(self, node, *[names[id(v)] for v in node.inputs])
             self.location = outer_location
             if isinstance(results, str):
                 results = [results]

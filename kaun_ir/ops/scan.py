@@ -17,6 +17,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
+from kaun_ir.ir.interp import interpret
 from kaun_ir.ops.base import OpDef, Sample
 from kaun_ir.ops.emit import scalar_literal, tensor_type
 from kaun_ir.ops.rules import apply, batch_graph, trace
@@ -65,8 +66,6 @@ def _scan_infer(*types: TensorType, regions, num_consts, num_carry, length, reve
 
 
 def _scan_reference(*values, regions, num_consts, num_carry, length, reverse=False, unroll=1):
-    from kaun_ir.ir.interp import interpret
-
     (body,) = regions
     consts, carry, xs = split_operands(list(values), num_consts, num_carry)
     y_types = body.output_types[num_carry:]

@@ -20,8 +20,10 @@ import numpy as np
 from kaun_ir import dtypes, ptree
 from kaun_ir.errors import ShapeError
 from kaun_ir.optim.core import Algorithm, filled_like
+from kaun_ir.optim.masks import decay_mask
 from kaun_ir.surface.elementwise import add, divide, greater, multiply, power, rsqrt, sqrt, subtract, where
 from kaun_ir.surface.promotion import astype, dtype_of, shape_of
+from kaun_ir.surface.tensor import Tensor
 
 __all__ = ["sgd", "adam", "adamw", "rmsprop", "adagrad"]
 
@@ -53,8 +55,6 @@ def _learning_rate_arg(opt: str, lr: Any) -> Any:
 
 def _learning_rate(lr: Any, t: Any) -> Any:
     """The learning rate of step ``t``: a Python float or a float32 scalar Tensor."""
-    from kaun_ir.surface.tensor import Tensor
-
     value = lr(t) if callable(lr) else lr
     if isinstance(value, (Tensor, float, int)) and not isinstance(value, bool):
         return value
@@ -205,8 +205,6 @@ def _adam_like(
     mask: Any = None,
     state_dtype: Any = None,
 ) -> Algorithm:
-    from kaun_ir.optim.masks import decay_mask
-
     lr = _learning_rate_arg(name, lr)
     b1 = _number(name, "b1", b1, 0.0, 1.0)
     b2 = _number(name, "b2", b2, 0.0, 1.0)

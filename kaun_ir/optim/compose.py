@@ -12,7 +12,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from kaun_ir.optim.core import Algorithm
+from kaun_ir.optim.core import Algorithm, _clip
 
 __all__ = ["chain", "clip_by_global_norm_transform"]
 
@@ -60,8 +60,6 @@ def clip_by_global_norm_transform(max_norm: Any) -> Algorithm:
     """The transformation that scales its incoming updates by ``max_norm / global_norm`` when the
     norm exceeds ``max_norm`` (optax ``clip_by_global_norm``; PyTorch ``clip_grad_norm_``).
     Stateless. ``optim.clip_by_global_norm(max_norm)`` with one argument returns it."""
-    from kaun_ir.optim.core import _clip
-
     if isinstance(max_norm, bool) or not isinstance(max_norm, numbers.Real):
         raise TypeError(f"optim.clip_by_global_norm: max_norm must be a number, got {max_norm!r}")
     max_norm = float(max_norm)

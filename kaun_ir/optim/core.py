@@ -20,7 +20,9 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes, ptree
+from kaun_ir.ir import scope
 from kaun_ir.ir.builder import current_builder
+from kaun_ir.runtime import compilation, jit
 from kaun_ir.surface import reductions
 from kaun_ir.surface.creation import full, zeros
 from kaun_ir.surface.elementwise import add, divide, less, maximum, multiply, sqrt, where
@@ -126,8 +128,6 @@ def _tracing() -> bool:
 def _compiled(name: str, fn: Callable) -> Any:
     """One process-wide ``kn.jit`` per entry point, kept by the runtime; the algorithm is a
     static (hashable) argument of it, so each algorithm gets its own executable."""
-    from kaun_ir.runtime import compilation, jit
-
     return compilation.shared(("optim", name), lambda: jit(fn))
 
 
@@ -156,7 +156,6 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
             lambda p: full(shape_of(p), value, slot_dtype(dtype_of(p), state_dtype)),
             params,
         )
-    from kaun_ir.runtime import compilation
 
     def fill(leaf):
         t = type_of(leaf)
@@ -171,7 +170,6 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
 def _zero_count() -> Any:
     if _tracing():
         return zeros((), dtypes.int32)
-    from kaun_ir.runtime import compilation
 
     return compilation.put(np.zeros((), np.int32), dtypes.int32)
 
@@ -228,8 +226,6 @@ def apply_updates(params: Any, updates: Any) -> Any:
 
 
 def _update_traced(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, State]:
-    from kaun_ir.ir import scope
-
     # the layer path "optimizer" marks the update's nodes (the fuse-optimizer pass finds them by it)
     with scope("optimizer"):
         updates, new_state = _step_traced(alg, state, params, grads)
@@ -288,7 +284,8 @@ def clip_by_global_norm(max_norm: Any, grads: Any = _NO_GRADS) -> Any:
     number (or a scalar array).
     """
     if grads is _NO_GRADS:
-        from kaun_ir.optim.compose import clip_by_global_norm_transform
+        # imported here: optim.core and optim.compose import each other
+        from kaun_ir.optim.compose import clip_by_global_norm_transform  # noqa: PLC0415
 
         return clip_by_global_norm_transform(max_norm)
     if isinstance(max_norm, (int, float)) and not max_norm > 0:
@@ -332,8 +329,6 @@ def state_of_trees(alg: Algorithm, count: Any, trees: Any) -> State:
     if isinstance(count, Tensor):
         count = astype(count, dtypes.int32)
     else:
-        from kaun_ir.runtime import compilation
-
         if compilation.is_device_array(count) and count.shape == () and count.dtype == np.int32:
             pass  # already what a state holds; reading it back would wait for the device
         else:

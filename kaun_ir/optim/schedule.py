@@ -31,6 +31,7 @@ from kaun_ir import dtypes
 from kaun_ir.surface.creation import full_like
 from kaun_ir.surface.elementwise import clip, cos, floor, maximum, minimum, power, where
 from kaun_ir.surface.promotion import astype
+from kaun_ir.surface.tensor import Tensor
 
 __all__ = [
     "Schedule",
@@ -76,8 +77,6 @@ class Schedule:
 
 def _prepare(step):
     """The step as a float, the namespace to compute with, and the conversion of the result."""
-    from kaun_ir.surface.tensor import Tensor
-
     if isinstance(step, Tensor):
         if not (dtypes.is_integer(step.dtype) or dtypes.is_float(step.dtype)):
             raise TypeError(f"schedule: the step must be an integer scalar, got a {step.type} tensor")

@@ -18,8 +18,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from kaun_ir import tree
+from kaun_ir.runtime import mesh as runtime_mesh
 from kaun_ir.runtime.mesh import REPLICATED, Mesh, Spec, as_spec, use
+from kaun_ir.runtime.xla import backend, shardings, transfer
 from kaun_ir.sharding.policy import Rules, attention_rules, fsdp_spec, mlp_rules, param_specs, rules
 from kaun_ir.surface.tensor import Tensor, apply
 
@@ -64,8 +68,6 @@ def constrain(x: Any, spec: Any, mesh: Mesh | None = None) -> Any:
     The value is unchanged; the layout is a hint to XLA's partitioner, which moves data as
     needed to honour it. ``x`` may be a tree of arrays (each gets ``spec``). Raises
     ``ShapeError`` for an axis the mesh lacks or a dimension its axes do not divide."""
-    from kaun_ir.runtime import mesh as runtime_mesh
-
     m = mesh if mesh is not None else runtime_mesh.active()
     if m is None:
         raise ValueError(
@@ -80,21 +82,15 @@ def constrain(x: Any, spec: Any, mesh: Mesh | None = None) -> Any:
 
 def named_sharding(m: Mesh, spec: Any):
     """JAX's ``NamedSharding`` for ``spec`` on ``m`` (what sharded results carry)."""
-    from kaun_ir.runtime.xla import shardings
-
     return shardings.named_sharding(m, as_spec(spec))
 
 
 def put(x: Any, m: Mesh, spec: Any = None) -> Any:
     """``x`` (a NumPy/jax array, or a tree of them) as global ``jax.Array``s laid out as ``spec`` on
     ``m`` (default: replicated). Host data must hold the same global value in every process."""
-    from kaun_ir.runtime.xla import shardings, transfer
-
     spec = as_spec(spec)
 
     def one(leaf):
-        import numpy as np
-
         dtype = np.dtype(getattr(leaf, "dtype", None) or np.asarray(leaf).dtype)
         shape = tuple(getattr(leaf, "shape", None) or np.shape(leaf))
         m.check(shape, spec, f"kn.sharding.put of {dtype}{list(shape)}")
@@ -111,16 +107,12 @@ def put_local(x: Any, m: Mesh, spec: Any = "data") -> Any:
     holds the rows of dimension 0 that this process loaded (``kn.data.shard``), and the result
     is the concatenation over processes, in process order, laid out as ``spec`` (default: split
     over ``"data"``). In a single process this is :func:`put`."""
-    from kaun_ir.runtime.xla import backend, shardings, transfer
-
     spec = as_spec(spec)
     if backend.process_count() == 1:
         return put(x, m, spec)
     sharding = shardings.named_sharding(m, spec)
 
     def one(leaf):
-        import numpy as np
-
         host = np.asarray(leaf)
         return transfer.from_process_local(host, host.dtype, sharding)
 
@@ -130,6 +122,4 @@ def put_local(x: Any, m: Mesh, spec: Any = "data") -> Any:
 
 def spec_of(x: Any, m: Mesh) -> Spec | None:
     """The partition spec of a ``jax.Array`` laid out on ``m``, or None if it is laid out otherwise."""
-    from kaun_ir.runtime.xla import shardings
-
     return shardings.spec_on_mesh(x, m)

@@ -23,8 +23,11 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any
 
-from kaun_ir import ptree
+import numpy as np
+
+from kaun_ir import optim, ptree, tree
 from kaun_ir.runtime.mesh import REPLICATED, Mesh, Spec, as_spec
+from kaun_ir.runtime.xla import shardings, transfer
 
 __all__ = ["Rules", "rules", "param_specs", "attention_rules", "mlp_rules", "fsdp_spec"]
 
@@ -134,8 +137,6 @@ def mlp_rules(up: str, down: str, axis: str = "model") -> list:
 def _opt_specs(opt_state: Any, params: Any, pspecs: Any) -> Any:
     """The optimiser state's specs: trees shaped like the parameters follow them, the rest
     (the step counter) is replicated."""
-    from kaun_ir import tree
-
     _, pdef = tree.flatten(params)
 
     def follow(node):
@@ -158,8 +159,6 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
     memo: dict = {}
 
     def specs_of(params):
-        from kaun_ir import tree
-
         leaves, treedef = tree.flatten(params)
         key = (treedef, tuple(tuple(leaf.shape) for leaf in leaves))
         if key not in memo:
@@ -167,8 +166,6 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
         return memo[key]
 
     def ins(params, state, opt_state, key, x, targets, *rest, **kwargs):
-        from kaun_ir import tree
-
         pspecs = specs_of(params)
         axis = 1 if block else 0
         ways = dict(mesh.axes)[data_axis]
@@ -209,9 +206,6 @@ def check_training_layout(mesh: Any, data_axis: str, policy: Any) -> None:
 
 def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state: Any) -> tuple:
     """``(params, opt_state)`` as global arrays laid out by ``policy`` on ``mesh``."""
-    from kaun_ir import tree
-    from kaun_ir.runtime.xla import shardings, transfer
-
     pspecs = param_specs(params, mesh, policy, data_axis)
     ospecs = _opt_specs(opt_state, params, pspecs)
 
@@ -220,14 +214,11 @@ def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state:
         spec_leaves = _spec_leaves(specs, values)
         out = []
         for leaf, spec in zip(leaves, spec_leaves):
-            import numpy as np
-
             dtype = np.dtype(getattr(leaf, "dtype", None) or np.asarray(leaf).dtype)
             out.append(transfer.put_sharded(leaf, dtype, shardings.named_sharding(mesh, spec)))
         return tree.unflatten(treedef, out)
 
     count, trees = opt_state
-    from kaun_ir import optim
 
     placed_trees = place(tuple(trees), ospecs[1])
     return place(params, pspecs), optim.State(place(count, REPLICATED), placed_trees)
@@ -235,8 +226,6 @@ def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state:
 
 def _spec_leaves(specs: Any, values: Any) -> list:
     """One spec per array leaf of ``values`` from a spec tree (a spec covers its whole subtree)."""
-    from kaun_ir import tree
-
     out = []
 
     def walk(spec, value):

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from kaun_ir.runtime.xla import backend
+
 __all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count", "local_devices"]
 
 
@@ -37,7 +39,6 @@ def initialize(
         raise ValueError(f"num_processes must be >= 1, got {num_processes}")
     if not 0 <= int(process_id) < int(num_processes):
         raise ValueError(f"process_id {process_id} is not in [0, {num_processes})")
-    from kaun_ir.runtime.xla import backend
 
     backend.initialize_distributed(
         coordinator_address,
@@ -50,34 +51,24 @@ def initialize(
 
 def shutdown() -> None:
     """Leave the run (the coordination service stops when process 0 leaves)."""
-    from kaun_ir.runtime.xla import backend
-
     backend.shutdown_distributed()
 
 
 def is_initialized() -> bool:
     """Whether :func:`initialize` has run in this process."""
-    from kaun_ir.runtime.xla import backend
-
     return backend.distributed_initialized()
 
 
 def process_index() -> int:
     """This process's index (0 when not distributed)."""
-    from kaun_ir.runtime.xla import backend
-
     return backend.process_index()
 
 
 def process_count() -> int:
     """The number of processes in the run (1 when not distributed)."""
-    from kaun_ir.runtime.xla import backend
-
     return backend.process_count()
 
 
 def local_devices() -> list:
     """The devices this process drives (``kn.runtime.devices()`` lists those of every process)."""
-    from kaun_ir.runtime.xla import backend
-
     return backend.local_devices()

@@ -14,6 +14,7 @@ from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.clone import rebind
 from kaun_ir.ir.core import Graph, TensorType
 from kaun_ir.surface.function import op_function
+from kaun_ir.surface.promotion import astype
 from kaun_ir.surface.tensor import Tensor, apply, to_value, type_of
 
 __all__ = ["scan", "while_loop", "fori_loop"]
@@ -88,8 +89,6 @@ def fori_loop(lower: int, upper: int, body_fun: Callable, init_val: Any) -> Any:
 
         (_, val), _ = scan(step, (np.int32(lo), init_val), None, length=max(hi - lo, 0))
         return val
-
-    from kaun_ir.surface.promotion import astype
 
     def cond(state):
         return state[0] < astype(upper, np.int32)

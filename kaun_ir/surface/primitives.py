@@ -27,6 +27,7 @@ from kaun_ir.errors import PrimitiveError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph
 from kaun_ir.ops import TABLE, OpDef
+from kaun_ir.ops.emit import i64_array, scalar_literal
 from kaun_ir.surface.tensor import Tensor, apply, to_value
 
 
@@ -105,8 +106,6 @@ def decomposition(fn: Callable, node) -> Graph:
 
 
 def _composite_attr(key: str, value: Any, op: str) -> str:
-    from kaun_ir.ops.emit import i64_array, scalar_literal
-
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from kaun_ir import dtypes
 from kaun_ir.surface.function import op_function
 from kaun_ir.surface.promotion import shape_of
-from kaun_ir.surface.tensor import apply
+from kaun_ir.surface.tensor import Tensor, apply
 
 __all__ = ["sort", "argsort", "top_k"]
 
@@ -23,10 +25,6 @@ def _axis(x: Any, axis: int, what: str) -> int:
 
 
 def _as_array(x: Any) -> Any:
-    import numpy as np
-
-    from kaun_ir.surface.tensor import Tensor
-
     if isinstance(x, (list, tuple, int, float)):
         return np.asarray(x)
     return x if isinstance(x, Tensor) or hasattr(x, "dtype") else np.asarray(x)

@@ -17,9 +17,20 @@ import numpy as np
 
 from kaun_ir import layer, optim, tree
 from kaun_ir.ir.builder import scope as ir_scope
+from kaun_ir.precision import loss_scale_of
+from kaun_ir.runtime import jit
+from kaun_ir.runtime.pipelines import train_pipeline
+from kaun_ir.runtime.xla import backend
+from kaun_ir.sharding.placement import Spec, put_local
+from kaun_ir.sharding.policy import step_shardings
 from kaun_ir.surface import random
+from kaun_ir.surface import random as krandom
+from kaun_ir.surface.control import fori_loop
+from kaun_ir.surface.dynamic_slice import dynamic_slice, dynamic_update_slice
 from kaun_ir.surface.promotion import astype, dtype_of
-from kaun_ir.train.capture import Explicit, LossSpec, Probed
+from kaun_ir.surface.shapes import reshape
+from kaun_ir.surface.trace import ShapeDtype, trace_flat
+from kaun_ir.train.capture import Explicit, LossSpec, Probed, probe
 from kaun_ir.train.diagnose import warn_if_independent
 from kaun_ir.train.state import State, Trainer
 from kaun_ir.transforms.autodiff import value_and_grad
@@ -51,8 +62,6 @@ def step_body(
     # float16 loss scaling (kaun_ir.precision): differentiate loss * scale, report the loss
     scale = None
     if trainer.precision is not None and trainer.precision.loss_scale is not None:
-        from kaun_ir.precision import loss_scale_of
-
         scale = loss_scale_of(opt_state)
 
     def objective(p):
@@ -92,10 +101,6 @@ def block_body(
     row ``i`` of every target array. Each iteration is exactly :func:`step_body` (its gradient
     is traced inside the loop body, so the loop itself needs no derivative; its dropout key is
     ``fold_in(key, count)`` with the in-loop step counter)."""
-    from kaun_ir.surface.control import fori_loop
-    from kaun_ir.surface.dynamic_slice import dynamic_slice, dynamic_update_slice
-    from kaun_ir.surface.shapes import reshape
-
     steps = int(xs.shape[0])
     leaves, treedef = tree.flatten(targets)
 
@@ -121,7 +126,6 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
     per trainer and kept in its cache under ``attr``."""
     compiled = getattr(trainer.cache, attr)
     if compiled is None:
-        from kaun_ir.runtime import jit
 
         def traced(params, state, opt_state, key, x, targets, ctx, loss, training, dtype):
             return body(trainer, params, state, opt_state, key, x, targets, ctx, loss, training, dtype)
@@ -132,8 +136,6 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
         if trainer.mesh is None:
             compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline)
         else:  # one SPMD program over the mesh: batch split, parameters laid out by the policy
-            from kaun_ir.sharding.policy import step_shardings
-
             ins, outs = step_shardings(
                 trainer.mesh, trainer.param_sharding, trainer.data_axis, block=attr == "block"
             )
@@ -153,8 +155,6 @@ def _step_pipeline(trainer: Trainer) -> str:
     """The step's pipeline: ``trainer.pipeline`` (or the default), after the ``remat`` pass when
     the trainer rematerialises (it needs the step's forward/backward structure, before fusion)
     and the ``mixed-precision`` pass when it has a precision policy."""
-    from kaun_ir.runtime.pipelines import train_pipeline
-
     pipeline = train_pipeline(trainer.pipeline)
     if trainer.precision is not None:  # before the default passes, which clean up the casts
         pipeline = f"mixed-precision{{compute={trainer.precision.name}}},{pipeline}"
@@ -180,11 +180,9 @@ def global_batch(trainer: Trainer, x: Any, arrays: tuple, block: bool = False) -
     they are otherwise."""
     if trainer.mesh is None:
         return x, arrays
-    from kaun_ir.runtime.xla import backend
 
     if backend.process_count() == 1:
         return x, arrays
-    from kaun_ir.sharding.placement import Spec, put_local
 
     spec = Spec(None, trainer.data_axis) if block else Spec(trainer.data_axis)
     return put_local(x, trainer.mesh, spec), put_local(arrays, trainer.mesh, spec)
@@ -230,8 +228,6 @@ def loss_call(trainer: Trainer, targets: tuple, where: str) -> tuple[Callable, t
 def output_types(trainer: Trainer, st: State, x: Any, training: bool, ctx: dict | None) -> list:
     """The model's outputs for this input signature as ShapeDtype leaves with their treedef
     (traced once per signature, nothing executed)."""
-    from kaun_ir.surface.trace import ShapeDtype, trace_flat
-
     v = st.vars
     leaves, treedef = tree.flatten((v.params, v.state, x, dict(ctx or {})))
     sig = (
@@ -245,7 +241,6 @@ def output_types(trainer: Trainer, st: State, x: Any, training: bool, ctx: dict 
 
         def forward(params, state, x, ctx):
             ctx = dict(ctx)
-            from kaun_ir.surface import random as krandom
 
             ctx["rng"] = krandom.key(0)
             return layer.apply(
@@ -262,8 +257,6 @@ def probe_call(
     trainer: Trainer, st: State, x: Any, fn: Callable, training: bool, ctx: dict | None
 ) -> tuple[Probed, tuple]:
     """The probing path of a closure that cannot be lifted (see :mod:`.capture`)."""
-    from kaun_ir.train.capture import probe
-
     probed = probe(fn, output_types(trainer, st, x, training, ctx))
     return probed, tuple(probed.arrays)
 

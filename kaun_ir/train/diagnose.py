@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import layer, rng, tree
+from kaun_ir.surface.trace import trace_flat
 from kaun_ir.train.state import State, Trainer
 
 
@@ -17,7 +18,6 @@ def raise_if_foreign_state(trainer: Trainer, st: State, where: str, err: Excepti
     """After a step failed to trace: if the state's parameters are not the model's own (compared
     with a trace of the model's ``init``, never materialised), raise a ``ValueError`` saying that
     the state does not match the model and naming the first differing paths."""
-    from kaun_ir.surface.trace import trace_flat
 
     def make():
         return layer.init(trainer.model, st.vars.dtype).params

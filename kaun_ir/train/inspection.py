@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kaun_ir import layer
+from kaun_ir.surface.trace import trace, trace_flat
 from kaun_ir.train import builder
 from kaun_ir.train.capture import Unlifted
 from kaun_ir.train.state import State, Trainer, check_state
@@ -43,8 +44,6 @@ def step_graph(
     :func:`step`): as traced (forward, the autodiff pass's backward and the optimiser update in
     one graph) or, with ``optimized=True``, after the pipeline that runs before lowering.
     Nothing is executed and ``st`` is not consumed."""
-    from kaun_ir.surface.trace import trace_flat
-
     compiled = builder.compiled_step(trainer)
     if optimized:
         return _inspect(trainer, st, x, targets, training, ctx, "step_graph", lambda a: compiled.graph(*a))
@@ -68,7 +67,6 @@ def step_executable(
 def forward_graph(trainer: Trainer, st: State, x: Any, training: bool = False, ctx: dict | None = None):
     """The traced IR of the model's forward pass alone."""
     check_state(st, "forward_graph")
-    from kaun_ir.surface.trace import trace
 
     def forward(params, state, x):
         return layer.apply(

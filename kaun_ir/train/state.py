@@ -7,8 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaun_ir import dtypes, layer, optim, rng, tree
+from kaun_ir import dtypes, layer, optim, passes, rng, tree
+from kaun_ir.precision import as_policy as as_precision_policy
+from kaun_ir.precision import loss_scaled
+from kaun_ir.sharding.policy import check_training_layout, place_state
 from kaun_ir.surface import random
+from kaun_ir.transforms.remat import as_policy as as_remat_policy
 
 __all__ = [
     "Trainer",
@@ -155,25 +159,17 @@ def make(
             f"{type(loss).__name__}"
         )
     if pipeline is not None:
-        from kaun_ir import passes
-
         pipeline = str(passes.Pipeline.parse(pipeline))  # a bad pipeline fails here, not mid-training
     if mesh is not None:
-        from kaun_ir.sharding.policy import check_training_layout
-
         check_training_layout(mesh, data_axis, param_sharding)
     elif param_sharding is not None:
         raise ValueError("train.make: param_sharding needs a mesh= to lay parameters out on")
     if remat is not None:
-        from kaun_ir.transforms.remat import as_policy
-
         if isinstance(remat_depth, bool) or not isinstance(remat_depth, int) or remat_depth < 1:
             raise ValueError(f"train.make: remat_depth must be a positive int, got {remat_depth!r}")
-        remat = (as_policy(remat), remat_depth)
+        remat = (as_remat_policy(remat), remat_depth)
     if precision is not None:
-        from kaun_ir.precision import as_policy, loss_scaled
-
-        precision = as_policy(precision)
+        precision = as_precision_policy(precision)
         if precision.loss_scale is not None:
             optimizer = loss_scaled(optimizer, precision)
     return Trainer(model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat, precision)
@@ -195,8 +191,6 @@ def make_state(trainer: Trainer, vars: layer.Vars) -> State:
     trainer's mesh, parameters and optimiser state are laid out as the trainer says."""
     opt_state = optim.init(trainer.optimizer, vars.params)
     if trainer.mesh is not None:
-        from kaun_ir.sharding.policy import place_state
-
         params, opt_state = place_state(
             trainer.mesh, trainer.param_sharding, trainer.data_axis, vars.params, opt_state
         )

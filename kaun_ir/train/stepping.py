@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import layer, optim, tree
+from kaun_ir.surface.shapes import stack
 from kaun_ir.train import builder, dispatch
 from kaun_ir.train.capture import LossSpec, Probed, Unlifted, warn_opaque
 from kaun_ir.train.diagnose import raise_if_foreign_state
@@ -138,7 +139,6 @@ def _stack(arrays: list):
     else one XLA ``stack`` so device arrays stay on the device)."""
     if all(isinstance(a, np.ndarray) for a in arrays):
         return np.stack(arrays)
-    from kaun_ir.surface.shapes import stack
 
     return stack(list(arrays))
 

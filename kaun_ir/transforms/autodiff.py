@@ -22,7 +22,10 @@ from kaun_ir.ir.clone import copy_node, copy_nodes
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ir.provenance import SEED, Provenance, backward_of
 from kaun_ir.ops import TABLE
-from kaun_ir.surface.tensor import Tensor, apply
+from kaun_ir.surface.function import jit, op_function
+from kaun_ir.surface.tensor import Tensor, apply, to_value, type_of
+from kaun_ir.surface.trace import is_array_leaf, trace_flat
+from kaun_ir.transforms.remat import has_marks, rematerialize
 
 
 def differentiable(t: TensorType) -> bool:
@@ -207,8 +210,6 @@ def _normalize_argnums(argnums, nargs: int) -> tuple[tuple[int, ...], bool]:
 
 def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: bool):
     """Trace ``f``, differentiate, and inline into the active trace; returns (value, aux, grads)."""
-    from kaun_ir.surface.trace import is_array_leaf, trace_flat
-
     nums, single = _normalize_argnums(argnums, len(args))
 
     def wrapped(*a, **k):
@@ -251,7 +252,6 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
     builder = current_builder()
     leaves = tree.flatten((args, kwargs))[0]
     operands = [leaves[p] for p in traced.array_positions] + traced.captures
-    from kaun_ir.surface.tensor import to_value
 
     values = [to_value(builder, x) for x in operands]
     env = {id(old): new for old, new in zip(gradient.inputs, values)}
@@ -278,8 +278,6 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
 
 def _rematerialized(gradient: Graph) -> Graph:
     """Segments that ``kn.remat`` marked are recomputed in the backward pass (kaun_ir.transforms.remat)."""
-    from kaun_ir.transforms.remat import has_marks, rematerialize
-
     return rematerialize(gradient) if has_marks(gradient) else gradient
 
 
@@ -310,8 +308,6 @@ def grad(f: Callable, argnums: int | Sequence[int] = 0, has_aux: bool = False) -
 
 
 def _eager_or_traced(inner: Callable, f: Callable) -> Callable:
-    from kaun_ir.surface.function import op_function
-
     inner.__name__ = f"grad_{getattr(f, '__name__', 'f')}"
     inner.__doc__ = f"Derivative of {getattr(f, '__name__', 'f')} computed by kaun_ir's autodiff."
     return op_function(inner)
@@ -323,8 +319,6 @@ def vjp(f: Callable, *primals) -> tuple[Any, Callable]:
     ``f`` may return any tree of float arrays; the cotangent has the same structure. Outside a
     trace, ``vjp_fn`` runs one compiled graph (cached per cotangent signature).
     """
-    from kaun_ir.surface.function import jit
-
     out = jit(f)(*primals)
     backward_compiled = None
 
@@ -340,15 +334,11 @@ def vjp(f: Callable, *primals) -> tuple[Any, Callable]:
 
 
 def _vjp_traced(f: Callable, primals: tuple, cotangent) -> tuple:
-    from kaun_ir.surface.tensor import to_value
-    from kaun_ir.surface.trace import is_array_leaf, trace_flat
-
     traced = trace_flat(f, primals, {})
     graph = traced.graph
     ct_leaves, ct_def = tree.flatten(cotangent)
     if ct_def != traced.out_treedef:
         raise ValueError("the cotangent must have the structure of f's output")
-    from kaun_ir.surface.tensor import type_of
 
     for k, (leaf, out) in enumerate(zip(ct_leaves, graph.outputs)):
         if is_array_leaf(leaf) and type_of(leaf) != out.type:

@@ -32,12 +32,12 @@ from kaun_ir import tree
 from kaun_ir.errors import CustomDerivativeError
 from kaun_ir.ir.builder import Builder, current_builder
 from kaun_ir.ir.core import Graph, TensorType
+from kaun_ir.surface.function import jit
 from kaun_ir.surface.tensor import Tensor, apply, to_value, type_of
+from kaun_ir.surface.trace import is_array_leaf
 
 
 def _leaf_types(args) -> tuple[list[TensorType], list[int], Any, list]:
-    from kaun_ir.surface.trace import is_array_leaf
-
     leaves, treedef = tree.flatten(args)
     positions = [i for i, leaf in enumerate(leaves) if is_array_leaf(leaf)]
     return [type_of(leaves[i]) for i in positions], positions, treedef, leaves
@@ -96,8 +96,6 @@ class _Custom:
             return self.fun(*args)
         if current_builder() is None:  # concrete arguments: compile (once per signature)
             if self._jitted is None:
-                from kaun_ir.surface.function import jit
-
                 self._jitted = jit(self._traced)
             return self._jitted(*args)
         return self._traced(*args)
@@ -106,8 +104,6 @@ class _Custom:
 def _check_cotangents(result, args: tuple, in_types, rebuild_positions, name: str, what: str) -> list:
     """Flat cotangents / tangents, one per array leaf, from a tuple with one tree per argument
     (None: zero)."""
-    from kaun_ir.surface.trace import is_array_leaf
-
     if not isinstance(result, (tuple, list)) or len(result) != len(args):
         raise CustomDerivativeError(
             f"{what} of {name} must return a tuple with one entry per argument "

@@ -18,8 +18,12 @@ import numpy as np
 
 from kaun_ir import tree
 from kaun_ir.ir.builder import current_builder
+from kaun_ir.surface.creation import zeros_like
+from kaun_ir.surface.function import jit, op_function
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import type_of
-from kaun_ir.transforms.autodiff import GradientError, differentiable
+from kaun_ir.surface.trace import is_array_leaf, trace_flat
+from kaun_ir.transforms.autodiff import GradientError, _vjp_traced, differentiable, grad
 from kaun_ir.transforms.autodiff import (
     _normalize_argnums as _argnums,  # one argnums rule for grad and the Jacobians
 )
@@ -52,8 +56,6 @@ def _basis(types, dtype) -> list[np.ndarray]:
 
 
 def _eager(inner: Callable, name: str) -> Callable:
-    from kaun_ir.surface.function import op_function
-
     inner.__name__ = name
     return op_function(inner)
 
@@ -85,16 +87,12 @@ def jacfwd(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 
 def _zero_tangent(arg):
     """Zero tangents for an argument that is not differentiated (its primal's own types)."""
-    from kaun_ir.surface.creation import zeros_like
-    from kaun_ir.surface.trace import is_array_leaf
-
     leaves, treedef = tree.flatten(arg)
     return tree.unflatten(treedef, [zeros_like(x) if is_array_leaf(x) else x for x in leaves])
 
 
 def _split_last(out, types, treedef):
     """Each output leaf ``O + (n,)`` split into one block ``O + shape`` per input leaf."""
-    from kaun_ir.surface.shapes import reshape
 
     def split(leaf):
         blocks, start = [], 0
@@ -111,8 +109,6 @@ def _split_last(out, types, treedef):
 
 def jacrev(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
     """The Jacobian of ``f`` w.r.t. ``argnums`` by reverse mode (a VJP per output element)."""
-    from kaun_ir.surface.trace import trace_flat
-    from kaun_ir.transforms.autodiff import _vjp_traced
 
     def inner(*args):
         nums, single = _argnums(argnums, len(args))
@@ -140,8 +136,6 @@ def jacrev(f: Callable, argnums: int | Sequence[int] = 0) -> Callable:
 def _split_first(rows_of_arg, out_types, out_treedef):
     """Leaves ``(n_out,) + I`` of one argument -> an output-shaped tree whose every leaf holds the
     argument's tree of blocks ``O + I``."""
-    from kaun_ir.surface.shapes import reshape
-
     arg_leaves, arg_def = tree.flatten(rows_of_arg)
     per_output, start = [], 0
     for t in out_types:
@@ -162,12 +156,8 @@ def hvp(f: Callable, primals: Sequence, tangents: Sequence):
     """The Hessian-vector product of scalar ``f`` at ``primals`` along ``tangents``, forward over
     reverse (``jvp`` of ``grad``), without forming the Hessian. Returns the gradient's tangent,
     structured like ``primals`` (a tuple, one entry per argument)."""
-    from kaun_ir.transforms.autodiff import grad
-
     primals = tuple(primals)
     gradient = grad(f, argnums=tuple(range(len(primals))))
     if current_builder() is None:
-        from kaun_ir.surface.function import jit
-
         return jit(lambda p, t: jvp(gradient, p, t)[1])(primals, tuple(tangents))
     return jvp(gradient, primals, tuple(tangents))[1]

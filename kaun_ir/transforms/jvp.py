@@ -26,7 +26,9 @@ from kaun_ir import dtypes, tree
 from kaun_ir.ir.builder import Builder, current_builder
 from kaun_ir.ir.clone import copy_nodes
 from kaun_ir.ir.core import Graph, Value
+from kaun_ir.surface.function import jit
 from kaun_ir.surface.tensor import Tensor, apply, to_value, type_of
+from kaun_ir.surface.trace import is_array_leaf, trace_flat
 from kaun_ir.transforms.autodiff import GradientError, differentiable, gradient_graph
 
 
@@ -80,8 +82,6 @@ def _zeros(t) -> Value:
 
 
 def _check_tangents(primals: tuple, tangents: tuple) -> None:
-    from kaun_ir.surface.trace import is_array_leaf
-
     if not isinstance(tangents, (tuple, list)) or len(tangents) != len(primals):
         got = (
             f"{len(tangents)} tangent(s)" if isinstance(tangents, (tuple, list)) else type(tangents).__name__
@@ -116,8 +116,6 @@ def _check_tangents(primals: tuple, tangents: tuple) -> None:
 
 
 def _jvp_traced(f: Callable, primals: tuple, tangents: tuple):
-    from kaun_ir.surface.trace import trace_flat
-
     traced = trace_flat(f, tuple(primals), {})
     graph = traced.graph
     n_args = len(traced.array_positions)
@@ -148,7 +146,6 @@ def jvp(f: Callable, primals: Sequence, tangents: Sequence) -> tuple[Any, Any]:
     _check_tangents(primals, tangents)
     if current_builder() is not None:
         return _jvp_traced(f, primals, tangents)
-    from kaun_ir.surface.function import jit
 
     return jit(lambda p, t: _jvp_traced(f, p, t))(primals, tangents)
 
@@ -159,8 +156,6 @@ def linearize(f: Callable, *primals) -> tuple[Any, Callable]:
     ``f_jvp`` is compiled once (per tangent signature) and can be called with many tangents; it
     recomputes the forward values the tangent needs inside its compiled graph.
     """
-    from kaun_ir.surface.function import jit
-
     out = jit(f)(*primals) if current_builder() is None else f(*primals)
     compiled = None
 

@@ -24,7 +24,9 @@ from kaun_ir.ir.builder import Builder, current_builder, location
 from kaun_ir.ir.clone import copy_nodes
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops import TABLE
+from kaun_ir.surface.function import op_function
 from kaun_ir.surface.tensor import Tensor, apply, to_value
+from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type, trace_flat
 
 
 def _bcast(x: Tensor, size: int) -> Tensor:
@@ -134,8 +136,6 @@ def _normalize_axis(axis: int, ndim: int, what: str) -> int:
 
 def _vmapped(f: Callable, in_axes, out_axes, axis_size, args: tuple, kwargs: dict):
     """One call of ``kn.vmap(f)``: trace ``f`` for one example, batch the graph, inline it."""
-    from kaun_ir.surface.trace import trace_flat
-
     example_args, moves, sizes = _examples(args, _arg_specs(in_axes, args), isinstance(in_axes, tuple | list))
     size = _batch_size(sizes, axis_size)
     traced = trace_flat(f, tuple(example_args), kwargs)
@@ -173,8 +173,6 @@ def _arg_specs(in_axes, args: tuple) -> tuple:
 def _examples(args: tuple, specs: tuple, per_argument: bool) -> tuple[list, list, dict[str, int]]:
     """The arguments of one example (mapped axes removed), ``(leaf, axis)`` for every array leaf in
     flatten order (axis None when not mapped), and the batch size each mapped leaf implies."""
-    from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type
-
     sizes: dict[str, int] = {}
     example_args = []
     moves: list[tuple[Any, int | None]] = []
@@ -290,8 +288,6 @@ def vmap(f: Callable, in_axes: Any = 0, out_axes: Any = 0, axis_size: int | None
 
     def inner(*args, **kwargs):
         return _vmapped(f, in_axes, out_axes, axis_size, args, kwargs)
-
-    from kaun_ir.surface.function import op_function
 
     inner.__name__ = f"vmap_{getattr(f, '__name__', 'f')}"
     inner.__doc__ = f"{getattr(f, '__name__', 'f')} mapped over a batch axis by kaun_ir's vmap."

@@ -179,7 +179,8 @@ class _Importer:
         raise self.error(block.owner, "block without a return")
 
     def op(self, op, operands: list[Value], env: dict) -> list[Value]:
-        from kaun_ir.runtime.interop.stablehlo_ops import HANDLERS
+        # imported here: runtime.interop.stablehlo_import and runtime.interop.stablehlo_ops import each other
+        from kaun_ir.runtime.interop.stablehlo_ops import HANDLERS  # noqa: PLC0415
 
         handler = HANDLERS.get(op.name)
         if handler is None:

@@ -14,7 +14,7 @@ _PREFERENCE = ("gpu", "tpu", "cpu")
 def jax_module():
     """The ``jax`` module, imported on first use: ``import kaun_ir`` stays cheap and jax-free
     until a computation needs it (cached, since the hot paths ask for it on every call)."""
-    import jax
+    import jax  # noqa: PLC0415 - jax loads only when a program compiles or compares
 
     return jax
 
@@ -31,7 +31,8 @@ def backend_name() -> str:
 
 @functools.cache
 def _best_available() -> str:
-    from jax.extend import backend as jex_backend
+    # imported here: jax loads only when a program compiles or compares
+    from jax.extend import backend as jex_backend  # noqa: PLC0415
 
     for name in _PREFERENCE:
         try:
@@ -45,7 +46,8 @@ def _best_available() -> str:
 @functools.cache
 def client(name: str | None = None):
     """The PJRT client of a platform (default: :func:`backend_name`)."""
-    from jax.extend import backend as jex_backend
+    # imported here: jax loads only when a program compiles or compares
+    from jax.extend import backend as jex_backend  # noqa: PLC0415
 
     name = name or backend_name()
     try:
@@ -79,14 +81,14 @@ def local_devices(name: str | None = None) -> list:
 
 def jaxlib_version() -> str:
     """The installed jaxlib's version string ("" where it keeps none), for cache keys."""
-    from jaxlib import xla_client as xc
+    from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     return str(getattr(xc, "_version", ""))
 
 
 def xla_extension_version() -> str:
     """The version of XLA's C API that jaxlib was built with ("" where it keeps none), for cache keys."""
-    from jaxlib import xla_client as xc
+    from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     return str(getattr(xc, "_xla_extension_version", ""))
 

@@ -18,7 +18,7 @@ def compile(mlir_text: str, device) -> object:
     client's first device and refuses buffers that live anywhere else. With
     ``KAUN_IR_CACHE_DIR`` set, the executable comes from the persistent cache when an
     identical compilation was stored there (see :mod:`kaun_ir.runtime.disk_cache`)."""
-    from jaxlib import xla_client as xc
+    from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     options = xc.CompileOptions()
     options.device_assignment = xc.DeviceAssignment.create(np.array([[device.id]]))
@@ -29,7 +29,7 @@ def compile_partitioned(mlir_text: str, devices: Sequence, shardy: bool = True) 
     """Compile a module carrying Shardy shardings for ``devices`` (one SPMD program, one
     partition per device, in mesh order); XLA's partitioner splits it and inserts collectives.
     Result shardings the module leaves open are chosen by XLA's propagation."""
-    from jaxlib import xla_client as xc
+    from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     count = len(devices)
     options = xc.CompileOptions()
@@ -46,7 +46,7 @@ def compile_partitioned(mlir_text: str, devices: Sequence, shardy: bool = True) 
 def _compile_cached(mlir_text: str, devices: tuple, options) -> object:
     """Compile through the persistent cache, which stores executables as bytes and loads them
     back for the same devices and options."""
-    from jaxlib import xla_client as xc
+    from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     pjrt = devices[0].client
     device_list = xc.DeviceList(devices)
@@ -79,7 +79,8 @@ def executor(executable, out_types: Sequence[tuple], device):
     make_handler = _result_handler_factory()
     if make_handler is None:
         return executable.execute
-    from jax.sharding import SingleDeviceSharding
+    # imported here: jax loads only when a program compiles or compares
+    from jax.sharding import SingleDeviceSharding  # noqa: PLC0415
 
     sharding = SingleDeviceSharding(device)
     return _consuming(executable, make_handler, out_types, [sharding] * len(out_types))
@@ -97,7 +98,7 @@ def partitioned_executor(executable, out_types: Sequence[tuple], shardings: Sequ
 def _consuming(executable, make_handler, out_types: Sequence[tuple], shardings: Sequence):
     """``run(arrays)`` turning the executable's results into arrays with one C++ result handler
     per output (built here, once)."""
-    from jax.core import ShapedArray
+    from jax.core import ShapedArray  # noqa: PLC0415 - jax loads only when a program compiles or compares
 
     handlers = [
         make_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding, committed=True, _skip_checks=True)
@@ -114,9 +115,9 @@ def _consuming(executable, make_handler, out_types: Sequence[tuple], shardings: 
 def _result_handler_factory():
     """jaxlib's ``array_result_handler`` (C++), or None where this jaxlib has none."""
     try:
-        from jax.core import ShapedArray  # noqa: F401 - the handlers are built with it
-        from jax.sharding import SingleDeviceSharding  # noqa: F401
-        from jaxlib import xla_client as xc
+        from jax.core import ShapedArray  # noqa: PLC0415, F401 - the handlers are built with it
+        from jax.sharding import SingleDeviceSharding  # noqa: PLC0415, F401
+        from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
     except ImportError:
         return None
     return getattr(xc, "array_result_handler", None)

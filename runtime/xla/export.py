@@ -14,9 +14,9 @@ def exported(
     ``in_types`` and returning a tuple of ``out_types`` (``(shape, dtype)`` pairs), unsharded on
     one device of ``platform`` (jax's name: cpu/cuda/rocm/tpu); ``artifact`` is the program as a
     portable StableHLO artifact. The artifact is compiled only when JAX calls it."""
-    import jax
-    from jax import export as jax_export
-    from jax.core import ShapedArray
+    import jax  # noqa: PLC0415 - jax loads only when a program compiles or compares
+    from jax import export as jax_export  # noqa: PLC0415 - jax loads only when a program compiles or compares
+    from jax.core import ShapedArray  # noqa: PLC0415 - jax loads only when a program compiles or compares
 
     in_avals = tuple(ShapedArray(tuple(shape), dtype) for shape, dtype in in_types)
     out_avals = tuple(ShapedArray(tuple(shape), dtype) for shape, dtype in out_types)

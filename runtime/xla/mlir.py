@@ -12,12 +12,15 @@ import io
 @contextlib.contextmanager
 def mlir_context():
     """An MLIR context with the func, StableHLO, CHLO and Shardy dialects loaded."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import chlo, stablehlo
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
+
+    # imported here: jaxlib loads only when a program compiles
+    from jaxlib.mlir.dialects import chlo, stablehlo  # noqa: PLC0415
 
     registry = ir.DialectRegistry()
     try:
-        from jaxlib.mlir._mlir_libs import _jax_mlir_ext
+        # imported here: jaxlib loads only when a program compiles
+        from jaxlib.mlir._mlir_libs import _jax_mlir_ext  # noqa: PLC0415
 
         _jax_mlir_ext.register_dialects(registry)
     except ImportError:  # older jaxlib layouts
@@ -34,13 +37,13 @@ def mlir_context():
 def _register_optional_dialects(ctx) -> None:
     """Shardy (``sdy``) and MHLO, which modules written by JAX mention; absent from some jaxlibs."""
     try:
-        from jaxlib.mlir.dialects import sdy
+        from jaxlib.mlir.dialects import sdy  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
         sdy.register_dialect(ctx)
     except (ImportError, AttributeError):
         pass
     try:
-        from jaxlib.mlir.dialects import mhlo
+        from jaxlib.mlir.dialects import mhlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
         mhlo.register_mhlo_dialect(ctx)
     except (ImportError, AttributeError):
@@ -51,8 +54,8 @@ def _register_optional_dialects(ctx) -> None:
 def open_module(data: str | bytes):
     """Parse a StableHLO module — text, MLIR bytecode or a portable (versioned) artifact — and
     yield the ``ir.Module`` while its context is live. Raises ``ValueError`` with MLIR's diagnostic."""
-    from jaxlib.mlir import ir
-    from jaxlib.mlir.dialects import stablehlo
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
+    from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     with mlir_context() as ctx, ir.Location.unknown():
         module = None
@@ -71,7 +74,7 @@ def open_module(data: str | bytes):
 
 def legalize_chlo(module) -> None:
     """Rewrite every CHLO op of ``module`` (in place) into StableHLO ops."""
-    from jaxlib.mlir import passmanager
+    from jaxlib.mlir import passmanager  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     _register_stablehlo_passes()
     pm = passmanager.PassManager.parse("builtin.module(func.func(chlo-legalize-to-stablehlo))")
@@ -80,7 +83,7 @@ def legalize_chlo(module) -> None:
 
 @functools.cache
 def _register_stablehlo_passes() -> None:
-    from jaxlib.mlir._mlir_libs import _stablehlo
+    from jaxlib.mlir._mlir_libs import _stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     _stablehlo.register_stablehlo_passes()
 
@@ -90,7 +93,7 @@ def parse_mlir(text: str) -> str:
 
     Raises ``ValueError`` with MLIR's diagnostic if the text does not parse or verify.
     """
-    from jaxlib.mlir import ir
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     with mlir_context():
         try:
@@ -114,7 +117,7 @@ def serialize_portable(text: str) -> bytes:
     ``sdy`` ops) are kept as non-StableHLO ops, as ``jax.export`` does. Raises ``ValueError``
     naming every attempt when none succeeds.
     """
-    from jaxlib.mlir.dialects import stablehlo
+    from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     with open_module(text) as module:
         legalize_chlo(module)
@@ -137,7 +140,7 @@ def serialize_portable(text: str) -> bytes:
 
 def deserialize_portable(data: bytes) -> bytes:
     """The module in a portable artifact, as MLIR bytecode that ``compiler.compile`` accepts."""
-    from jaxlib.mlir.dialects import stablehlo
+    from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     with mlir_context() as ctx:  # the context knows Shardy, which artifacts with shardings hold
         module = stablehlo.deserialize_portable_artifact(ctx, bytes(data))
@@ -152,7 +155,7 @@ def deserialize_portable(data: bytes) -> bytes:
 def ranked_tensor(mlir_type) -> tuple[str, tuple[int, ...]]:
     """``(element type, shape)`` of a ranked, static MLIR tensor type, e.g. ``("f32", (2, 3))``;
     ``ValueError`` for any other type."""
-    from jaxlib.mlir import ir
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     try:
         ranked = ir.RankedTensorType(mlir_type)
@@ -165,14 +168,14 @@ def ranked_tensor(mlir_type) -> tuple[str, tuple[int, ...]]:
 
 def integer_value(attr) -> int:
     """The value of an MLIR integer attribute."""
-    from jaxlib.mlir import ir
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     return int(ir.IntegerAttr(attr).value)
 
 
 def bool_value(attr) -> bool:
     """The value of an MLIR boolean attribute."""
-    from jaxlib.mlir import ir
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     return bool(ir.BoolAttr(attr).value)
 
@@ -180,7 +183,7 @@ def bool_value(attr) -> bool:
 def dimension_numbers(kind: str, attr):
     """The StableHLO dimension numbers ``attr`` holds, read as the bindings' record of ``kind``
     (``"dot"``, ``"conv"``, ``"gather"`` or ``"scatter"``), whose fields are lists of ints."""
-    from jaxlib.mlir.dialects import stablehlo
+    from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     records = {
         "dot": stablehlo.DotDimensionNumbers,

@@ -20,7 +20,8 @@ _JAX_MESHES: weakref.WeakKeyDictionary[Mesh, object] = weakref.WeakKeyDictionary
 
 def single_device_sharding(device):
     """jax's sharding of an array held whole by ``device``."""
-    from jax.sharding import SingleDeviceSharding
+    # imported here: jax loads only when a program compiles or compares
+    from jax.sharding import SingleDeviceSharding  # noqa: PLC0415
 
     return SingleDeviceSharding(device)
 
@@ -29,7 +30,8 @@ def _jax_mesh(mesh: Mesh):
     """jax's ``Mesh`` of the same devices and axis names as ``mesh`` (cached per mesh)."""
     jax_mesh = _JAX_MESHES.get(mesh)
     if jax_mesh is None:
-        from jax.sharding import Mesh as JaxMesh
+        # imported here: jax loads only when a program compiles or compares
+        from jax.sharding import Mesh as JaxMesh  # noqa: PLC0415
 
         jax_mesh = JaxMesh(mesh.devices, mesh.axis_names)
         _JAX_MESHES[mesh] = jax_mesh
@@ -38,7 +40,8 @@ def _jax_mesh(mesh: Mesh):
 
 def named_sharding(mesh: Mesh, spec: Spec):
     """jax's ``NamedSharding`` of a kaun_ir ``Mesh`` and ``Spec`` (the container of results)."""
-    from jax.sharding import NamedSharding, PartitionSpec
+    # imported here: jax loads only when a program compiles or compares
+    from jax.sharding import NamedSharding, PartitionSpec  # noqa: PLC0415
 
     entries = [None if not d else d[0] if len(d) == 1 else d for d in spec.dims]
     return NamedSharding(_jax_mesh(mesh), PartitionSpec(*entries))
@@ -47,7 +50,8 @@ def named_sharding(mesh: Mesh, spec: Spec):
 def spec_on_mesh(array, mesh: Mesh) -> Spec | None:
     """The partition spec of a ``jax.Array`` laid out over ``mesh`` (same devices in the same
     order and the same axis names), or None when it lives elsewhere or is laid out otherwise."""
-    from jax.sharding import NamedSharding
+    # imported here: jax loads only when a program compiles or compares
+    from jax.sharding import NamedSharding  # noqa: PLC0415
 
     sharding = getattr(array, "sharding", None)
     if not isinstance(sharding, NamedSharding):
@@ -65,7 +69,7 @@ def spec_on_mesh(array, mesh: Mesh) -> Spec | None:
 def output_specs(executable, mesh: Mesh, ranks: Sequence[int]) -> list:
     """The spec XLA chose for each output of a partitioned executable, as a ``Spec`` on
     ``mesh``; None for an output whose layout no spec on ``mesh`` describes."""
-    from jaxlib import xla_client as xc
+    from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     protos = executable.get_output_shardings()
     if protos is None:  # XLA keeps none for a one-device program: everything is whole there
@@ -87,7 +91,7 @@ def output_specs(executable, mesh: Mesh, ranks: Sequence[int]) -> list:
 
 def _hlo_sharding_of(mesh: Mesh, spec: Spec, rank: int):
     """The ``HloSharding`` that ``spec`` on ``mesh`` means, with device positions in mesh order."""
-    from jaxlib import xla_client as xc
+    from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     names = list(mesh.axis_names)
     dims = spec.padded(rank)

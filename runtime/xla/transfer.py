@@ -27,7 +27,7 @@ def _x64():
     jax = backend.jax_module()
     if hasattr(jax, "enable_x64"):
         return jax.enable_x64(True)
-    from jax.experimental import enable_x64  # older releases
+    from jax.experimental import enable_x64  # noqa: PLC0415 - older releases
 
     return enable_x64()
 
@@ -67,9 +67,11 @@ def _host_put(device):
     checks) around one call to jaxlib's ``batched_device_put``, which copies the host data;
     calling that directly costs ~3 µs, which matters for a ~50 µs training step."""
     try:
-        from jax.core import ShapedArray
-        from jax.sharding import SingleDeviceSharding
-        from jaxlib import xla_client as xc
+        from jax.core import ShapedArray  # noqa: PLC0415 - jax loads only when a program compiles or compares
+
+        # imported here: jax loads only when a program compiles or compares
+        from jax.sharding import SingleDeviceSharding  # noqa: PLC0415
+        from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
         sharding = SingleDeviceSharding(device)
         batched_device_put = xc.batched_device_put
