@@ -148,7 +148,11 @@ CYCLE_EDGES = [
     ("kaun_ir.optim.core", "kaun_ir.optim.compose", "the clipping wrapper is a chain built on the core"),
     ("kaun_ir.checkpoint.core", "kaun_ir.train", "a train.State is saved with its optimiser's name"),
     ("kaun_ir.checkpoint.core", "kaun_ir.train.io", "train.io saves through checkpoint"),
-    ("kaun_ir.tools.spec", "kaun_ir.tools.examples", "--help lists the examples, written with spec's records"),
+    (
+        "kaun_ir.tools.spec",
+        "kaun_ir.tools.examples",
+        "--help lists the examples, written with spec's records",
+    ),
     ("kaun_ir.tools.viz.svg", "kaun_ir.tools.viz.html", "the drawing shows the page's per-node costs"),
 ]
 
