@@ -28,8 +28,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
-from kaun_ir.surface.creation import full_like
-from kaun_ir.surface.elementwise import clip, cos, floor, maximum, minimum, power, where
+from kaun_ir.surface import creation, elementwise, promotion, shapes
 from kaun_ir.surface.promotion import astype
 from kaun_ir.surface.tensor import Tensor
 
@@ -46,15 +45,13 @@ __all__ = [
 
 # What a schedule computes with on a traced step: the kaun_ir functions of the NumPy names it uses
 # (on a host step it computes with NumPy itself).
+# what a schedule computes with while tracing: the NumPy-style surface, as numpy is on host steps
 _TRACED = types.SimpleNamespace(
-    clip=clip,
-    cos=cos,
-    floor=floor,
-    full_like=full_like,
-    maximum=maximum,
-    minimum=minimum,
-    power=power,
-    where=where,
+    **{
+        name: getattr(module, name)
+        for module in (elementwise, creation, promotion, shapes)
+        for name in module.__all__
+    }
 )
 
 
