@@ -22,7 +22,7 @@ def set_backend_query(query: Callable[[], str]) -> None:
 def backend() -> str:
     """The backend a pass with ``target=auto`` optimises for (asked at each call)."""
     if _query is None:
-        from kaun_ir import wiring  # noqa: PLC0415, PLC0415 - the composition root, on first need
+        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
 
         wiring.install()
     return _query()

@@ -23,7 +23,7 @@ def install(table: Mapping[str, Any]) -> None:
 def table() -> Mapping[str, Any]:
     """The installed op table (``kaun_ir.ops.TABLE``)."""
     if _TABLE is None:
-        from kaun_ir import wiring  # noqa: PLC0415, PLC0415 - the composition root, on first need
+        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
 
         wiring.install()
     return _TABLE

@@ -54,7 +54,7 @@ def install(**hooks: Callable) -> None:
 def _hook(name: str) -> Callable:
     hook = _HOOKS.get(name)
     if hook is None:
-        from kaun_ir import wiring  # noqa: PLC0415, PLC0415 - the composition root, on first need
+        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
 
         wiring.install()
         hook = _HOOKS.get(name)

@@ -31,7 +31,7 @@ def install_runtime(run_op: Callable, from_dlpack: Callable) -> None:
 def runtime() -> _Runtime:
     """The installed entry points, installing them on first use."""
     if _RUNTIME.run_op is None:
-        from kaun_ir import wiring  # noqa: PLC0415, PLC0415 - the composition root, on first need
+        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
 
         wiring.install()
     return _RUNTIME

@@ -26,7 +26,7 @@ def jit(fn: Callable, **options) -> Callable:
     """``kn.jit(fn, **options)``, for the surface's concrete-array paths (``op_function``,
     ``grad``, ``vjp``, ``jvp`` ... called outside a trace)."""
     if _installed_jit is None:
-        from kaun_ir import wiring  # noqa: PLC0415, PLC0415 - the composition root, on first need
+        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
 
         wiring.install()
     return _installed_jit(fn, **options)
