@@ -14,6 +14,7 @@ from collections import Counter
 
 import pytest
 
+from kaun_ir.ir.core import path_components
 from kaun_ir.tools import cli, dump, spec
 
 MLP = "kaun_ir.tools.examples:mlp"
@@ -88,7 +89,7 @@ def write_page(tmp_path, name, *args):
 def top_level_groups(graph):
     """The page's top-level groups: the first layer of every node's path (plus "(inputs)" /
     "(outputs)" when a graph has more than 16 of them, as docs/visualisation.md says)."""
-    groups = {spec.path_components(node.path)[0] for node in graph.nodes if node.path}
+    groups = {path_components(node.path)[0] for node in graph.nodes if node.path}
     if len(graph.inputs) > 16:
         groups.add("(inputs)")
     if len(graph.outputs) > 16:
@@ -122,7 +123,7 @@ def test_mlp_page(browser, tmp_path):
         assert sorted(page.attrs('.group[data-depth="0"]', "data-group")) == sorted(expected)
         assert set(page.attrs(".group", "data-expanded")) == {"false"}
         assert page.count("[data-node-id]") == len(graph.inputs) + len(graph.outputs)
-        counts = Counter(spec.path_components(n.path)[0] for n in graph.nodes if n.path)
+        counts = Counter(path_components(n.path)[0] for n in graph.nodes if n.path)
         for key, shown in zip(page.attrs(".group", "data-group"), page.attrs(".group", "data-count")):
             assert int(shown) == counts[key]
 
@@ -188,7 +189,7 @@ def test_nested_groups_and_pan_zoom(browser, tmp_path):
     try:
         page.page.click("#collapse-all")
         page.page.dblclick('[data-group="0.residual"]')  # double-click expands too
-        inside = [spec.path_components(n.path) for n in graph.nodes if n.path.startswith("0.residual")]
+        inside = [path_components(n.path) for n in graph.nodes if n.path.startswith("0.residual")]
         direct = sum(1 for parts in inside if len(parts) == 1)
         children = {"0.residual/" + parts[1] for parts in inside if len(parts) > 1}
         assert page.count('.node[data-path="0.residual"]') == direct
@@ -273,7 +274,7 @@ def test_diff_page(browser, tmp_path):
         assert page.count('[data-view="1"] [data-diff="removed"]') == 0
         # collapsed, every top-level layer reports how many of its ops were removed
         per_layer = Counter(
-            spec.path_components(sig[1])[0]
+            path_components(sig[1])[0]
             for sig in (sig_a - sig_b).elements()
             if sig[0] not in ("input", "output") and sig[1]
         )
@@ -356,7 +357,7 @@ def test_a_training_step_opens_on_the_model_fitted_to_the_window(browser, tmp_pa
         bookkeeping = {g for g in groups if g.rsplit("/", 1)[-1] in ("rng", "optimizer")}
         assert "rng" in bookkeeping and "optimizer" in bookkeeping
         assert {expanded[g] for g in bookkeeping} == {"false"}, expanded
-        layers = {spec.path_components(n.path)[0] for n in graph.nodes if n.path} - {
+        layers = {path_components(n.path)[0] for n in graph.nodes if n.path} - {
             "rng",
             "optimizer",
             "loss",
@@ -404,7 +405,7 @@ def test_big_graph_loads_collapsed(browser, tmp_path, record_property):
         assert page.count("[data-node-id]") + page.count('.group[data-expanded="false"]') <= 200
         shown = 0
         for n in graph.nodes:
-            parts = spec.path_components(n.path)
+            parts = path_components(n.path)
             shown += all("/".join(parts[: i + 1]) in expanded for i in range(len(parts)))
         assert page.count("[data-node-id]") == shown  # inputs and outputs are in their groups
         # a search opens the groups of its match
