@@ -7,6 +7,7 @@ once per op signature and cached there; see :mod:`kaun_ir.surface.eager`) and re
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,34 @@ from kaun_ir.ops import TABLE
 from kaun_ir.ops import get as get_op
 from kaun_ir.surface.constant_hooks import replacement
 from kaun_ir.surface.eager import runtime
+
+_SURFACE: SimpleNamespace | None = None
+
+
+def _surface() -> SimpleNamespace:
+    """The NumPy-style modules that Tensor's operators and methods are (``x + y`` is
+    ``elementwise.add``). They build on this module, so they are imported on first use; the six
+    imports close cycles listed in tests/test_layering.py's CYCLE_EDGES."""
+    global _SURFACE
+    if _SURFACE is None:
+        from kaun_ir.surface import (  # noqa: PLC0415
+            elementwise,
+            indexing,
+            linalg,
+            promotion,
+            reductions,
+            shapes,
+        )
+
+        _SURFACE = SimpleNamespace(
+            elementwise=elementwise,
+            indexing=indexing,
+            linalg=linalg,
+            promotion=promotion,
+            reductions=reductions,
+            shapes=shapes,
+        )
+    return _SURFACE
 
 
 class Tensor:
@@ -94,214 +123,176 @@ class Tensor:
             "with kn.where(mask, v, x) or kn.dynamic_update_slice(x, v, start)"
         )
 
-    # -- the NumPy-style surface (elementwise, promotion, shapes, indexing, reductions, linalg) --
-    # Those modules build on this one (they make Tensors), so they are imported on first use.
-    def _elementwise(self):
-        # imported here: surface.tensor and surface.elementwise import each other
-        from kaun_ir.surface import elementwise  # noqa: PLC0415
-
-        return elementwise
-
-    def _promotion(self):
-        # imported here: surface.tensor and surface.promotion import each other
-        from kaun_ir.surface import promotion  # noqa: PLC0415
-
-        return promotion
-
-    def _shapes(self):
-        # imported here: surface.tensor and surface.shapes import each other
-        from kaun_ir.surface import shapes  # noqa: PLC0415
-
-        return shapes
-
-    def _indexing(self):
-        # imported here: surface.tensor and surface.indexing import each other
-        from kaun_ir.surface import indexing  # noqa: PLC0415
-
-        return indexing
-
-    def _reductions(self):
-        # imported here: surface.tensor and surface.reductions import each other
-        from kaun_ir.surface import reductions  # noqa: PLC0415
-
-        return reductions
-
-    def _linalg(self):
-        # imported here: surface.tensor and surface.linalg import each other
-        from kaun_ir.surface import linalg  # noqa: PLC0415
-
-        return linalg
-
     def __add__(self, other):
-        return self._elementwise().add(self, other)
+        return _surface().elementwise.add(self, other)
 
     def __radd__(self, other):
-        return self._elementwise().add(other, self)
+        return _surface().elementwise.add(other, self)
 
     def __sub__(self, other):
-        return self._elementwise().subtract(self, other)
+        return _surface().elementwise.subtract(self, other)
 
     def __rsub__(self, other):
-        return self._elementwise().subtract(other, self)
+        return _surface().elementwise.subtract(other, self)
 
     def __mul__(self, other):
-        return self._elementwise().multiply(self, other)
+        return _surface().elementwise.multiply(self, other)
 
     def __rmul__(self, other):
-        return self._elementwise().multiply(other, self)
+        return _surface().elementwise.multiply(other, self)
 
     def __truediv__(self, other):
-        return self._elementwise().divide(self, other)
+        return _surface().elementwise.divide(self, other)
 
     def __rtruediv__(self, other):
-        return self._elementwise().divide(other, self)
+        return _surface().elementwise.divide(other, self)
 
     def __floordiv__(self, other):
-        return self._elementwise().floor_divide(self, other)
+        return _surface().elementwise.floor_divide(self, other)
 
     def __rfloordiv__(self, other):
-        return self._elementwise().floor_divide(other, self)
+        return _surface().elementwise.floor_divide(other, self)
 
     def __mod__(self, other):
-        return self._elementwise().mod(self, other)
+        return _surface().elementwise.mod(self, other)
 
     def __rmod__(self, other):
-        return self._elementwise().mod(other, self)
+        return _surface().elementwise.mod(other, self)
 
     def __pow__(self, other):
-        return self._elementwise().power(self, other)
+        return _surface().elementwise.power(self, other)
 
     def __rpow__(self, other):
-        return self._elementwise().power(other, self)
+        return _surface().elementwise.power(other, self)
 
     def __matmul__(self, other):
-        return self._linalg().matmul(self, other)
+        return _surface().linalg.matmul(self, other)
 
     def __rmatmul__(self, other):
-        return self._linalg().matmul(other, self)
+        return _surface().linalg.matmul(other, self)
 
     def __neg__(self):
-        return self._elementwise().negative(self)
+        return _surface().elementwise.negative(self)
 
     def __pos__(self):
         return self
 
     def __abs__(self):
-        return self._elementwise().abs(self)
+        return _surface().elementwise.abs(self)
 
     def __invert__(self):
-        return self._elementwise().invert(self)
+        return _surface().elementwise.invert(self)
 
     def __and__(self, other):
-        return self._elementwise().bitwise_and(self, other)
+        return _surface().elementwise.bitwise_and(self, other)
 
     def __rand__(self, other):
-        return self._elementwise().bitwise_and(other, self)
+        return _surface().elementwise.bitwise_and(other, self)
 
     def __or__(self, other):
-        return self._elementwise().bitwise_or(self, other)
+        return _surface().elementwise.bitwise_or(self, other)
 
     def __ror__(self, other):
-        return self._elementwise().bitwise_or(other, self)
+        return _surface().elementwise.bitwise_or(other, self)
 
     def __xor__(self, other):
-        return self._elementwise().bitwise_xor(self, other)
+        return _surface().elementwise.bitwise_xor(self, other)
 
     def __rxor__(self, other):
-        return self._elementwise().bitwise_xor(other, self)
+        return _surface().elementwise.bitwise_xor(other, self)
 
     def __lshift__(self, other):
-        return self._elementwise().left_shift(self, other)
+        return _surface().elementwise.left_shift(self, other)
 
     def __rshift__(self, other):
-        return self._elementwise().right_shift(self, other)
+        return _surface().elementwise.right_shift(self, other)
 
     def __lt__(self, other):
-        return self._elementwise().less(self, other)
+        return _surface().elementwise.less(self, other)
 
     def __le__(self, other):
-        return self._elementwise().less_equal(self, other)
+        return _surface().elementwise.less_equal(self, other)
 
     def __gt__(self, other):
-        return self._elementwise().greater(self, other)
+        return _surface().elementwise.greater(self, other)
 
     def __ge__(self, other):
-        return self._elementwise().greater_equal(self, other)
+        return _surface().elementwise.greater_equal(self, other)
 
     def __eq__(self, other):
-        return self._elementwise().equal(self, other)  # type: ignore[override]
+        return _surface().elementwise.equal(self, other)  # type: ignore[override]
 
     def __ne__(self, other):
-        return self._elementwise().not_equal(self, other)  # type: ignore[override]
+        return _surface().elementwise.not_equal(self, other)  # type: ignore[override]
 
     def __getitem__(self, index):
-        return self._indexing().getitem(self, index)
+        return _surface().indexing.getitem(self, index)
 
     @property
     def T(self):
-        return self._shapes().transpose(self)
+        return _surface().shapes.transpose(self)
 
     def reshape(self, *shape):
         """``kn.reshape(self, shape)``; the shape may also be given as separate ints."""
         shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return self._shapes().reshape(self, shape)
+        return _surface().shapes.reshape(self, shape)
 
     def transpose(self, *axes):
         """``kn.transpose(self, axes)``; no axes reverses them, as NumPy."""
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
-        return self._shapes().transpose(self, axes or None)
+        return _surface().shapes.transpose(self, axes or None)
 
     def astype(self, dtype):
         """``kn.astype(self, dtype)``."""
-        return self._promotion().astype(self, dtype)
+        return _surface().promotion.astype(self, dtype)
 
     def sum(self, axis=None, keepdims=False):
         """``kn.sum(self, axis, keepdims)``."""
-        return self._reductions().sum(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.sum(self, axis=axis, keepdims=keepdims)
 
     def mean(self, axis=None, keepdims=False):
         """``kn.mean(self, axis, keepdims)``."""
-        return self._reductions().mean(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.mean(self, axis=axis, keepdims=keepdims)
 
     def max(self, axis=None, keepdims=False):
         """``kn.max(self, axis, keepdims)``."""
-        return self._reductions().max(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.max(self, axis=axis, keepdims=keepdims)
 
     def min(self, axis=None, keepdims=False):
         """``kn.min(self, axis, keepdims)``."""
-        return self._reductions().min(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.min(self, axis=axis, keepdims=keepdims)
 
     def prod(self, axis=None, keepdims=False):
         """``kn.prod(self, axis, keepdims)``."""
-        return self._reductions().prod(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.prod(self, axis=axis, keepdims=keepdims)
 
     def var(self, axis=None, keepdims=False):
         """``kn.var(self, axis, keepdims)``."""
-        return self._reductions().var(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.var(self, axis=axis, keepdims=keepdims)
 
     def std(self, axis=None, keepdims=False):
         """``kn.std(self, axis, keepdims)``."""
-        return self._reductions().std(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.std(self, axis=axis, keepdims=keepdims)
 
     def all(self, axis=None, keepdims=False):
         """``kn.all(self, axis, keepdims)``."""
-        return self._reductions().all(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.all(self, axis=axis, keepdims=keepdims)
 
     def any(self, axis=None, keepdims=False):
         """``kn.any(self, axis, keepdims)``."""
-        return self._reductions().any(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.any(self, axis=axis, keepdims=keepdims)
 
     def argmax(self, axis=None, keepdims=False):
         """``kn.argmax(self, axis, keepdims)``."""
-        return self._reductions().argmax(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.argmax(self, axis=axis, keepdims=keepdims)
 
     def argmin(self, axis=None, keepdims=False):
         """``kn.argmin(self, axis, keepdims)``."""
-        return self._reductions().argmin(self, axis=axis, keepdims=keepdims)
+        return _surface().reductions.argmin(self, axis=axis, keepdims=keepdims)
 
     def flatten(self):
         """The elements as one axis (``kn.reshape(self, (-1,))``)."""
-        return self._shapes().reshape(self, (-1,))
+        return _surface().shapes.reshape(self, (-1,))
 
 
 def is_tensor(x: Any) -> bool:
