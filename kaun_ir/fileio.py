@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import os
 import re
+import shutil
 import stat
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable
@@ -131,3 +134,185 @@ def repro_dir(configured: str | None = None) -> str:
     )
     os.makedirs(path, exist_ok=True)
     return path
+
+
+# -- directories written as a whole ----------------------------------------------------------------
+# A directory that must change all at once (a sharded checkpoint) lives in a hidden sibling
+# ``.<name>.<pid>.<token>.dir``, and ``<name>`` itself is a symbolic link to it. A save builds a
+# new sibling, makes a link ``.<name>.<pid>.<token>.link`` to it and renames that link over
+# ``<name>``: rename(2) replaces a link atomically, so ``<name>`` names the old complete directory
+# until that instant and the new one after it, whatever moment a process dies at. The replaced
+# directory is removed afterwards; siblings left by savers that are no longer running (killed
+# before their rename, or between the rename and the removal) are removed by the next save.
+_DIR = re.compile(r"^\.(?P<base>.+)\.(?P<pid>\d+)\.(?P<token>[0-9a-f]+)\.(?P<kind>dir|link|old)$")
+
+
+class AtomicDirectory:
+    """A directory at ``path`` replaced as a whole: files go into :attr:`staging`, and
+    :meth:`commit` makes ``path`` name it in one atomic step (see the scheme above).
+
+    ``path`` may be missing, a link made by an earlier commit, an empty directory or a directory
+    holding ``marker`` (a directory of this kind written before ``path`` was a link: the switch
+    from it is atomic where the system can exchange two names, Linux, and otherwise leaves a
+    window where ``path`` is missing and :func:`resolve_directory` finds it). Anything else at
+    ``path`` (a regular file, a directory of other files) raises ``FileExistsError`` naming it:
+    a save never replaces what it did not write. A link at ``path`` to somewhere else is
+    followed: the directory it points to is the one replaced.
+
+    ``owner`` and ``token`` name the staging directory; every process of a distributed save
+    passes the same pair (those of the process that commits) so all of them write into one.
+    """
+
+    def __init__(
+        self, path: str | os.PathLike, marker: str, owner: int | None = None, token: str | None = None
+    ):
+        path = os.path.abspath(os.fspath(path))
+        # a link that is not ours (the user pointed ``path`` at another disk): replace its target
+        if os.path.islink(path) and _own_link(path) is None:
+            path = os.path.realpath(path)
+        self.path, self.marker = path, marker
+        self.parent, self.name = os.path.split(path)
+        if not os.path.isdir(self.parent):
+            raise FileNotFoundError(errno.ENOENT, "no such directory", self.parent)
+        _check_replaceable(path, marker)
+        self.owner = os.getpid() if owner is None else int(owner)
+        self.token = uuid.uuid4().hex if token is None else str(token)
+        self.staging = self._sibling("dir")
+
+    def _sibling(self, kind: str) -> str:
+        return os.path.join(self.parent, f".{self.name}.{self.owner}.{self.token}.{kind}")
+
+    def create(self) -> str:
+        """Make the (empty) staging directory; returns its path."""
+        os.makedirs(self.staging, exist_ok=True)
+        return self.staging
+
+    def commit(self) -> None:
+        """Make ``path`` name the staging directory, then remove the directory it replaced."""
+        _fsync_directory(self.staging)
+        link = self._sibling("link")
+        if os.path.lexists(link):
+            os.unlink(link)
+        os.symlink(os.path.basename(self.staging), link)
+        previous = _own_link(self.path)
+        if os.path.isdir(self.path) and not os.path.islink(self.path):
+            self._replace_real_directory(link)
+        else:
+            os.replace(link, self.path)  # the atomic step
+        _fsync_directory(self.parent)
+        if previous is not None and previous != os.path.basename(self.staging):
+            shutil.rmtree(os.path.join(self.parent, previous), ignore_errors=True)
+
+    def _replace_real_directory(self, link: str) -> None:
+        """``path`` is a directory (not a link): swap it with the link in one step where the
+        system can, else rename it aside first (the window :func:`resolve_directory` covers)."""
+        _check_replaceable(self.path, self.marker)
+        if _exchange(link, self.path):
+            shutil.rmtree(link, ignore_errors=True)  # the link's name now holds the old directory
+            return
+        aside = self._sibling("old")
+        os.rename(self.path, aside)
+        os.replace(link, self.path)
+        shutil.rmtree(aside, ignore_errors=True)
+
+    def abort(self) -> None:
+        """Remove the staging directory (a save that failed); ``path`` is untouched."""
+        shutil.rmtree(self.staging, ignore_errors=True)
+        try:
+            os.unlink(self._sibling("link"))
+        except OSError:
+            pass
+
+    def remove_stale(self) -> list[str]:
+        """Remove the siblings of ``path`` that saves no longer running left behind; returns them."""
+        return remove_stale_directories(self.path)
+
+
+def remove_stale_directories(path: str | os.PathLike) -> list[str]:
+    """Remove the staging directories and links of :class:`AtomicDirectory` saves of ``path``
+    whose process is gone (a save killed midway), except the one ``path`` links to."""
+    path = os.path.abspath(os.fspath(path))
+    parent, base = os.path.split(path)
+    current = _own_link(path)
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return removed
+    for name in names:
+        match = _DIR.match(name)
+        if match is None or match.group("base") != base or name == current or _alive(int(match.group("pid"))):
+            continue
+        full = os.path.join(parent, name)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full, ignore_errors=True)
+        else:
+            try:
+                os.unlink(full)
+            except OSError:
+                continue
+        removed.append(full)
+    return removed
+
+
+def resolve_directory(path: str | os.PathLike, marker: str) -> str:
+    """Where the directory saved at ``path`` is: ``path`` itself, or, in the one state where
+    ``path`` is missing (a save replacing a directory by a link, on a system that cannot
+    exchange two names, killed between its two renames), the complete directory set aside."""
+    path = os.path.abspath(os.fspath(path))
+    if os.path.lexists(path):
+        return path
+    parent, base = os.path.split(path)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return path
+    aside = [
+        os.path.join(parent, n)
+        for n in names
+        if (m := _DIR.match(n)) and m.group("base") == base and m.group("kind") == "old"
+    ]
+    complete = [d for d in aside if os.path.isfile(os.path.join(d, marker))]
+    if not complete:
+        return path
+    return max(complete, key=lambda d: os.stat(os.path.join(d, marker)).st_mtime_ns)
+
+
+def _own_link(path: str) -> str | None:
+    """The sibling name ``path`` links to when it is a link made by :class:`AtomicDirectory`."""
+    try:
+        target = os.readlink(path)
+    except OSError:
+        return None
+    match = _DIR.match(target)
+    base = os.path.basename(path)
+    if os.sep in target or match is None or match.group("base") != base or match.group("kind") != "dir":
+        return None
+    return target
+
+
+def _check_replaceable(path: str, marker: str) -> None:
+    if not os.path.lexists(path) or _own_link(path) is not None:
+        return
+    if not os.path.isdir(path):
+        raise FileExistsError(errno.EEXIST, "exists and is not a directory (not replaced)", path)
+    if os.listdir(path) and not os.path.isfile(os.path.join(path, marker)):
+        raise FileExistsError(
+            errno.EEXIST, f"is a directory without {marker}, not one written here (not replaced)", path
+        )
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap the names ``a`` and ``b`` atomically (Linux ``renameat2(RENAME_EXCHANGE)``);
+    ``False`` where the system or the file system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    result = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return result == 0

@@ -25,7 +25,8 @@ import numpy as np
 
 from kaun_ir import ptree
 from kaun_ir.checkpoint.mapping import MappedSource, state_dict_arrays
-from kaun_ir.checkpoint.reader import Reader
+from kaun_ir.checkpoint.reader import Reader, decoding
+from kaun_ir.checkpoint.storable import check_storable
 from kaun_ir.errors import CheckpointError
 from kaun_ir.fileio import atomic_write
 from kaun_ir.runtime.xla import transfer
@@ -104,6 +105,7 @@ def _leaf_to_host(path: str, leaf: Any) -> np.ndarray:
     arr = np.asarray(leaf)  # copies a jax.Array to the host
     if arr.dtype == object:
         raise TypeError(f"checkpoint.save: leaf {name} has dtype object")
+    check_storable("checkpoint.save", path, arr.dtype)
     # not np.ascontiguousarray: it would turn a 0-d array into shape [1]
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
@@ -233,7 +235,11 @@ def load(path: str | os.PathLike, like: Any = None, rename=None, transpose=None)
         spec = reader.metadata.get(STRUCTURE_KEY)
         if spec is None:
             return ptree.unflatten_from_paths({k: reader.get(k) for k in sorted(reader.keys)})
-        return _decode(json.loads(spec), "", lambda key, kind: _as_kind(reader.get(key), kind))
+        with decoding(
+            reader.path, "checkpoint.load", f"damaged tree structure in the metadata ({STRUCTURE_KEY}): "
+        ):
+            structure = json.loads(spec)
+            return _decode(structure, "", lambda key, kind: _as_kind(reader.get(key), kind))
     finally:
         reader.close()
 

@@ -13,23 +13,34 @@ inside the SafeTensors files. Loading assembles, for every device of the *target
 exactly the region it needs from the pieces that overlap it, so a checkpoint written on one mesh
 loads onto a mesh of another shape (or onto one device).
 
-Atomicity: all files go into a fresh sibling directory (each file written atomically), the
-processes meet at a barrier, process 0 writes ``index.json`` last and renames the directory
-into place; a crash at any point leaves the previous checkpoint at ``path`` loadable. Several
-hosts need ``path`` on a file system that all of them see.
+Atomicity (:class:`kaun_ir.fileio.AtomicDirectory`): ``path`` is a symbolic link to a hidden
+sibling directory ``.<name>.<pid>.<token>.dir``. A save writes a new sibling (each file written
+atomically), the processes meet at a barrier, process 0 writes ``index.json`` last and renames a
+link to the new sibling over ``path`` -- one atomic step -- then removes the old sibling. A death
+at any moment leaves ``path`` naming the old complete checkpoint or the new one; siblings left by
+killed saves are removed by the next save. Several hosts need ``path`` on a file system that all
+of them see. Saving over a regular file, or over a directory that is not a sharded checkpoint,
+raises ``FileExistsError`` instead of replacing it.
+
+Loading validates ``index.json`` before reading any piece: its entries have the documented types,
+every file it names is inside the directory, and the pieces of every array cover each element
+exactly once (no overlap, no gap). A damaged index or piece raises ``CheckpointError`` naming the
+file.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import shutil
 from typing import Any
 
 import numpy as np
 
 from kaun_ir import ptree
-from kaun_ir.fileio import atomic_write
+from kaun_ir.checkpoint.reader import IndexFile, decoding
+from kaun_ir.checkpoint.storable import check_storable
+from kaun_ir.errors import CheckpointError
+from kaun_ir.fileio import AtomicDirectory, atomic_write, resolve_directory
 from kaun_ir.runtime import jit
 from kaun_ir.runtime.mesh import Mesh, Spec
 from kaun_ir.runtime.xla import backend, shardings, transfer
@@ -94,39 +105,49 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
     # imported here: safetensors loads only when a file is read or written
     from safetensors.numpy import save as st_save  # noqa: PLC0415
 
-    path = os.fspath(path).rstrip(os.sep)
+    path = os.fspath(path).rstrip(os.sep) or os.sep
     me, count = backend.process_index(), backend.process_count()
-    token = _barrier_token(int(np.random.default_rng().integers(1, 1 << 20)))
-    staging = f"{path}.partial-{token:06x}"
-    os.makedirs(staging, exist_ok=True)
-    mine, entries = {}, {}
-    for key, leaf in ptree.flatten_with_paths(tree):
-        if isinstance(leaf, (bool, int, float)):
-            entries[key] = {"number": type(leaf).__name__, "value": leaf}
-            continue
-        if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
-            raise TypeError(f"checkpoint.save_sharded: leaf {key!r} is a {type(leaf).__name__}, not an array")
-        shape = tuple(int(n) for n in leaf.shape)
-        pieces = []
-        if transfer.is_device_array(leaf):
-            local = {s.device: s for s in leaf.addressable_shards}
-            for bounds, device in _pieces(leaf):
-                owner = device.process_index
-                pieces.append({"file": _shard_file(owner, count), "bounds": bounds})
-                if owner == me:
-                    mine[_key(key, bounds)] = _contiguous(np.asarray(local[device].data))
-        else:
-            bounds = tuple((0, n) for n in shape)
-            pieces.append({"file": _shard_file(0, count), "bounds": bounds})
-            if me == 0:
-                mine[_key(key, bounds)] = _contiguous(np.asarray(leaf))
-        entries[key] = {"shape": list(shape), "dtype": np.dtype(leaf.dtype).name, "pieces": pieces}
-    atomic_write(os.path.join(staging, _shard_file(me, count)), st_save(mine) if mine else st_save({}))
+    # process 0 names the staging directory: its pid (for the stale check) and a random token
+    owner = _barrier_token(os.getpid())
+    token = _barrier_token(int(np.random.default_rng().integers(1, 1 << 30)))
+    target = AtomicDirectory(path, INDEX, owner=owner, token=f"{token:x}")
+    if me == 0:
+        target.remove_stale()
+    staging = target.create()
+    try:
+        mine, entries = {}, {}
+        for key, leaf in ptree.flatten_with_paths(tree):
+            if isinstance(leaf, (bool, int, float)):
+                entries[key] = {"number": type(leaf).__name__, "value": leaf}
+                continue
+            if not (hasattr(leaf, "shape") and hasattr(leaf, "dtype")):
+                kind = type(leaf).__name__
+                raise TypeError(f"checkpoint.save_sharded: leaf {key!r} is a {kind}, not an array")
+            check_storable("checkpoint.save_sharded", key, leaf.dtype)
+            shape = tuple(int(n) for n in leaf.shape)
+            pieces = []
+            if transfer.is_device_array(leaf):
+                local = {s.device: s for s in leaf.addressable_shards}
+                for bounds, device in _pieces(leaf):
+                    owner_process = device.process_index
+                    pieces.append({"file": _shard_file(owner_process, count), "bounds": bounds})
+                    if owner_process == me:
+                        mine[_key(key, bounds)] = _contiguous(np.asarray(local[device].data))
+            else:
+                bounds = tuple((0, n) for n in shape)
+                pieces.append({"file": _shard_file(0, count), "bounds": bounds})
+                if me == 0:
+                    mine[_key(key, bounds)] = _contiguous(np.asarray(leaf))
+            entries[key] = {"shape": list(shape), "dtype": np.dtype(leaf.dtype).name, "pieces": pieces}
+        atomic_write(os.path.join(staging, _shard_file(me, count)), st_save(mine))
+    except BaseException:
+        target.abort()
+        raise
     _barrier_token(token)  # every process's file is complete
     if me == 0:
         index = {"format": FORMAT, "processes": count, "arrays": entries}
         atomic_write(os.path.join(staging, INDEX), json.dumps(index, indent=1))
-        _swap_into_place(staging, path, token)
+        target.commit()
     _barrier_token(token)  # nobody reads before the directory is in place
     return path
 
@@ -136,38 +157,118 @@ def _contiguous(arr: np.ndarray) -> np.ndarray:
     return arr if arr.flags.c_contiguous else arr.copy(order="C")
 
 
-def _swap_into_place(staging: str, path: str, token: int) -> None:
-    old = f"{path}.old-{token:06x}"
-    if os.path.exists(path):
-        os.replace(path, old)
-    os.replace(staging, path)
-    if os.path.exists(old):
-        shutil.rmtree(old, ignore_errors=True)
-
-
 class _Pieces:
-    """The SafeTensors files of a checkpoint, opened on demand."""
+    """The SafeTensors files of a checkpoint, opened on demand; ``index`` validated the names."""
 
-    def __init__(self, root: str):
+    def __init__(self, index: IndexFile):
         # imported here: safetensors loads only when a file is read or written
         from safetensors import safe_open  # noqa: PLC0415
 
-        self.root, self._open, self._files = root, safe_open, {}
+        self.index, self._open, self._files = index, safe_open, {}
 
     def read(self, name: str, key: str, region: tuple) -> np.ndarray:
-        handle = self._files.get(name)
-        if handle is None:
-            handle = self._files[name] = self._open(os.path.join(self.root, name), framework="np")
-        if not region:  # a 0-d array
-            return handle.get_tensor(key)
-        return handle.get_slice(key)[tuple(slice(a, b) for a, b in region)]
+        path = self.index.file(name, "")
+        with decoding(path, "checkpoint.load_sharded", f"piece {key!r}: ", everything=True):
+            handle = self._files.get(name)
+            if handle is None:
+                handle = self._files[name] = self._open(path, framework="np")
+            if not region:  # a 0-d array
+                data = handle.get_tensor(key)
+            else:
+                data = handle.get_slice(key)[tuple(slice(a, b) for a, b in region)]
+        expected = tuple(b - a for a, b in region)
+        if tuple(data.shape) != expected:
+            raise CheckpointError(
+                f"checkpoint.load_sharded: {path}: piece {key!r} gives shape {tuple(data.shape)} "
+                f"for its region {list(region)}, expected {expected}"
+            )
+        return data
+
+
+def _read_index(root: str) -> tuple[IndexFile, dict]:
+    """The validated index of the checkpoint at ``root``: ``(index file, {key: entry})``, every
+    array entry with integer ``shape``, a dtype, and ``pieces`` that name files inside ``root``
+    and cover each element of the array exactly once."""
+    where = resolve_directory(root, INDEX)
+    path = os.path.join(where, INDEX)
+    if not os.path.isfile(path):
+        raise ValueError(f"checkpoint.load_sharded: {root} is not a sharded checkpoint (no {INDEX})")
+    index = IndexFile(path, "checkpoint.load_sharded")
+    if not isinstance(index.data, dict):
+        raise index.error(f"the document is a JSON {type(index.data).__name__}, expected an object")
+    if index.data.get("format") != FORMAT:
+        raise index.error(f"format {index.data.get('format')!r}, expected {FORMAT!r}")
+    arrays = index.field(index.data, "arrays", dict)
+    for key, entry in arrays.items():
+        _check_entry(index, key, entry)
+    return index, arrays
+
+
+def _check_entry(index: IndexFile, key: str, entry: Any) -> None:
+    where = f"arrays[{key!r}]"
+    if not isinstance(entry, dict):
+        raise index.error(f"entry {where} is not an object")
+    if "number" in entry:
+        kind = index.field(entry, "number", str, where)
+        types = {"bool": (bool,), "int": (int,), "float": (int, float)}.get(kind)
+        if types is None:
+            raise index.error(f"entry {where}['number'] is {kind!r}, expected 'bool', 'int' or 'float'")
+        index.field(entry, "value", types, where)
+        return
+    shape = index.field(entry, "shape", list, where)
+    if not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape):
+        raise index.error(f"entry {where}['shape'] is {shape!r}, expected non-negative integers")
+    name = index.field(entry, "dtype", str, where)
+    try:
+        np.dtype(name)
+    except TypeError:
+        raise index.error(f"entry {where}['dtype'] is {name!r}, not a dtype") from None
+    pieces = index.field(entry, "pieces", list, where)
+    boxes = []
+    for i, piece in enumerate(pieces):
+        place = f"{where}['pieces'][{i}]"
+        index.file(index.field(piece, "file", str, place), f"{place}['file']")
+        bounds = index.field(piece, "bounds", list, place)
+        ok = len(bounds) == len(shape) and all(
+            isinstance(b, list)
+            and len(b) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in b)
+            and 0 <= b[0] <= b[1] <= n
+            for b, n in zip(bounds, shape)
+        )
+        if not ok:
+            raise index.error(f"entry {place}['bounds'] is {bounds!r}, not a region of shape {shape}")
+        boxes.append(tuple(tuple(b) for b in bounds))
+    _check_coverage(index, where, tuple(shape), boxes)
+
+
+def _check_coverage(index: IndexFile, where: str, shape: tuple, boxes: list[tuple]) -> None:
+    """The pieces ``boxes`` cover every element of ``shape`` exactly once: no two overlap and
+    their sizes add up to the array's (each lies inside it)."""
+    volume = [int(np.prod([b - a for a, b in box])) for box in boxes]
+    for i, first in enumerate(boxes):
+        if volume[i] == 0:
+            continue
+        for j in range(i + 1, len(boxes)):
+            second = boxes[j]
+            if volume[j] and all(max(a[0], b[0]) < min(a[1], b[1]) for a, b in zip(first, second)):
+                raise index.error(
+                    f"entry {where}: pieces {i} {list(map(list, first))} and {j} "
+                    f"{list(map(list, second))} overlap"
+                )
+    if sum(volume) != int(np.prod(shape)):
+        raise index.error(
+            f"entry {where}: the pieces cover {sum(volume)} of the {int(np.prod(shape))} elements "
+            f"of shape {list(shape)} (a gap)"
+        )
 
 
 def _assemble(files: _Pieces, key: str, entry: dict, index: tuple) -> np.ndarray:
-    """The region ``index`` (slices) of array ``key``, from every stored piece overlapping it."""
+    """The region ``index`` (slices) of array ``key``, from every stored piece overlapping it
+    (the validated index guarantees that together they cover it exactly once)."""
     shape = tuple(entry["shape"])
     want = _bounds(index, shape)
-    out = np.empty(tuple(b - a for a, b in want), dtype=np.dtype(entry["dtype"]))
+    out = np.zeros(tuple(b - a for a, b in want), dtype=np.dtype(entry["dtype"]))
     filled = 0
     for piece in entry["pieces"]:
         have = [tuple(b) for b in piece["bounds"]]
@@ -180,7 +281,7 @@ def _assemble(files: _Pieces, key: str, entry: dict, index: tuple) -> np.ndarray
         out[target] = files.read(piece["file"], _key(key, tuple(have)), region)
         filled += int(np.prod([b - a for a, b in zip(lo, hi)]))
     if filled != out.size:
-        raise ValueError(f"checkpoint.load_sharded: the pieces of {key!r} do not cover {want}")
+        raise CheckpointError(f"checkpoint.load_sharded: the pieces of {key!r} do not cover {want}")
     return out
 
 
@@ -191,20 +292,12 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
     new mesh) gives the shape, dtype and sharding of the result, so the checkpoint may have been
     written on a mesh of another shape; NumPy / ``kn.ShapeDtype`` leaves give host arrays;
     numbers give numbers. Raises ``ValueError`` naming the key when an array is missing or its
-    shape differs."""
+    shape differs, and ``CheckpointError`` (a ``ValueError``) naming the file when the index or
+    a piece is damaged: not JSON, entries missing or of the wrong type, a file named outside the
+    directory, pieces that overlap or leave a gap."""
     root = os.fspath(path)
-    try:
-        with open(os.path.join(root, INDEX)) as handle:
-            index = json.load(handle)
-    except FileNotFoundError:
-        raise ValueError(
-            f"checkpoint.load_sharded: {root} is not a sharded checkpoint (no {INDEX})"
-        ) from None
-    if index.get("format") != FORMAT:
-        raise ValueError(
-            f"checkpoint.load_sharded: {root}/{INDEX} has format {index.get('format')!r}, expected {FORMAT!r}"
-        )
-    arrays, files = index["arrays"], _Pieces(root)
+    index, arrays = _read_index(root)
+    files = _Pieces(index)
     _, rebuild = ptree.flatten(like)
     out = []
     for key, template in ptree.flatten_with_paths(like):
@@ -220,10 +313,10 @@ def load_sharded(path: str | os.PathLike, like: Any) -> Any:
             )
             continue
         shape = tuple(entry["shape"])
-        if tuple(template.shape) != shape:
+        if not hasattr(template, "shape") or tuple(template.shape) != shape:
             raise ValueError(
                 f"checkpoint.load_sharded: {key!r} has shape {shape} in {root} but "
-                f"{tuple(template.shape)} in the template"
+                f"{tuple(getattr(template, 'shape', ()))} in the template"
             )
         dtype = np.dtype(template.dtype)
         if transfer.is_device_array(template):

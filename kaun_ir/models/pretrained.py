@@ -15,7 +15,6 @@ GPT-2's ``Conv1D`` already stores ``[in, out]``, so its weights need no transpos
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes, ptree
+from kaun_ir.checkpoint.reader import IndexFile, decoding, read_json
+from kaun_ir.errors import CheckpointError
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.models.decoder import DecoderConfig, decoder, init_params
 
@@ -156,24 +157,28 @@ class _Tensors:
         index = os.path.join(directory, "model.safetensors.index.json")
         single = os.path.join(directory, "model.safetensors")
         if os.path.exists(index):
-            with open(index) as handle:
-                weight_map = json.load(handle)["weight_map"]
-            files = sorted(set(weight_map.values()))
+            # every file the index names is checked to be a file inside the directory
+            reader = IndexFile(index, "from_pretrained")
+            weight_map = reader.field(reader.data, "weight_map", dict)
+            paths = {f: reader.file(f, f"weight_map[{k!r}]") for k, f in weight_map.items()}
         elif os.path.exists(single):
-            files, weight_map = ["model.safetensors"], None
+            paths, weight_map = {"model.safetensors": single}, None
         else:
             raise FileNotFoundError(
                 f"{directory}: neither model.safetensors nor model.safetensors.index.json"
             )
-        self.handles = {f: safe_open(os.path.join(directory, f), framework="np") for f in files}
-        self.where = {}
-        for name, handle in self.handles.items():
-            for key in handle.keys():
-                self.where[key] = name
+        self.paths, self.handles, self.where = paths, {}, {}
+        for name in sorted(paths):
+            with decoding(paths[name], "from_pretrained", everything=True):
+                handle = self.handles[name] = safe_open(paths[name], framework="np")
+                for key in handle.keys():
+                    self.where[key] = name
         if weight_map is not None:
             missing = [k for k, f in weight_map.items() if self.where.get(k) != f]
             if missing:
-                raise ValueError(f"{index}: tensors listed but not found in their shard: {missing[:5]}")
+                raise CheckpointError(
+                    f"from_pretrained: {index}: tensors listed but not found in their shard: {missing[:5]}"
+                )
 
     def find(self, key: str) -> str | None:
         """The stored name of ``key``: as given, or without its ``transformer.`` / ``model.``
@@ -184,7 +189,9 @@ class _Tensors:
         return short if short in self.where else None
 
     def get(self, key: str) -> np.ndarray:
-        return self.handles[self.where[key]].get_tensor(key)
+        name = self.where[key]
+        with decoding(self.paths[name], "from_pretrained", f"cannot read tensor {key!r}: ", everything=True):
+            return self.handles[name].get_tensor(key)
 
 
 def _convert(array: np.ndarray, transform: str) -> np.ndarray:
@@ -202,17 +209,19 @@ def from_pretrained(directory: str | os.PathLike, dtype=dtypes.float32) -> Pretr
 
     Reads ``config.json`` and ``model.safetensors`` (or the shards named by
     ``model.safetensors.index.json``), maps every tensor through :data:`NAME_TABLE` and casts to
-    ``dtype``. Raises ``ValueError`` naming the missing tensor or the shape that disagrees.
+    ``dtype``. Raises ``ValueError`` naming the missing tensor or the shape that disagrees, and
+    ``CheckpointError`` (a ``ValueError``) naming the file when ``config.json``, the index or a
+    SafeTensors file is damaged or the index names a file outside ``directory``.
     """
     directory = os.fspath(directory)
-    try:
-        with open(os.path.join(directory, "config.json")) as handle:
-            hf_config = json.load(handle)
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{directory}: no config.json (a Hugging Face model directory is expected)"
-        ) from None
-    family, cfg = config_from_hf(hf_config)
+    config = os.path.join(directory, "config.json")
+    if not os.path.exists(config):
+        raise FileNotFoundError(f"{directory}: no config.json (a Hugging Face model directory is expected)")
+    hf_config = read_json(config, "from_pretrained")
+    if not isinstance(hf_config, dict):
+        raise CheckpointError(f"from_pretrained: {config}: not a JSON object")
+    with decoding(config, "from_pretrained"):  # a missing or mistyped entry, an unsupported model
+        family, cfg = config_from_hf(hf_config)
     tensors = _Tensors(directory)
     dtype = dtypes.canonical(dtype)
     shapes = init_params(cfg, dtype, abstract=True)
