@@ -123,9 +123,9 @@ def _index_of(entry: dict) -> str:
     "document, pattern",
     [
         ("{not json", r"not valid JSON \(line 1, column 2"),
-        ("[1, 2]", r"the document is a JSON list"),
+        ("[1, 2]", r"the document is an array, expected an object"),
         ('{"format": "kaun_ir-sharded-1"}', r"missing entry 'arrays'"),
-        ('{"format": "kaun_ir-sharded-1", "arrays": []}', r"'arrays' is a array, expected an object"),
+        ('{"format": "kaun_ir-sharded-1", "arrays": []}', r"'arrays' is an array, expected an object"),
         ('{"format": "kaun_ir-sharded-1", "arrays": {"a": 3}}', r"arrays\['a'\] is not an object"),
         (_index_of({"shape": "8", "dtype": "float32", "pieces": []}), r"\['shape'\] is a string"),
         (_index_of({"shape": [8], "dtype": "floaty", "pieces": []}), r"'floaty', not a dtype"),
@@ -324,7 +324,7 @@ def test_from_pretrained_never_opens_a_file_outside_the_model_directory(tmp_path
         ("config unknown model", {"model_type": "bert"}, None, r"config\.json: .*'bert' is not supported"),
         ("index not json", GPT2, "{", r"model\.safetensors\.index\.json: not valid JSON"),
         ("index no weight_map", GPT2, "{}", r"index\.json: missing entry 'weight_map'"),
-        ("weight_map a list", GPT2, '{"weight_map": []}', r"'weight_map' is a array, expected an object"),
+        ("weight_map a list", GPT2, '{"weight_map": []}', r"'weight_map' is an array, expected an object"),
     ],
 )
 def test_from_pretrained_damaged_json_names_the_file(tmp_path, what, config, index_text, pattern):

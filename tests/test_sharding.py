@@ -138,7 +138,7 @@ def test_scale_table_help(capsys):
 def test_sharded_checkpoint_loads_onto_another_mesh(jit_checks):
     r = ok(jit_checks["sharded_checkpoint"])
     assert r["files"] == ["index.json", "shards-00000-of-00001.safetensors"]
-    assert r["leftovers"] == ["ckpt"]  # no staging or old directories left behind
+    assert r["leftovers"] == []  # no staging or old directories left behind
     assert r["diff"] == 0.0
     assert r["a_spec"] == "P(None, 'data')" and r["a_shards"] == [[8, 2]]
     assert r["host"] == [0, 1, 2] and r["step"] == 7

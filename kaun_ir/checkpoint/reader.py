@@ -88,6 +88,12 @@ class IndexFile:
         self.data = read_json(path, who)
         self._files: dict[str, str] = {}
 
+    def check_object(self) -> dict:
+        """The document, which must be a JSON object."""
+        if not isinstance(self.data, dict):
+            raise self.error(f"the document is {_json_type(self.data)}, expected an object")
+        return self.data
+
     def error(self, message: str) -> CheckpointError:
         """A :class:`CheckpointError` ``"<who>: <index file>: <message>"``."""
         return CheckpointError(f"{self.who}: {self.path}: {message}")
@@ -96,14 +102,14 @@ class IndexFile:
         """``node[key]``, which must exist and be of ``kind``; ``where`` names ``node`` in errors."""
         place = f"{where}[{key!r}]" if where else repr(key)
         if not isinstance(node, dict):
-            raise self.error(f"{where or 'the document'} is a {_json_type(node)}, expected an object")
+            raise self.error(f"{where or 'the document'} is {_json_type(node)}, expected an object")
         if key not in node:
             raise self.error(f"missing entry {place}")
         value = node[key]
         kinds = kind if isinstance(kind, tuple) else (kind,)
         if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
             names = " or ".join(_json_name(k) for k in kinds)
-            raise self.error(f"entry {place} is a {_json_type(value)}, expected {names}")
+            raise self.error(f"entry {place} is {_json_type(value)}, expected {names}")
         return value
 
     def file(self, name: Any, where: str) -> str:
@@ -137,12 +143,13 @@ def _json_name(kind: type) -> str:
 
 
 def _json_type(value: Any) -> str:
+    """What a JSON value is, with its article: ``"an array"``, ``"null"``."""
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return "boolean"
-    return {dict: "object", list: "array", str: "string", int: "integer", float: "number"}.get(
-        type(value), type(value).__name__
+        return "a boolean"
+    return {dict: "an object", list: "an array", str: "a string", int: "an integer", float: "a number"}.get(
+        type(value), f"a {type(value).__name__}"
     )
 
 

@@ -194,11 +194,10 @@ def _read_index(root: str) -> tuple[IndexFile, dict]:
     if not os.path.isfile(path):
         raise ValueError(f"checkpoint.load_sharded: {root} is not a sharded checkpoint (no {INDEX})")
     index = IndexFile(path, "checkpoint.load_sharded")
-    if not isinstance(index.data, dict):
-        raise index.error(f"the document is a JSON {type(index.data).__name__}, expected an object")
-    if index.data.get("format") != FORMAT:
-        raise index.error(f"format {index.data.get('format')!r}, expected {FORMAT!r}")
-    arrays = index.field(index.data, "arrays", dict)
+    document = index.check_object()
+    if document.get("format") != FORMAT:
+        raise index.error(f"format {document.get('format')!r}, expected {FORMAT!r}")
+    arrays = index.field(document, "arrays", dict)
     for key, entry in arrays.items():
         _check_entry(index, key, entry)
     return index, arrays

@@ -159,7 +159,7 @@ class _Tensors:
         if os.path.exists(index):
             # every file the index names is checked to be a file inside the directory
             reader = IndexFile(index, "from_pretrained")
-            weight_map = reader.field(reader.data, "weight_map", dict)
+            weight_map = reader.field(reader.check_object(), "weight_map", dict)
             paths = {f: reader.file(f, f"weight_map[{k!r}]") for k, f in weight_map.items()}
         elif os.path.exists(single):
             paths, weight_map = {"model.safetensors": single}, None
