@@ -780,3 +780,159 @@ def _reuse_donated():
     x = kn.jit(lambda v: v + 0.0)(np.ones(4, F32))  # a device array that can be donated
     f(x)
     f(x)
+
+
+# ------------------------------------------------------------------ pretrained and sharded checkpoints
+def _directory(files: dict) -> str:
+    """A scratch directory holding ``files`` (name -> bytes, or a dict of arrays for SafeTensors)."""
+    import os
+    import tempfile
+
+    from safetensors.numpy import save_file
+
+    directory = tempfile.mkdtemp(prefix="kaun_ir_catalogue_")
+    for name, content in files.items():
+        if isinstance(content, dict):
+            save_file(content, os.path.join(directory, name))
+        else:
+            with open(os.path.join(directory, name), "wb") as handle:
+                handle.write(content)
+    return directory
+
+
+_GPT2 = b'{"model_type": "gpt2", "n_embd": 8, "n_layer": 1, "n_head": 2, "vocab_size": 16, "n_positions": 8}'
+_WTE = {"transformer.wte.weight": np.ones((16, 8), F32)}
+
+
+def _hf(index: bytes, config: bytes = _GPT2) -> str:
+    return _directory(
+        {"config.json": config, "model.safetensors.index.json": index, "part.safetensors": _WTE}
+    )
+
+
+def _pieces(pieces: str) -> str:
+    return (
+        '{"format": "kaun_ir-sharded-1", "processes": 1, "arrays": {"a": {"shape": [8], "dtype": "float32", '
+        f'"pieces": {pieces}}}}}}}'
+    )
+
+
+def _sharded(index: str, tensors: dict | None = None) -> str:
+    shard = "shards-00000-of-00001.safetensors"
+    return _directory({"index.json": index.encode(), shard: tensors or {"a|0:4": np.ones(4, F32)}})
+
+
+_A8 = {"a": np.zeros(8, F32)}
+_SHARD = '"shards-00000-of-00001.safetensors"'
+for _name, _index, _pattern in [
+    ("weight_map-parent", b'{"weight_map": {"transformer.wte.weight": "../x.safetensors"}}', r"outside the"),
+    (
+        "weight_map-absolute",
+        b'{"weight_map": {"transformer.wte.weight": "/etc/passwd"}}',
+        r"'/etc/passwd', out",
+    ),
+    (
+        "weight_map-missing-file",
+        b'{"weight_map": {"transformer.wte.weight": "no.safetensors"}}',
+        r"not exist",
+    ),
+    ("index-not-json", b'{"weight_map": ', r"index\.json: not valid JSON"),
+    ("index-not-utf8", b"\xff\xfe", r"index\.json: not UTF-8 text"),
+    ("index-no-weight_map", b"{}", r"index\.json: missing entry 'weight_map'"),
+    ("index-a-list", b"[]", r"index\.json: the document is an array"),
+]:
+    add(
+        "pretrained",
+        _name,
+        lambda i=_index: kn.models.from_pretrained(_hf(i)),
+        checkpoint.CheckpointError,
+        _pattern,
+    )
+_INDEX = b'{"weight_map": {"transformer.wte.weight": "part.safetensors"}}'
+add(
+    "pretrained",
+    "config-not-json",
+    lambda: kn.models.from_pretrained(_hf(_INDEX, b"{")),
+    checkpoint.CheckpointError,
+    r"config\.json: not valid JSON",
+)
+add(
+    "pretrained",
+    "config-missing-key",
+    lambda: kn.models.from_pretrained(_hf(_INDEX, b'{"model_type": "llama"}')),
+    checkpoint.CheckpointError,
+    r"config\.json: missing entry 'num_attention_heads'",
+)
+add(
+    "pretrained",
+    "shard-not-safetensors",
+    lambda: kn.models.from_pretrained(
+        _directory({"config.json": _GPT2, "model.safetensors": b"\x08" + b"\0" * 7 + b"not json"})
+    ),
+    checkpoint.CheckpointError,
+    r"model\.safetensors: not a SafeTensors file",
+)
+for _name, _index, _pattern in [
+    (
+        "pieces-overlap",
+        _pieces(f'[{{"file": {_SHARD}, "bounds": [[0, 4]]}}, {{"file": {_SHARD}, "bounds": [[0, 4]]}}]'),
+        r"overlap",
+    ),
+    ("pieces-gap", _pieces(f'[{{"file": {_SHARD}, "bounds": [[0, 4]]}}]'), r"cover 4 of the 8 elements"),
+    ("piece-parent", _pieces('[{"file": "../x.safetensors", "bounds": [[0, 8]]}]'), r"outside the directory"),
+    ("piece-absolute", _pieces('[{"file": "/etc/passwd", "bounds": [[0, 8]]}]'), r"outside the directory"),
+    ("piece-bounds", _pieces(f'[{{"file": {_SHARD}, "bounds": [0, 8]}}]'), r"not a region of shape \[8\]"),
+    ("index-not-json", "{", r"index\.json: not valid JSON"),
+    ("index-no-arrays", '{"format": "kaun_ir-sharded-1"}', r"index\.json: missing entry 'arrays'"),
+    ("index-a-list", "[]", r"index\.json: the document is an array"),
+]:
+    add(
+        "sharded",
+        _name,
+        lambda i=_index: checkpoint.load_sharded(_sharded(i), _A8),
+        checkpoint.CheckpointError,
+        _pattern,
+    )
+add(
+    "sharded",
+    "piece-missing-in-file",
+    lambda: checkpoint.load_sharded(_sharded(_pieces(f'[{{"file": {_SHARD}, "bounds": [[0, 8]]}}]')), _A8),
+    checkpoint.CheckpointError,
+    r"shards-00000-of-00001\.safetensors: piece 'a\|0:8'",
+)
+add(
+    "sharded",
+    "save-over-a-file",
+    lambda: checkpoint.save_sharded(_file("notes.txt", b"keep"), _A8),
+    FileExistsError,
+    r"not a directory.*notes\.txt",
+)
+add(
+    "sharded",
+    "save-unsupported-dtype",
+    lambda: checkpoint.save_sharded(_file("x", b"") + "-ckpt", {"z": np.ones(2, np.complex128)}),
+    TypeError,
+    r"leaf 'z' has dtype complex128",
+)
+add(
+    C,
+    "save-unsupported-dtype",
+    lambda: checkpoint.save(_file("o", b"") + ".safetensors", {"a": {"b": np.array(["text"])}}),
+    TypeError,
+    r"leaf 'a\.b' has dtype <U4",
+)
+add(
+    C,
+    "load-damaged-structure",
+    lambda: checkpoint.load(_saved_with_structure("{not json")),
+    checkpoint.CheckpointError,
+    r"s\.safetensors: damaged tree structure",
+)
+
+
+def _saved_with_structure(structure: str) -> str:
+    from safetensors.numpy import save_file
+
+    path = _file("s.safetensors", b"")
+    save_file({"a": np.ones(2, F32)}, path, metadata={"kaun_ir.tree": structure})
+    return path
