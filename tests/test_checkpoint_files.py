@@ -314,6 +314,24 @@ def test_from_pretrained_never_opens_a_file_outside_the_model_directory(tmp_path
     ) and "weight_map['transformer.wte.weight']" in str(info.value)
 
 
+def test_from_pretrained_follows_links_of_a_download_cache_into_its_blobs(tmp_path):
+    """Hugging Face's cache: ``repo/snapshots/<rev>/<file>`` are links into ``repo/blobs``."""
+    (tmp_path / "repo" / "blobs").mkdir(parents=True)
+    save_file({"transformer.wte.weight": np.ones((16, 8), F32)}, str(tmp_path / "repo" / "blobs" / "1f2e"))
+    root = _hf_dir(tmp_path / "repo" / "snapshots" / "abc123")
+    os.unlink(os.path.join(root, "part-1.safetensors"))
+    os.symlink("../../blobs/1f2e", os.path.join(root, "part-1.safetensors"))
+    # past the index: the checkpoint is read until the first tensor this tiny file lacks
+    with pytest.raises(ValueError, match=r"abc123 has no tensor 'transformer\."):
+        kn.models.from_pretrained(root)
+    os.symlink(tmp_path / "outside.safetensors", os.path.join(root, "elsewhere.safetensors"))
+    save_file({"transformer.wte.weight": np.ones((16, 8), F32)}, str(tmp_path / "outside.safetensors"))
+    with open(os.path.join(root, "model.safetensors.index.json"), "w") as handle:
+        json.dump({"weight_map": {"transformer.wte.weight": "elsewhere.safetensors"}}, handle)
+    with pytest.raises(CheckpointError, match="a link leading outside"):
+        kn.models.from_pretrained(root)
+
+
 @pytest.mark.parametrize(
     "what, config, index_text, pattern",
     [

@@ -79,12 +79,14 @@ def read_json(path: str, who: str) -> Any:
 class IndexFile:
     """The JSON index of a checkpoint directory, validated as it is read: :meth:`field` checks
     an entry's type, :meth:`file` that a file it names is a plain file inside the directory
-    (no absolute path, no ``..``, no link leading out). Every failure is a
+    (no absolute path, no ``..``, no link leading out, except into ``links_into``). Every failure is a
     :class:`CheckpointError` naming the index file and the entry."""
 
-    def __init__(self, path: str, who: str, directory: str | None = None):
+    def __init__(self, path: str, who: str, directory: str | None = None, links_into: tuple = ()):
         self.path, self.who = path, who
         self.directory = directory if directory is not None else os.path.dirname(path)
+        # folders outside the directory that a link in it may lead into (a download cache's)
+        self.links_into = tuple(os.path.realpath(p) for p in links_into)
         self.data = read_json(path, who)
         self._files: dict[str, str] = {}
 
@@ -123,9 +125,9 @@ class IndexFile:
         if os.path.isabs(name) or "\x00" in name or ".." in parts or re.match(r"^[A-Za-z]:", name):
             raise self.error(f"entry {where} names {name!r}, outside the directory {self.directory}")
         full = os.path.join(self.directory, name)
-        root = os.path.realpath(self.directory)
         real = os.path.realpath(full)
-        if os.path.commonpath([root, real]) != root:
+        roots = (os.path.realpath(self.directory), *self.links_into)
+        if not any(os.path.commonpath([root, real]) == root for root in roots):
             raise self.error(
                 f"entry {where} names {name!r}, a link leading outside the directory {self.directory}"
             )

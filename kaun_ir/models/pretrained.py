@@ -158,7 +158,7 @@ class _Tensors:
         single = os.path.join(directory, "model.safetensors")
         if os.path.exists(index):
             # every file the index names is checked to be a file inside the directory
-            reader = IndexFile(index, "from_pretrained")
+            reader = IndexFile(index, "from_pretrained", links_into=_cache_blobs(directory))
             weight_map = reader.field(reader.check_object(), "weight_map", dict)
             paths = {f: reader.file(f, f"weight_map[{k!r}]") for k, f in weight_map.items()}
         elif os.path.exists(single):
@@ -192,6 +192,16 @@ class _Tensors:
         name = self.where[key]
         with decoding(self.paths[name], "from_pretrained", f"cannot read tensor {key!r}: ", everything=True):
             return self.handles[name].get_tensor(key)
+
+
+def _cache_blobs(directory: str) -> tuple[str, ...]:
+    """A Hugging Face download cache keeps a model as ``<repo>/snapshots/<revision>/<file>``,
+    each file a link into ``<repo>/blobs``: the one folder outside ``directory`` its links may
+    lead into."""
+    snapshots = os.path.dirname(os.path.realpath(directory))
+    if os.path.basename(snapshots) != "snapshots":
+        return ()
+    return (os.path.join(os.path.dirname(snapshots), "blobs"),)
 
 
 def _convert(array: np.ndarray, transform: str) -> np.ndarray:
