@@ -230,10 +230,13 @@ class AtomicDirectory:
 
 def remove_stale_directories(path: str | os.PathLike) -> list[str]:
     """Remove the staging directories and links of :class:`AtomicDirectory` saves of ``path``
-    whose process is gone (a save killed midway), except the one ``path`` links to."""
+    whose process is gone (a save killed midway), except the one ``path`` links to (and, while
+    nothing is at ``path``, the directory set aside that :func:`resolve_directory` finds)."""
     path = os.path.abspath(os.fspath(path))
     parent, base = os.path.split(path)
     current = _own_link(path)
+    # with nothing at ``path``, a directory set aside is the checkpoint (resolve_directory): kept
+    keep_aside = not os.path.lexists(path)
     removed = []
     try:
         names = os.listdir(parent)
@@ -242,6 +245,8 @@ def remove_stale_directories(path: str | os.PathLike) -> list[str]:
     for name in names:
         match = _DIR.match(name)
         if match is None or match.group("base") != base or name == current or _alive(int(match.group("pid"))):
+            continue
+        if keep_aside and match.group("kind") == "old":
             continue
         full = os.path.join(parent, name)
         if os.path.isdir(full) and not os.path.islink(full):

@@ -205,8 +205,15 @@ def test_a_checkpoint_directory_of_an_earlier_release_is_replaced(tmp_path, monk
 def test_while_a_plain_directory_is_set_aside_the_loader_finds_it(tmp_path):
     """The one intermediate state without anything at ``path`` (no exchange: between renaming the
     old directory aside and renaming the link into place) still loads."""
-    _sharded(tmp_path / ".ckpt.123.abc.old", [(SHARD, [(0, 8)])])
-    np.testing.assert_array_equal(_load(str(tmp_path / "ckpt"))["a"], np.arange(8, dtype=F32))
+    aside = f".ckpt.{_dead_pid()}.abc.old"
+    _sharded(tmp_path / aside, [(SHARD, [(0, 8)])])
+    path = str(tmp_path / "ckpt")
+    np.testing.assert_array_equal(_load(path)["a"], np.arange(8, dtype=F32))
+    assert fileio.remove_stale_directories(path) == []  # it is the checkpoint until one is at path
+    kn.checkpoint.save_sharded(path, {"a": np.full(8, 3, F32)})
+    np.testing.assert_array_equal(_load(path)["a"], np.full(8, 3, F32))
+    kn.checkpoint.save_sharded(path, {"a": np.full(8, 4, F32)})  # now the next save removes it
+    assert leftovers(path) == []
 
 
 def test_saves_replace_the_link_and_leave_one_directory(tmp_path):
@@ -360,3 +367,48 @@ def test_from_pretrained_damaged_safetensors_names_the_file(tmp_path):
         CheckpointError, match=r"part-1\.safetensors: .*truncated|part-1\.safetensors: .*SafeTensors"
     ):
         kn.models.from_pretrained(root)
+
+
+def test_from_pretrained_reads_a_sharded_directory_through_the_index(tmp_path):
+    """A well-formed two-file GPT-2 checkpoint still loads (the checks refuse only bad indexes):
+    values compared with the Hugging Face tensors, sliced here by hand."""
+    rng = np.random.default_rng(0)
+    d, inner, vocab, positions = 8, 32, 16, 8
+    shapes = {
+        "transformer.wte.weight": (vocab, d),
+        "transformer.wpe.weight": (positions, d),
+        "transformer.ln_f.weight": (d,),
+        "transformer.ln_f.bias": (d,),
+    }
+    layer = {
+        "ln_1.weight": (d,),
+        "ln_1.bias": (d,),
+        "attn.c_attn.weight": (d, 3 * d),
+        "attn.c_attn.bias": (3 * d,),
+        "attn.c_proj.weight": (d, d),
+        "attn.c_proj.bias": (d,),
+        "ln_2.weight": (d,),
+        "ln_2.bias": (d,),
+        "mlp.c_fc.weight": (d, inner),
+        "mlp.c_fc.bias": (inner,),
+        "mlp.c_proj.weight": (inner, d),
+        "mlp.c_proj.bias": (d,),
+    }
+    shapes.update({f"transformer.h.0.{k}": v for k, v in layer.items()})
+    tensors = {k: rng.standard_normal(v).astype(F32) for k, v in shapes.items()}
+    names = sorted(tensors)
+    parts = {"model-1.safetensors": names[: len(names) // 2], "model-2.safetensors": names[len(names) // 2 :]}
+    root = tmp_path / "gpt2"
+    root.mkdir()
+    for file, keys in parts.items():
+        save_file({k: tensors[k] for k in keys}, str(root / file))
+    weight_map = {k: file for file, keys in parts.items() for k in keys}
+    (root / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (root / "config.json").write_text(json.dumps(GPT2))
+    params = kn.models.from_pretrained(root).params
+    np.testing.assert_array_equal(params["embed"]["weight"], tensors["transformer.wte.weight"])
+    c_attn = tensors["transformer.h.0.attn.c_attn.weight"]
+    np.testing.assert_array_equal(params["layers"][0]["attn"]["key"]["weight"], c_attn[:, d : 2 * d])
+    np.testing.assert_array_equal(
+        params["layers"][0]["mlp"]["fc"]["weight"], tensors["transformer.h.0.mlp.c_fc.weight"]
+    )

@@ -1,9 +1,11 @@
 """``kn.checkpoint``: trees of arrays saved as SafeTensors files, whole or sharded.
 
 ``core`` saves and loads one file (atomic writes, the tree's structure in the metadata), ``reader``
-opens a file and explains one it cannot read, ``mapping`` renames and transposes foreign
-``state_dict`` names onto a template, and ``sharded`` writes one file per process with an index
-for arrays spread over a mesh. See docs/training.md.
+opens a file and explains one it cannot read (and reads the JSON index of a checkpoint directory,
+checking every file it names stays inside), ``storable`` names a leaf whose dtype SafeTensors
+cannot hold, ``mapping`` renames and transposes foreign ``state_dict`` names onto a template, and
+``sharded`` writes one file per process with an index for arrays spread over a mesh. See
+docs/training.md.
 """
 
 from kaun_ir.checkpoint.core import (
