@@ -782,7 +782,7 @@ def _reuse_donated():
     f(x)
 
 
-# ------------------------------------------------------------------ fine-tuning (train.init(vars=), LoRA, EMA)
+# ---------------------------------------------------- fine-tuning (train.init(vars=), LoRA, EMA)
 add(
     R,
     "init-vars-wrong-shape",
