@@ -84,3 +84,17 @@ def test_accumulate_errors():
     trainer = train.make(model, optim.sgd(0.1), loss=loss.mse, accumulate=3)
     with pytest.raises(ValueError, match="multiple of 3"):
         train.step(trainer, _init(trainer), X, T)
+
+
+def test_blocks_of_accumulated_steps_equal_single_steps():
+    model = layer.sequential([layer.linear(8, 16), layer.relu(), layer.linear(16, 3)])
+    trainer = train.make(model, optim.adam(1e-2), loss=loss.cross_entropy_sparse, accumulate=2)
+    s1, s2 = _init(trainer), _init(trainer)
+    singles = []
+    for i in range(2):
+        value, s1 = train.step(trainer, s1, X[16 * i : 16 * i + 16], LABELS[16 * i : 16 * i + 16])
+        singles.append(float(value))
+    losses, s2 = train.steps(trainer, s2, X.reshape(2, 16, 8), LABELS.reshape(2, 16))
+    np.testing.assert_allclose(np.asarray(losses), singles, rtol=1e-6)
+    for a, b in zip(kn.ptree.leaves(s1.vars.params), kn.ptree.leaves(s2.vars.params)):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
