@@ -936,3 +936,35 @@ def _saved_with_structure(structure: str) -> str:
     path = _file("s.safetensors", b"")
     save_file({"a": np.ones(2, F32)}, path, metadata={"kaun_ir.tree": structure})
     return path
+
+
+# ---------------------------------------------------- fine-tuning (train.init(vars=), LoRA, EMA)
+add(
+    R,
+    "init-vars-wrong-shape",
+    lambda: train.init(_trainer(), vars=[{"weight": np.zeros((3, 4), F32), "bias": np.zeros(2, F32)}]),
+    kn.ShapeError,
+    r"'0\.weight' have shape \[3,4\].*expects \[3,2\]",
+)
+add(
+    R,
+    "init-vars-missing-path",
+    lambda: train.init(_trainer(), vars=[{"weight": np.zeros((3, 2), F32)}]),
+    kn.ShapeError,
+    r"lack \['0\.bias'\]",
+)
+add(
+    R,
+    "accumulate-closure-form",
+    lambda: train.make(layer.linear(2, 2), optim.sgd(0.1), accumulate=2),
+    ValueError,
+    r"loss=fn",
+)
+add(
+    R,
+    "predict-ema-without-ema",
+    lambda: train.predict(_trainer(), _state(), np.ones((1, 3), F32), ema=True),
+    ValueError,
+    r"optim\.ema",
+)
+add("layers", "lora-no-target", lambda: layer.lora(layer.linear(2, 2), 1, targets=42), TypeError, r"targets")

@@ -93,7 +93,7 @@ def _traced_step(alg):
     return train.step_graph(trainer, st, x, lambda logits: loss.cross_entropy_sparse(logits, y))
 
 
-@pytest.mark.parametrize("name", ["sgd-momentum", "adam", "adagrad"])
+@pytest.mark.parametrize("name", ["sgd-momentum", "adam", "adamw", "adagrad"])
 def test_interpreter_agrees_before_and_after(name):
     graph = _traced_step(OPTIMIZERS[name]())
     before = passes.run(graph, BASE)

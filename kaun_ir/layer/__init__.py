@@ -27,6 +27,7 @@ from kaun_ir.layer.embedding import embedding
 from kaun_ir.layer.forward import apply
 from kaun_ir.layer.initialise import child_init, eval_shape, init
 from kaun_ir.layer.linear import linear
+from kaun_ir.layer.lora import lora, lora_frozen, lora_merge, lora_vars
 from kaun_ir.layer.normalization import batch_norm, layer_norm, rms_norm
 from kaun_ir.layer.pooling import avg_pool1d, avg_pool2d, flatten, max_pool1d, max_pool2d
 from kaun_ir.layer.recurrent import from_torch as recurrent_from_torch
@@ -77,4 +78,8 @@ __all__ = [
     "adaptive_avg_pool2d",
     "tied_embedding",
     "summary",
+    "lora",
+    "lora_merge",
+    "lora_vars",
+    "lora_frozen",
 ]

@@ -9,6 +9,9 @@ params, state = optim.update(alg, state, params, grads)   # or step + apply_upda
 Optimisers compose: ``optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(3e-4,
 weight_decay=0.1, mask=lambda path, p: p.ndim >= 2))`` is an optimiser too. For float16 /
 bfloat16 parameters the optimiser state and its arithmetic are float32 (``state_dtype=``).
+``adam`` and ``adamw`` are themselves chains of optax-style building blocks (``scale_by_adam``,
+``add_decayed_weights``, ``scale_by_learning_rate``); the others are ``scale``, ``ema``,
+``apply_every``, ``multi_steps`` and ``freeze``.
 
 An :class:`Algorithm` is a record ``(init, step, name, hyperparams, slots)``; a :class:`State`
 is ``(count, trees)``. Everything works on concrete arrays (one compiled graph per call
@@ -24,6 +27,7 @@ from kaun_ir.optim.core import (
     State,
     apply_updates,
     clip_by_global_norm,
+    clip_grads_by_global_norm,
     global_norm,
     init,
     slot_dtype,
@@ -31,6 +35,17 @@ from kaun_ir.optim.core import (
     state_to_trees,
     step,
     update,
+)
+from kaun_ir.optim.transforms import (
+    add_decayed_weights,
+    apply_every,
+    ema,
+    ema_params,
+    freeze,
+    multi_steps,
+    scale,
+    scale_by_adam,
+    scale_by_learning_rate,
 )
 
 __all__ = [
@@ -42,7 +57,17 @@ __all__ = [
     "apply_updates",
     "global_norm",
     "clip_by_global_norm",
+    "clip_grads_by_global_norm",
     "chain",
+    "scale",
+    "scale_by_learning_rate",
+    "scale_by_adam",
+    "add_decayed_weights",
+    "ema",
+    "ema_params",
+    "apply_every",
+    "multi_steps",
+    "freeze",
     "slot_dtype",
     "state_to_trees",
     "state_of_trees",

@@ -11,145 +11,28 @@ step as scalars and cast once per parameter dtype; only the per-element work is 
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from kaun_ir import dtypes, ptree
-from kaun_ir.errors import ShapeError
+from kaun_ir.optim.compose import chain
 from kaun_ir.optim.core import Algorithm, filled_like
+from kaun_ir.optim.leafwise import (
+    _ema,
+    _in,
+    _learning_rate,
+    _learning_rate_arg,
+    _map_leaves,
+    _number,
+    _out,
+    _Scalars,
+    _scale,
+    _state_dtype_arg,
+)
 from kaun_ir.optim.masks import decay_mask
-from kaun_ir.surface.elementwise import add, divide, greater, multiply, power, rsqrt, sqrt, subtract, where
-from kaun_ir.surface.promotion import astype, dtype_of, shape_of
-from kaun_ir.surface.tensor import Tensor
+from kaun_ir.optim.transforms import add_decayed_weights, scale_by_adam, scale_by_learning_rate
+from kaun_ir.surface.elementwise import add, greater, multiply, rsqrt, where
 
 __all__ = ["sgd", "adam", "adamw", "rmsprop", "adagrad"]
-
-
-# ------------------------------------------------------------------------ validation
-
-
-def _number(
-    opt: str, name: str, value: Any, low: float = 0.0, high: float | None = None, high_open: bool = True
-) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"optim.{opt}: {name} must be a number, got {value!r}")
-    value = float(value)
-    too_high = high is not None and (value >= high if high_open else value > high)
-    if value < low or too_high or value != value:
-        upper = "" if high is None else f" and {'<' if high_open else '<='} {high}"
-        raise ValueError(f"optim.{opt}: {name} must be >= {low}{upper}, got {value}")
-    return value
-
-
-def _learning_rate_arg(opt: str, lr: Any) -> Any:
-    if callable(lr):
-        return lr
-    return _number(opt, "lr", lr)
-
-
-# -------------------------------------------------------------------- per-step scalars
-
-
-def _learning_rate(lr: Any, t: Any) -> Any:
-    """The learning rate of step ``t``: a Python float or a float32 scalar Tensor."""
-    value = lr(t) if callable(lr) else lr
-    if isinstance(value, (Tensor, float, int)) and not isinstance(value, bool):
-        return value
-    host = np.asarray(value)  # a concrete array returned by a user's schedule
-    if host.shape != () or host.dtype.kind not in "iuf":
-        raise TypeError(f"optim: the learning-rate schedule returned {value!r}; it must be a scalar")
-    return float(host)
-
-
-class _Scalars:
-    """Named per-step scalars, each cast at most once per parameter dtype."""
-
-    def __init__(self, **values: Any):
-        self.values = values
-        self.cast: dict = {}
-
-    def __call__(self, name: str, like: Any) -> Any:
-        value = self.values[name]
-        if isinstance(value, float):  # a Python float adapts to the leaf's dtype by itself
-            return value
-        key = (name, dtype_of(like))
-        if key not in self.cast:
-            self.cast[key] = astype(value, key[1])
-        return self.cast[key]
-
-
-def _scale(value: Any, factor: float) -> Any:
-    """``value * factor`` for a Python float or a scalar Tensor."""
-    return value * factor if isinstance(value, (float, int)) else multiply(value, factor)
-
-
-def _step_float(t: Any) -> Any:
-    return astype(t, dtypes.float32)
-
-
-# ------------------------------------------------------------------- leaf-wise mapping
-
-
-def _shape_text(shape) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
-
-
-def _leaves_like(params: Any, tree: Any, what: str, opt: str) -> list:
-    """``tree``'s leaves, checked to have ``params``' structure and shapes."""
-    try:
-        ptree.map2(lambda a, b: None, params, tree)
-    except ValueError as err:
-        raise ValueError(f"optim.{opt}: {what} do not match the parameters: {err}") from None
-    pairs = zip(ptree.flatten_with_paths(params), ptree.leaves(tree))
-    leaves = []
-    for (path, p), leaf in pairs:
-        if shape_of(p) != shape_of(leaf):
-            where = f"at {path!r}" if path else "at the root"
-            raise ShapeError(
-                f"optim.{opt}: {what} {where} have shape {_shape_text(shape_of(leaf))}, "
-                f"the parameter {_shape_text(shape_of(p))}"
-            )
-        leaves.append(leaf)
-    return leaves
-
-
-def _map_leaves(opt: str, fn: Callable, params: Any, grads: Any, trees: tuple, n_out: int) -> tuple:
-    """Apply ``fn(param, grad, *slot_leaves) -> n_out results`` leaf by leaf; returns ``n_out``
-    trees of ``params``' structure."""
-    param_leaves, rebuild = ptree.flatten(params)
-    columns = [param_leaves, _leaves_like(params, grads, "the gradients", opt)]
-    columns += [_leaves_like(params, tree, "the optimiser state trees", opt) for tree in trees]
-    results = [fn(*row) for row in zip(*columns)]
-    return tuple(rebuild([r[i] for r in results]) for i in range(n_out))
-
-
-def _state_dtype_arg(opt: str, state_dtype: Any) -> Any:
-    if state_dtype is None:
-        return None
-    dtype = dtypes.canonical(state_dtype)
-    if not dtypes.is_float(dtype):
-        raise ValueError(
-            f"optim.{opt}: state_dtype must be a floating-point dtype, got {dtypes.short_name(dtype)}"
-        )
-    return dtype
-
-
-def _in(like: Any, x: Any) -> Any:
-    """``x`` in ``like``'s dtype (the slot dtype the arithmetic runs in)."""
-    return astype(x, dtype_of(like))
-
-
-def _out(p: Any, u: Any) -> Any:
-    """An update in its parameter's dtype."""
-    return astype(u, dtype_of(p))
-
-
-def _ema(decay: float, new: Any, old: Any) -> Any:
-    """``(1 - decay) * new + decay * old`` (optax's moment update)."""
-    return add(multiply(1.0 - decay, new), multiply(decay, old))
 
 
 # ------------------------------------------------------------------------ optimisers
@@ -211,37 +94,21 @@ def _adam_like(
     eps = _number(name, "eps", eps)
     weight_decay = _number(name, "weight_decay", weight_decay)
     state_dtype = _state_dtype_arg(name, state_dtype)
-    masked = decay_mask(name, mask)
+    decay_mask(name, mask)  # a bad mask fails here
+    # the chain optax defines them as: scale_by_adam, [add_decayed_weights], scale_by_learning_rate
+    # optax's chain: scale_by_adam, [add_decayed_weights(wd, mask)], scale_by_learning_rate(lr)
+    members = [scale_by_adam(b1, b2, eps, state_dtype)]
+    if weight_decay:
+        members.append(add_decayed_weights(weight_decay, mask))
+    members.append(scale_by_learning_rate(lr))
+    inner = chain(*members)
 
     def init(params):
-        return filled_like(params, 0.0, state_dtype), filled_like(params, 0.0, state_dtype)
+        return inner.init(params)
 
     def step(t, trees, params, grads):
-        lr_t = _learning_rate(lr, t)
-        t_float = _step_float(t)
-        # bias corrections, once per step: mu_hat = mu / (1 - b1**t), nu_hat = nu / (1 - b2**t)
-        correction1 = subtract(1.0, power(np.float32(b1), t_float))
-        correction2 = subtract(1.0, power(np.float32(b2), t_float))
-        scalars = _Scalars(
-            neg_step=divide(_scale(lr_t, -1.0), correction1),
-            inv_correction2=divide(1.0, correction2),
-            neg_decay=_scale(lr_t, -weight_decay),
-        )
-
-        decays = iter(masked(params) if weight_decay else ())
-
-        def leaf(p, g, mu, nu):
-            g = _in(mu, g)  # the moments' dtype: float32 for float16/bfloat16 parameters
-            mu = _ema(b1, g, mu)
-            nu = _ema(b2, multiply(g, g), nu)
-            root = sqrt(multiply(nu, scalars("inv_correction2", g)))
-            u = multiply(scalars("neg_step", g), divide(mu, add(root, eps)))
-            if weight_decay and next(decays):
-                u = add(u, multiply(scalars("neg_decay", g), _in(g, p)))
-            return _out(p, u), mu, nu
-
-        updates, mu, nu = _map_leaves(name, leaf, params, grads, trees, 3)
-        return updates, (mu, nu)
+        updates, trees = inner.step(t, trees, params, grads)
+        return ptree.map2(_out, params, updates), trees  # in the parameters' dtypes
 
     hyper = {"lr": lr, "b1": b1, "b2": b2, "eps": eps}
     if name == "adamw":
@@ -256,7 +123,8 @@ def _adam_like(
 def adam(
     lr: Any, b1: float = 0.9, b2: float = 0.999, eps: float = 1e-8, state_dtype: Any = None
 ) -> Algorithm:
-    """Adam (optax ``adam`` with ``eps_root=0``; PyTorch ``Adam``).
+    """Adam (optax ``adam`` with ``eps_root=0``; PyTorch ``Adam``): the chain
+    ``scale_by_adam(b1, b2, eps)`` then ``scale_by_learning_rate(lr)``, named ``adam``.
 
     Slots ``mu``, ``nu``: ``mu = b1*mu + (1-b1)*g``, ``nu = b2*nu + (1-b2)*g**2``, then
     ``update = -lr * mu_hat / (sqrt(nu_hat) + eps)`` with ``mu_hat = mu / (1 - b1**t)``,
@@ -281,7 +149,8 @@ def adamw(
 ) -> Algorithm:
     """Adam with decoupled weight decay (optax ``adamw``, whose default decay is 1e-4; PyTorch
     ``AdamW``'s default 0.01 is used here): ``update = -lr * (adam_direction + weight_decay *
-    param)``.
+    param)``, the chain ``scale_by_adam``, ``add_decayed_weights(weight_decay, mask)``,
+    ``scale_by_learning_rate(lr)``, named ``adamw``.
 
     ``mask`` chooses the decayed parameters (default: all): a predicate ``mask(path) -> bool``
     on the dotted parameter path (``"blocks.0.attn.weight"``), or ``mask(path, param) -> bool``

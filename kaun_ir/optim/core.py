@@ -39,6 +39,7 @@ __all__ = [
     "apply_updates",
     "global_norm",
     "clip_by_global_norm",
+    "clip_grads_by_global_norm",
     "state_to_trees",
     "state_of_trees",
 ]
@@ -273,15 +274,12 @@ _NO_GRADS = object()
 
 
 def clip_by_global_norm(max_norm: Any, grads: Any = _NO_GRADS) -> Any:
-    """Global-norm clipping, in two forms.
+    """The gradient *transformation* (an :class:`Algorithm`) that clips by global norm, for
+    ``optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(3e-4))`` (optax's name).
 
-    ``clip_by_global_norm(max_norm)``: the gradient *transformation* (an :class:`Algorithm`),
-    for ``optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(3e-4))``.
-
-    ``clip_by_global_norm(max_norm, grads)``: ``grads`` scaled by ``max_norm /
-    global_norm(grads)`` when the norm exceeds ``max_norm``, unchanged otherwise (like optax /
-    ``torch.nn.utils.clip_grad_norm_``). Same tree, same dtypes. ``max_norm`` is a positive
-    number (or a scalar array).
+    Deprecated form: ``clip_by_global_norm(max_norm, grads)`` still clips a gradient tree
+    directly; spell it :func:`clip_grads_by_global_norm(grads, max_norm)
+    <clip_grads_by_global_norm>`, which is unambiguous.
     """
     if grads is _NO_GRADS:
         # imported here: optim.core and optim.compose import each other
@@ -290,6 +288,15 @@ def clip_by_global_norm(max_norm: Any, grads: Any = _NO_GRADS) -> Any:
         return clip_by_global_norm_transform(max_norm)
     if isinstance(max_norm, (int, float)) and not max_norm > 0:
         raise ValueError(f"optim.clip_by_global_norm: max_norm must be > 0, got {max_norm}")
+    return _clip_grads(max_norm, grads)
+
+
+def clip_grads_by_global_norm(grads: Any, max_norm: Any) -> Any:
+    """``grads`` scaled by ``max_norm / global_norm(grads)`` when the norm exceeds ``max_norm``,
+    unchanged otherwise (like ``torch.nn.utils.clip_grad_norm_``, returning the clipped tree).
+    Same tree, same dtypes. ``max_norm`` is a positive number (or a scalar array)."""
+    if isinstance(max_norm, (int, float)) and not max_norm > 0:
+        raise ValueError(f"optim.clip_grads_by_global_norm: max_norm must be > 0, got {max_norm}")
     return _clip_grads(max_norm, grads)
 
 

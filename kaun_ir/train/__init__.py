@@ -35,7 +35,7 @@ from kaun_ir.train.inspection import forward_graph, step_executable, step_graph
 from kaun_ir.train.io import load, save, state_of_tree, state_to_tree
 from kaun_ir.train.loop import EarlyStop, fit
 from kaun_ir.train.state import State, Trainer, TrainerCache, init, make, make_state, vars  # noqa: A004
-from kaun_ir.train.stepping import predict, step, steps
+from kaun_ir.train.stepping import ema_vars, predict, step, steps
 
 __all__ = [
     "Trainer",
@@ -50,6 +50,7 @@ __all__ = [
     "steps",
     "fit",
     "predict",
+    "ema_vars",
     "save",
     "load",
     "state_to_tree",

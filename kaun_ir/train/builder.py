@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kaun_ir import layer, optim, tree
+from kaun_ir import dtypes, layer, optim, ptree, tree
 from kaun_ir.ir.builder import scope as ir_scope
 from kaun_ir.precision import loss_scale_of
 from kaun_ir.runtime import jit
@@ -26,6 +26,7 @@ from kaun_ir.sharding.policy import step_shardings
 from kaun_ir.surface import random
 from kaun_ir.surface import random as krandom
 from kaun_ir.surface.control import fori_loop
+from kaun_ir.surface.creation import zeros
 from kaun_ir.surface.dynamic_slice import dynamic_slice, dynamic_update_slice
 from kaun_ir.surface.promotion import astype, dtype_of
 from kaun_ir.surface.shapes import reshape
@@ -52,36 +53,83 @@ def step_body(
     dtype,
 ) -> tuple:
     """One training step, traced: forward, loss, own-IR autodiff, optimiser update. Returns
-    ``(loss, new_params, new_state, new_opt_state)``."""
+    ``(loss, new_params, new_state, new_opt_state)``. With ``trainer.accumulate = N > 1`` the
+    batch is split into ``N`` micro-batches along its first axis, their gradients are summed in a
+    loop on the device and their mean is given to the optimiser (one update per step)."""
     alg = trainer.optimizer
     count = opt_state[0]
     ctx = dict(ctx)
     with ir_scope("rng"):
-        ctx["rng"] = random.fold_in(key, count)
+        step_key = random.fold_in(key, count)
 
     # float16 loss scaling (kaun_ir.precision): differentiate loss * scale, report the loss
     scale = None
     if trainer.precision is not None and trainer.precision.loss_scale is not None:
         scale = loss_scale_of(opt_state)
 
-    def objective(p):
-        y, new_vars = layer.apply(trainer.model, layer.Vars(p, state, dtype), x, training=training, ctx=ctx)
-        with ir_scope("loss"):  # the loss's nodes (and their backward) are grouped as "loss"
-            value = loss(y, targets)
-        shape = getattr(value, "shape", ())
-        if tuple(shape) != ():
-            what = "the loss given to train.make" if isinstance(loss, Explicit) else "loss_fn"
-            raise ValueError(f"{what} must return a scalar, returned shape {list(shape)}")
-        warn_if_independent(value, p)
-        if scale is None:
-            return value, (value, new_vars.state)
-        with ir_scope("loss"):
-            scaled = value * astype(scale, dtype_of(value))
-        return scaled, (value, new_vars.state)
+    def loss_and_grads(state, x, targets, rng_key):
+        def objective(p):
+            y, new_vars = layer.apply(
+                trainer.model, layer.Vars(p, state, dtype), x, training=training, ctx=dict(ctx, rng=rng_key)
+            )
+            with ir_scope("loss"):  # the loss's nodes (and their backward) are grouped as "loss"
+                value = loss(y, targets)
+            shape = getattr(value, "shape", ())
+            if tuple(shape) != ():
+                what = "the loss given to train.make" if isinstance(loss, Explicit) else "loss_fn"
+                raise ValueError(f"{what} must return a scalar, returned shape {list(shape)}")
+            warn_if_independent(value, p)
+            if scale is None:
+                return value, (value, new_vars.state)
+            with ir_scope("loss"):
+                scaled = value * astype(scale, dtype_of(value))
+            return scaled, (value, new_vars.state)
 
-    (_, (loss_value, new_state)), grads = value_and_grad(objective, has_aux=True)(params)
+        (_, (loss_value, new_state)), grads = value_and_grad(objective, has_aux=True)(params)
+        return loss_value, new_state, grads
+
+    if trainer.accumulate == 1:
+        loss_value, new_state, grads = loss_and_grads(state, x, targets, step_key)
+    else:
+        loss_value, new_state, grads = _accumulated(
+            trainer.accumulate, loss_and_grads, params, state, x, targets, step_key
+        )
     new_params, new_opt = optim.update(alg, opt_state, params, grads)
     return loss_value, new_params, new_state, tuple(new_opt)
+
+
+def _micro_batch(leaf, i, size: int):
+    """Rows ``[i * size, (i + 1) * size)`` of ``leaf`` (``i`` traced)."""
+    shape = tuple(leaf.shape)
+    return dynamic_slice(leaf, [i * size] + [0] * (len(shape) - 1), (size,) + shape[1:])
+
+
+def _accumulated(n: int, loss_and_grads: Callable, params, state, x, targets, step_key) -> tuple:
+    """``loss_and_grads`` on ``n`` micro-batches of ``(x, targets)`` in one ``fori_loop``: the
+    mean loss, the layer state after the last micro-batch and the mean gradient."""
+    leaves, treedef = tree.flatten((x, targets))
+    rows = {int(leaf.shape[0]) if getattr(leaf, "ndim", 0) else None for leaf in leaves}
+    if len(rows) != 1 or None in rows or next(iter(rows)) % n:
+        shapes = [list(getattr(leaf, "shape", ())) for leaf in leaves]
+        raise ValueError(
+            f"train.make(accumulate={n}): x and every target need the same leading batch size, a "
+            f"multiple of {n} (it is split into {n} micro-batches); got shapes {shapes}"
+        )
+    size = next(iter(rows)) // n
+    zero_grads = ptree.map(lambda p: zeros(tuple(p.shape), dtype_of(p)), params)
+
+    def body(i, carry):
+        total, state, grads = carry
+        micro_x, micro_targets = tree.unflatten(treedef, [_micro_batch(leaf, i, size) for leaf in leaves])
+        with ir_scope("rng"):
+            key = random.fold_in(step_key, i)
+        value, state, new = loss_and_grads(state, micro_x, micro_targets, key)
+        grads = ptree.map2(lambda a, g: a + astype(g, dtype_of(a)), grads, new)
+        return total + astype(value, dtypes.float32), state, grads
+
+    total, new_state, grads = fori_loop(0, n, body, (np.zeros((), np.float32), state, zero_grads))
+    grads = ptree.map(lambda g: g / astype(np.float32(n), dtype_of(g)), grads)
+    return total / np.float32(n), new_state, grads
 
 
 def block_body(

@@ -7,11 +7,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaun_ir import dtypes, layer, optim, passes, rng, tree
+from kaun_ir import dtypes, layer, optim, passes, ptree, rng, tree
+from kaun_ir.errors import ShapeError
 from kaun_ir.precision import as_policy as as_precision_policy
 from kaun_ir.precision import loss_scaled
 from kaun_ir.sharding.policy import check_training_layout, place_state
 from kaun_ir.surface import random
+from kaun_ir.surface.trace import ShapeDtype, trace_flat
 from kaun_ir.transforms.remat import as_policy as as_remat_policy
 
 __all__ = [
@@ -76,6 +78,8 @@ class Trainer:
     remat: Any = None
     #: the ``kn.precision.Policy`` of the step (``make(precision=...)``), else None
     precision: Any = None
+    #: the number of micro-batches a step's batch is split into (``make(accumulate=N)``)
+    accumulate: int = 1
     cache: TrainerCache = field(default_factory=TrainerCache, init=False, repr=False, compare=False)
 
 
@@ -121,6 +125,7 @@ def make(
     remat: Any = None,
     remat_depth: int = 1,
     precision: Any = None,
+    accumulate: int = 1,
 ) -> Trainer:
     """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``).
 
@@ -148,6 +153,15 @@ def make(
     of the step in that dtype, parameters and optimiser state float32; ``"float16"`` adds
     dynamic loss scaling (the trainer's optimizer then keeps two more slots, ``loss_scale`` and
     ``finite_steps``; a step with a non-finite gradient only halves the scale). See docs/memory.md.
+
+    ``accumulate=N``: gradient accumulation inside the compiled step. Each step's batch (``x`` and
+    every target, leading size a multiple of ``N``) is split into ``N`` micro-batches that run one
+    after the other in a loop on the device (one executable, no host round trips); their
+    gradients are averaged and the optimiser updates once. For a loss that is a mean over the
+    batch this equals the step on the whole batch up to float rounding, with the activation
+    memory of one micro-batch. The reported loss is the mean of the micro-batch losses; layer
+    state (batch-norm statistics) is threaded through the micro-batches; dropout draws from
+    ``fold_in(step key, i)`` for micro-batch ``i``. Needs the explicit form (``loss=``).
     """
     if not isinstance(model, layer.Layer):
         raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
@@ -172,7 +186,16 @@ def make(
         precision = as_precision_policy(precision)
         if precision.loss_scale is not None:
             optimizer = loss_scaled(optimizer, precision)
-    return Trainer(model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat, precision)
+    if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
+        raise ValueError(f"train.make: accumulate must be a positive int, got {accumulate!r}")
+    if accumulate > 1 and loss is None:
+        raise ValueError(
+            "train.make: accumulate= splits the targets into micro-batches, so it needs the explicit "
+            "form: train.make(model, optimizer, loss=fn, accumulate=N)"
+        )
+    return Trainer(
+        model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat, precision, accumulate
+    )
 
 
 def _base_key():
@@ -198,11 +221,92 @@ def make_state(trainer: Trainer, vars: layer.Vars) -> State:
     return State(vars, opt_state, 0, _base_key(), describe_optimizer(trainer.optimizer))
 
 
-def init(trainer: Trainer, dtype=dtypes.float32, example=None) -> State:
+def init(trainer: Trainer, dtype=dtypes.float32, example=None, vars: Any = None) -> State:  # noqa: A002
     """Initialise the model (randomness from the current ``kn.rng`` scope) and the optimiser.
     ``example`` (an input array or ``kn.ShapeDtype``) fills in the sizes the model's layers left
-    out, as in ``layer.init(model, example)``."""
-    return make_state(trainer, layer.init(trainer.model, example, dtype))
+    out, as in ``layer.init(model, example)``.
+
+    ``vars``: start from given weights instead (fine-tuning): a ``layer.Vars``, anything with a
+    ``.vars`` (``kn.models.from_pretrained``'s result), or a parameter tree alone (from
+    ``checkpoint.load``, another framework ...; the layer state is then the model's fresh one).
+    They are checked against the tree the model's ``init`` makes (traced abstractly, nothing
+    runs): a missing or extra path, or a shape that differs, is a ``kn.ShapeError`` naming the
+    path and both shapes. The given arrays are used as they are (``dtype`` is theirs); the
+    optimiser state is fresh and the step count 0."""
+    if vars is None:
+        return make_state(trainer, layer.init(trainer.model, example, dtype))
+    return make_state(trainer, _given_vars(trainer, vars, example))
+
+
+def _expected_vars(model: layer.Layer, example: Any, dtype: Any) -> tuple[Any, Any]:
+    """``(params, state)`` of ``layer.init(model, example)`` as ``kn.ShapeDtype`` trees (an abstract
+    trace; the current rng scope is not advanced)."""
+
+    def make():
+        with rng.scope(0):
+            v = layer.init(model, example, dtype)
+        return v.params, v.state
+
+    traced = trace_flat(make, (), {})
+    leaves = [ShapeDtype(v.type.shape, v.type.dtype) for v in traced.graph.outputs]
+    return tree.unflatten(traced.out_treedef, leaves)
+
+
+def _shape_text(shape) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _check_tree(model: layer.Layer, what: str, expected: Any, given: Any) -> None:
+    want = dict(ptree.flatten_with_paths(expected))
+    have = dict(ptree.flatten_with_paths(given))
+    name = f"model {model.name!r}"
+    missing = [path for path in want if path not in have]
+    if missing:
+        raise ShapeError(
+            f"train.init(vars=...): the given {what} lack {missing[:5]} (shape "
+            f"{_shape_text(want[missing[0]].shape)}), which {name} has"
+        )
+    extra = [path for path in have if path not in want]
+    if extra:
+        raise ShapeError(
+            f"train.init(vars=...): the given {what} have {extra[:5]}, which {name} does not have"
+        )
+    for path, spec in want.items():
+        shape = tuple(getattr(have[path], "shape", ()))
+        if shape != tuple(spec.shape):
+            raise ShapeError(
+                f"train.init(vars=...): the {what} at {path!r} have shape "
+                f"{_shape_text(shape)}, {name} expects {_shape_text(spec.shape)}"
+            )
+    if not ptree.structure_equal(expected, given):  # same paths, other containers (list vs dict)
+        try:
+            ptree.map2(lambda a, b: None, expected, given)
+        except ValueError as err:
+            raise ShapeError(f"train.init(vars=...): the given {what} do not match {name}: {err}") from None
+
+
+def _given_vars(trainer: Trainer, given: Any, example: Any) -> layer.Vars:
+    if not isinstance(given, layer.Vars) and isinstance(getattr(given, "vars", None), layer.Vars):
+        given = given.vars  # e.g. kn.models.from_pretrained(...)
+    if isinstance(given, layer.Vars):
+        params, state, dtype = given.params, given.state, given.dtype
+    else:
+        params, state, dtype = given, None, _float_dtype_of(given)
+    want_params, want_state = _expected_vars(trainer.model, example, dtype)
+    _check_tree(trainer.model, "parameters", want_params, params)
+    if state is None:
+        state = layer.init(trainer.model, example, dtype).state if tree.flatten(want_state)[0] else want_state
+    else:
+        _check_tree(trainer.model, "layer state", want_state, state)
+    return layer.Vars(params, state, dtype)
+
+
+def _float_dtype_of(params: Any) -> Any:
+    for leaf in tree.flatten(params)[0]:
+        dt = getattr(leaf, "dtype", None)
+        if dt is not None and dtypes.is_float(dtypes.canonical(dt)):
+            return dtypes.canonical(dt)
+    return dtypes.float32
 
 
 def vars(st: State) -> layer.Vars:  # noqa: A001 - the API's name

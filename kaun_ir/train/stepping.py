@@ -14,7 +14,7 @@ from kaun_ir.train.capture import LossSpec, Probed, Unlifted, warn_opaque
 from kaun_ir.train.diagnose import raise_if_foreign_state
 from kaun_ir.train.state import State, Trainer, check_state
 
-__all__ = ["step", "steps", "predict"]
+__all__ = ["step", "steps", "predict", "ema_vars"]
 
 _NOT_HELD = (
     "it uses NumPy or device arrays that the closure does not hold itself: reached through an "
@@ -166,7 +166,18 @@ def block_step(trainer: Trainer, st: State, batches: list, ctx: dict | None):
     return _run_block(trainer, st, xs, first, arrays, True, ctx)
 
 
-def predict(trainer: Trainer, st: State, x: Any, ctx: dict | None = None) -> Any:
-    """Inference (``training=False``): the model's output only."""
+def ema_vars(trainer: Trainer, st: State) -> layer.Vars:
+    """The model variables with the weight average of an ``optim.ema`` member of the trainer's
+    optimiser as parameters (``ValueError`` if it keeps none): for evaluation and for saving the
+    averaged model. The average lives in the optimiser state, so checkpoints keep it."""
+    check_state(st, "ema_vars")
+    params = optim.ema_params(trainer.optimizer, st.opt_state, st.vars.params)
+    return layer.Vars(params, st.vars.state, st.vars.dtype)
+
+
+def predict(trainer: Trainer, st: State, x: Any, ctx: dict | None = None, ema: bool = False) -> Any:
+    """Inference (``training=False``): the model's output only. ``ema=True``: with the weight
+    average an ``optim.ema`` member of the optimiser keeps (see :func:`ema_vars`)."""
     check_state(st, "predict")
-    return layer.apply(trainer.model, st.vars, x, training=False, ctx=ctx)[0]
+    v = ema_vars(trainer, st) if ema else st.vars
+    return layer.apply(trainer.model, v, x, training=False, ctx=ctx)[0]
