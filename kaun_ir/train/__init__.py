@@ -31,6 +31,9 @@ functions), :mod:`.dispatch` (repeated steps through ``kaun_ir.runtime``'s route
 and executable), :mod:`.io` (saving and restoring a state).
 """
 
+from kaun_ir.train.callbacks import Callback, CsvWriter, JsonlWriter, MetricWriter, TensorBoardWriter
+from kaun_ir.train.checkpointing import checkpoint_steps, latest_checkpoint
+from kaun_ir.train.evaluation import evaluate
 from kaun_ir.train.inspection import forward_graph, step_executable, step_graph
 from kaun_ir.train.io import load, save, state_of_tree, state_to_tree
 from kaun_ir.train.loop import EarlyStop, fit
@@ -49,6 +52,14 @@ __all__ = [
     "step",
     "steps",
     "fit",
+    "evaluate",
+    "Callback",
+    "MetricWriter",
+    "JsonlWriter",
+    "CsvWriter",
+    "TensorBoardWriter",
+    "latest_checkpoint",
+    "checkpoint_steps",
     "predict",
     "save",
     "load",
