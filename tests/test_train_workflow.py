@@ -351,3 +351,46 @@ def test_fit_argument_errors(tmp_path):
         train.fit(TRAINER, st, [], resume=str(tmp_path / "missing.safetensors"))
     with pytest.raises(ValueError, match="epochs"):
         train.fit(TRAINER, st, [], epochs=0)
+
+
+# -- profiling ---------------------------------------------------------------------------------------
+
+
+def test_fit_profiles_a_range_of_steps_with_layer_named_kernels(tmp_path, capsys):
+    import gzip
+
+    st = train.fit(TRAINER, _fresh(), _pipeline(), profile_steps=(2, 3), profile_dir=tmp_path, progress=False)
+    assert st.step == 6
+    printed = capsys.readouterr().out
+    assert printed.splitlines()[0].split() == ["layer", "kernels", "ms", "%"]
+    # the lowering's loc() became XLA's op_name metadata, and the kernels carry it
+    hlo = train.step_executable(TRAINER, st, XS[:8], YS[:8]).hlo_text()
+    assert 'op_name="0.linear/dot_general"' in hlo
+    trace = json.load(gzip.open(tmp_path / "kaun_ir.trace.json.gz", "rt"))
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    named = {e["args"]["kaun_ir.op_name"] for e in events if "kaun_ir.op_name" in e.get("args", {})}
+    assert {"0.linear/dot_general", "3.linear/dot_general"} <= named
+    assert any(name.startswith("optimizer/") for name in named)
+    # the raw trace (TensorBoard's profiler plugin) is there too
+    assert list((tmp_path / "plugins" / "profile").iterdir())
+    for line in printed.splitlines()[1:]:
+        assert line.split()[0] in {"0.linear", "1.relu", "2.dropout", "3.linear", "loss", "optimizer"}
+
+
+def test_profile_context_and_table():
+    from kaun_ir.runtime.profiling import Profile, hlo_op_names, layer_of
+
+    assert layer_of("2.block/0.attn/dot_general") == "2.block/0.attn" and layer_of("loss") == "loss"
+    module, ops = hlo_op_names(
+        'HloModule m, x\n  ROOT %dot.1 = f32[2]{0} dot(%a, %b), metadata={op_name="0.linear/dot"}\n'
+    )
+    assert module == "m" and ops == {"dot.1": "0.linear/dot"}
+    prof = Profile("d", layers=[{"layer": "0.linear", "kernels": 2, "ms": 1.5, "percent": 100.0}])
+    assert "0.linear" in prof.table() and "1.500" in prof.table()
+
+
+def test_profile_steps_errors(tmp_path):
+    with pytest.raises(ValueError, match="profile_dir"):
+        train.fit(TRAINER, _fresh(), [], profile_steps=(1, 2))
+    with pytest.raises(ValueError, match="first <= last"):
+        train.fit(TRAINER, _fresh(), [], profile_steps=(3, 2), profile_dir=tmp_path)
