@@ -394,3 +394,35 @@ def test_profile_steps_errors(tmp_path):
         train.fit(TRAINER, _fresh(), [], profile_steps=(1, 2))
     with pytest.raises(ValueError, match="first <= last"):
         train.fit(TRAINER, _fresh(), [], profile_steps=(3, 2), profile_dir=tmp_path)
+
+
+def test_trace_timeline_page(tmp_path):
+    from kaun_ir.tools.viz import trace as timeline
+
+    events = [
+        {"ph": "M", "pid": 1, "tid": 2, "name": "thread_name", "args": {"name": "worker"}},
+        {
+            "ph": "X",
+            "pid": 1,
+            "tid": 2,
+            "ts": 0.0,
+            "dur": 5.0,
+            "name": "0.linear/dot (f.1)",
+            "args": {"hlo_op": "f.1", "kaun_ir.op_name": "0.linear/dot"},
+        },
+        {
+            "ph": "X",
+            "pid": 1,
+            "tid": 2,
+            "ts": 5.0,
+            "dur": 5.0,
+            "name": "copy.1",
+            "args": {"hlo_op": "copy.1"},
+        },
+        {"ph": "X", "pid": 1, "tid": 2, "ts": 0.0, "dur": 99.0, "name": "$python", "args": {}},
+    ]
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    page = timeline.render(str(path))
+    assert "2 kernels" in page and "worker" in page and "0.linear" in page and "(no layer path)" in page
+    assert page.count("<rect") == 2 + 2  # two kernels, two legend entries
