@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from kaun_ir.errors import ProfilerError
 from kaun_ir.fileio import atomic_write
 from kaun_ir.runtime.executable import live_executables
 from kaun_ir.runtime.xla import profiler
@@ -133,7 +134,10 @@ def profile(logdir: str | os.PathLike, print_table: bool = True) -> Iterator[Pro
     os.makedirs(logdir, exist_ok=True)
     result = Profile(logdir)
     before = set(profiler.trace_files(logdir))
-    profiler.start(logdir)
+    try:
+        profiler.start(logdir)
+    except RuntimeError as err:  # jaxlib's: one profile at a time
+        raise ProfilerError(f"kn.profile({logdir!r}): cannot start the profiler: {err}") from None
     try:
         yield result
     finally:

@@ -426,3 +426,12 @@ def test_trace_timeline_page(tmp_path):
     page = timeline.render(str(path))
     assert "2 kernels" in page and "worker" in page and "0.linear" in page and "(no layer path)" in page
     assert page.count("<rect") == 2 + 2  # two kernels, two legend entries
+
+
+def test_one_profile_at_a_time(tmp_path):
+    from kaun_ir.errors import ProfilerError
+
+    with kn.profile(tmp_path / "a", print_table=False):
+        with pytest.raises(ProfilerError, match="cannot start the profiler"):
+            with kn.profile(tmp_path / "b", print_table=False):
+                pass
