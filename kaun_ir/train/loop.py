@@ -159,6 +159,10 @@ class _FitRun:
             else None
         )
         self.last_eval: dict[str, float] = {}
+        self.rates: dict[str, float] = {}  # the last logged values (for the progress bar)
+        self.resumed = False  # the pipeline was placed by a checkpoint: do not reset it first
+        self.pass_index: int | None = None  # batches of this pass run (data without position())
+        self._just_ran = 0  # steps run by the last single step or block
         # throughput since the last log
         self.mark_time = time.perf_counter()
         self.mark_count = 0
@@ -272,7 +276,7 @@ class _FitRun:
         return True
 
     def _bar_text(self) -> str:
-        rates = getattr(self, "rates", None) or {}
+        rates = self.rates
         parts = []
         if "lr" in rates:
             parts.append(f"  lr {rates['lr']:.3g}")
@@ -364,7 +368,7 @@ class _FitRun:
     def run(self, data: Iterable, skip: int) -> None:
         """The passes over ``data`` up to ``epochs`` (a resumed run continues its pass)."""
         while self.epoch < self.o.epochs and not self.stopped:
-            if not getattr(self, "resumed", False) and hasattr(data, "reset"):
+            if not self.resumed and hasattr(data, "reset"):
                 data.reset()
             self.resumed = False
             self.epoch_pass(data, self.o.steps_per_call, skip)
