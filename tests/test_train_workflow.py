@@ -435,3 +435,18 @@ def test_one_profile_at_a_time(tmp_path):
         with pytest.raises(ProfilerError, match="cannot start the profiler"):
             with kn.profile(tmp_path / "b", print_table=False):
                 pass
+
+
+def test_progress_bar_shows_lr_tokens_and_evaluation(capsys):
+    vocab = 16
+    ids = np.random.default_rng(0).integers(0, vocab, size=(32, 5)).astype(np.int32)
+    labels = (ids[:, 0] % 2).astype(np.int32)
+    lm = layer.sequential([layer.embedding(vocab, 4), layer.flatten(), layer.linear(20, 2)])
+    lm_trainer = train.make(lm, optim.sgd(0.25), loss=loss.cross_entropy_sparse)
+    with rng.scope(0):
+        st = train.init(lm_trainer, example=ids[:8])
+    pipeline = data.prepare((ids, labels), 8)
+    train.fit(lm_trainer, st, pipeline, progress=True, eval_data=pipeline)
+    bar = capsys.readouterr().err.split("\r")[-1]
+    assert bar.startswith("[########################] 4/4  loss ")
+    assert "lr 0.25" in bar and "tokens/s" in bar and "eval/loss" in bar and bar.endswith("\n")

@@ -159,7 +159,6 @@ class _FitRun:
             else None
         )
         self.last_eval: dict[str, float] = {}
-        self.rates: dict[str, float] = {}  # the last logged values (for the progress bar)
         self.resumed = False  # the pipeline was placed by a checkpoint: do not reset it first
         self.pass_index: int | None = None  # batches of this pass run (data without position())
         self._just_ran = 0  # steps run by the last single step or block
@@ -168,6 +167,7 @@ class _FitRun:
         self.mark_count = 0
         self.examples = 0
         self.tokens: int | None = 0
+        self.all_tokens: int | None = 0  # tokens since the start (for the progress bar)
 
     @classmethod
     def start(cls, trainer: Trainer, st: State, data: Iterable, options: _Options) -> tuple[_FitRun, int]:
@@ -231,7 +231,6 @@ class _FitRun:
         self.mark_time, self.mark_count, self.examples = now, self.count, 0
         self.tokens = 0 if self.tokens is not None else None
         self.logged = self.count
-        self.rates = logs
         for callback in self.o.callbacks:
             callback.on_log(global_step, logs, self.st)
 
@@ -239,6 +238,7 @@ class _FitRun:
         examples, tokens = _sizes(batch[0])
         self.examples += examples
         self.tokens = None if tokens is None or self.tokens is None else self.tokens + tokens
+        self.all_tokens = None if tokens is None or self.all_tokens is None else self.all_tokens + tokens
 
     def _after_steps(self, data: Iterable) -> bool:
         """Checkpoint, evaluate and profile after the steps that just ran; ``False`` to stop."""
@@ -276,12 +276,15 @@ class _FitRun:
         return True
 
     def _bar_text(self) -> str:
-        rates = self.rates
+        """What the progress bar shows after the loss and steps/s: learning rate, tokens/s (since
+        the start, for token inputs) and the last evaluation."""
         parts = []
-        if "lr" in rates:
-            parts.append(f"  lr {rates['lr']:.3g}")
-        if "tokens_per_s" in rates:
-            parts.append(f"  {rates['tokens_per_s']:.0f} tokens/s")
+        lr = learning_rate(self.trainer.optimizer, max(self.st.step, 1))
+        if lr is not None:
+            parts.append(f"  lr {lr:.3g}")
+        if self.all_tokens:
+            elapsed = max(time.perf_counter() - self.bar.start, 1e-9)
+            parts.append(f"  {self.all_tokens / elapsed:.0f} tokens/s")
         for name, value in self.last_eval.items():
             parts.append(f"  {name} {value:.4f}")
         return "".join(parts)
@@ -468,7 +471,9 @@ def fit(
 
     ``eval_data``: run :func:`~kaun_ir.train.evaluate` (the trainer's loss and
     ``eval_metrics``) at the end of every pass, or every ``eval_every`` steps; the results go
-    to the callbacks as ``eval/<name>``.
+    to the callbacks as ``eval/<name>`` (and show on the progress bar). ``eval_data`` is read
+    from its start each time, so with ``eval_every`` it must not be the ``data`` pipeline object
+    itself (``ValueError``).
 
     ``checkpoint_dir`` with ``checkpoint_every=N``: save the state every ``N`` global steps (and
     after the last step) as ``checkpoint_dir/step_XXXXXXXX.safetensors``, with the data
@@ -506,6 +511,8 @@ def fit(
     ):
         if value is not None:
             _check_count(value, name)
+    if eval_data is not None and eval_data is data and eval_every is not None:
+        raise ValueError("train.fit: eval_data is the training pipeline; evaluating mid-pass would rewind it")
     if checkpoint_every is not None and checkpoint_dir is None:
         raise ValueError(
             "train.fit: checkpoint_every= needs checkpoint_dir= (where to write the checkpoints)"
