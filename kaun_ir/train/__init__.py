@@ -28,7 +28,10 @@ The modules: :mod:`.state` (``Trainer``, ``State``, ``make``, ``init``), :mod:`.
 three ways a loss is called), :mod:`.builder` (what a step traces into and its compiled
 functions), :mod:`.dispatch` (repeated steps through ``kaun_ir.runtime``'s routes), :mod:`.stepping`
 (``step``, ``steps``, ``predict``), :mod:`.loop` (``fit``), :mod:`.inspection` (a step's graphs
-and executable), :mod:`.io` (saving and restoring a state).
+and executable), :mod:`.io` (saving and restoring a state), :mod:`.callbacks` (``fit``'s callbacks
+and the JSON-lines, CSV and TensorBoard metric writers, with :mod:`.tfevents`), :mod:`.evaluation`
+(``evaluate``), :mod:`.checkpointing` (``fit``'s background checkpoints and resuming) and
+:mod:`.profiling` (``fit(profile_steps=)``).
 """
 
 from kaun_ir.train.callbacks import Callback, CsvWriter, JsonlWriter, MetricWriter, TensorBoardWriter
