@@ -84,6 +84,8 @@ _DEFINED_IN = {
     "kaun_ir.surface.dynamic_slice": "dynamic_slice dynamic_update_slice",
     "kaun_ir.surface.indexing": "getitem advanced_getitem",
     "kaun_ir.surface.sorting": "sort argsort top_k",
+    # profiling (kn.profile)
+    "kaun_ir.runtime.profiling": "profile",
 }
 
 _WHERE = {name: module for module, names in _DEFINED_IN.items() for name in names.split()}
@@ -284,4 +286,6 @@ __all__ = [
     "sort",
     "argsort",
     "top_k",
+    # profiling
+    "profile",
 ]

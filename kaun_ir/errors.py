@@ -30,6 +30,7 @@ __all__ = [
     "PassVerificationError",
     "StableHLOImportError",
     "ModelSpecError",
+    "ProfilerError",
 ]
 
 
@@ -158,3 +159,7 @@ class StableHLOImportError(KaunError, ValueError):
 
 class ModelSpecError(KaunError, ValueError):
     """The model named on the ``kaun-ir`` command line cannot be loaded or traced (a user error)."""
+
+
+class ProfilerError(KaunError, RuntimeError):
+    """``kn.profile`` could not start or stop a trace (e.g. another profile is already running)."""

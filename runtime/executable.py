@@ -3,6 +3,7 @@ which caches the XLA program), run on arrays."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -15,6 +16,14 @@ from kaun_ir.runtime.compilation import compile_mlir
 from kaun_ir.runtime.lower import lower
 from kaun_ir.runtime.mesh import REPLICATED, as_spec, check_graph_mesh, constraint_meshes, mesh_of_axes
 from kaun_ir.runtime.xla import backend, compiler, shardings, transfer
+
+# every executable alive, so that a profile can name the kernels of the ones that ran
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+
+
+def live_executables() -> list:
+    """The :class:`Executable` objects that exist now (a profile maps its kernels through them)."""
+    return list(_LIVE)
 
 
 class Executable:
@@ -44,6 +53,7 @@ class Executable:
         self.donate = tuple(sorted(set(donate)))
         self.pipeline = pipeline
         self._types = [(v.type.shape, v.type.dtype) for v in graph.inputs]
+        _LIVE.add(self)
         out_types = [(v.type.shape, v.type.dtype) for v in graph.outputs]
         if mesh is None:
             meshes = constraint_meshes(graph)

@@ -47,7 +47,7 @@ def add_parser(sub) -> None:
         "--stage",
         choices=STAGES,
         default=None,
-        help="which stage to print (default: traced; with --stats: the training step "
+        help="which stage to print (default: traced; with --stats: the optimised training step "
         "for training setups, else traced)",
     )
     parser.add_argument(

@@ -9,10 +9,13 @@ The function is called without arguments and returns one of:
 * ``(fn, example_args)`` — a traceable function and a tuple of example arguments (arrays or
   ``kn.ShapeDtype``); ``--input`` replaces the example arguments;
 * a ``kn.Graph``;
-* :class:`TrainSetup` ``(model, optimizer, loss_fn_builder, inputs)`` or the tuple
-  ``(model, optimizer, loss_fn_builder)`` — a training step (``train.step_graph``).
-  ``loss_fn_builder(*inputs)`` returns the ``loss_fn(y_pred) -> scalar`` of an example batch
-  (closing over example targets, e.g. ``kn.ShapeDtype((32,), kn.int32)`` labels).
+* :class:`TrainSetup` — a training step (``train.step_graph``), in either of the two forms of
+  ``train.make``: ``TrainSetup(model, optimizer, loss=fn, inputs=(x,), targets=(y,))`` with
+  ``fn(outputs, *targets) -> scalar`` (the explicit form), or ``TrainSetup(model, optimizer,
+  loss_fn_builder, inputs)`` where ``loss_fn_builder(*inputs)`` returns the ``loss_fn(y_pred)
+  -> scalar`` of an example batch (closing over example targets, e.g.
+  ``kn.ShapeDtype((32,), kn.int32)`` labels); the tuple ``(model, optimizer, loss_fn_builder)``
+  is the second form without example inputs (give them with ``--input``).
 
 Parameters are never materialised: the model's ``init`` is traced to learn their shapes, so
 naming a large model costs no XLA compilation. What a named model becomes, and its stages, is a
@@ -21,6 +24,7 @@ naming a large model costs no XLA compilation. What a named model becomes, and i
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import importlib.util
 import os
@@ -43,8 +47,11 @@ The function takes no arguments and returns one of
   Model(layer, inputs)     a layer with default example inputs (kaun_ir.tools.spec.Model)
   (fn, example_args)       a traceable function and a tuple of example arrays / kn.ShapeDtype
   a kn.Graph               a traced graph
-  TrainSetup(model, optimizer, loss_fn_builder, inputs)
-                           a whole training step (forward, gradients, optimiser update)
+  TrainSetup(model, optimizer, loss=fn, inputs=(x,), targets=(y,))
+                           a whole training step (forward, gradients, optimiser update) with
+                           fn(outputs, *targets) -> scalar; or TrainSetup(model, optimizer,
+                           loss_fn_builder, inputs) with loss_fn_builder(*inputs) returning
+                           loss_fn(outputs) -> scalar (kaun_ir.tools.spec.TrainSetup)
 Parameters are never materialised: naming a large model costs no XLA compilation.
 """
 
@@ -80,12 +87,40 @@ class Model:
 
 @dataclass(frozen=True)
 class TrainSetup:
-    """A training setup: ``loss_fn_builder(*inputs)`` returns ``loss_fn(y_pred) -> scalar``."""
+    """A training step for ``kaun-ir dump`` / ``viz`` / ``export``, returned by the function a SPEC
+    names. Two forms, as ``train.make`` has:
+
+    * explicit targets: ``TrainSetup(model, optimizer, loss=fn, inputs=(x,), targets=(y,))``,
+      ``fn(outputs, *targets) -> scalar`` (e.g. ``loss.cross_entropy_sparse``), ``inputs`` and
+      ``targets`` example arrays or ``kn.ShapeDtype``;
+    * a loss closure: ``TrainSetup(model, optimizer, loss_fn_builder, inputs)``, where
+      ``loss_fn_builder(*inputs)`` returns ``loss_fn(outputs) -> scalar`` for an example batch.
+
+    ``inputs`` may be left out and given with ``--input``.
+    """
 
     model: Any
     optimizer: Any
-    loss_fn_builder: Callable
+    loss_fn_builder: Callable | None = None
     inputs: tuple = ()
+    loss: Callable | None = None
+    targets: tuple = ()
+
+    def __post_init__(self):
+        if (self.loss is None) == (self.loss_fn_builder is None):
+            raise ModelSpecError(
+                "TrainSetup needs exactly one of loss= (loss(outputs, *targets), with targets=) "
+                "and loss_fn_builder (loss_fn_builder(*inputs) -> loss_fn(outputs))"
+            )
+        if self.loss is not None and not self.targets:
+            raise ModelSpecError(
+                "TrainSetup(loss=...) needs example targets: targets=(kn.ShapeDtype((32,), kn.int32),) "
+                "for labels of a batch of 32, say"
+            )
+        for name in ("loss", "loss_fn_builder"):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise ModelSpecError(f"TrainSetup: {name} must be callable, got {type(value).__name__}")
 
 
 def parse_input(text: str):
@@ -213,8 +248,11 @@ def resolve(spec: str, inputs: Sequence[str] = ()) -> Subject:
     if isinstance(obj, TrainSetup):
         inputs = given or tuple(obj.inputs)
         if not inputs:
-            raise ModelSpecError(f"{name}: a training setup needs an example input: add --input TYPE")
-        return Subject(name, "train", setup=TrainSetup(obj.model, obj.optimizer, obj.loss_fn_builder, inputs))
+            raise ModelSpecError(
+                f"{name}: the TrainSetup has no example input: give TrainSetup(..., inputs=(x,)) "
+                "or add --input TYPE"
+            )
+        return Subject(name, "train", setup=dataclasses.replace(obj, inputs=inputs))
     if isinstance(obj, tuple) and len(obj) == 2 and callable(obj[0]) and isinstance(obj[1], (tuple, list)):
         fn, args = obj
         return Subject(name, "function", fn=fn, args=given or tuple(args))

@@ -61,17 +61,38 @@ class Subject:
 
     @property
     def default_stage(self) -> str:
-        """What ``viz`` and ``dump --stats`` show without ``--stage``: the training step for a
-        training setup, else the traced graph."""
-        return "autodiff" if self.kind == "train" else "traced"
+        """What ``viz`` and ``dump --stats`` show without ``--stage``: the optimised training step
+        for a training setup (the traced step is mostly the random-key bookkeeping of every
+        possible dropout, which the pipeline removes: its per-layer counts would mislead), else
+        the traced graph."""
+        return "optimized" if self.kind == "train" else "traced"
 
     def stage_graph(self, stage: str):
-        """The IR graph of ``traced``, ``autodiff`` or ``optimized``."""
+        """The IR graph of ``traced``, ``autodiff`` or ``optimized``, its inputs named by the
+        traced function's arguments (``params.0.weight``, ``x``) where they are known."""
         if stage not in GRAPH_STAGES:
             raise ModelSpecError(f"stage {stage!r} is not an IR graph; choose from {', '.join(GRAPH_STAGES)}")
         if stage not in self._cache:
-            self._cache[stage] = getattr(self, f"_{stage}")()
+            self._cache[stage] = named_inputs(getattr(self, f"_{stage}")(), self._argument_names(stage))
         return self._cache[stage]
+
+    def _argument_names(self, stage: str) -> list[str] | None:
+        """The names of the traced function's arguments, in order (None when unknown)."""
+        if self.kind == "layer":
+            return ["params", "state", "x"]
+        if self.kind == "train":
+            return ["params", "state", "x"] if stage == "traced" else list(TRAIN_STEP_ARGUMENTS)
+        if self.kind == "function" and self.fn is not None:
+            import inspect
+
+            try:
+                parameters = list(inspect.signature(self.fn).parameters.values())
+            except (TypeError, ValueError):
+                return None
+            if any(p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in parameters):
+                return None
+            return [p.name for p in parameters]
+        return None
 
     def stage_text(self, stage: str) -> str:
         """The text of any stage: textual IR, StableHLO or HLO."""
@@ -134,7 +155,7 @@ class Subject:
         from kaun_ir import train
 
         if "trainer" not in self._cache:
-            self._cache["trainer"] = train.make(self.setup.model, self.setup.optimizer)
+            self._cache["trainer"] = train.make(self.setup.model, self.setup.optimizer, loss=self.setup.loss)
         return self._cache["trainer"]
 
     def _abstract_state(self):
@@ -169,8 +190,44 @@ class Subject:
     def _train_step(self):
         from kaun_ir import train
 
-        loss_fn = self.setup.loss_fn_builder(*self.setup.inputs)
+        if self.setup.loss is not None:
+            return train.step_graph(self._trainer(), self._abstract_state(), self._x(), *self.setup.targets)
+        try:
+            loss_fn = self.setup.loss_fn_builder(*self.setup.inputs)
+        except Exception as err:  # the builder was given something else, e.g. the loss itself
+            raise ModelSpecError(
+                f"{self.name}: TrainSetup's loss_fn_builder(*inputs) failed "
+                f"({type(err).__name__}: {err}); it must return loss_fn(outputs) -> scalar for an "
+                "example batch. To pass a loss of "
+                "(outputs, *targets) such as loss.cross_entropy_sparse, use "
+                "TrainSetup(model, optimizer, loss=fn, inputs=(x,), targets=(y,))"
+            ) from err
+        if not callable(loss_fn):
+            raise ModelSpecError(
+                f"{self.name}: TrainSetup's loss_fn_builder(*inputs) returned "
+                f"{type(loss_fn).__name__}, not a function loss_fn(outputs) -> scalar; for a loss of "
+                "(outputs, *targets) use "
+                "TrainSetup(model, optimizer, loss=fn, inputs=(x,), targets=(y,))"
+            )
         return train.step_graph(self._trainer(), self._abstract_state(), self._x(), loss_fn)
+
+
+#: the arguments of a traced training step (``kaun_ir.train.builder``), in order
+TRAIN_STEP_ARGUMENTS = ("params", "state", "opt_state", "key", "x", "targets", "ctx", "loss")
+
+
+def named_inputs(graph, names: list[str] | None):
+    """``graph`` with input names whose leading argument index (``0.0.weight``, ``2``) is replaced
+    by the argument's name (``params.0.weight``, ``x``); unchanged when ``names`` is None."""
+    if names is None or not graph.input_names:
+        return graph
+    renamed = []
+    for name in graph.input_names:
+        head, dot, rest = name.partition(".")
+        if head.isdigit() and int(head) < len(names):
+            name = names[int(head)] + dot + rest
+        renamed.append(name)
+    return type(graph)(graph.inputs, graph.outputs, graph.nodes, graph.name, renamed)
 
 
 def _float(x) -> bool:
@@ -184,5 +241,9 @@ def parameter_inputs(subject: Subject, graph) -> list[int]:
     """Indices of the graph inputs that are model parameters (argument 0 of the traced forward
     pass or training step); every input for functions and graphs, whose parameters are unknown."""
     if subject.kind in ("layer", "train") and graph.input_names:
-        return [i for i, name in enumerate(graph.input_names) if name == "0" or name.startswith("0.")]
+        return [
+            i
+            for i, name in enumerate(graph.input_names)
+            if name in ("0", "params") or name.startswith(("0.", "params."))
+        ]
     return list(range(len(graph.inputs)))

@@ -46,7 +46,9 @@ __all__ = [
 
 STRUCTURE_KEY = "kaun_ir.tree"
 OPTIMIZER_KEY = "kaun_ir.optimizer"  # which optimiser wrote a training state (kn.train.save)
-_PASSED_THROUGH = (OPTIMIZER_KEY,)
+POSITION_KEY = "kaun_ir.data_position"  # a kn.data pipeline's position (train.fit's checkpoints)
+EPOCH_KEY = "kaun_ir.fit_epoch"  # the passes over the data train.fit had finished
+_PASSED_THROUGH = (OPTIMIZER_KEY, POSITION_KEY, EPOCH_KEY)
 _FORMAT_KEY = "kaun_ir.format"
 _FORMAT = "1"
 _CHUNK = 1 << 24  # bytes per write call

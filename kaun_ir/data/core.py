@@ -23,12 +23,19 @@ class Data:
 
     _length: int | None = None
     random_access = False  # whether _item(i) is available (shuffle uses it instead of buffering)
+    # the position of a pipeline read as a whole (by ``for``/``next``): passes begun before the
+    # current one, elements read in the current one, and whether :meth:`seek` placed it there
+    _pass_count = 0
+    _taken = 0
+    _sought = False
 
     def __iter__(self) -> Data:
         return self
 
     def __next__(self) -> Any:
-        return self._next()
+        value = self._next()
+        self._taken += 1
+        return value
 
     def __len__(self) -> int:
         if self._length is None:
@@ -37,7 +44,34 @@ class Data:
 
     def reset(self) -> None:
         """Rewind to the first element (and rewind every pipeline this one reads from)."""
+        if self._taken:
+            self._pass_count += 1
+        self._taken = 0
+        self._sought = False
         self._rewind()
+
+    def position(self) -> dict:
+        """Where reading stands: ``{"pass": p, "index": i}``, ``i`` elements read (by ``for`` or
+        ``next``) in pass ``p`` (0-based; a :meth:`reset` after reading begins the next pass).
+        ``train.fit`` saves it with each checkpoint; :meth:`seek` goes back to it."""
+        return {"pass": int(self._pass_count), "index": int(self._taken)}
+
+    def seek(self, position: dict) -> None:
+        """Continue from ``position`` (from :meth:`position`) on a pipeline built the same way:
+        the next element read is the one that followed there, shuffled orders included (pass
+        ``p`` of a shuffled pipeline is drawn from its seed and ``p``). The elements before it
+        are skipped without being computed where the pipeline can be read out of order, else
+        read and dropped. ``train.fit`` does not reset a pipeline placed by ``seek``."""
+        try:
+            passes, index = int(position["pass"]), int(position["index"])
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"data.seek: expected {{'pass': p, 'index': i}}, got {position!r}") from None
+        if passes < 0 or index < 0:
+            raise ValueError(f"data.seek: pass and index must be >= 0, got {position!r}")
+        self._rewind()
+        self._set_pass(passes)
+        self._skip(index)
+        self._pass_count, self._taken, self._sought = passes, index, True
 
     def __repr__(self) -> str:
         size = "unknown length" if self._length is None else f"length {self._length}"
@@ -52,6 +86,20 @@ class Data:
 
     def _item(self, i: int) -> Any:
         raise TypeError(f"{type(self).__name__} does not support reading elements out of order")
+
+    def _set_pass(self, passes: int) -> None:
+        """Make the current pass number ``passes`` (stages whose order depends on it override)."""
+        source = getattr(self, "_source", None)
+        if isinstance(source, Data):
+            source._set_pass(passes)
+
+    def _skip(self, count: int) -> None:
+        """Read past ``count`` elements (stages that can jump override this)."""
+        for _ in range(count):
+            try:
+                self._next()
+            except StopIteration:
+                return
 
 
 def check_count(n: Any, what: str, minimum: int) -> int:

@@ -66,6 +66,15 @@ class _Shuffle(Data):
         self._prepare_pass()
         return self._read(int(self._order[i]))
 
+    def _set_pass(self, passes: int) -> None:
+        self._source._set_pass(passes)
+        self._epoch, self._started, self._order, self._buffer = passes, False, None, None
+
+    def _skip(self, count: int) -> None:
+        self._prepare_pass()
+        self._started = True
+        self._pos = min(self._pos + count, len(self._order))
+
 
 def shuffle(d: Data, seed: int = 0) -> Data:
     """The elements of ``d`` in a random order.

@@ -89,6 +89,12 @@ class _Prefetch(Data):
         self._done = False
         self._source._rewind()
 
+    def _skip(self, count: int) -> None:
+        if self._thread is None:  # nothing read ahead yet: jump in the source
+            self._source._skip(count)
+        else:
+            super()._skip(count)
+
     def close(self) -> None:
         """Stop the background thread now (it also stops at the end of a pass and on reset)."""
         self._halt()

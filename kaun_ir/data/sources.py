@@ -42,6 +42,9 @@ class _Indexed(Data):
     def _item(self, i: int) -> Any:
         return self._get(i)
 
+    def _skip(self, count: int) -> None:
+        self._pos = min(self._pos + count, self._length)
+
 
 class _Iterable(Data):
     """Elements of a re-iterable object; each pass calls ``iter(obj)`` afresh."""
@@ -209,6 +212,13 @@ class _Prepared(Data):
         self._started = False
         self._order = None
         self._pos = 0
+
+    def _set_pass(self, passes: int) -> None:
+        self._epoch, self._started, self._order = passes, False, None
+
+    def _skip(self, count: int) -> None:
+        self._started = True
+        self._pos = min(self._pos + count, self._length)
 
 
 def prepare(

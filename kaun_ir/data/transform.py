@@ -29,6 +29,9 @@ class _Map(Data):
     def _item(self, i: int) -> Any:
         return self._f(self._source._item(i))
 
+    def _skip(self, count: int) -> None:
+        self._source._skip(count)  # f is not run on the skipped elements
+
 
 def map(f: Callable[[Any], Any], d: Data) -> Data:  # noqa: A001 - the API name
     """The elements ``f(e)`` for each element ``e`` of ``d`` (``f`` runs when an element is read)."""
@@ -99,6 +102,9 @@ class _Batch(Data):
         start = i * self._n
         stop = min(start + self._n, self._source._length)
         return self._collate([self._source._item(j) for j in range(start, stop)])
+
+    def _skip(self, count: int) -> None:
+        self._source._skip(count * self._n)
 
 
 def batch(n: int, d: Data, drop_last: bool = False) -> Data:

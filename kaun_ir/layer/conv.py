@@ -140,7 +140,8 @@ def conv2d(
     """2-d convolution over NCHW ``[N, C, H, W]`` (or ``[C, H, W]``) -> ``[N, out_channels, H', W']``
     (``kn.fn.conv2d``, PyTorch's conventions). Parameters ``{"weight": [out, in/groups, kh, kw],
     "bias": [out]}``; ``kernel_size``, ``stride``, ``dilation``, ``padding`` are ints or pairs,
-    ``padding`` also ``"same"`` (default; stride 1 only) or ``"valid"``. ``in_channels`` may be
+    ``padding`` also ``"same"`` (the default, stride 1 only: PyTorch's default is 0, so pass
+    ``padding=0`` when porting) or ``"valid"``. ``in_channels`` may be
     left out (``conv2d(out_channels=32, kernel_size=3)``) and is then read from the example given
     to ``layer.init(model, example)``. Default initialisers: glorot_uniform (fans per
     ``kn.init``'s [out, in, kh, kw] rule) and zeros."""

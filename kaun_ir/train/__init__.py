@@ -28,9 +28,15 @@ The modules: :mod:`.state` (``Trainer``, ``State``, ``make``, ``init``), :mod:`.
 three ways a loss is called), :mod:`.builder` (what a step traces into and its compiled
 functions), :mod:`.dispatch` (repeated steps through ``kaun_ir.runtime``'s routes), :mod:`.stepping`
 (``step``, ``steps``, ``predict``), :mod:`.loop` (``fit``), :mod:`.inspection` (a step's graphs
-and executable), :mod:`.io` (saving and restoring a state).
+and executable), :mod:`.io` (saving and restoring a state), :mod:`.callbacks` (``fit``'s callbacks
+and the JSON-lines, CSV and TensorBoard metric writers, with :mod:`.tfevents`), :mod:`.evaluation`
+(``evaluate``), :mod:`.checkpointing` (``fit``'s background checkpoints and resuming) and
+:mod:`.profiling` (``fit(profile_steps=)``).
 """
 
+from kaun_ir.train.callbacks import Callback, CsvWriter, JsonlWriter, MetricWriter, TensorBoardWriter
+from kaun_ir.train.checkpointing import checkpoint_steps, latest_checkpoint
+from kaun_ir.train.evaluation import evaluate
 from kaun_ir.train.inspection import forward_graph, step_executable, step_graph
 from kaun_ir.train.io import load, save, state_of_tree, state_to_tree
 from kaun_ir.train.loop import EarlyStop, fit
@@ -49,6 +55,14 @@ __all__ = [
     "step",
     "steps",
     "fit",
+    "evaluate",
+    "Callback",
+    "MetricWriter",
+    "JsonlWriter",
+    "CsvWriter",
+    "TensorBoardWriter",
+    "latest_checkpoint",
+    "checkpoint_steps",
     "predict",
     "ema_vars",
     "save",

@@ -12,7 +12,8 @@ upgrade touches this folder alone.
   HLO and memory / cost statistics;
 - :mod:`~kaun_ir.runtime.xla.mlir`: jaxlib's MLIR bindings: parsing StableHLO, portable
   artifacts, and the attribute readers the StableHLO importer needs;
-- :mod:`~kaun_ir.runtime.xla.export`: the ``jax.export.Exported`` record.
+- :mod:`~kaun_ir.runtime.xla.export`: the ``jax.export.Exported`` record;
+- :mod:`~kaun_ir.runtime.xla.profiler`: ``jax.profiler``'s traces (``kn.profile``).
 
 The public modules do most of it (``jax.extend.backend``, ``jaxlib.xla_client``, ``jax.sharding``,
 ``jax.distributed``, ``jaxlib.mlir``). Four entry points are private to jaxlib (a leading

@@ -8,12 +8,18 @@ from collections.abc import Sequence
 
 
 def exported(
-    name: str, in_types: Sequence[tuple], out_types: Sequence[tuple], platform: str, artifact: bytes
+    name: str,
+    in_types: Sequence[tuple],
+    out_types: Sequence[tuple],
+    platform: str,
+    artifact: bytes,
+    get_vjp=None,
 ):
     """``jax.export.Exported`` of a function ``name`` taking one flat tuple of arrays of
     ``in_types`` and returning a tuple of ``out_types`` (``(shape, dtype)`` pairs), unsharded on
     one device of ``platform`` (jax's name: cpu/cuda/rocm/tpu); ``artifact`` is the program as a
-    portable StableHLO artifact. The artifact is compiled only when JAX calls it."""
+    portable StableHLO artifact. The artifact is compiled only when JAX calls it. ``get_vjp``:
+    ``Exported -> Exported`` of the VJP (``Exported.vjp()``), or None."""
     import jax  # noqa: PLC0415 - jax loads only when a program compiles or compares
     from jax import export as jax_export  # noqa: PLC0415 - jax loads only when a program compiles or compares
     from jax.core import ShapedArray  # noqa: PLC0415 - jax loads only when a program compiles or compares
@@ -40,7 +46,7 @@ def exported(
         "calling_convention_version": jax_export.minimum_supported_calling_convention_version,
         "module_kept_var_idx": tuple(range(len(in_avals))),
         "uses_global_constants": False,
-        "_get_vjp": None,
+        "_get_vjp": get_vjp,
     }
     # the record's private fields differ between jax releases: pass those this one declares
     accepted = inspect.signature(jax_export.Exported).parameters

@@ -12,8 +12,8 @@
   .html  an interactive self-contained page (no network access): layer groups that collapse and
          expand, pan and zoom, search, node details on click (docs/visualisation.md)
 
-The graph is the traced stage (the training step for training setups) unless --stage says
-otherwise. ``--renderer builtin`` forces the built-in SVG layout even when Graphviz is installed.
+The graph is the traced stage (the optimised training step for training setups) unless --stage
+says otherwise. ``--renderer builtin`` forces the built-in SVG layout even when Graphviz is installed.
 
     kaun-ir viz kaun_ir.tools.examples:train_step_mlp --diff autodiff optimized -o diff.html
     kaun-ir viz kaun_ir.tools.examples:cnn --overlay flops -o cnn_flops.html
@@ -62,7 +62,7 @@ def add_parser(sub) -> None:
         "--stage",
         choices=GRAPH_STAGES,
         default=None,
-        help="which IR stage to draw (default: traced; the training step for training setups)",
+        help="which IR stage to draw (default: traced; the optimised training step for training setups)",
     )
     parser.add_argument(
         "--renderer",

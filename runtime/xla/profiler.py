@@ -1,0 +1,31 @@
+"""jaxlib's profiler: start and stop a trace (``jax.profiler``), and find the files it wrote.
+
+A trace is written under ``LOGDIR/plugins/profile/<run>/``: ``<host>.xplane.pb`` (TensorBoard's
+profiler plugin reads it) and ``<host>.trace.json.gz``, a Chrome trace-event file that Perfetto
+(ui.perfetto.dev) and ``chrome://tracing`` open.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+
+def start(logdir: str) -> None:
+    """Start recording a trace into ``logdir`` (one trace at a time per process)."""
+    import jax.profiler  # noqa: PLC0415 - jax loads when a profile starts
+
+    jax.profiler.start_trace(logdir)
+
+
+def stop() -> None:
+    """Stop the trace and write its files."""
+    import jax.profiler  # noqa: PLC0415 - jax loads when a profile starts
+
+    jax.profiler.stop_trace()
+
+
+def trace_files(logdir: str) -> list[str]:
+    """The Chrome trace-event files under ``logdir``, oldest first."""
+    found = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.trace.json.gz"))
+    return sorted(found, key=os.path.getmtime)
