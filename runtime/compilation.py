@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -88,6 +89,17 @@ def fingerprint(mlir_text: str, device, devices: Sequence = ()) -> str:
     return digest.hexdigest()
 
 
+_MODULE_NAME = re.compile(r"^module @([\w$.-]+)", re.MULTILINE)
+
+
+def _unique_module_name(mlir_text: str, key: str) -> str:
+    """``mlir_text`` with its module renamed ``@<name>_<key prefix>``. XLA names the compiled
+    module, and every kernel event a profile records, by it: with one name per program text a
+    profile maps each kernel to the executable it came from (see ``runtime/profiling.py``)
+    instead of to whichever program of the same name is alive."""
+    return _MODULE_NAME.sub(lambda m: f"module @{m.group(1)}_{key[:12]}", mlir_text, count=1)
+
+
 def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence = ()) -> object:
     """XLA-compile StableHLO text for ``device`` (or, partitioned, for ``devices`` in mesh order),
     cached by :func:`fingerprint`; ``CompileError`` naming a repro file on failure."""
@@ -96,14 +108,11 @@ def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence =
     if loaded is not None:
         stats.cache_hits += 1
         return loaded
+    named = _unique_module_name(mlir_text, key)
     hits = disk_cache.counters.hits
     start = time.perf_counter()
     try:
-        loaded = (
-            compiler.compile_partitioned(mlir_text, devices)
-            if devices
-            else compiler.compile(mlir_text, device)
-        )
+        loaded = compiler.compile_partitioned(named, devices) if devices else compiler.compile(named, device)
     except Exception as err:  # jaxlib raises its own XlaRuntimeError / ValueError types
         first_line = str(err).splitlines()[0] if str(err) else ""
         path = os.path.join(repro_dir(), f"{key[:16]}.mlir")
