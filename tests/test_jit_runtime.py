@@ -354,7 +354,6 @@ def test_devices_and_backend():
     assert runtime.backend_name() == os.environ.get("KAUN_IR_BACKEND", "cpu").strip().lower()
 
 
-
 @pytest.mark.parametrize("device", [99, "cpu:0", None])
 def test_jit_device_that_is_not_a_device_names_the_available_ones(device):
     x = rand(3)
@@ -367,6 +366,7 @@ def test_jit_device_that_is_not_a_device_names_the_available_ones(device):
         kn.jit(lambda v: v * 2.0, device=device)(x)
     with pytest.raises(TypeError, match="kn.runtime.devices"):
         runtime.compile(kn.trace(lambda v: v * 2.0, x), device=device)
+
 
 def test_bogus_backend_is_a_clear_value_error(monkeypatch):
     monkeypatch.setenv("KAUN_IR_BACKEND", "bogus")
