@@ -30,6 +30,7 @@ __all__ = [
     "PassVerificationError",
     "StableHLOImportError",
     "ModelSpecError",
+    "DistributedError",
 ]
 
 
@@ -158,3 +159,12 @@ class StableHLOImportError(KaunError, ValueError):
 
 class ModelSpecError(KaunError, ValueError):
     """The model named on the ``kaun-ir`` command line cannot be loaded or traced (a user error)."""
+
+
+# --- multi-process runs ---------------------------------------------------------------------
+
+
+class DistributedError(KaunError, RuntimeError):
+    """A multi-process run that cannot start or go on: the coordinator cannot be reached within
+    the timeout, the processes disagree on ``num_processes``; the message names the address or
+    the process."""
