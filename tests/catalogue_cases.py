@@ -780,3 +780,48 @@ def _reuse_donated():
     x = kn.jit(lambda v: v + 0.0)(np.ones(4, F32))  # a device array that can be donated
     f(x)
     f(x)
+
+
+# ------------------------------------------------------------------ runtime hardening (issue 29)
+R29 = "runtime-faults"
+add(
+    R29,
+    "distributed-port-not-numeric",
+    lambda: kn.distributed.initialize("127.0.0.1:abc", 2, 1),
+    ValueError,
+    r"'abc'",
+)
+add(R29, "distributed-port-range", lambda: kn.distributed.initialize("h:0", 2, 1), ValueError, r"1\.\.65535")
+add(
+    R29,
+    "distributed-no-port",
+    lambda: kn.distributed.initialize("h", 2, 1),
+    ValueError,
+    r"'h' is not 'host:port'",
+)
+add(R29, "distributed-id", lambda: kn.distributed.initialize("h:1", 2, 5), ValueError, r"process_id 5")
+add(
+    R29,
+    "distributed-count-type",
+    lambda: kn.distributed.initialize("h:1", "2", 0),
+    TypeError,
+    r"num_processes",
+)
+add(
+    R29,
+    "distributed-timeout",
+    lambda: kn.distributed.initialize("h:1", 2, 0, None, -1),
+    ValueError,
+    r"timeout_s",
+)
+add(R29, "jit-device-int", lambda: kn.jit(lambda v: v + 1.0, device=99)(A3), TypeError, r"device=99.*cpu")
+add(R29, "fori-float-bounds", lambda: kn.fori_loop(0.0, 3.5, lambda i, c: c, A3), TypeError, r"lower bound")
+add(R29, "sort-axis-range", lambda: kn.sort(A23, axis=2), kn.ShapeError, r"kn\.sort: axis 2")
+add(
+    R29,
+    "argsort-axis-type",
+    lambda: kn.argsort(A23, axis=0.5),
+    TypeError,
+    r"kn\.argsort: axis must be an int",
+)
+add(R29, "sort-scalar", lambda: kn.sort(np.float32(1)), kn.ShapeError, r"at least one axis")
