@@ -30,13 +30,13 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def test_two_processes_train_like_one(tmp_path):
+def run_two(tmp_path, *mode):
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
     script = os.path.join(HERE, "distributed_worker.py")
     procs = [
         subprocess.Popen(
-            [sys.executable, script, str(i), "2", str(port), str(tmp_path)],
+            [sys.executable, script, str(i), "2", str(port), str(tmp_path), *mode],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -54,7 +54,11 @@ def test_two_processes_train_like_one(tmp_path):
                 proc.kill()
     for proc, log in zip(procs, logs):
         assert proc.returncode == 0, log[-3000:]
-    results = [json.loads((tmp_path / f"result-{i}.json").read_text()) for i in range(2)]
+    return [json.loads((tmp_path / f"result-{i}.json").read_text()) for i in range(2)]
+
+
+def test_two_processes_train_like_one(tmp_path):
+    results = run_two(tmp_path)
     assert [r["process"] for r in results] == [0, 1]
     assert all(r["count"] == 2 and r["devices"] == 4 and r["local"] == 2 for r in results)
 
@@ -81,6 +85,22 @@ def test_two_processes_train_like_one(tmp_path):
             atol=1e-6,
             err_msg=path,
         )
+
+
+@pytest.mark.parametrize("steps_per_call", [1, 2])
+def test_closure_form_across_two_processes_trains_like_the_explicit_form(tmp_path, steps_per_call):
+    """Kaun's closure form (``(x, loss_closure)`` pairs, no ``loss=``) on a mesh over two
+    processes: each closure's targets are that process's rows, like the explicit form's targets;
+    the one-process explicit run over the concatenated batches is the reference."""
+    results = run_two(tmp_path, "closure", str(steps_per_call))
+    x, y = worker.problem()
+    batches = kn.data.to_array(kn.data.prepare((x, y), 2 * worker.LOCAL_BATCH))[: worker.STEPS]
+    params, _, losses = worker.train_run(kn.data.of_array(batches))
+    want = dict(kn.ptree.flatten_with_paths(params))
+    for r in results:
+        np.testing.assert_allclose(r["losses"], losses, rtol=1e-5, atol=1e-6)
+        for path, value in r["params"]:
+            np.testing.assert_allclose(np.asarray(value), np.asarray(want[path]), rtol=1e-5, atol=1e-6)
 
 
 # ------------------------------------------------------------------ faults: arguments, waits, peers
