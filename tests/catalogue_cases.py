@@ -825,3 +825,22 @@ add(
     r"kn\.argsort: axis must be an int",
 )
 add(R29, "sort-scalar", lambda: kn.sort(np.float32(1)), kn.ShapeError, r"at least one axis")
+add(
+    R29, "jit-static-unhashable", lambda: kn.jit(lambda a, s: a)(A3, {1}), TypeError, r"args\[1\] is a static"
+)
+add(R29, "jit-kwarg-unhashable", lambda: kn.jit(lambda a, s: a)(A3, s={1}), TypeError, r"kwargs\['s'\].*set")
+add(
+    R29,
+    "jit-dict-keys",
+    lambda: kn.jit(lambda a, d: a)(A3, {1: A3, "b": A3}),
+    TypeError,
+    r"args\[1\] holds a dict",
+)
+add(
+    R29,
+    "operand-none",
+    lambda: kn.jit(lambda a, s: a * s)(A3, None),
+    TypeError,
+    r"multiply: operand 1 is NoneType",
+)
+add(R29, "operand-str", lambda: kn.add(A3, "abc"), TypeError, r"add: operand 1 is str 'abc', not an array")
