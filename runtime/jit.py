@@ -66,6 +66,21 @@ class Jitted:
         in_shardings=None,
         out_shardings=None,
     ):
+        if not callable(f):
+            raise TypeError(
+                f"kn.jit: the function to compile must be callable, got {type(f).__name__} {f!r:.40}"
+            )
+        if isinstance(donate_argnums, int):
+            donate_argnums = (donate_argnums,)
+        try:
+            bad = [i for i in donate_argnums if isinstance(i, bool) or int(i) != i or int(i) < 0]
+        except (TypeError, ValueError):
+            bad = [donate_argnums]
+        if bad:
+            raise TypeError(
+                "kn.jit: donate_argnums must be non-negative argument positions (ints), "
+                f"got {donate_argnums!r}"
+            )
         self.f = f
         self.donate_argnums = tuple(sorted({int(i) for i in donate_argnums}))
         self._pipeline = pipeline  # None, a pipeline string / Pipeline, or a callable giving one

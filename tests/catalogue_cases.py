@@ -844,3 +844,18 @@ add(
     r"multiply: operand 1 is NoneType",
 )
 add(R29, "operand-str", lambda: kn.add(A3, "abc"), TypeError, r"add: operand 1 is str 'abc', not an array")
+add(
+    R29,
+    "jit-not-callable",
+    lambda: kn.jit(3),
+    TypeError,
+    r"kn\.jit: the function to compile must be callable, got int",
+)
+add(R29, "jit-donate-names", lambda: kn.jit(lambda a: a, donate_argnums=("a",)), TypeError, r"donate_argnums")
+add(
+    R29,
+    "mesh-device-int",
+    lambda: kn.sharding.mesh((1,), ("d",), devices=[99]),
+    TypeError,
+    r"devices= must hold",
+)
