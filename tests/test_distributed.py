@@ -172,7 +172,7 @@ def test_unreachable_coordinator_raises_after_the_timeout_instead_of_aborting():
     assert report["raised"] == "DistributedError" and report["kaun"], report
     assert f"process 1 could not reach the coordinator at {address} within timeout_s=2 s" in report["message"]
     assert "Connection refused" in report["message"]
-    assert 1.9 < report["seconds"] < 10
+    assert 1.9 < report["seconds"] < 30  # the timeout, plus importing jax on a loaded machine
 
 
 def test_coordinator_port_in_use_is_a_clear_error_in_process_zero():
@@ -202,7 +202,7 @@ def test_processes_that_disagree_on_num_processes_both_raise_naming_the_other():
         "process 0 was started with num_processes=2, this process (process 1) with num_processes=3"
         in (second["message"])
     )
-    assert first["seconds"] < 15 and second["seconds"] < 15
+    assert first["seconds"] < 40 and second["seconds"] < 40  # bounded: no wait for a third process
 
 
 def test_a_killed_peer_ends_the_survivor_within_the_heartbeat_timeout_naming_it():
@@ -229,3 +229,19 @@ def test_a_killed_peer_ends_the_survivor_within_the_heartbeat_timeout_naming_it(
     assert code != 0, out[-2000:]
     assert time.monotonic() - killed < 20
     assert re.search(r"tasks are unhealthy \(stopped sending heartbeats\):\s*1\b", out), out[-3000:]
+
+
+def test_process_zero_expecting_more_processes_waits_only_timeout_s_and_says_why():
+    """Process 0 started with a larger count waits in XLA's connect for processes that never
+    come; XLA ends both processes when ``timeout_s`` runs out (it cannot raise there), after
+    kaun_ir's one-line notice naming the count."""
+    address = f"127.0.0.1:{free_port()}"
+    start = time.monotonic()
+    procs = [start_fault_worker(address, 3, 0, 4), start_fault_worker(address, 2, 1, 4)]
+    (code0, out0), (code1, out1) = finish(procs[0]), finish(procs[1])
+    assert time.monotonic() - start < 40
+    assert code0 != 0 and code1 != 0
+    assert re.search(
+        r"kaun_ir: .*process 0 has waited timeout_s=4 s for the 3 processes .*num_processes", out0
+    )
+    assert re.search(r"process 1 has waited timeout_s=4 s for the 2 processes", out1)

@@ -7,6 +7,8 @@ import functools
 import math
 import os
 import socket
+import sys
+import threading
 import time
 
 from kaun_ir.errors import DistributedError
@@ -146,6 +148,15 @@ def initialize_distributed(
     else:
         _wait_reachable(host, int(port), coordinator_address, process_id, timeout_s, deadline)
     remaining = max(1, math.ceil(deadline - time.monotonic()))
+    # where the wait for the other processes runs out, XLA's agent ends the process from inside
+    # connect(), before Python can raise: say beforehand what it is waiting for
+    notice = threading.Timer(
+        max(0.1, remaining - 0.5),
+        _last_words,
+        (coordinator_address, num_processes, process_id, timeout_s),
+    )
+    notice.daemon = True
+    notice.start()
     try:
         jax.distributed.initialize(
             coordinator_address,
@@ -157,16 +168,30 @@ def initialize_distributed(
             shutdown_timeout_seconds=max(1, math.ceil(timeout_s)),
         )
     except Exception as err:  # jaxlib's own runtime errors
+        notice.cancel()
         _forget_distributed()
         raise DistributedError(
             f"kn.distributed.initialize: process {process_id} could not join the run at "
             f"{coordinator_address} ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
         ) from None
+    notice.cancel()
     try:
         _agree_on_count(num_processes, process_id, max(1.0, deadline - time.monotonic()))
     except DistributedError:
         _forget_distributed()
         raise
+
+
+def _last_words(address: str, num_processes: int, process_id: int, timeout_s: float) -> None:
+    """Printed when joining is about to time out inside XLA (which then ends the process)."""
+    print(
+        f"kaun_ir: kn.distributed.initialize: process {process_id} has waited timeout_s={timeout_s:g} s "
+        f"for the {num_processes} processes of the run to join at {address}; XLA's coordination "
+        "agent ends this process when the wait runs out. Check that every process was started, "
+        f"with the same num_processes (this one: {num_processes}; process 0's count is the run's).",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _check_listenable(host: str, port: int, address: str) -> None:
