@@ -245,3 +245,25 @@ def test_process_zero_expecting_more_processes_waits_only_timeout_s_and_says_why
         r"kaun_ir: .*process 0 has waited timeout_s=4 s for the 3 processes .*num_processes", out0
     )
     assert re.search(r"process 1 has waited timeout_s=4 s for the 2 processes", out1)
+
+
+def test_the_checks_before_connecting_name_the_address():
+    from kaun_ir.errors import DistributedError
+    from kaun_ir.runtime.xla import backend
+
+    with pytest.raises(
+        DistributedError, match=r"coordinator host 'nohost\.invalid' of nohost\.invalid:1234 does not"
+    ):
+        backend._check_listenable("nohost.invalid", 1234, "nohost.invalid:1234")
+    port = free_port()
+    start = time.monotonic()
+    with pytest.raises(
+        DistributedError, match=rf"process 3 could not reach the coordinator at 127\.0\.0\.1:{port}"
+    ):
+        backend._wait_reachable("127.0.0.1", port, f"127.0.0.1:{port}", 3, 0.5, time.monotonic() + 0.5)
+    assert time.monotonic() - start < 3
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        backend._wait_reachable("127.0.0.1", port, f"127.0.0.1:{port}", 1, 5, time.monotonic() + 5)  # returns

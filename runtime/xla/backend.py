@@ -197,6 +197,13 @@ def _last_words(address: str, num_processes: int, process_id: int, timeout_s: fl
 def _check_listenable(host: str, port: int, address: str) -> None:
     """Process 0 hosts the coordination service on every interface at ``port``: a port another
     program holds would make the service fail inside XLA, so it is tried here first."""
+    try:
+        socket.getaddrinfo(host, port)  # process 0's own client connects through this name
+    except OSError as err:
+        raise DistributedError(
+            f"kn.distributed.initialize: the coordinator host {host!r} of {address} does not "
+            f"resolve ({err.strerror or err})"
+        ) from None
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
@@ -248,8 +255,7 @@ def _agree_on_count(num_processes: int, process_id: int, timeout_s: float) -> No
         except Exception:  # DEADLINE_EXCEEDED from jaxlib: the peer never joined
             raise DistributedError(
                 f"kn.distributed.initialize: process {peer} did not join the run of {num_processes} "
-                f"processes within timeout_s={timeout_s:.0f} s (started with another num_processes, "
-                "or not started)"
+                "processes within timeout_s (started with another num_processes, or not started)"
             ) from None
         if theirs != num_processes:
             raise DistributedError(
