@@ -859,3 +859,18 @@ add(
     TypeError,
     r"devices= must hold",
 )
+
+
+def _nested_residual():
+    model = layer.sequential([layer.linear(8, 8), layer.residual(layer.linear(8, 3))])
+    x = np.ones((2, 8), F32)
+    layer.apply(model, rng.run(0, lambda: layer.init(model, x)), x)
+
+
+add(
+    R29,
+    "residual-names-its-path",
+    _nested_residual,
+    kn.ShapeError,
+    r"^1\.residual: the block's output f32\[2,3\]",
+)
