@@ -31,6 +31,7 @@ __all__ = [
     "StableHLOImportError",
     "ModelSpecError",
     "ProfilerError",
+    "DistributedError",
 ]
 
 
@@ -163,3 +164,12 @@ class ModelSpecError(KaunError, ValueError):
 
 class ProfilerError(KaunError, RuntimeError):
     """``kn.profile`` could not start or stop a trace (e.g. another profile is already running)."""
+
+
+# --- multi-process runs ---------------------------------------------------------------------
+
+
+class DistributedError(KaunError, RuntimeError):
+    """A multi-process run that cannot start or go on: the coordinator cannot be reached within
+    the timeout, the processes disagree on ``num_processes``; the message names the address or
+    the process."""

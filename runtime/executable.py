@@ -68,7 +68,7 @@ class Executable:
             raise ValueError("give either device= or mesh=, not both")
         self.mesh = mesh
         if mesh is None:
-            self.device = device if device is not None else backend.default_device()
+            self.device = _check_device(device) if device is not None else backend.default_device()
             self.in_specs = self.out_specs = None
             self.sharding = shardings.single_device_sharding(self.device)
             checking = finite.enabled()  # kn.debug.check_finite / KAUN_IR_CHECK_FINITE
@@ -165,6 +165,21 @@ class Executable:
     def cost_analysis(self) -> dict:
         """XLA's cost estimate (``flops``, ``bytes accessed``, ...)."""
         return compiler.cost_analysis(self.loaded)
+
+
+def _check_device(device):
+    """``device`` if it is a device of this process's backend, else a clear error listing the
+    devices there are (an int, a string, another backend's device)."""
+    local = backend.local_devices()
+    if any(device is d or device == d for d in local):
+        return device
+    names = ", ".join(str(d) for d in local)
+    if not hasattr(device, "platform"):
+        raise TypeError(
+            f"device={device!r} is not a device: pass one of kn.runtime.devices() "
+            f"(this process drives {len(local)}: {names}), e.g. device=kn.runtime.devices()[0]"
+        )
+    raise ValueError(f"device={device} is not one this process drives; the available devices are: {names}")
 
 
 def _moving_devices(run, device):

@@ -20,8 +20,10 @@ The key is a SHA-256 of everything the passes' result depends on:
 Only pipelines made of kaun_ir's own passes are cached: the code of a pass registered by the user
 is not part of the key, so such a pipeline always runs. Entries hold plain data (strings,
 numbers, bytes, tuples) read back by an unpickler that refuses every class, so an entry cannot run
-code; an entry that cannot be read (truncated, another format) is removed and the passes run,
-with one warning. Writes are atomic (:func:`kaun_ir.fileio.atomic_write`).
+code; like the XLA cache's, each entry carries the key it was stored under and a checksum, and the
+directory must pass the same trust check (see :mod:`kaun_ir.runtime.disk_cache`). An entry that
+cannot be read (truncated, damaged, swapped with another, another format) is removed and the
+passes run, with one warning. Writes are atomic (:func:`kaun_ir.fileio.atomic_write`).
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ from kaun_ir.passes.registry import REGISTRY
 from kaun_ir.runtime import disk_cache, stages
 from kaun_ir.runtime.xla import backend
 
-#: bumped whenever the entries' layout changes (2: nodes record their provenance)
-_FORMAT = "kaun_ir-graph-cache-2"
+#: bumped whenever the entries' layout changes (2: nodes record their provenance; 3: a header
+#: with the key and a checksum, :func:`disk_cache.seal`)
+_FORMAT = "kaun_ir-graph-cache-3"
 SUFFIX = disk_cache.GRAPH_SUFFIX  # so disk_cache.clear() removes these too
 _FOLDER = "graphs"
 
@@ -70,14 +73,15 @@ def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
     On a hit the passes do not run, so ``instrumentations`` see nothing; the time of the lookup is
     recorded as the stage ``pass-cache`` (:mod:`kaun_ir.runtime.stages`), and so is the time of
     computing the key and storing the result on a miss."""
-    root = disk_cache.directory()
+    root = disk_cache.trusted_directory()
     if root is None or not _cacheable(pipeline):
         if root is not None:
             counters.bypassed += 1
         return passes.run(graph, pipeline, instrumentations)
     start = time.perf_counter()
-    path = _entry(root, key(graph, pipeline))
-    loaded = _load(path, graph)
+    cache_key = key(graph, pipeline)
+    path = _entry(root, cache_key)
+    loaded = _load(path, cache_key, graph)
     if loaded is not None:
         counters.hits += 1
         stages.add("pass-cache", time.perf_counter() - start, len(loaded.nodes))
@@ -88,7 +92,7 @@ def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
     counters.misses += 1
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        atomic_write(path, to_bytes(result, _FORMAT))
+        atomic_write(path, disk_cache.seal(cache_key, to_bytes(result, _FORMAT)))
     except Exception as err:  # a full disk or a read-only directory must not fail a compilation
         counters.errors += 1
         _warn_once(
@@ -164,7 +168,7 @@ def _entry(root: str, cache_key: str) -> str:
     return os.path.join(root, _FOLDER, cache_key[:2], cache_key + SUFFIX)
 
 
-def _load(path: str, traced: Graph) -> Graph | None:
+def _load(path: str, cache_key: str, traced: Graph) -> Graph | None:
     try:
         with open(path, "rb") as handle:
             data = handle.read()
@@ -175,7 +179,7 @@ def _load(path: str, traced: Graph) -> Graph | None:
         _warn_once("read", f"kaun_ir: cannot read the graph cache entry {path} ({err}); running the passes")
         return None
     try:
-        graph = from_bytes(data, _FORMAT)
+        graph = from_bytes(disk_cache.unseal(cache_key, data), _FORMAT)
         # the passes keep the signature; an entry that does not is not the result of this graph
         if graph.input_types != traced.input_types or len(graph.outputs) != len(traced.outputs):
             raise ValueError("signature differs from the traced graph's")

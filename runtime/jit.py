@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from kaun_ir import passes, tree
 from kaun_ir.runtime import explain, sharding_args
@@ -30,6 +31,24 @@ def _raise_if_donated(f, arrays) -> None:
             ) from None
 
 
+def _unflattenable(x: Any) -> bool:
+    try:
+        tree.flatten(x)
+    except TypeError:
+        return True
+    return False
+
+
+def _unhashable(x: Any) -> bool:
+    for leaf in tree.flatten(x)[0]:
+        if not is_array_leaf(leaf):
+            try:
+                hash(leaf)
+            except TypeError:
+                return True
+    return False
+
+
 class Jitted:
     """A compiled-on-demand function; see :func:`jit`.
 
@@ -47,6 +66,21 @@ class Jitted:
         in_shardings=None,
         out_shardings=None,
     ):
+        if not callable(f):
+            raise TypeError(
+                f"kn.jit: the function to compile must be callable, got {type(f).__name__} {f!r:.40}"
+            )
+        if isinstance(donate_argnums, int):
+            donate_argnums = (donate_argnums,)
+        try:
+            bad = [i for i in donate_argnums if isinstance(i, bool) or int(i) != i or int(i) < 0]
+        except (TypeError, ValueError):
+            bad = [donate_argnums]
+        if bad:
+            raise TypeError(
+                "kn.jit: donate_argnums must be non-negative argument positions (ints), "
+                f"got {donate_argnums!r}"
+            )
         self.f = f
         self.donate_argnums = tuple(sorted({int(i) for i in donate_argnums}))
         self._pipeline = pipeline  # None, a pipeline string / Pipeline, or a callable giving one
@@ -71,7 +105,13 @@ class Jitted:
         return self._compiled.trace_count
 
     def _signature(self, args, kwargs):
-        leaves, treedef = tree.flatten((args, kwargs))
+        try:
+            leaves, treedef = tree.flatten((args, kwargs))
+        except TypeError as err:  # a dict whose keys do not sort
+            raise TypeError(
+                f"{self._name()}: {self._where(args, kwargs, _unflattenable)} holds a dict whose keys "
+                f"do not sort ({err})"
+            ) from None
         key = [treedef]
         arrays = []
         for leaf in leaves:
@@ -83,9 +123,31 @@ class Jitted:
                 if self.mesh is not None and self.in_shardings is None:  # inputs keep their layout
                     key.append(shardings.spec_on_mesh(leaf, self.mesh))
             else:
+                try:
+                    hash(leaf)
+                except TypeError:
+                    raise TypeError(
+                        f"{self._name()}: {self._where(args, kwargs, _unhashable)} is a static (non-array) "
+                        f"argument of type {type(leaf).__name__}, which is not hashable: static arguments "
+                        "key the compiled code, so pass a hashable value (a tuple, a frozenset) or an array"
+                    ) from None
                 # NaN != NaN: key it by name so a static NaN does not retrace on every call
                 key.append(("static", type(leaf), "nan" if leaf != leaf else leaf))
         return tuple(key), leaves, arrays
+
+    def _name(self) -> str:
+        return f"kn.jit({getattr(self.f, '__qualname__', type(self.f).__name__)})"
+
+    @staticmethod
+    def _where(args, kwargs, bad: Callable[[Any], bool]) -> str:
+        """``args[i]`` or ``kwargs['k']``: the top-level argument for which ``bad`` holds."""
+        for i, arg in enumerate(args):
+            if bad(arg):
+                return f"args[{i}]"
+        for name, arg in kwargs.items():
+            if bad(arg):
+                return f"kwargs[{name!r}]"
+        return "an argument"
 
     def __call__(self, *args, **kwargs):
         if not kwargs:

@@ -116,6 +116,13 @@ class Mesh:
                 )
             devices = available[:size]
         devices = list(devices)
+        for d in devices:
+            if not hasattr(d, "platform") or not hasattr(d, "id"):
+                available = ", ".join(str(a) for a in backend.devices())
+                raise TypeError(
+                    f"mesh {dict(zip(names, shape))}: devices= must hold devices of kn.runtime.devices() "
+                    f"(here: {available}), got {d!r:.40}"
+                )
         if len(devices) != size:
             raise ValueError(f"mesh {dict(zip(names, shape))} needs {size} devices, got {len(devices)}")
         if len({id(d) for d in devices}) != size:

@@ -968,3 +968,96 @@ add(
     r"optim\.ema",
 )
 add("layers", "lora-no-target", lambda: layer.lora(layer.linear(2, 2), 1, targets=42), TypeError, r"targets")
+
+# ------------------------------------------------------------------ runtime hardening (issue 29)
+R29 = "runtime-faults"
+add(
+    R29,
+    "distributed-port-not-numeric",
+    lambda: kn.distributed.initialize("127.0.0.1:abc", 2, 1),
+    ValueError,
+    r"'abc'",
+)
+add(R29, "distributed-port-range", lambda: kn.distributed.initialize("h:0", 2, 1), ValueError, r"1\.\.65535")
+add(
+    R29,
+    "distributed-no-port",
+    lambda: kn.distributed.initialize("h", 2, 1),
+    ValueError,
+    r"'h' is not 'host:port'",
+)
+add(R29, "distributed-id", lambda: kn.distributed.initialize("h:1", 2, 5), ValueError, r"process_id 5")
+add(
+    R29,
+    "distributed-count-type",
+    lambda: kn.distributed.initialize("h:1", "2", 0),
+    TypeError,
+    r"num_processes",
+)
+add(
+    R29,
+    "distributed-timeout",
+    lambda: kn.distributed.initialize("h:1", 2, 0, None, -1),
+    ValueError,
+    r"timeout_s",
+)
+add(R29, "jit-device-int", lambda: kn.jit(lambda v: v + 1.0, device=99)(A3), TypeError, r"device=99.*cpu")
+add(R29, "fori-float-bounds", lambda: kn.fori_loop(0.0, 3.5, lambda i, c: c, A3), TypeError, r"lower bound")
+add(R29, "sort-axis-range", lambda: kn.sort(A23, axis=2), kn.ShapeError, r"kn\.sort: axis 2")
+add(
+    R29,
+    "argsort-axis-type",
+    lambda: kn.argsort(A23, axis=0.5),
+    TypeError,
+    r"kn\.argsort: axis must be an int",
+)
+add(R29, "sort-scalar", lambda: kn.sort(np.float32(1)), kn.ShapeError, r"at least one axis")
+add(
+    R29, "jit-static-unhashable", lambda: kn.jit(lambda a, s: a)(A3, {1}), TypeError, r"args\[1\] is a static"
+)
+add(R29, "jit-kwarg-unhashable", lambda: kn.jit(lambda a, s: a)(A3, s={1}), TypeError, r"kwargs\['s'\].*set")
+add(
+    R29,
+    "jit-dict-keys",
+    lambda: kn.jit(lambda a, d: a)(A3, {1: A3, "b": A3}),
+    TypeError,
+    r"args\[1\] holds a dict",
+)
+add(
+    R29,
+    "operand-none",
+    lambda: kn.jit(lambda a, s: a * s)(A3, None),
+    TypeError,
+    r"multiply: operand 1 is NoneType",
+)
+add(R29, "operand-str", lambda: kn.add(A3, "abc"), TypeError, r"add: operand 1 is str 'abc', not an array")
+add(
+    R29,
+    "jit-not-callable",
+    lambda: kn.jit(3),
+    TypeError,
+    r"kn\.jit: the function to compile must be callable, got int",
+)
+add(R29, "jit-donate-names", lambda: kn.jit(lambda a: a, donate_argnums=("a",)), TypeError, r"donate_argnums")
+add(
+    R29,
+    "mesh-device-int",
+    lambda: kn.sharding.mesh((1,), ("d",), devices=[99]),
+    TypeError,
+    r"devices= must hold",
+)
+
+
+def _nested_residual():
+    model = layer.sequential([layer.linear(8, 8), layer.residual(layer.linear(8, 3))])
+    x = np.ones((2, 8), F32)
+    layer.apply(model, rng.run(0, lambda: layer.init(model, x)), x)
+
+
+add(
+    R29,
+    "residual-names-its-path",
+    _nested_residual,
+    kn.ShapeError,
+    r"^1\.residual: the block's output f32\[2,3\]",
+)

@@ -84,6 +84,20 @@ def test_second_process_loads_instead_of_compiling_and_corrupt_entries_are_recom
     assert third["grad"] == first["grad"] and third["value"] == first["value"]
     assert os.path.getsize(victim) > 100
 
+    # two entries swapped between their keys (the gradient's and the value's programs): each is
+    # detected by the key in its header, recompiled and stored again; never run as the other
+    a, b = entries(cache_dir)
+    data_a, data_b = open(a, "rb").read(), open(b, "rb").read()
+    open(a, "wb").write(data_b)
+    open(b, "wb").write(data_a)
+    swapped, stderr = run_program(cache_dir)
+    assert (swapped["hits"], swapped["misses"], swapped["errors"]) == (0, 2, 2)
+    assert "another key" in stderr and stderr.count("compilation cache entry") == 1  # warned once
+    np.testing.assert_allclose(swapped["grad"], want_grad, rtol=1e-5)
+    np.testing.assert_allclose(swapped["value"], want_value, rtol=1e-5)
+    head = len(disk_cache._MAGIC) + 32  # rewritten: each file holds its own key's entry again
+    assert (open(a, "rb").read()[:head], open(b, "rb").read()[:head]) == (data_a[:head], data_b[:head])
+
     # XLA flags change the compiled code: a different key, so a fresh compilation
     fourth, _ = run_program(cache_dir, XLA_FLAGS="--xla_cpu_enable_fast_math=false")
     assert (fourth["hits"], fourth["misses"]) == (0, 2)
@@ -131,3 +145,72 @@ def test_off_without_the_variable_and_clear(tmp_path, monkeypatch):
 def test_blank_variable_means_off(monkeypatch, value):
     monkeypatch.setenv(disk_cache.ENV, value)
     assert disk_cache.directory() is None
+
+
+# ------------------------------------------------------------------ entries are verified, dirs trusted
+
+TEXT = {"saved": lambda exe: exe.encode(), "load": lambda data: data.decode()}
+
+
+def cached(module, compiled):
+    """``compile_cached`` of a fake executable (a string): returns what the cache handed back and
+    whether ``compile_fn`` ran."""
+    ran = []
+    got = disk_cache.compile_cached(
+        module, [], b"", lambda: ran.append(1) or compiled, save=TEXT["saved"], load=TEXT["load"]
+    )
+    return got, bool(ran)
+
+
+@pytest.fixture
+def cache_env(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv(disk_cache.ENV, str(root))
+    monkeypatch.setattr(disk_cache, "_warned", set())
+    return root
+
+
+def test_a_swapped_or_damaged_entry_is_a_miss_never_the_wrong_program(cache_env):
+    assert cached("program A", "exe A") == ("exe A", True)
+    assert cached("program B", "exe B") == ("exe B", True)
+    assert cached("program A", "unused") == ("exe A", False)  # a hit
+    path_a = disk_cache._entry(str(cache_env), disk_cache.key("program A", [], b""))
+    path_b = disk_cache._entry(str(cache_env), disk_cache.key("program B", [], b""))
+    data_a, data_b = open(path_a, "rb").read(), open(path_b, "rb").read()
+    open(path_a, "wb").write(data_b)  # B's entry under A's key
+    with pytest.warns(RuntimeWarning, match="stored under another key"):
+        assert cached("program A", "exe A") == ("exe A", True)
+    assert open(path_a, "rb").read() == data_a  # stored again, and a hit next time
+    assert cached("program A", "unused") == ("exe A", False)
+
+    damaged = bytearray(data_b)
+    damaged[-1] ^= 0x20  # same length, one flipped bit in the executable
+    open(path_b, "wb").write(bytes(damaged))
+    disk_cache._warned.clear()  # one warning per kind and process: let the next ones through
+    with pytest.warns(RuntimeWarning, match="checksum mismatch"):
+        assert cached("program B", "exe B") == ("exe B", True)
+    open(path_b, "wb").write(data_b[len(disk_cache._MAGIC) + 64 :])  # a bare payload: no header
+    disk_cache._warned.clear()
+    with pytest.warns(RuntimeWarning, match="no cache header"):
+        assert cached("program B", "exe B") == ("exe B", True)
+    assert cached("program B", "unused") == ("exe B", False)
+
+
+def test_a_directory_others_may_write_or_own_is_not_trusted(cache_env, monkeypatch):
+    assert cached("program", "exe") == ("exe", True)
+    assert oct(cache_env.stat().st_mode & 0o777) == oct(0o700)  # created private
+    assert cached("program", "unused") == ("exe", False)
+
+    os.chmod(cache_env, 0o777)
+    with pytest.warns(RuntimeWarning, match=r"not using the compilation cache .*mode 0777"):
+        assert cached("program", "fresh") == ("fresh", True)  # the entry is not even read
+    assert cached("program", "fresh") == ("fresh", True)
+    os.chmod(cache_env, 0o720)
+    assert disk_cache.untrusted_reason(str(cache_env)).startswith("its group or other users may write")
+    os.chmod(cache_env, 0o755)
+    assert disk_cache.untrusted_reason(str(cache_env)) is None
+
+    monkeypatch.setattr(disk_cache, "_uid", lambda: os.stat(cache_env).st_uid + 1)
+    monkeypatch.setattr(disk_cache, "_warned", set())
+    with pytest.warns(RuntimeWarning, match=r"owned by user id \d+, not by this user"):
+        assert cached("program", "fresh") == ("fresh", True)

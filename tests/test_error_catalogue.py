@@ -221,3 +221,42 @@ def test_a_loss_that_ignores_the_parameters_warns():
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a loss that uses the output: no warning
         train.step(trainer, st, np.ones((4, 3), np.float32), lambda out: kn.sum((out - target) ** 2))
+
+
+# command-line inputs whose errors did not name the input (the SPEC, the --input): each names it now
+CLI_NAMING_CASES = [
+    (
+        ["dump", "mymodels:net", "--input", "f32[-1,4]"],
+        r"--input 'f32\[-1,4\]': expected a tensor type.*negative",
+    ),
+    (
+        ["dump", "named29:needs_x"],
+        r"'named29:needs_x': calling needs_x\(\) to build the model failed: TypeError",
+    ),
+    (
+        ["dump", "named29:pair"],
+        r"^kaun-ir dump: error: pair: .*missing 1 required.*give one --input TYPE per argument",
+    ),
+    (
+        ["dump", "named29:layer", "--input", "f32[2,5]"],
+        r"^kaun-ir dump: error: layer: linear.*expects an input",
+    ),
+]
+
+
+@pytest.mark.parametrize("argv, pattern", CLI_NAMING_CASES, ids=[" ".join(c[0]) for c in CLI_NAMING_CASES])
+def test_cli_errors_name_the_input_they_are_about(cli_dir, capsys, argv, pattern):
+    from kaun_ir.tools import cli
+
+    (cli_dir / "named29.py").write_text(
+        "import kaun_ir as kn\nfrom kaun_ir import layer\n"
+        "def needs_x(x):\n    return x\n"
+        "def pair():\n    return (lambda a, b: a + b), (kn.ShapeDtype((2,), kn.float32),)\n"
+        "def layer():\n    return kn.layer.linear(3, 4)\n"
+    )
+    try:
+        assert cli.main(argv) == 1
+    finally:
+        sys.modules.pop("named29", None)
+    lines = capsys.readouterr().err.strip("\n").split("\n")
+    assert len(lines) == 1 and re.search(pattern, lines[0]), lines

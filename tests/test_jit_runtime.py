@@ -354,6 +354,20 @@ def test_devices_and_backend():
     assert runtime.backend_name() == os.environ.get("KAUN_IR_BACKEND", "cpu").strip().lower()
 
 
+@pytest.mark.parametrize("device", [99, "cpu:0", None])
+def test_jit_device_that_is_not_a_device_names_the_available_ones(device):
+    x = rand(3)
+    if device is None:  # a device of this backend works, given as an object
+        got = kn.jit(lambda v: v * 2.0, device=runtime.devices()[0])(x)
+        np.testing.assert_allclose(np.asarray(got), x * 2.0)
+        return
+    names = re.escape(str(runtime.devices()[0]))
+    with pytest.raises(TypeError, match=rf"device={re.escape(repr(device))} is not a device.*{names}"):
+        kn.jit(lambda v: v * 2.0, device=device)(x)
+    with pytest.raises(TypeError, match="kn.runtime.devices"):
+        runtime.compile(kn.trace(lambda v: v * 2.0, x), device=device)
+
+
 def test_bogus_backend_is_a_clear_value_error(monkeypatch):
     monkeypatch.setenv("KAUN_IR_BACKEND", "bogus")
     with pytest.raises(ValueError, match=r"KAUN_IR_BACKEND='bogus': expected one of cpu, gpu, tpu"):

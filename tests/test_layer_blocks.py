@@ -189,6 +189,40 @@ def test_sort_argsort_match_numpy_with_ties_and_nan():
         kn.sort(ints, axis=2)
 
 
+def test_sort_descending_orders_signed_zeros_and_nans_like_jnp():
+    rng = np.random.default_rng(29)
+    specials = np.array([0.0, -0.0, 1.0, -1.0, np.nan, -np.nan, np.inf, -np.inf], np.float32)
+    x = rng.choice(specials, size=(6, 9)).astype(np.float32)
+    x[0, :4] = [0.0, -0.0, -0.0, 0.0]
+    eager = kn.jit(lambda t: kn.sort(t, axis=1, descending=True))
+    for axis in (0, 1):
+        want = np.asarray(jnp.sort(x, axis=axis, descending=True))
+        got = np.asarray(kn.sort(x, axis=axis, descending=True))
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    got, want = np.asarray(eager(x)), np.asarray(jnp.sort(x, axis=1, descending=True))
+    np.testing.assert_array_equal(np.signbit(got), np.signbit(want))
+    # the gradient goes back to where each value came from
+    w = np.arange(9, dtype=np.float32)
+    y = rng.standard_normal((2, 9)).astype(np.float32)
+    got = kn.grad(lambda t: kn.sum(kn.sort(t, descending=True) * w))(y)
+    want = jax.grad(lambda t: jnp.sum(jnp.sort(t, descending=True) * w))(y)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("fn", [kn.sort, kn.argsort])
+def test_sort_axis_errors_use_the_project_classes(fn):
+    x = np.ones((2, 3), np.float32)
+    with pytest.raises(kn.ShapeError, match="axis 2 is out of range"):
+        fn(x, axis=2)
+    with pytest.raises(kn.ShapeError, match="axis -3 is out of range"):
+        fn(x, axis=-3)
+    with pytest.raises(TypeError, match="axis must be an integer, got 0.5"):
+        fn(x, axis=0.5)
+    with pytest.raises(kn.ShapeError, match="scalar"):
+        fn(np.float32(1.0))
+
+
 def test_top_k_values_indices_and_gradient_match_jax():
     x = RNG.standard_normal((3, 10)).astype(np.float32)
     x[0, 3] = x[0, 7]  # a tie: the lower index first

@@ -146,3 +146,22 @@ def test_jvp_through_scan():
     with jax.enable_x64(True):
         want = jax.jvp(fj, (W,), (tangent,))
     _close(kn.jvp(f, (W,), (tangent,)), want)
+
+
+@pytest.mark.parametrize(
+    ("lower", "upper", "which"),
+    [(0.0, 3.5, "lower"), (0, 3.5, "upper"), (True, 3, "lower"), (np.float32(0), 3, "lower")],
+)
+def test_fori_loop_non_integer_bounds_are_a_type_error(lower, upper, which):
+    # jax.lax.fori_loop rounds such bounds differently eagerly and under jit; an error is the only
+    # answer that cannot silently give a different trip count
+    with pytest.raises(TypeError, match=f"fori_loop: the {which} bound must be an integer"):
+        kn.fori_loop(lower, upper, lambda i, c: c + 1.0, np.float32(0))
+
+
+def test_fori_loop_traced_float_bound_is_a_type_error_and_int_bounds_run():
+    count = kn.jit(lambda n: kn.fori_loop(0, n, lambda i, c: c + 1.0, np.float32(0)))
+    assert float(count(np.int32(4))) == float(jax.lax.fori_loop(0, 4, lambda i, c: c + 1.0, 0.0))
+    with pytest.raises(TypeError, match="upper bound must be an integer scalar, got Tensor"):
+        count(np.float32(4))
+    assert float(kn.fori_loop(np.int64(1), np.int32(3), lambda i, c: c + 1.0, np.float32(0))) == 2.0

@@ -33,7 +33,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kaun_ir.errors import ModelSpecError
+from kaun_ir.errors import KaunError, ModelSpecError
 from kaun_ir.tools.subject import Subject, abstract_vars
 
 SPEC_HELP = """\
@@ -130,11 +130,11 @@ def parse_input(text: str):
 
     try:
         t = parse_type(text.strip())
-    except (ValueError, TypeError, KeyError) as err:
+        return ShapeDtype(t.shape, t.dtype)
+    except (ValueError, TypeError, KeyError, KaunError) as err:  # KaunError: a negative dimension
         raise ModelSpecError(
             f"--input {text!r}: expected a tensor type like f32[32,784] or i32[] ({err})"
         ) from None
-    return ShapeDtype(t.shape, t.dtype)
 
 
 def load_object(spec: str) -> Any:
@@ -163,7 +163,15 @@ def load_object(spec: str) -> Any:
     fn = getattr(module, attr, None)
     if fn is None:
         raise ModelSpecError(f"{spec!r}: module {module_name!r} has no attribute {attr!r}")
-    return fn() if callable(fn) and not _is_layer(fn) and not _is_graph(fn) else fn
+    if not callable(fn) or _is_layer(fn) or _is_graph(fn):
+        return fn
+    try:
+        return fn()
+    except Exception as err:  # whatever the user's builder raised: name the SPEC it came from
+        raise ModelSpecError(
+            f"{spec!r}: calling {attr}() to build the model failed: {type(err).__name__}: {err} "
+            "(a SPEC names a function of no arguments returning the model; see --help)"
+        ) from err
 
 
 def _import_module(module_name: str):

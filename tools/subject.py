@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from kaun_ir.errors import ModelSpecError
+from kaun_ir.errors import KaunError, ModelSpecError
 
 STAGES = ("traced", "autodiff", "optimized", "stablehlo", "hlo")
 GRAPH_STAGES = ("traced", "autodiff", "optimized")
@@ -115,7 +115,15 @@ class Subject:
             return self.graph
         if self.kind == "train":
             return self._train_forward()
-        return trace(self.fn, *self.args)
+        try:
+            return trace(self.fn, *self.args)
+        except ModelSpecError:
+            raise
+        except (KaunError, TypeError, ValueError) as err:  # name the model the command line gave
+            hint = ""
+            if self.kind == "function" and isinstance(err, TypeError) and "argument" in str(err):
+                hint = f" (called with {len(self.args)} example input(s): give one --input TYPE per argument)"
+            raise ModelSpecError(f"{self.name}: {err}{hint}") from err
 
     def _autodiff(self):
         from kaun_ir import passes

@@ -10,7 +10,7 @@ from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import scope
 from kaun_ir.layer.combinators import child_ctx
-from kaun_ir.layer.construct import make_param, positive_int, resolve_init, stateless
+from kaun_ir.layer.construct import make_param, path_prefix, positive_int, resolve_init, stateless
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.layer.initialise import child_init, eval_shape
 from kaun_ir.nn import init as initializers
@@ -75,7 +75,7 @@ def residual(block: Layer, shortcut: Layer | None = None, name: str = "residual"
             new_state["shortcut"] = ss
         if type_of(y).shape != type_of(skip).shape:
             raise ShapeError(
-                f"residual: the block's output {type_of(y)} and the shortcut's "
+                f"{path_prefix() or 'residual: '}the block's output {type_of(y)} and the shortcut's "
                 f"{type_of(skip)} differ in shape; give a shortcut layer that maps the input "
                 "to the block's output shape"
             )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
+
 from kaun_ir.runtime.xla import backend
 
 __all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count", "local_devices"]
@@ -25,28 +27,95 @@ def initialize(
     num_processes: int,
     process_id: int,
     local_device_ids: Sequence[int] | None = None,
-    timeout_s: int = 300,
+    timeout_s: float = 300,
+    heartbeat_timeout_s: int = 100,
 ) -> None:
     """Join a run of ``num_processes`` processes; this one is ``process_id`` (0-based).
 
-    ``coordinator_address``: ``"host:port"`` reachable by every process; process 0 listens
-    there. ``local_device_ids``: the local devices this process drives (default: all).
-    Must be called before anything runs on a device in this process; waits up to ``timeout_s``
-    seconds for the others. Raises ``ValueError`` for inconsistent arguments."""
-    if not isinstance(coordinator_address, str) or ":" not in coordinator_address:
-        raise ValueError(f"coordinator_address must be 'host:port', got {coordinator_address!r}")
-    if int(num_processes) < 1:
-        raise ValueError(f"num_processes must be >= 1, got {num_processes}")
-    if not 0 <= int(process_id) < int(num_processes):
-        raise ValueError(f"process_id {process_id} is not in [0, {num_processes})")
+    ``coordinator_address``: ``"host:port"`` (``"[::1]:port"`` for an IPv6 literal) reachable by
+    every process; process 0 listens there. ``local_device_ids``: the local devices this process
+    drives (default: all). Must be called before anything runs on a device in this process.
+
+    Every wait is bounded:
+
+    - ``timeout_s`` (default 300): how long to wait for the coordinator to accept a connection
+      (processes other than 0) and for every process to join. A coordinator that cannot be
+      reached in that time raises :class:`~kaun_ir.errors.DistributedError` naming the address;
+      processes started with different ``num_processes`` raise it naming the process that
+      disagrees (process 0's count is the run's).
+    - ``heartbeat_timeout_s`` (default 100): a process that stops sending heartbeats for that
+      long (killed, or its host lost) is declared dead by the coordination service, and every
+      other process of the run then ends (see docs/distributed.md: XLA's coordination agent
+      terminates it, naming the dead process; it cannot raise a Python exception there).
+
+    Bad arguments (a malformed address, a non-numeric port or one out of 1..65535,
+    ``process_id`` not in ``[0, num_processes)``, non-positive timeouts) raise ``ValueError`` or
+    ``TypeError`` at once, before anything connects."""
+    host, port = _parse_address(coordinator_address)
+    num_processes = _int_arg("num_processes", num_processes, 1)
+    process_id = _int_arg("process_id", process_id, 0)
+    if process_id >= num_processes:
+        raise ValueError(
+            f"kn.distributed.initialize: process_id {process_id} is not in [0, {num_processes}) "
+            f"(num_processes={num_processes})"
+        )
+    if local_device_ids is not None:
+        if isinstance(local_device_ids, (str, bytes)) or not isinstance(local_device_ids, Sequence):
+            raise TypeError(
+                "kn.distributed.initialize: local_device_ids must be a sequence of ints, "
+                f"got {local_device_ids!r}"
+            )
+        local_device_ids = [_int_arg("local_device_ids[]", i, 0) for i in local_device_ids]
+    for name, value in (("timeout_s", timeout_s), ("heartbeat_timeout_s", heartbeat_timeout_s)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+            raise ValueError(
+                f"kn.distributed.initialize: {name} must be a positive number of seconds, got {value!r}"
+            )
 
     backend.initialize_distributed(
-        coordinator_address,
-        int(num_processes),
-        int(process_id),
+        f"[{host}]:{port}" if ":" in host else f"{host}:{port}",
+        num_processes,
+        process_id,
         local_device_ids=local_device_ids,
-        timeout_s=int(timeout_s),
+        timeout_s=float(timeout_s),
+        heartbeat_timeout_s=max(1, int(round(heartbeat_timeout_s))),
     )
+
+
+def _parse_address(address: str) -> tuple[str, int]:
+    """``(host, port)`` of a ``"host:port"`` or ``"[ipv6]:port"`` coordinator address; a
+    ``ValueError`` naming the address when it is malformed or the port is not in 1..65535."""
+    if not isinstance(address, str):
+        raise TypeError(
+            f"kn.distributed.initialize: coordinator_address must be a 'host:port' string, got {address!r}"
+        )
+    text = address.strip()
+    if text.startswith("["):
+        host, sep, rest = text[1:].partition("]")
+        port = rest[1:] if sep and rest.startswith(":") else None
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep or ":" in host:
+            port = None
+    if port is None or not host or any(c.isspace() for c in host):
+        raise ValueError(
+            f"kn.distributed.initialize: coordinator_address {address!r} is not 'host:port' "
+            "(an IPv6 address is written '[::1]:1234')"
+        )
+    if not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError(
+            f"kn.distributed.initialize: coordinator_address {address!r}: the port must be a number "
+            f"in 1..65535, got {port!r}"
+        )
+    return host, int(port)
+
+
+def _int_arg(name: str, value, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"kn.distributed.initialize: {name} must be an int, got {value!r}")
+    if int(value) < low:
+        raise ValueError(f"kn.distributed.initialize: {name} must be >= {low}, got {value}")
+    return int(value)
 
 
 def shutdown() -> None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from kaun_ir import tree
+from kaun_ir import dtypes, tree
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.clone import rebind
@@ -78,8 +78,11 @@ def fori_loop(lower: int, upper: int, body_fun: Callable, init_val: Any) -> Any:
 
     With Python-integer bounds the trip count is static and the loop is a ``scan`` (so it can be
     differentiated in reverse mode); with traced bounds it is a ``while`` loop, which cannot.
-    ``i`` is an int32 scalar.
+    ``i`` is an int32 scalar. Bounds must be integers (a float or bool bound, ``fori_loop(0.0,
+    3.5, ...)``, is a ``TypeError`` rather than a silently rounded trip count).
     """
+    _check_bound(lower, "lower")
+    _check_bound(upper, "upper")
     if _static_int(lower) and _static_int(upper):
         lo, hi = int(lower), int(upper)
 
@@ -98,6 +101,26 @@ def fori_loop(lower: int, upper: int, body_fun: Callable, init_val: Any) -> Any:
         return i + np.int32(1), body_fun(i, val)
 
     return while_loop(cond, body, (astype(lower, np.int32), init_val))[1]
+
+
+def _check_bound(bound, which: str) -> None:
+    if _static_int(bound):
+        return
+    dtype = type_of(bound).dtype if isinstance(bound, Tensor) else getattr(bound, "dtype", None)
+    if (
+        isinstance(bound, (bool, np.bool_))
+        or dtype is None
+        or not dtypes.is_integer(dtype)
+        or dtypes.is_bool(dtype)
+    ):
+        what = (
+            type(bound).__name__
+            if dtype is None
+            else f"{type(bound).__name__} of dtype {dtypes.short_name(dtype)}"
+        )
+        raise TypeError(f"fori_loop: the {which} bound must be an integer scalar, got {bound!r} ({what})")
+    if tuple(getattr(bound, "shape", ())) != ():
+        raise ShapeError(f"fori_loop: the {which} bound must be a scalar, got shape {tuple(bound.shape)}")
 
 
 def _static_int(x) -> bool:

@@ -82,9 +82,25 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> Any:
     return apply("broadcast_in_dim", x, shape=shape, broadcast_dimensions=tuple(range(offset, len(shape))))
 
 
+def _short_repr(x: Any) -> str:
+    text = repr(x)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def promote(*xs: Any, op: str = "op", to_float: bool = False) -> list:
     """Operands converted to one dtype and broadcast to one shape (weak scalars adapt)."""
-    strong = [dtype_of(x) for x in xs if not is_weak(x)]
+    try:
+        strong = [dtype_of(x) for x in xs if not is_weak(x)]
+    except TypeError:  # a str, None or object where an array goes: name the op and the operand
+        for i, x in enumerate(xs):
+            if not is_weak(x) and not isinstance(x, Tensor) and not hasattr(x, "dtype"):
+                try:
+                    dtype_of(x)
+                except TypeError:
+                    raise TypeError(
+                        f"{op}: operand {i} is {type(x).__name__} {_short_repr(x)}, not an array or a number"
+                    ) from None
+        raise
     weak = [x for x in xs if is_weak(x)]
     if strong:
         dtype = dtypes.result_type(*strong)

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
 from kaun_ir.surface.function import op_function
 from kaun_ir.surface.promotion import shape_of
 from kaun_ir.surface.tensor import Tensor, apply
@@ -16,11 +17,16 @@ __all__ = ["sort", "argsort", "top_k"]
 
 
 def _axis(x: Any, axis: int, what: str) -> int:
+    """``axis`` normalised to ``[0, ndim)``; like every axis of the project, a non-integer axis is
+    a ``TypeError`` and one out of range (or any axis of a scalar) a ``ShapeError``."""
     ndim = len(shape_of(x))
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise TypeError(f"kn.{what}: axis must be an integer, got {axis!r}")
+    axis = int(axis)
     if ndim == 0:
-        raise ValueError(f"kn.{what}: the operand must have at least one axis, got a scalar")
-    if not isinstance(axis, int) or isinstance(axis, bool) or not -ndim <= axis < ndim:
-        raise ValueError(f"kn.{what}: axis {axis!r} is out of range for a rank-{ndim} operand")
+        raise ShapeError(f"kn.{what}: the operand must have at least one axis, got a scalar")
+    if not -ndim <= axis < ndim:
+        raise ShapeError(f"kn.{what}: axis {axis} is out of range for a rank-{ndim} operand")
     return axis % ndim
 
 
@@ -33,9 +39,16 @@ def _as_array(x: Any) -> Any:
 @op_function
 def sort(x: Any, axis: int = -1, descending: bool = False) -> Any:
     """``x`` sorted along ``axis`` (``jnp.sort``): ascending by default, NaN last; with
-    ``descending=True`` largest first, NaN first. Stable. Same shape and dtype as ``x``."""
+    ``descending=True`` largest first, NaN first. Same shape and dtype as ``x``.
+
+    Ascending is stable. Descending is the ascending result reversed, exactly as ``jnp.sort``
+    does it: entries that compare equal (``0.0`` and ``-0.0``, two NaNs) come out in the reverse
+    of their input order (``kn.argsort(descending=True)`` keeps them in input order, like
+    ``jnp.argsort``)."""
     x = _as_array(x)
-    return apply("sort", x, axis=_axis(x, axis, "sort"), descending=bool(descending))[0]
+    axis = _axis(x, axis, "sort")
+    values = apply("sort", x, axis=axis, descending=False)[0]
+    return apply("reverse", values, dimensions=(axis,)) if descending else values
 
 
 @op_function

@@ -21,7 +21,7 @@ from kaun_ir.precision import loss_scale_of
 from kaun_ir.runtime import jit
 from kaun_ir.runtime.pipelines import train_pipeline
 from kaun_ir.runtime.xla import backend
-from kaun_ir.sharding.placement import Spec, put_local
+from kaun_ir.sharding.placement import Spec, put, put_local
 from kaun_ir.sharding.policy import step_shardings
 from kaun_ir.surface import random
 from kaun_ir.surface import random as krandom
@@ -225,7 +225,8 @@ def compiled_block(trainer: Trainer):
 def global_batch(trainer: Trainer, x: Any, arrays: tuple, block: bool = False) -> tuple:
     """In a multi-process run on a mesh, ``x`` and the target arrays hold this process's rows:
     the global batch is their concatenation over processes (split over the data axis). As
-    they are otherwise."""
+    they are otherwise. In the closure form ``arrays`` is ``(loss_fn,)`` and stays as it is: the
+    arrays lifted from the closure go through :func:`global_lifted` once they are known."""
     if trainer.mesh is None:
         return x, arrays
 
@@ -233,7 +234,39 @@ def global_batch(trainer: Trainer, x: Any, arrays: tuple, block: bool = False) -
         return x, arrays
 
     spec = Spec(None, trainer.data_axis) if block else Spec(trainer.data_axis)
+    if trainer.loss is None:
+        return put_local(x, trainer.mesh, spec), arrays
     return put_local(x, trainer.mesh, spec), put_local(arrays, trainer.mesh, spec)
+
+
+def local_rows(trainer: Trainer, x: Any, block: bool = False) -> int | None:
+    """This process's batch size in a multi-process closure-form run on a mesh (the leading axis
+    of ``x``, the second for a block of steps), else None (nothing to make global)."""
+    if trainer.mesh is None or trainer.loss is not None or backend.process_count() == 1:
+        return None
+    shape = tuple(getattr(x, "shape", None) or np.shape(x))
+    axis = 1 if block else 0
+    return shape[axis] if len(shape) > axis else None
+
+
+def global_lifted(trainer: Trainer, arrays, rows: int | None, block: bool = False) -> tuple:
+    """The arrays lifted from a loss closure as global arrays of a multi-process run: an array
+    whose leading axis (after the steps axis of a block) has this process's batch size ``rows``
+    holds this process's rows, like an explicit-form target, and is concatenated over the
+    processes; any other array (a weight vector, a scalar) must be the same in every process and
+    is replicated. ``arrays`` unchanged when ``rows`` is None (one process, or no mesh)."""
+    if rows is None:
+        return tuple(arrays)
+    axis = 1 if block else 0
+    spec = Spec(None, trainer.data_axis) if block else Spec(trainer.data_axis)
+
+    def one(array):
+        shape = tuple(getattr(array, "shape", None) or np.shape(array))
+        if len(shape) > axis and shape[axis] == rows:
+            return put_local(array, trainer.mesh, spec)
+        return put(array, trainer.mesh, Spec(*([None] * len(shape))))
+
+    return tuple(one(array) for array in arrays)
 
 
 def step_args(st: State, x: Any, targets: tuple, loss: Callable, training: bool, ctx: dict | None) -> tuple:

@@ -53,9 +53,11 @@ def step(
     ``kaun_ir.train.capture``). One executable per input signature either way. The ``State``
     passed in is consumed (its buffers are donated to XLA): use the returned one.
     """
+    rows = None  # this process's batch size when a closure's arrays must be made global
     if trainer.mesh is not None:
+        rows = builder.local_rows(trainer, x)
         x, targets = builder.global_batch(trainer, x, targets)
-    if not ctx and type(st) is State:
+    if not ctx and type(st) is State and rows is None:
         flat = st.cache.flat
         if flat is not None:
             result = dispatch.fast_step(trainer, st, flat, x, targets, training)
@@ -63,12 +65,14 @@ def step(
                 return result
     check_state(st, "step")
     loss, arrays = prepare_call(trainer, st, x, targets, training, ctx, "step")
+    arrays = builder.global_lifted(trainer, arrays, rows)
     compiled = builder.compiled_step(trainer)
     try:
         route, flat = compiled.route(*builder.step_args(st, x, arrays, loss, training, ctx))
     except Unlifted:  # the closure reached arrays the inspection missed: never bake them in
         trainer.cache.opaque.add(loss.key)
         loss, arrays = prepare_call(trainer, st, x, targets, training, ctx, "step")
+        arrays = builder.global_lifted(trainer, arrays, rows)
         route, flat = compiled.route(*builder.step_args(st, x, arrays, loss, training, ctx))
     except (ValueError, TypeError) as err:  # a state of another model fails inside some layer
         raise_if_foreign_state(trainer, st, "step", err)
@@ -86,7 +90,9 @@ def _run_block(
 ) -> tuple[Any, State]:
     compiled = builder.compiled_block(trainer)
     if trainer.mesh is not None:
+        rows = builder.local_rows(trainer, xs, block=True)
         xs, stacked = builder.global_batch(trainer, xs, stacked, block=True)
+        stacked = builder.global_lifted(trainer, stacked, rows, block=True)
     losses, params, state, opt_state = compiled(*builder.step_args(st, xs, stacked, loss, training, ctx))
     return losses, _new_state(trainer, st, params, state, opt_state, int(xs.shape[0]))
 

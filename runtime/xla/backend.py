@@ -4,7 +4,14 @@ this process and of a multi-process run, and the library versions a cache key re
 from __future__ import annotations
 
 import functools
+import math
 import os
+import socket
+import sys
+import threading
+import time
+
+from kaun_ir.errors import DistributedError
 
 _BACKEND_ENV = "KAUN_IR_BACKEND"
 _PREFERENCE = ("gpu", "tpu", "cpu")
@@ -107,24 +114,170 @@ def process_count() -> int:
 
 
 def initialize_distributed(
-    coordinator_address: str, num_processes: int, process_id: int, local_device_ids=None, timeout_s: int = 300
+    coordinator_address: str,
+    num_processes: int,
+    process_id: int,
+    local_device_ids=None,
+    timeout_s: float = 300,
+    heartbeat_timeout_s: int = 100,
 ) -> None:
     """Join a multi-process run through PJRT's distributed runtime: process 0 also hosts the
     coordination service at ``coordinator_address``; every process's client then sees all
     devices, and collectives between processes go over the platform's transport (gloo/TCP on
-    CPU, NCCL on GPU). Must run before the backend is first used in this process."""
+    CPU, NCCL on GPU). Must run before the backend is first used in this process.
+
+    XLA's coordination agent terminates the process on a failed connection (``abort``), so the
+    failures that can be seen beforehand are turned into :class:`DistributedError` first: a
+    coordinator that does not accept connections within ``timeout_s`` (processes other than 0),
+    a coordinator port that process 0 cannot listen on, and, right after connecting, processes
+    that disagree on ``num_processes`` (a bounded wait on the coordination service's key-value
+    store)."""
     if client.cache_info().currsize:
-        raise RuntimeError(
+        raise DistributedError(
             "kn.distributed.initialize must be called before any computation: this "
             "process already started its XLA backend"
         )
-    jax_module().distributed.initialize(
-        coordinator_address,
-        num_processes=num_processes,
-        process_id=process_id,
-        local_device_ids=local_device_ids,
-        initialization_timeout=timeout_s,
+    jax = jax_module()
+    if jax.distributed.is_initialized():
+        raise DistributedError("kn.distributed.initialize was already called in this process")
+    host, _, port = coordinator_address.rpartition(":")
+    host = host.strip("[]")
+    deadline = time.monotonic() + timeout_s
+    if process_id == 0:
+        _check_listenable(host, int(port), coordinator_address)
+    else:
+        _wait_reachable(host, int(port), coordinator_address, process_id, timeout_s, deadline)
+    remaining = max(1, math.ceil(deadline - time.monotonic()))
+    # where the wait for the other processes runs out, XLA's agent ends the process from inside
+    # connect(), before Python can raise: say beforehand what it is waiting for
+    notice = threading.Timer(
+        max(0.1, remaining - 0.5),
+        _last_words,
+        (coordinator_address, num_processes, process_id, timeout_s),
     )
+    notice.daemon = True
+    notice.start()
+    try:
+        jax.distributed.initialize(
+            coordinator_address,
+            num_processes=num_processes,
+            process_id=process_id,
+            local_device_ids=local_device_ids,
+            initialization_timeout=remaining,
+            heartbeat_timeout_seconds=int(heartbeat_timeout_s),
+            shutdown_timeout_seconds=max(1, math.ceil(timeout_s)),
+        )
+    except Exception as err:  # jaxlib's own runtime errors
+        notice.cancel()
+        _forget_distributed()
+        raise DistributedError(
+            f"kn.distributed.initialize: process {process_id} could not join the run at "
+            f"{coordinator_address} ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from None
+    notice.cancel()
+    try:
+        _agree_on_count(num_processes, process_id, max(1.0, deadline - time.monotonic()))
+    except DistributedError:
+        _forget_distributed()
+        raise
+
+
+def _last_words(address: str, num_processes: int, process_id: int, timeout_s: float) -> None:
+    """Printed when joining is about to time out inside XLA (which then ends the process)."""
+    print(
+        f"kaun_ir: kn.distributed.initialize: process {process_id} has waited timeout_s={timeout_s:g} s "
+        f"for the {num_processes} processes of the run to join at {address}; XLA's coordination "
+        "agent ends this process when the wait runs out. Check that every process was started, "
+        f"with the same num_processes (this one: {num_processes}; process 0's count is the run's).",
+        file=sys.stderr,
+        flush=True,
+    )
+
+
+def _check_listenable(host: str, port: int, address: str) -> None:
+    """Process 0 hosts the coordination service on every interface at ``port``: a port another
+    program holds would make the service fail inside XLA, so it is tried here first."""
+    try:
+        socket.getaddrinfo(host, port)  # process 0's own client connects through this name
+    except OSError as err:
+        raise DistributedError(
+            f"kn.distributed.initialize: the coordinator host {host!r} of {address} does not "
+            f"resolve ({err.strerror or err})"
+        ) from None
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("", port))
+        except OSError as err:
+            raise DistributedError(
+                f"kn.distributed.initialize: process 0 cannot listen on port {port} of {address} "
+                f"for the coordination service ({err.strerror or err}): is another run using it?"
+            ) from None
+
+
+def _wait_reachable(host: str, port: int, address: str, process_id: int, timeout_s: float, deadline) -> None:
+    """Wait until the coordinator at ``host:port`` accepts a TCP connection, at most until
+    ``deadline``; XLA's agent would abort the process where this raises."""
+    last = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise DistributedError(
+                f"kn.distributed.initialize: process {process_id} could not reach the coordinator at "
+                f"{address} within timeout_s={timeout_s:g} s ({last}); is process 0 running and "
+                "listening there?"
+            )
+        try:
+            with socket.create_connection((host, port), timeout=min(1.0, max(left, 0.05))):
+                return
+        except OSError as err:
+            last = err.strerror or str(err) or type(err).__name__
+        time.sleep(min(0.2, max(deadline - time.monotonic(), 0)))
+
+
+_COUNT_KEY = "kaun_ir/num_processes/"
+
+
+def _agree_on_count(num_processes: int, process_id: int, timeout_s: float) -> None:
+    """Every process publishes its ``num_processes``; process 0 (whose count the coordination
+    service was started with) checks every other's, the others check process 0's, each wait
+    bounded by ``timeout_s``."""
+    from jax._src import distributed  # noqa: PLC0415 - the client jax.distributed connected
+
+    kv = distributed.global_state.client
+    kv.key_value_set(_COUNT_KEY + str(process_id), str(num_processes))
+    peers = range(1, num_processes) if process_id == 0 else (0,)
+    deadline = time.monotonic() + timeout_s
+    for peer in peers:
+        left = max(1, int((deadline - time.monotonic()) * 1000))
+        try:
+            theirs = int(kv.blocking_key_value_get(_COUNT_KEY + str(peer), left))
+        except Exception:  # DEADLINE_EXCEEDED from jaxlib: the peer never joined
+            raise DistributedError(
+                f"kn.distributed.initialize: process {peer} did not join the run of {num_processes} "
+                "processes within timeout_s (started with another num_processes, or not started)"
+            ) from None
+        if theirs != num_processes:
+            raise DistributedError(
+                f"kn.distributed.initialize: process {peer} was started with num_processes={theirs}, "
+                f"this process (process {process_id}) with num_processes={num_processes}: every "
+                "process of a run must pass the same count"
+            )
+
+
+def _forget_distributed() -> None:
+    """Leave a half-made run: shut the connection down (a barrier that the other processes,
+    failing the same check, reach too), then drop it so that exiting does not wait on it."""
+    from jax._src import distributed  # noqa: PLC0415 - the state jax.distributed keeps
+
+    state = distributed.global_state
+    try:
+        state.shutdown()
+    except Exception:  # noqa: S110 - a peer that is gone already: nothing left to leave
+        pass
+    state.preemption_sync_manager = None
+    state.client = None
+    state.service = None
 
 
 def distributed_initialized() -> bool:
