@@ -5,8 +5,10 @@
     kaun-ir dump kaun_ir.tools.examples:cnn --stats
 
 Stages: traced, autodiff, optimized (textual IR), stablehlo (MLIR text), hlo (XLA's optimised
-HLO); see ``kaun_ir/tools/subject.py`` for what each means for layers, functions, graphs and
-training setups. ``--stats`` counts ops per op and per top-level layer, parameter bytes, and
+HLO), partitioned (a sharded graph: every value's layout on the mesh in its type, and the
+collectives per layer; ``--link-gbps`` adds their time on a link of that bandwidth); see
+``kaun_ir/tools/subject.py`` for what each means for layers, functions, graphs and training setups.
+``--stats`` counts ops per op and per top-level layer, parameter bytes, and
 estimates FLOPs and bytes moved with a simple cost model (:func:`node_cost`).
 """
 
@@ -45,7 +47,7 @@ def add_parser(sub) -> None:
     add_spec_arguments(parser)
     parser.add_argument(
         "--stage",
-        choices=STAGES,
+        choices=(*STAGES, "partitioned"),
         default=None,
         help="which stage to print (default: traced; with --stats: the training step "
         "for training setups, else traced)",
@@ -69,6 +71,14 @@ def add_parser(sub) -> None:
         metavar="N",
         help="run on N virtual CPU devices (for graphs sharded over a mesh; sets XLA_FLAGS "
         "before the backend starts)",
+    )
+    parser.add_argument(
+        "--link-gbps",
+        type=float,
+        default=None,
+        metavar="GBPS",
+        help="with --stage partitioned: estimate each layer's communication time on a link of "
+        "GBPS gigabits per second",
     )
     parser.add_argument("-o", "--output", default="-", help="output file for one stage ('-': stdout)")
     parser.set_defaults(run=run)
@@ -246,6 +256,8 @@ def run(args: argparse.Namespace) -> int:
             if stage not in GRAPH_STAGES:
                 return error("dump", f"--stats works on an IR stage ({', '.join(GRAPH_STAGES)}), not {stage}")
             text = format_statistics(subject.name, stage, statistics(subject, subject.stage_graph(stage)))
+        elif args.stage == "partitioned":
+            text = subject.partitioned_text(getattr(args, "link_gbps", None))
         else:
             text = subject.stage_text(args.stage or "traced")
     except (KaunError, ValueError, TypeError) as err:
