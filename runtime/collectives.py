@@ -63,7 +63,6 @@ def collective_stats(hlo_text: str) -> dict:
 _GROUPS_IOTA = re.compile(r"replica_groups=\[(?P<dims>[\d,]+)\]<=")
 _GROUPS_MESH = re.compile(r"replica_groups=mesh\[(?P<axes>[^\]]*)\]\s*\{(?P<used>[^}]*)\}")
 _GROUPS_LIST = re.compile(r"replica_groups=\{\{(?P<first>[\d,]*)\}")
-_PAIRS = re.compile(r"source_target_pairs=\{(?P<pairs>[^=]*?)\}(?:,|$| )")
 _OP_NAME = re.compile(r'op_name="(?P<name>[^"]*)"')
 
 

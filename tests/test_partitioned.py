@@ -97,12 +97,19 @@ def test_sharded_graph_round_trips_and_verifies():
 # ------------------------------------------------------------------ the communication model
 
 
-HLO = """
-  %ar = f32[1024]{0} all-reduce(%p), channel_id=1, replica_groups=[2,4]<=[8], to_apply=%add, metadata={op_name="2.linear/dot_general"}
-  %ag = f32[12,8]{1,0} all-gather(%q), channel_id=2, replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, dimensions={0}, metadata={op_name="0.linear/dot_general"}
-  %t = (f32[], f32[4]{0}) all-reduce(%a, %b), channel_id=3, replica_groups={{0,1},{2,3}}, to_apply=%add, metadata={op_name="(loss/reduce:2.linear/reduce)"}
-  %cp = f32[16]{0} collective-permute(%c), channel_id=4, source_target_pairs={{0,1},{1,0}}, metadata={op_name="stage/copy"}
-"""
+HLO = "\n".join(
+    [
+        "  %ar = f32[1024]{0} all-reduce(%p), channel_id=1, replica_groups=[2,4]<=[8], to_apply=%add, "
+        'metadata={op_name="2.linear/dot_general"}',
+        "  %ag = f32[12,8]{1,0} all-gather(%q), channel_id=2, "
+        "replica_groups=mesh['axis_0'=2,'axis_1'=4] {'axis_0'}, dimensions={0}, "
+        'metadata={op_name="0.linear/dot_general"}',
+        "  %t = (f32[], f32[4]{0}) all-reduce(%a, %b), channel_id=3, replica_groups={{0,1},{2,3}}, "
+        'to_apply=%add, metadata={op_name="(loss/reduce:2.linear/reduce)"}',
+        "  %cp = f32[16]{0} collective-permute(%c), channel_id=4, source_target_pairs={{0,1},{1,0}}, "
+        'metadata={op_name="stage/copy"}',
+    ]
+)
 
 
 def test_group_sizes_and_wire_bytes():
