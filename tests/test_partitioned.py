@@ -181,3 +181,17 @@ def test_viz_comm_overlay(worker):
     r = ok(worker["viz_comm"])
     assert r["code"] == 0, r["stderr"]
     assert r["overlay"] == "comm" and r["comm_total"] > 0 and r["sharded_types"] > 0
+
+
+def test_partitioned_stage_needs_a_mesh():
+    import numpy as np
+
+    import kaun_ir as kn
+
+    f = kn.jit(lambda a: a * 2.0)
+    x = np.ones(3, np.float32)
+    with pytest.raises(ValueError, match="compiled for one device"):
+        f.graph(x, stage="partitioned")
+    with pytest.raises(ValueError, match="'optimized' or 'partitioned'"):
+        f.graph(x, stage="hlo")
+    assert f.graph(x).text() == f.graph(x, stage="optimized").text()
