@@ -160,10 +160,7 @@ def collectives_by_layer(hlo_text: str) -> list[dict]:
         row["count"] += entry["count"]
         row["bytes"] += entry["bytes"]
         row["wire_bytes"] += entry["wire_bytes"]
-    out = sorted(rows.values(), key=lambda r: (-r["wire_bytes"], r["layer"], r["kind"]))
-    for row in out:
-        row["count"] = round(row["count"], 2)
-    return out
+    return sorted(rows.values(), key=lambda r: (-r["wire_bytes"], r["layer"], r["kind"]))
 
 
 def comm_seconds(wire: float, link_gbps: float) -> float:
@@ -183,7 +180,7 @@ def format_comm_table(rows: list[dict], link_gbps: float | None = None) -> str:
     lines = [head]
     for row in rows:
         line = (
-            f"{row['layer']:24s} {row['kind']:20s} {row['count']:>6g} {row['bytes']:>14,d} "
+            f"{row['layer']:24s} {row['kind']:20s} {row['count']:>6.3g} {row['bytes']:>14,d} "
             f"{row['wire_bytes']:>14,.0f}"
         )
         if link_gbps:
@@ -191,7 +188,7 @@ def format_comm_table(rows: list[dict], link_gbps: float | None = None) -> str:
         lines.append(line)
     total_wire = sum(r["wire_bytes"] for r in rows)
     count, nbytes = sum(r["count"] for r in rows), sum(r["bytes"] for r in rows)
-    total = f"{'total':24s} {'':20s} {round(count, 2):>6g} {nbytes:>14,d} {total_wire:>14,.0f}"
+    total = f"{'total':24s} {'':20s} {round(count, 6):>6g} {nbytes:>14,d} {total_wire:>14,.0f}"
     if link_gbps:
         total += f" {comm_seconds(total_wire, link_gbps) * 1e6:>17,.3f} us"
     lines.append(total)
