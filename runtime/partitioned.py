@@ -48,8 +48,9 @@ def partitioned_graph(executable) -> Graph:
     env = {id(old): new for old, new in zip(graph.inputs, inputs)}
     nodes = []
     for i, node in enumerate(graph.nodes):
-        layouts = found["ops"].get(f"{NODE_TAG}{i}") or []
-        layouts = list(layouts) + [None] * (len(node.outputs) - len(layouts))
+        layouts = list(found["ops"].get(f"{NODE_TAG}{i}") or [])
+        if len(layouts) != len(node.outputs):  # the node's last op is not the one giving its results
+            layouts = [None] * len(node.outputs)
         types = [_typed(v.type, layout) for v, layout in zip(node.outputs, layouts)]
         new = Node(
             node.op,

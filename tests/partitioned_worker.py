@@ -153,8 +153,12 @@ def cli_partitioned():
     body = "\n".join(line for line in text.splitlines() if not line.startswith("//")) + "\n"
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as bad:
         code_one = cli.main(["dump", "kaun_ir.tools.examples:mlp", "--stage", "partitioned"])
+    stats = io.StringIO()
+    with contextlib.redirect_stdout(stats):
+        cli.main(["dump", "kaun_ir.tools.examples:sharded_mlp_grad", "--stats"])
     return {
         "code": code,
+        "stats": stats.getvalue(),
         "text": text,
         "stderr": err.getvalue(),
         "parses": parsed == body,

@@ -175,6 +175,12 @@ def test_dump_stage_partitioned(worker):
     assert "// partitioned over mesh data=4, model=2" in r["text"]
     assert "f32[64@data,256@model]" in r["text"] and "time @ 10 Gbit/s" in r["text"]
     assert r["one_device_code"] == 1 and "needs a graph partitioned over a mesh" in r["one_device_error"]
+    # --stats lists the same collectives per layer, with the same total
+    total = [line for line in r["text"].splitlines() if line.startswith("// total")][0].split()[2:5]
+    assert "collectives per layer" in r["stats"]
+    assert [line for line in r["stats"].splitlines() if line.strip().startswith("total")][0].split()[
+        1:4
+    ] == total
 
 
 def test_viz_comm_overlay(worker):

@@ -156,12 +156,13 @@ def statistics(subject, graph) -> dict:
             text = "[" + ", ".join("{" + ",".join(axes) + "}" for axes in node.attr("spec")) + "]"
             label = f"{node.inputs[0].type} {text} mesh {dict(node.attr('mesh'))}"
             shardings[label] = shardings.get(label, 0) + 1
-    collectives = None
+    collectives = by_layer = None
     if shardings:  # partitioned by XLA: count what its partitioner inserted
         from kaun_ir import runtime
-        from kaun_ir.runtime.collectives import collective_stats
+        from kaun_ir.runtime.collectives import collective_stats, collectives_by_layer
 
-        collectives = collective_stats(runtime.compile(graph).hlo_text())
+        hlo = runtime.compile(graph).hlo_text()
+        collectives, by_layer = collective_stats(hlo), collectives_by_layer(hlo)
     return {
         "nodes": len(graph.nodes),
         "per_op": per_op,
@@ -174,6 +175,7 @@ def statistics(subject, graph) -> dict:
         "bytes": nbytes,
         "shardings": shardings,
         "collectives": collectives,
+        "collectives_by_layer": by_layer,
     }
 
 
@@ -200,6 +202,11 @@ def format_statistics(name: str, stage: str, stats: dict) -> str:
         lines.append("collectives in XLA's partitioned HLO (per device):")
         for kind, entry in stats["collectives"].items():
             lines.append(f"  {kind:24s} {entry['count']:6d} {entry['bytes']:16,d} bytes")
+    if stats.get("collectives_by_layer"):
+        from kaun_ir.runtime.collectives import format_comm_table
+
+        lines.append("collectives per layer (see --stage partitioned):")
+        lines.extend(f"  {line}" for line in format_comm_table(stats["collectives_by_layer"]).splitlines())
     lines.append("layers (top-level):")
     lines.append(f"  {'layer':24s} {'nodes':>6s} {'FLOPs':>16s} {'bytes':>16s}")
     for layer, group in stats["per_layer"].items():
