@@ -125,9 +125,15 @@ def train_partitioned():
     types = {name: layout(v.type) for name, v in zip(names, graph.inputs)}
     rows = collectives_by_layer(exe.hlo_text())
     stats = collective_stats(exe.hlo_text())
+    # the layouts XLA's compiled executable reports for its results (None where it chose)
+    out_specs = [
+        [list(a) for a in spec.padded(len(v.type.shape))] for spec, v in zip(exe.out_specs, exe.graph.outputs)
+    ]
     return {
         "specs": specs,
         "types": types,
+        "out_specs": out_specs,
+        "out_types": [layout(v.type) for v in graph.outputs],
         "rows": rows,
         "row_bytes": sum(r["bytes"] for r in rows),
         "stats_bytes": sum(e["bytes"] for e in stats.values()),

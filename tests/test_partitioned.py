@@ -158,6 +158,8 @@ def test_training_step_partitioned(worker):
     r = ok(worker["train_partitioned"])
     for name, spec in r["specs"].items():  # every parameter, state and batch input as laid out
         assert (r["types"][name] or [[]] * len(spec)) == spec, name
+    for got, spec in zip(r["out_types"], r["out_specs"]):  # results: as the executable reports
+        assert (got or [[]] * len(spec)) == spec
     assert r["sharded_values"] > 50
     assert r["row_bytes"] == r["stats_bytes"] > 0
     assert r["row_count"] == r["stats_count"]
