@@ -94,6 +94,13 @@ def main() -> None:
     except Exception as err:  # JAX's error for an array split over several processes
         direct = f"{type(err).__name__}: {err}"
     everywhere = kn.sharding.gather(params)
+    whole_state = kn.sharding.gather(st)  # a train.State: gathered as train.state_to_tree(st)
+    same = [
+        np.array_equal(a, b)
+        for (_, a), (_, b) in zip(
+            kn.ptree.flatten_with_paths(whole_state["params"]), kn.ptree.flatten_with_paths(everywhere)
+        )
+    ]
     on_zero = kn.sharding.gather(params, to=0)
     # evaluation: each process predicts on its own rows of the first global batch; process 0
     # gathers the predictions whole
@@ -109,6 +116,8 @@ def main() -> None:
         else [(p, np.asarray(v).tolist()) for p, v in kn.ptree.flatten_with_paths(on_zero)],
         "predictions": None if gathered is None else np.asarray(gathered).tolist(),
         "local_rows": sorted({tuple(s.data.shape) for s in predictions.addressable_shards}),
+        "state_params_same": all(same) and len(same) == 4,
+        "state_keys": sorted(whole_state),
         "state_text": str(st),
         "vars_text": repr(train.vars(st)),
     }

@@ -69,6 +69,8 @@ def test_gather_to_all_and_to_zero_equal_one_process(results):
         for path, value in r["params"]:
             np.testing.assert_allclose(np.asarray(value), np.asarray(want[path]), rtol=1e-5, atol=1e-6)
     assert results[1]["on_zero"] is None
+    for r in results:  # a whole training state: its tree, parameters as gathered alone
+        assert r["state_params_same"] and {"params", "state", "step"} <= set(r["state_keys"])
     assert results[0]["on_zero"] == results[0]["params"]
 
 
@@ -86,6 +88,13 @@ def test_sharded_state_prints(results):
 
 
 def test_gather_arguments():
+    from kaun_ir import layer, optim, rng, train
+    from kaun_ir.nn import loss
+
+    tr = train.make(layer.linear(3, 2), optim.adam(1e-2), loss=loss.mse)
+    st = rng.run(0, lambda: train.init(tr))
+    whole = kn.sharding.gather(st)
+    np.testing.assert_array_equal(whole["params"]["weight"], np.asarray(train.vars(st).params["weight"]))
     x = np.arange(6.0)
     assert kn.sharding.gather({"a": [x, 3]}, to=0)["a"][1] == 3
     with pytest.raises(ValueError, match="process index"):

@@ -41,13 +41,18 @@ def gather(tree: Any, to: int | str = "all") -> Any:
     other process gets None (all processes still take part: call it on all of them). Leaves that
     are not device arrays are kept as they are; arrays this process can read whole (one process,
     or replicated) are copied without communicating; the rest are all-gathered over their mesh,
-    one compiled program per mesh. ``ValueError`` for a ``to`` that names no process, or for a
-    split array that is not laid out on a mesh."""
+    one compiled program per mesh. A ``train.State`` is gathered as ``train.state_to_tree(st)``.
+    ``ValueError`` for a ``to`` that names no process, or for a split array that is not laid out
+    on a mesh."""
     count, index = backend.process_count(), backend.process_index()
     if not (to == "all" or (isinstance(to, int) and not isinstance(to, bool) and 0 <= to < count)):
         raise ValueError(
             f"kn.sharding.gather: to must be 'all' or a process index in [0, {count}), got {to!r}"
         )
+    from kaun_ir.train import State, state_to_tree  # noqa: PLC0415 - kaun_ir.train imports this package
+
+    if isinstance(tree, State):  # a training state: its arrays, as train.state_to_tree lays them out
+        tree = state_to_tree(tree)
     leaves, treedef = trees.flatten(tree)
     out = list(leaves)
     pending: dict[Mesh, list[int]] = {}
