@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kaun_ir import passes, tree
-from kaun_ir.runtime import explain, sharding_args
+from kaun_ir.runtime import explain, partitioned, sharding_args
 from kaun_ir.runtime.compilation import FunctionCache, compile_function
 from kaun_ir.runtime.dispatch import Route
 from kaun_ir.runtime.executable import Executable
@@ -233,10 +233,17 @@ class Jitted:
         owner += [-1] * (max(positions, default=-1) + 1 - len(owner))
         return [k for k, pos in enumerate(positions) if owner[pos] in self.donate_argnums]
 
-    def graph(self, *args, **kwargs):
-        """The IR after the pipeline for this signature (traces and compiles if needed)."""
+    def graph(self, *args, stage: str = "optimized", **kwargs):
+        """The IR for this signature (traces and compiles if needed): ``stage="optimized"`` the
+        graph after the pipeline, ``"partitioned"`` that graph with every value's layout on the
+        mesh in its type (``f32[8@data,16@model]``, see
+        :func:`kaun_ir.runtime.partitioned.partitioned_graph`; needs ``mesh=``)."""
+        if stage not in ("optimized", "partitioned"):
+            raise ValueError(f"kn.jit(...).graph: stage must be 'optimized' or 'partitioned', got {stage!r}")
         key, _, _ = self._signature(args, kwargs)
         entry = self._compiled.get(key) or self._entry(args, kwargs, key)
+        if stage == "partitioned":
+            return partitioned.partitioned_graph(entry.executable)
         return entry.executable.graph
 
     def lower(self, *args, **kwargs) -> str:

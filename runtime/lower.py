@@ -15,6 +15,7 @@ def lower(
     mesh=None,
     in_specs: Sequence | None = None,
     out_specs: Sequence | None = None,
+    node_tags: bool = False,
 ) -> str:
     """StableHLO text of ``graph`` as ``func.func public @main``.
 
@@ -26,6 +27,9 @@ def lower(
     mesh, ``in_specs`` / ``out_specs`` (one ``Spec`` or None per input / output) become
     ``sdy.sharding`` attributes of the arguments and results, and ``mhlo.num_partitions`` is
     the mesh size. A None entry leaves that value to XLA's sharding propagation.
+
+    ``node_tags``: the ops of the graph's ``i``-th node get the location ``"kn.node.i"`` instead
+    of the layer path (how the partitioned stage finds each node after sharding propagation).
     """
     aliases = _pair_donations(graph, donate)
     in_specs = list(in_specs or [None] * len(graph.inputs))
@@ -47,6 +51,8 @@ def lower(
         results.append(f"{tensor_type(value.type)}{attr}")
     results = ", ".join(results)
     em = Emitter(indent=4)
+    if node_tags:
+        em.node_locations = {id(node): f"{NODE_TAG}{i}" for i, node in enumerate(graph.nodes)}
     body = em.emit_graph(graph, [f"%arg{i}" for i in range(len(graph.inputs))])
     returned = ", ".join(body)
     return_types = ", ".join(tensor_type(v.type) for v in graph.outputs)
@@ -63,6 +69,9 @@ def lower(
         "}",
     ]
     return "\n".join(lines) + "\n"
+
+
+NODE_TAG = "kn.node."  # the location prefix of :func:`lower`'s ``node_tags``
 
 
 def _pair_donations(graph: Graph, donate: Sequence[int]) -> dict[int, int]:

@@ -20,6 +20,7 @@ FOLDERS = ("kaun_ir", "passes", "runtime", "tools")
 NORMALISATIONS = {
     ("kaun_ir/ir/core.py", "TensorType", "dtype"): "equal types hash equal, whatever dtype spelling came in",
     ("kaun_ir/ir/core.py", "TensorType", "shape"): "a shape is a tuple of Python ints (hashable, printable)",
+    ("kaun_ir/ir/core.py", "TensorType", "sharding"): "a layout naming no axis is no layout (None)",
     ("kaun_ir/surface/trace.py", "ShapeDtype", "shape"): "a spec compares equal to the TensorType it names",
     ("kaun_ir/surface/trace.py", "ShapeDtype", "dtype"): "a spec compares equal to the TensorType it names",
     ("kaun_ir/layer/core.py", "Vars", "dtype"): "layer.dtype(v) is a canonical dtype, whatever was passed",

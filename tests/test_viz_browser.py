@@ -329,6 +329,35 @@ def test_overlay_page(browser, tmp_path):
         page.close()
 
 
+def test_comm_overlay_page(browser, tmp_path):
+    from kaun_ir.ir.text import parse
+    from kaun_ir.tools.viz.html import render_html
+
+    graph = parse(
+        'graph @step(%0: f32[8@data,16] "x", %1: f32[16,4@model] "w") -> (f32[8@data,4@model]) {\n'
+        "  %2 = dot_general %0, %1 {lhs_batch = [], lhs_contracting = [1], preferred_dtype = none, "
+        'rhs_batch = [], rhs_contracting = [0]} : f32[8@data,4@model] loc("0.linear")\n'
+        '  %3 = tanh %2 : f32[8@data,4@model] loc("1.tanh")\n'
+        '  %4 = add %3, %3 : f32[8@data,4@model] loc("1.tanh")\n'
+        "  return %4\n"
+        "}\n"
+    )
+    comm = {"n0": 4096.0, "n2": 16.0}  # bytes the nodes' collectives send (an input of the page)
+    path = tmp_path / "comm.html"
+    path.write_text(render_html(graph, "partitioned", "comm", comm), encoding="utf-8")
+    page = Page(browser, path)
+    try:
+        page.page.click("#expand-all")
+        assert "collectives" in page.page.locator("#legend").text_content()
+        ids = page.attrs(".node[data-cost]", "data-node-id")
+        costs = page.attrs(".node[data-cost]", "data-cost")
+        shown = {i: float(c) for i, c in zip(ids, costs) if i.startswith("n")}
+        assert shown == {"n0": 4096.0, "n1": 0.0, "n2": 16.0}
+        assert page.errors == []
+    finally:
+        page.close()
+
+
 # ------------------------------------------------------------------ the start state
 
 

@@ -5,8 +5,10 @@
     kaun-ir dump kaun_ir.tools.examples:cnn --stats
 
 Stages: traced, autodiff, optimized (textual IR), stablehlo (MLIR text), hlo (XLA's optimised
-HLO); see ``kaun_ir/tools/subject.py`` for what each means for layers, functions, graphs and
-training setups. ``--stats`` counts ops per op and per top-level layer, parameter bytes, and
+HLO), partitioned (a sharded graph: every value's layout on the mesh in its type, and the
+collectives per layer; ``--link-gbps`` adds their time on a link of that bandwidth); see
+``kaun_ir/tools/subject.py`` for what each means for layers, functions, graphs and training setups.
+``--stats`` counts ops per op and per top-level layer, parameter bytes, and
 estimates FLOPs and bytes moved with a simple cost model (:func:`node_cost`).
 """
 
@@ -45,7 +47,7 @@ def add_parser(sub) -> None:
     add_spec_arguments(parser)
     parser.add_argument(
         "--stage",
-        choices=STAGES,
+        choices=(*STAGES, "partitioned"),
         default=None,
         help="which stage to print (default: traced; with --stats: the optimised training step "
         "for training setups, else traced)",
@@ -69,6 +71,14 @@ def add_parser(sub) -> None:
         metavar="N",
         help="run on N virtual CPU devices (for graphs sharded over a mesh; sets XLA_FLAGS "
         "before the backend starts)",
+    )
+    parser.add_argument(
+        "--link-gbps",
+        type=float,
+        default=None,
+        metavar="GBPS",
+        help="with --stage partitioned: estimate each layer's communication time on a link of "
+        "GBPS gigabits per second",
     )
     parser.add_argument("-o", "--output", default="-", help="output file for one stage ('-': stdout)")
     parser.set_defaults(run=run)
@@ -146,12 +156,13 @@ def statistics(subject, graph) -> dict:
             text = "[" + ", ".join("{" + ",".join(axes) + "}" for axes in node.attr("spec")) + "]"
             label = f"{node.inputs[0].type} {text} mesh {dict(node.attr('mesh'))}"
             shardings[label] = shardings.get(label, 0) + 1
-    collectives = None
+    collectives = by_layer = None
     if shardings:  # partitioned by XLA: count what its partitioner inserted
         from kaun_ir import runtime
-        from kaun_ir.runtime.collectives import collective_stats
+        from kaun_ir.runtime.collectives import collective_stats, collectives_by_layer
 
-        collectives = collective_stats(runtime.compile(graph).hlo_text())
+        hlo = runtime.compile(graph).hlo_text()
+        collectives, by_layer = collective_stats(hlo), collectives_by_layer(hlo)
     return {
         "nodes": len(graph.nodes),
         "per_op": per_op,
@@ -164,6 +175,7 @@ def statistics(subject, graph) -> dict:
         "bytes": nbytes,
         "shardings": shardings,
         "collectives": collectives,
+        "collectives_by_layer": by_layer,
     }
 
 
@@ -190,6 +202,11 @@ def format_statistics(name: str, stage: str, stats: dict) -> str:
         lines.append("collectives in XLA's partitioned HLO (per device):")
         for kind, entry in stats["collectives"].items():
             lines.append(f"  {kind:24s} {entry['count']:6d} {entry['bytes']:16,d} bytes")
+    if stats.get("collectives_by_layer"):
+        from kaun_ir.runtime.collectives import format_comm_table
+
+        lines.append("collectives per layer (see --stage partitioned):")
+        lines.extend(f"  {line}" for line in format_comm_table(stats["collectives_by_layer"]).splitlines())
     lines.append("layers (top-level):")
     lines.append(f"  {'layer':24s} {'nodes':>6s} {'FLOPs':>16s} {'bytes':>16s}")
     for layer, group in stats["per_layer"].items():
@@ -246,6 +263,8 @@ def run(args: argparse.Namespace) -> int:
             if stage not in GRAPH_STAGES:
                 return error("dump", f"--stats works on an IR stage ({', '.join(GRAPH_STAGES)}), not {stage}")
             text = format_statistics(subject.name, stage, statistics(subject, subject.stage_graph(stage)))
+        elif args.stage == "partitioned":
+            text = subject.partitioned_text(getattr(args, "link_gbps", None))
         else:
             text = subject.stage_text(args.stage or "traced")
     except (KaunError, ValueError, TypeError) as err:

@@ -15,6 +15,10 @@ optimized    ``autodiff``'s graph for training setups, else ``traced``'s, after 
              pipeline (``kn.runtime.pipelines.train_pipeline()`` / ``jit_pipeline()``)
 stablehlo    the optimized graph lowered to StableHLO text
 hlo          XLA's optimised HLO after compiling the StableHLO
+partitioned  for a graph partitioned over a mesh (its sharding constraints name the mesh): the
+             optimized graph with every value's propagated layout in its type
+             (``f32[8@data,16@model]``), then the collectives XLA's partitioner inserted, per
+             layer, as ``//`` comments (not in ``--all``, which writes the stages every subject has)
 ===========  ===================================================================================
 """
 
@@ -104,7 +108,31 @@ class Subject:
             return runtime.lower(self.stage_graph("optimized"))
         if stage == "hlo":
             return runtime.compile(self.stage_graph("optimized")).hlo_text()
+        if stage == "partitioned":
+            return self.partitioned_text()
         raise ModelSpecError(f"unknown stage {stage!r}; choose from {', '.join(STAGES)}")
+
+    def partitioned_text(self, link_gbps: float | None = None) -> str:
+        """The partitioned stage: the mesh, the graph with its layouts, and the collectives per
+        layer (with their time on a link of ``link_gbps`` Gbit/s) as ``//`` comments, so the text
+        still parses as a graph. ``ModelSpecError`` when the graph names no mesh."""
+        from kaun_ir import runtime
+        from kaun_ir.runtime import partitioned
+
+        exe = runtime.compile(self.stage_graph("optimized"))
+        if exe.mesh is None:
+            raise ModelSpecError(
+                f"{self.name}: the partitioned stage needs a graph partitioned over a mesh "
+                "(kn.sharding.constrain in the traced function names one); this one runs on one device"
+            )
+        axes = ", ".join(f"{name}={size}" for name, size in exe.mesh.axes)
+        table = partitioned.comm_table(exe, link_gbps)
+        return (
+            f"// partitioned over mesh {axes}\n"
+            + partitioned.partitioned_graph(exe).text()
+            + "// collectives inserted by XLA's partitioner, per layer (bytes per device per call):\n"
+            + "".join(f"// {line}\n" for line in table.splitlines())
+        )
 
     # ------------------------------------------------------------------ the stages
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -22,10 +22,16 @@ from kaun_ir.ir.provenance import Provenance
 
 @dataclass(frozen=True, slots=True)
 class TensorType:
-    """A static shape and a dtype: ``f32[32,784]``; a scalar is ``f32[]``."""
+    """A static shape and a dtype: ``f32[32,784]``; a scalar is ``f32[]``.
+
+    ``sharding`` (optional, ``None`` for none): the layout of the value over a device mesh, one
+    tuple of mesh-axis names per dimension (``()``: that dimension is whole), as the
+    partitioned stage shows it: ``f32[8@data,16@model]``, ``f32[8@(data,model),16]``. It is an
+    annotation, not part of the type: two types that differ only in it are equal."""
 
     dtype: np.dtype
     shape: tuple[int, ...]
+    sharding: tuple[tuple[str, ...], ...] | None = field(default=None, compare=False)
 
     def __post_init__(self):
         # a normalisation, not a cache: dataclasses have no converters (tests/test_declared_state.py)
@@ -33,6 +39,11 @@ class TensorType:
         object.__setattr__(self, "shape", tuple(int(d) for d in self.shape))
         if any(d < 0 for d in self.shape):
             raise IRError(f"negative dimension in shape {self.shape}")
+        if self.sharding is not None:
+            layout = tuple(tuple(str(a) for a in axes) for axes in self.sharding)
+            if len(layout) != len(self.shape):
+                raise IRError(f"sharding {layout} has {len(layout)} entries for shape {self.shape}")
+            object.__setattr__(self, "sharding", layout if any(layout) else None)
 
     @property
     def ndim(self) -> int:
@@ -47,9 +58,19 @@ class TensorType:
         return self.size * self.dtype.itemsize
 
     def __str__(self) -> str:
-        return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+        if self.sharding is None:
+            return f"{dtypes.short_name(self.dtype)}[{','.join(map(str, self.shape))}]"
+        dims = [_sharded_dim(d, axes) for d, axes in zip(self.shape, self.sharding)]
+        return f"{dtypes.short_name(self.dtype)}[{','.join(dims)}]"
 
     __repr__ = __str__
+
+
+def _sharded_dim(size: int, axes: tuple[str, ...]) -> str:
+    """One dimension of a sharded type: ``8``, ``8@data`` or ``8@(data,model)``."""
+    if not axes:
+        return str(size)
+    return f"{size}@{axes[0]}" if len(axes) == 1 else f"{size}@({','.join(axes)})"
 
 
 class ArrayAttr:

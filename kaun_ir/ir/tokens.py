@@ -22,7 +22,8 @@ _TOKEN = re.compile(
   | (?P<value>%[A-Za-z0-9_.$#-]+)
   | (?P<symbol>@[A-Za-z0-9_.$-]+)
   | (?P<string>"(?:[^"\\\n]|\\.)*")
-  | (?P<type>(?:f16|bf16|f32|f64|i8|i16|i32|i64|u8|u16|u32|u64|bool)\[[0-9, ]*\])
+  | (?P<type>(?:f16|bf16|f32|f64|i8|i16|i32|i64|u8|u16|u32|u64|bool)
+             \[(?:[0-9, ]|@[A-Za-z_][A-Za-z0-9_]*|@\([A-Za-z0-9_, ]*\))*\])
   | (?P<number>-?(?:(?:inf|nan)\b|(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?))
   | (?P<ident>[A-Za-z_][A-Za-z0-9_.-]*)
   | (?P<arrow>->)
@@ -126,16 +127,39 @@ def tensor_type(toks: Tokens, what: str) -> TensorType:
         raise toks.error(f"malformed tensor type {text!r} ({err})", tok) from None
 
 
+_SHARDED_DIM = re.compile(r"(\d+)(?:@([A-Za-z_][A-Za-z0-9_]*)|@\(([A-Za-z0-9_,]*)\))?")
+_AXIS = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
 def parse_type(text: str) -> TensorType:
-    """A TYPE token's text (``"f32[2,3]"``) as a TensorType; ValueError when it is out of limits."""
+    """A TYPE token's text (``"f32[2,3]"``, sharded ``"f32[8@data,16@(x,y)]"``) as a
+    TensorType; ValueError when it is malformed or out of limits."""
     name, dims = text.split("[", 1)
-    dims = dims.rstrip("]").replace(" ", "")
-    shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+    dims = dims[: dims.rindex("]")].replace(" ", "")
+    if "@" not in dims:
+        shape = tuple(int(d) for d in dims.split(",")) if dims else ()
+        sharding = None
+    else:
+        shape, layout = [], []
+        for entry in re.split(r",(?![^(]*\))", dims):  # commas outside @( ... )
+            match = _SHARDED_DIM.fullmatch(entry)
+            if match is None:
+                raise ValueError(f"malformed dimension {entry!r}")
+            shape.append(int(match.group(1)))
+            axes = (match.group(2),) if match.group(2) else ()
+            if match.group(3) is not None:
+                axes = tuple(match.group(3).split(","))
+                if not all(_AXIS.fullmatch(a) for a in axes):
+                    raise ValueError(f"malformed mesh axes in {entry!r}")
+            if len(set(axes)) != len(axes) or any(a in (x for s in layout for x in s) for a in axes):
+                raise ValueError(f"a mesh axis splits more than one dimension in {text!r}")
+            layout.append(axes)
+        shape, sharding = tuple(shape), tuple(layout)
     if any(d > MAX_DIM for d in shape):
         raise ValueError(f"dimensions are limited to {MAX_DIM}")
     if math.prod(shape) > MAX_ELEMENTS:
         raise ValueError(f"element counts are limited to {MAX_ELEMENTS}")
-    return TensorType(dtypes.from_short_name(name), shape)
+    return TensorType(dtypes.from_short_name(name), shape, sharding)
 
 
 def parse_number(text: str) -> int | float:

@@ -89,6 +89,9 @@ class Emitter:
         # private functions the body calls (``stablehlo.composite`` decompositions), on the root
         self.functions: list[str] = []
         self._function_names: dict[str, str] = {}
+        # on the root only: a location per node (by id) that replaces the node's layer path
+        # (the partitioned stage tags every node to find its ops after sharding propagation)
+        self.node_locations: dict[int, str] = {}
 
     def fresh(self, prefix: str = "") -> str:
         """A new SSA value name (``%<prefix><n>``), unique within the whole module."""
@@ -173,7 +176,7 @@ class Emitter:
         names: dict[int, str] = {id(v): n for v, n in zip(graph.inputs, arg_names)}
         for node in graph.nodes:
             outer_location = self.location
-            self.location = node.location
+            self.location = self._root.node_locations.get(id(node), node.location)
             results = table[node.op].emit(self, node, *[names[id(v)] for v in node.inputs])
             self.location = outer_location
             if isinstance(results, str):

@@ -3,11 +3,15 @@ and ``predict``; ``train.fit`` (:mod:`.loop`) runs them over a pipeline."""
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 
 from kaun_ir import layer, optim, tree
+from kaun_ir.runtime.jit import jit
+from kaun_ir.runtime.xla import backend
+from kaun_ir.sharding.placement import Spec
 from kaun_ir.surface.shapes import stack
 from kaun_ir.train import builder, dispatch
 from kaun_ir.train.capture import LossSpec, Probed, Unlifted, warn_opaque
@@ -183,7 +187,36 @@ def ema_vars(trainer: Trainer, st: State) -> layer.Vars:
 
 def predict(trainer: Trainer, st: State, x: Any, ctx: dict | None = None, ema: bool = False) -> Any:
     """Inference (``training=False``): the model's output only. ``ema=True``: with the weight
-    average an ``optim.ema`` member of the optimiser keeps (see :func:`ema_vars`)."""
+    average an ``optim.ema`` member of the optimiser keeps (see :func:`ema_vars`).
+
+    In a multi-process run on a mesh, ``x`` is this process's rows (as for :func:`step`): the
+    model runs as one program over the mesh on the processes' rows concatenated, split over the
+    data axis, and the result is a global array of which this process holds its rows
+    (``kn.sharding.gather`` brings it whole to the host)."""
     check_state(st, "predict")
     v = ema_vars(trainer, st) if ema else st.vars
+    if trainer.mesh is not None and backend.process_count() > 1:
+        x, _ = builder.global_batch(trainer, x, ())
+        return _compiled_predict(trainer, v.dtype)(v.params, v.state, x, ctx)
     return layer.apply(trainer.model, v, x, training=False, ctx=ctx)[0]
+
+
+# the compiled forward pass of each trainer on a mesh (kept while the trainer lives)
+_PREDICT: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _compiled_predict(trainer: Trainer, dtype):
+    """The trainer's forward pass under ``kn.jit`` on its mesh, for variables of ``dtype``:
+    parameters and state keep their layout, the batch is split over the data axis."""
+    by_dtype = _PREDICT.setdefault(trainer, {})
+    compiled = by_dtype.get(str(dtype))
+    if compiled is None:
+
+        def forward(params, state, x, ctx):
+            return layer.apply(trainer.model, layer.Vars(params, state, dtype), x, training=False, ctx=ctx)[0]
+
+        forward.__name__ = "predict"
+        compiled = by_dtype[str(dtype)] = jit(
+            forward, mesh=trainer.mesh, in_shardings=(None, None, Spec(trainer.data_axis), None)
+        )
+    return compiled

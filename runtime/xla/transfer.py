@@ -186,3 +186,28 @@ def from_process_local(local, dtype: np.dtype, sharding, global_shape: tuple | N
     defaults to what ``sharding`` implies."""
     jax = backend.jax_module()
     return jax.make_array_from_process_local_data(sharding, np.asarray(local, dtype=dtype), global_shape)
+
+
+# ----------------------------------------------------------------------- arrays of many processes
+
+
+def local_copy(x) -> np.ndarray | None:
+    """The whole value of a device array as a NumPy array when this process can read it without
+    communicating (every piece is on its devices, or the array is replicated), else None."""
+    if getattr(x, "is_fully_addressable", True):
+        return np.asarray(x)
+    sharding = getattr(x, "sharding", None)
+    if sharding is not None and sharding.is_fully_replicated:
+        return np.asarray(x.addressable_shards[0].data)
+    return None
+
+
+def array_mesh(x) -> tuple | None:
+    """``(device grid, axis names)`` of the mesh a device array is laid out on (a
+    ``NamedSharding``), or None for any other layout."""
+    from jax.sharding import NamedSharding  # noqa: PLC0415 - jax loads only when a program compiles
+
+    sharding = getattr(x, "sharding", None)
+    if not isinstance(sharding, NamedSharding):
+        return None
+    return sharding.mesh.devices, tuple(sharding.mesh.axis_names)

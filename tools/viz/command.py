@@ -36,7 +36,7 @@ import sys
 
 from kaun_ir.ir.core import path_components
 from kaun_ir.tools import spec as specs
-from kaun_ir.tools.dump import add_spec_arguments, error, write_atomic
+from kaun_ir.tools.dump import add_spec_arguments, error, use_virtual_devices, write_atomic
 from kaun_ir.tools.subject import GRAPH_STAGES
 
 FORMATS = (".dot", ".svg", ".png", ".json", ".html")
@@ -80,10 +80,19 @@ def add_parser(sub) -> None:
         f"e.g. --diff traced optimized; stages: {', '.join(GRAPH_STAGES)}",
     )
     parser.add_argument(
-        "--overlay",
-        choices=("flops", "bytes"),
+        "--devices",
+        type=int,
         default=None,
-        help="colour nodes by estimated FLOPs or bytes moved (log scale, with a legend)",
+        metavar="N",
+        help="run on N virtual CPU devices (for graphs sharded over a mesh, e.g. with --overlay comm)",
+    )
+    parser.add_argument(
+        "--overlay",
+        choices=("flops", "bytes", "comm"),
+        default=None,
+        help="colour nodes by estimated FLOPs or bytes moved (log scale, with a legend); comm "
+        "(.html only, a graph partitioned over a mesh): draw the partitioned stage and colour "
+        "nodes and layers by the bytes their collectives send per device",
     )
     parser.set_defaults(run=run)
 
@@ -271,6 +280,24 @@ def render(
     return path, ""
 
 
+def _comm_page(subject) -> str:
+    """The ``--overlay comm`` page: the partitioned stage of ``subject``'s optimized graph, its
+    nodes and layers coloured by the bytes their collectives send per device."""
+    from kaun_ir import runtime
+    from kaun_ir.errors import ModelSpecError
+    from kaun_ir.runtime.partitioned import partitioned_graph
+    from kaun_ir.tools.viz.html import comm_costs, render_html
+
+    exe = runtime.compile(subject.stage_graph("optimized"))
+    if exe.mesh is None:
+        raise ModelSpecError(
+            f"{subject.name}: --overlay comm needs a graph partitioned over a mesh "
+            "(kn.sharding.constrain in the traced function names one); this one runs on one device"
+        )
+    graph = partitioned_graph(exe)
+    return render_html(graph, "partitioned", "comm", comm_costs(graph, exe.hlo_text()))
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``kaun-ir viz`` with the parsed ``args``; returns the exit status."""
     from kaun_ir.errors import KaunError
@@ -289,9 +316,12 @@ def run(args: argparse.Namespace) -> int:
         )
     if args.diff and args.stage:
         return error("viz", "--diff names its two stages itself; leave out --stage")
+    if args.overlay == "comm" and (ext != ".html" or args.diff):
+        return error("viz", "--overlay comm draws one partitioned graph as an .html page")
     if args.overlay and ext == ".json":
         return error("viz", "--overlay is not available for .json (use .html, .svg, .dot or .png)")
     try:
+        use_virtual_devices(getattr(args, "devices", None))
         if args.diff:
             subject = specs.resolve(args.spec, args.input)
             stage_a, stage_b = args.diff
@@ -299,6 +329,9 @@ def run(args: argparse.Namespace) -> int:
                 subject.stage_graph(stage_a), subject.stage_graph(stage_b), stage_a, stage_b, args.overlay
             )
             write_atomic(args.output, page)
+            written, note = args.output, ""
+        elif args.overlay == "comm":
+            write_atomic(args.output, _comm_page(specs.resolve(args.spec, args.input)))
             written, note = args.output, ""
         else:
             subject, graph = specs.load_graph(args.spec, args.input, args.stage)

@@ -38,7 +38,7 @@ START_VISIBLE_LIMIT = 200
 #: top-level groups that start collapsed: what a training step adds around the model (deriving
 #: the step's random keys, the optimiser's update), so the page opens on the model's layers
 START_COLLAPSED = ("rng", "optimizer")
-OVERLAYS = ("flops", "bytes")
+OVERLAYS = ("flops", "bytes", "comm")
 INPUTS_GROUP, OUTPUTS_GROUP = "(inputs)", "(outputs)"
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -59,7 +59,27 @@ def node_costs(graph) -> dict[str, tuple[int, int]]:
     return {f"n{k}": node_cost(node) for k, node in enumerate(graph.nodes)}
 
 
-def page_graph(graph, stage: str = "") -> dict:
+def comm_costs(graph, hlo_text: str) -> dict[str, float]:
+    """``{node id: bytes}``: what each node's collectives send per device, from XLA's partitioned
+    HLO (:func:`kaun_ir.runtime.collectives.collective_entries`). A collective names the layer and
+    op that caused it; its bytes go to the nodes of that layer with that op (shared evenly), else
+    to all the layer's nodes."""
+    from kaun_ir.runtime.collectives import collective_entries
+
+    by_path: dict[str, list[int]] = {}
+    for k, node in enumerate(graph.nodes):
+        by_path.setdefault(node.path, []).append(k)
+    out: dict[str, float] = {}
+    for entry in collective_entries(hlo_text):
+        path, _, op = entry["op_name"].rpartition("/")
+        members = by_path.get(path, [])
+        chosen = [k for k in members if graph.nodes[k].op == op] or members
+        for k in chosen:
+            out[f"n{k}"] = out.get(f"n{k}", 0.0) + entry["wire_bytes"] / len(chosen)
+    return out
+
+
+def page_graph(graph, stage: str = "", comm: dict | None = None) -> dict:
     """The graph as the page's script reads it.
 
     ``{"name", "stage", "groups": [[parent, name], ...], "nodes": [...], "edges": [...]}``:
@@ -112,7 +132,10 @@ def page_graph(graph, stage: str = "") -> dict:
                 "attrs": n["attrs"],
                 "source": n["source"],
                 "g": group,
-                "cost": list(costs.get(n["id"], (0, 0))),
+                "cost": [
+                    *costs.get(n["id"], (0, 0)),
+                    *([comm.get(n["id"], 0.0)] if comm is not None else []),
+                ],
             }
         )
     edges = [
@@ -244,10 +267,13 @@ def _settings(overlay: str | None) -> dict:
     }
 
 
-def render_html(graph, stage: str = "", overlay: str | None = None) -> str:
+def render_html(graph, stage: str = "", overlay: str | None = None, comm: dict | None = None) -> str:
     """The interactive page of one graph; ``overlay`` ``"flops"`` / ``"bytes"`` colours nodes by
-    estimated cost."""
-    payload = {"mode": "single", **_settings(overlay), "graphs": [page_graph(graph, stage)]}
+    estimated cost, ``"comm"`` by the bytes their collectives send (``comm``, from
+    :func:`comm_costs`)."""
+    if overlay == "comm" and comm is None:
+        raise ValueError("the comm overlay needs the bytes of each node's collectives (comm_costs)")
+    payload = {"mode": "single", **_settings(overlay), "graphs": [page_graph(graph, stage, comm)]}
     return _page(f"kaun_ir graph @{graph.name}" + (f" ({stage})" if stage else ""), payload)
 
 

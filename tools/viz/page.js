@@ -37,7 +37,7 @@
                   children: [], nodes: [], chain: [], uid: "g-1"};
     const groups = graph.groups.map(function (pair, i) {
       return {isGroup: true, index: i, name: pair[1], parentIndex: pair[0], children: [], nodes: [],
-              count: 0, ops: {}, cost: [0, 0], added: 0, removed: 0, first: Infinity, uid: "g" + i};
+              count: 0, ops: {}, cost: [0, 0, 0], added: 0, removed: 0, first: Infinity, uid: "g" + i};
     });
     groups.forEach(function (g) {  // parents come before their children in the list
       g.parent = g.parentIndex < 0 ? root : groups[g.parentIndex];
@@ -58,6 +58,7 @@
         g.ops[n.op] = (g.ops[n.op] || 0) + 1;
         g.cost[0] += n.cost[0];
         g.cost[1] += n.cost[1];
+        g.cost[2] += n.cost[2] || 0;
         if (n.diff === "added") { g.added += 1; }
         if (n.diff === "removed") { g.removed += 1; }
         if (i < g.first) { g.first = i; }
@@ -294,11 +295,11 @@
 
   // ------------------------------------------------------------------ colours
 
-  const overlay = DATA.overlay;  // null, "flops" or "bytes"
+  const overlay = DATA.overlay;  // null, "flops", "bytes" or "comm"
   let costScale = null;
 
   function makeCostScale() {
-    const metric = overlay === "flops" ? 0 : 1;
+    const metric = overlay === "flops" ? 0 : overlay === "bytes" ? 1 : 2;
     let lo = Infinity, hi = 0;
     views.forEach(function (v) {
       v.nodes.forEach(function (n) {
@@ -353,7 +354,8 @@
   function drawLegend() {
     const legend = document.getElementById("legend");
     if (!overlay) { return; }
-    const what = overlay === "flops" ? "estimated FLOPs" : "estimated bytes moved";
+    const what = overlay === "flops" ? "estimated FLOPs" : overlay === "bytes" ? "estimated bytes moved"
+      : "bytes sent per device by collectives";
     const mid = Math.sqrt(costScale.lo * costScale.hi);
     legend.innerHTML = "";
     legend.appendChild(el("span", {"class": "what"}, what + " (log scale):"));
