@@ -30,6 +30,7 @@ __all__ = [
     "PassVerificationError",
     "StableHLOImportError",
     "ModelSpecError",
+    "TorchImportError",
 ]
 
 
@@ -158,3 +159,7 @@ class StableHLOImportError(KaunError, ValueError):
 
 class ModelSpecError(KaunError, ValueError):
     """The model named on the ``kaun-ir`` command line cannot be loaded or traced (a user error)."""
+
+
+class TorchImportError(KaunError, ValueError):
+    """A PyTorch program that cannot be imported: the message names the ATen op and the module path."""
