@@ -71,11 +71,13 @@ def _module_path(node) -> str:
     return ".".join(part.split("@")[0] for part in str(fqn).split(".") if part.split("@")[0])
 
 
-def _source(node) -> str:
+def _source(node, skip: str) -> str:
+    """``file:line`` of the innermost frame of the node's stack trace outside torch itself."""
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    if not frames:
+    outside = [f for f in frames if not os.path.realpath(f[0]).startswith(skip)] or frames
+    if not outside:
         return ""
-    filename, line = frames[-1]
+    filename, line = outside[-1]
     return f"{os.path.basename(filename)}:{line}"
 
 
@@ -103,6 +105,7 @@ class _Program:
                 f"got {type(exported).__name__}"
             )
         self.program = exported.run_decompositions()
+        self.torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
         signature = self.program.graph_signature
         self.input_specs = list(signature.input_specs)
         self.output_specs = list(signature.output_specs)
@@ -168,7 +171,7 @@ class _Program:
 
     def _call(self, node, env: dict, prefix: str):
         path = _module_path(node)
-        source = _source(node)
+        source = _source(node, self.torch_dir)
         where = _where(path, source)
         if node.target is operator.getitem:
             container, i = node.args
@@ -248,7 +251,7 @@ def _to_numpy(x) -> np.ndarray:
         t = x.detach().cpu()
         if t.dtype == torch.bfloat16:
             return t.float().numpy().astype(dtypes.bfloat16)
-        x = t.numpy()
+        x = t.numpy().copy()  # a copy: the module may later update its tensors in place
     arr = np.asarray(x)
     if arr.dtype == np.int64:
         return arr.astype(np.int32)
@@ -321,26 +324,26 @@ class TorchFunction:
     ``parameter_names`` and ``buffer_names`` (the names in ``params`` of each kind), ``training``.
     """
 
-    def __init__(self, program: _Program, params_flat: dict, constants: dict, training: bool):
+    def __init__(self, program: _Program, names: dict, constants: dict, training: bool):
         self._program = program
         self.program = program.program
         self._constants = constants
+        self._names = names  # the program's name of each entry of params -> its name in params
         kind = program.kinds[0]
         self.parameter_names = tuple(
-            s.target for s in program.input_specs if s.kind == kind.PARAMETER and s.target in params_flat
+            names[s.target] for s in program.input_specs if s.kind == kind.PARAMETER and s.target in names
         )
         self.buffer_names = tuple(
-            s.target for s in program.input_specs if s.kind == kind.BUFFER and s.target in params_flat
+            names[s.target] for s in program.input_specs if s.kind == kind.BUFFER and s.target in names
         )
         self.training = training
-        self._names = set(params_flat)
         self.__name__ = "torch_function"
 
     def __call__(self, params, *args):
         kind, out_kind = self._program.kinds
         user = iter(_leaves(args))
         inputs = []
-        for spec in self._program.input_specs:
+        for spec, expected in zip(self._program.input_specs, self._program.input_types):
             if spec.kind == kind.USER_INPUT:
                 try:
                     leaf = next(user)
@@ -348,9 +351,15 @@ class TorchFunction:
                     raise TorchImportError(
                         "the function was called with fewer inputs than it was exported with"
                     ) from None
-                inputs.append(leaf if isinstance(leaf, Tensor) else _to_numpy(leaf))
+                leaf = leaf if isinstance(leaf, Tensor) else _to_numpy(leaf)
+                if tuple(type_of(leaf).shape) != expected.shape:
+                    raise TorchImportError(
+                        f"input {spec.arg.name} has shape {list(type_of(leaf).shape)}, but the program was "
+                        f"exported for {list(expected.shape)}: export with inputs of the shape it is called with"
+                    )
+                inputs.append(leaf)
             elif spec.target in self._names:
-                inputs.append(_lookup(params, spec.target))
+                inputs.append(_lookup(params, self._names[spec.target]))
             else:
                 inputs.append(self._constants[spec.target])
         outs = self._program.run(inputs)
@@ -358,7 +367,7 @@ class TorchFunction:
         user_outs = [o for o, s in zip(outs, self._program.output_specs) if s.kind == out_kind.USER_OUTPUT]
         result = torch.utils._pytree.tree_unflatten(user_outs, self.program.call_spec.out_spec)
         updated = {
-            s.target: o
+            self._names[s.target]: o
             for o, s in zip(outs, self._program.output_specs)
             if s.kind == out_kind.BUFFER_MUTATION and s.target in self._names
         }
@@ -384,17 +393,23 @@ def torch_function(module, *example_args) -> tuple[TorchFunction, dict]:
     )
     program = _Program(torch.export.export(module, example))
     kind = program.kinds[0]
-    persistent = set(module.state_dict())
+    entries = module.state_dict(keep_vars=True)
+    # a tensor under several names (tied weights) goes by its first name, as in named_parameters()
+    first: dict = {}
+    for name, tensor in entries.items():
+        first.setdefault((tensor.data_ptr(), tuple(tensor.shape), tensor.dtype), name)
     state, constants_of = program.program.state_dict, program.program.constants
-    params, constants = {}, {}
+    params, constants, names = {}, {}, {}
     for spec in program.input_specs:
         if spec.kind == kind.USER_INPUT:
             continue
         tensor = state[spec.target] if spec.target in state else constants_of[spec.target]
         value = _to_numpy(tensor)
-        trainable = spec.kind in (kind.PARAMETER, kind.BUFFER) and spec.target in persistent
+        trainable = spec.kind in (kind.PARAMETER, kind.BUFFER) and spec.target in entries
         if trainable and (np.issubdtype(value.dtype, np.floating) or value.dtype == dtypes.bfloat16):
-            params[spec.target] = value
+            t = entries[spec.target]
+            names[spec.target] = first[(t.data_ptr(), tuple(t.shape), t.dtype)]
+            params[names[spec.target]] = value
         else:
             constants[spec.target] = value
-    return TorchFunction(program, params, constants, module.training), _nest(params)
+    return TorchFunction(program, names, constants, module.training), _nest(params)
