@@ -1,5 +1,8 @@
-"""Programs in and out of other systems: the StableHLO importer, ``jax.export`` serialisation and
-PyTorch programs (``kn.interop``: ``torch_function``, ``from_torch``, ``torch_inputs``)."""
+"""Programs in and out of other systems: the StableHLO and PyTorch importers and ``jax.export`` serialisation.
+
+``kn.interop`` is this package: ``torch_function`` (a PyTorch module as a traceable kaun_ir
+function), ``from_torch`` and ``torch_inputs`` (also ``kn.ir.from_torch`` / ``kn.ir.torch_inputs``).
+"""
 
 from kaun_ir.runtime.interop.torch_import import (
     TorchFunction,

@@ -156,7 +156,8 @@ class _Program:
             value = env[arg]
             if isinstance(value, _Missing):
                 raise TorchImportError(
-                    f"{user} uses an output of {value.op} ({value.where}) that kaun_ir's mapping does not compute"
+                    f"{user} uses an output of {value.op} ({value.where}) "
+                    "that kaun_ir's mapping does not compute"
                 )
             return value
         if isinstance(arg, tuple):
@@ -206,7 +207,8 @@ class _Program:
         got = type_of(result)
         if got.shape != expected.shape:
             raise TorchImportError(
-                f"{name} in {where}: the mapping gives {got}, PyTorch's program says {expected} (a mapping mistake)"
+                f"{name} in {where}: the mapping gives {got}, "
+                f"PyTorch's program says {expected} (a mapping mistake)"
             )
         return result if got.dtype == expected.dtype else astype(result, expected.dtype)
 
@@ -355,7 +357,8 @@ class TorchFunction:
                 if tuple(type_of(leaf).shape) != expected.shape:
                     raise TorchImportError(
                         f"input {spec.arg.name} has shape {list(type_of(leaf).shape)}, but the program was "
-                        f"exported for {list(expected.shape)}: export with inputs of the shape it is called with"
+                        f"exported for {list(expected.shape)}: "
+                        "export with inputs of the shape it is called with"
                     )
                 inputs.append(leaf)
             elif spec.target in self._names:
