@@ -109,6 +109,64 @@ class CausalSelfAttention(nn.Module):
         return x + self.proj(y.transpose(1, 2).reshape(b, t, d))
 
 
+class ManyOps(nn.Module):
+    """Many ATen ops at once: decompositions (cumsum, padding, pooling, repeat) and indexing."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x, ids):
+        y = self.lin(x)  # [4, 6]
+        a = torch.cumsum(y, 1) + torch.tril(y[:, :4] @ y[:, :4].T)[:, :1]
+        b = F.pad(y, (1, 2))[:, 1:-2] * 0.5 - F.leaky_relu(y, 0.2)
+        c = torch.where(y > 0, y, torch.zeros_like(y)).clamp(-0.5, 0.5) + torch.masked_fill(y, y < -0.3, 1.0)
+        d = torch.gather(y, 1, ids) + torch.index_select(y, 0, ids[:, 0])
+        e = (
+            y.max(dim=1, keepdim=True).values
+            + y.argmax(1, keepdim=True).float()
+            + y.var(0, keepdim=True)
+            + y.amin(1, keepdim=True)
+        )
+        f = torch.stack(torch.split(y, 3, 1), 0).sum(0).repeat(1, 2) + torch.cat(
+            torch.unbind(y[:, :2], 1)
+        ).reshape(4, 2).repeat(1, 3)
+        g = (
+            torch.div(y, 0.7, rounding_mode="floor")
+            + torch.div(y, 0.7, rounding_mode="trunc")
+            + torch.remainder(y, 0.4)
+        )
+        h = (
+            F.avg_pool1d(y[None], 2, 2).repeat_interleave(2, -1)[0]
+            + F.silu(y)
+            + F.gelu(y, approximate="tanh")
+            + F.softplus(y)
+            + torch.rsqrt(y * y + 1)
+        )
+        i = (
+            torch.log_softmax(y, -1)
+            + torch.triu(torch.ones(4, 6))
+            + torch.arange(6.0) / 6
+            + torch.full((4, 6), 0.25)
+            + torch.erf(y)
+            + y.abs().sqrt()
+            + torch.exp(-y * y)
+        )
+        return (
+            a
+            + b
+            + c
+            + d
+            + e
+            + f
+            + g
+            + h
+            + i
+            + F.max_pool2d(y[None, None], 2, 2).mean()
+            + F.hardtanh(y).mean(0)
+        )
+
+
 VOCAB = 61
 
 
@@ -306,6 +364,24 @@ def test_gpt2_forward_gradients_and_twenty_adamw_steps(gpt2):
     print(f"GPT-2 20 AdamW steps: max |loss difference| {np.max(np.abs(np.subtract(ours, theirs))):.2e}")
     assert theirs[-1] < theirs[0] - 0.1  # it learns
     np.testing.assert_allclose(ours, theirs, rtol=0, atol=1e-4)
+
+
+def test_a_module_of_many_ops_forward_and_gradients():
+    torch.manual_seed(0)
+    net = ManyOps()
+    x = _inputs(4, 6)
+    ids = torch.tensor([[0, 1, 2, 3, 4, 5], [5, 4, 3, 2, 1, 0], [1] * 6, [2, 3] * 3]) % 4
+    _, got, want = _graph_forward(net, x, ids)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fn, params = kn.interop.torch_function(net, x, ids)
+
+    def loss(p, x):
+        return kn.sum(fn(p, x, ids.numpy()) ** 2)
+
+    grads = dict(kn.ptree.flatten_with_paths(kn.jit(kn.grad(loss))(params, x.numpy())))
+    net.zero_grad()
+    (net(x, ids) ** 2).sum().backward()
+    _assert_gradients_close(grads, {n: p.grad.numpy() for n, p in net.named_parameters()})
 
 
 # ------------------------------------------------------------------------------ errors

@@ -133,7 +133,6 @@ _BINARY = {
     "bitwise_or": elementwise.bitwise_or,
     "bitwise_xor": elementwise.bitwise_xor,
     "remainder": elementwise.mod,
-    "atan2": elementwise.arctan2,
 }
 for _name, _fn in _BINARY.items():
     ATEN[f"aten.{_name}.Tensor"] = _fn
