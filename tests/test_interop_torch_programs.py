@@ -418,3 +418,14 @@ def test_an_unmapped_op_names_the_aten_op_and_the_module_path():
     assert "test_interop_torch_programs.py:" in str(info.value)
     with pytest.raises(TypeError, match="ExportedProgram"):
         kn.ir.from_torch(_Outer())
+
+
+def test_docs_list_every_covered_aten_op():
+    import re
+
+    page = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "interop.md")
+    with open(page, encoding="utf-8") as handle:
+        text = handle.read()
+    listed = text.split("<!-- aten ops:")[1].split("<!-- end of aten ops -->")[0].split("-->", 1)[1]
+    names = {f"aten.{n}" if "." in n else f"aten.{n}.default" for n in re.findall(r"`([^`]+)`", listed)}
+    assert names == set(kn.interop.covered_ops())

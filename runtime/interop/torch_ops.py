@@ -121,8 +121,6 @@ for _name, _fn in _UNARY.items():
 
 _BINARY = {
     "mul": elementwise.multiply,
-    "maximum": elementwise.maximum,
-    "minimum": elementwise.minimum,
     "eq": elementwise.equal,
     "ne": elementwise.not_equal,
     "lt": elementwise.less,
