@@ -42,6 +42,8 @@ DTYPES = {
     "torch.bool": dtypes.bool_,
 }
 
+__all__ = ["ATEN", "DTYPES", "dtype_of_torch"]
+
 ATEN: dict[str, Callable] = {}
 
 
