@@ -241,6 +241,7 @@ def test_resnet_forward_gradients_and_provenance():
     x = _inputs(2, 3, 32, 32)
     graph, got, want = _graph_forward(net, x)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    graph.verify()
     # inputs: parameters and buffers in graph_signature order, then the user input
     names = graph.input_names
     assert names[0] == "conv1.weight" and names[-1] == "x" and "layer1.0.bn1.running_var" in names
