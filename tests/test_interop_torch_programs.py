@@ -167,6 +167,35 @@ class ManyOps(nn.Module):
         )
 
 
+class Decoder(nn.Module):
+    """Transposed convolutions (grouped, dilated, output padding), upsampling, group and instance
+    norm: the ops of a generator's or a U-Net's decoder."""
+
+    def __init__(self):
+        super().__init__()
+        self.up1 = nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1, groups=2, dilation=2)
+        self.norm1 = nn.GroupNorm(3, 6)
+        self.up2 = nn.Upsample(size=(17, 23), mode="nearest")
+        self.up3 = nn.ConvTranspose1d(6, 2, 4, stride=3)
+        self.norm3 = nn.InstanceNorm1d(2, affine=True)
+
+    def forward(self, x):
+        y = self.up2(F.elu(self.norm1(self.up1(x))))
+        return self.norm3(self.up3(y.mean(2)))
+
+
+class EncoderGRU(nn.Module):
+    """PyTorch's own `nn.TransformerEncoderLayer` (`nn.MultiheadAttention` inside) and `nn.GRU`."""
+
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+        self.gru = nn.GRU(16, 8, batch_first=True)
+
+    def forward(self, x):
+        return self.gru(self.encoder(x))[0]
+
+
 VOCAB = 61
 
 
@@ -383,6 +412,23 @@ def test_a_module_of_many_ops_forward_and_gradients():
     net.zero_grad()
     (net(x, ids) ** 2).sum().backward()
     _assert_gradients_close(grads, {n: p.grad.numpy() for n, p in net.named_parameters()})
+
+
+def test_a_decoder_of_transposed_convolutions_and_upsampling():
+    torch.manual_seed(0)
+    net = Decoder()
+    x = _inputs(2, 4, 5, 6)
+    _, got, want = _graph_forward(net, x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    fn, params = kn.interop.torch_function(net, x)
+    _assert_gradients_close(*_gradients(net, fn, params, x, torch.zeros(want.shape)))
+
+
+def test_torch_encoder_layer_and_gru_forward():
+    torch.manual_seed(0)
+    net = EncoderGRU().eval()
+    _, got, want = _graph_forward(net, _inputs(2, 5, 16))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 # ------------------------------------------------------------------------------ errors

@@ -693,18 +693,33 @@ def arange(*args, dtype=None, **kwargs):
 @_register("aten.convolution.default")
 def convolution(x, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     """N-d convolution (cross-correlation), ``NC...`` input and ``OI...`` weight, onto the
-    ``convolution`` primitive. Transposed convolutions are not mapped."""
-    if transposed:
-        raise TorchImportError("aten.convolution with transposed=True has no mapping yet")
+    ``convolution`` primitive. A transposed convolution (weight ``[I, O/groups, k...]``) is the
+    convolution of the input dilated by the stride with the spatially flipped kernel, its two
+    feature axes swapped per group, padded by ``dilation * (k - 1) - padding`` (plus
+    ``output_padding`` at the high end)."""
     nd = _ndim(x) - 2
     layout = tuple(range(nd + 2))
+    kernel = _shape(weight)[2:]
+    if transposed:
+        c_in, c_out_g = _shape(weight)[:2]
+        w = shapes.reshape(weight, (groups, c_in // groups, c_out_g) + kernel)
+        w = shapes.transpose(w, (0, 2, 1) + tuple(range(3, nd + 3)))
+        w = shapes.reshape(w, (groups * c_out_g, c_in // groups) + kernel)
+        weight = indexing.getitem(w, (slice(None), slice(None)) + (slice(None, None, -1),) * nd)
+        pads = tuple(
+            (d * (k - 1) - p, d * (k - 1) - p + o)
+            for k, p, d, o in zip(kernel, padding, dilation, output_padding)
+        )
+        strides, lhs_dilation = (1,) * nd, tuple(stride)
+    else:
+        pads, strides, lhs_dilation = tuple((p, p) for p in padding), tuple(stride), (1,) * nd
     out = apply(
         "convolution",
         x,
         weight,
-        window_strides=tuple(stride),
-        padding=tuple((p, p) for p in padding),
-        lhs_dilation=(1,) * nd,
+        window_strides=strides,
+        padding=pads,
+        lhs_dilation=lhs_dilation,
         rhs_dilation=tuple(dilation),
         lhs_spec=layout,
         rhs_spec=layout,
@@ -714,6 +729,36 @@ def convolution(x, weight, bias, stride, padding, dilation, transposed, output_p
     if bias is not None:
         out = elementwise.add(out, shapes.reshape(bias, (-1,) + (1,) * nd))
     return out
+
+
+@_register("aten.upsample_nearest2d.vec", "aten.upsample_nearest2d.default", "aten.upsample_nearest1d.vec")
+def upsample_nearest(x, output_size, scale_factors=None, *rest):
+    """Nearest-neighbour upsampling: output position ``i`` reads input ``floor(i * in / out)``
+    (``take`` along each spatial axis; with ``scale_factors``, ``floor(i / scale)``)."""
+    nd = _ndim(x) - 2
+    sizes = _shape(x)[2:]
+    if isinstance(scale_factors, (list, tuple)) and scale_factors:
+        scales = [float(f) for f in scale_factors]
+        outs = (
+            [int(math.floor(n * f)) for n, f in zip(sizes, scales)]
+            if output_size is None
+            else list(output_size)
+        )
+        steps = [1.0 / f for f in scales]
+    else:
+        outs = list(output_size)
+        steps = [n / o for n, o in zip(sizes, outs)]
+    for axis in range(nd):
+        index = np.minimum(np.floor(np.arange(outs[axis]) * steps[axis]).astype(np.int32), sizes[axis] - 1)
+        x = take.take(x, index, axis=2 + axis)
+    return x
+
+
+@_register("aten.elu.default")
+def elu(x, alpha=1.0, scale=1.0, input_scale=1.0):
+    """``scale * x`` for ``x > 0``, else ``scale * alpha * (exp(input_scale * x) - 1)``."""
+    negative = elementwise.multiply(elementwise.expm1(elementwise.multiply(x, input_scale)), alpha * scale)
+    return elementwise.where(elementwise.greater(x, 0), elementwise.multiply(x, scale), negative)
 
 
 def _window_attrs(nd: int, kernel, stride, padding, dilation=1):
@@ -821,6 +866,35 @@ def batch_norm_functional(x, weight, bias, running_mean, running_var, training, 
         elementwise.multiply(running_var, 1 - momentum), elementwise.multiply(unbiased, momentum)
     )
     return out, batch_mean, elementwise.rsqrt(batch_var + eps), new_mean, new_var
+
+
+@_register("aten._native_batch_norm_legit.no_stats")
+def batch_norm_no_stats(x, weight, bias, training, momentum, eps):
+    """Batch norm with the batch's statistics and no running ones (instance norm's form)."""
+    axes = tuple(i for i in range(_ndim(x)) if i != 1)
+    batch_mean = reductions.mean(x, axis=axes)
+    batch_var = reductions.var(x, axis=axes)
+    out = _normalize(x, batch_mean, batch_var, weight, bias, eps)
+    return out, batch_mean, elementwise.rsqrt(batch_var + eps)
+
+
+@_register("aten.native_group_norm.default")
+def group_norm(x, weight, bias, n, c, hw, group, eps):
+    """Group norm: mean and variance over each group of ``c / group`` channels and the spatial
+    axes; also the mean and ``1/std`` per ``[n, group]``."""
+    shape = _shape(x)
+    grouped = shapes.reshape(x, (shape[0], group, -1))
+    mean_ = reductions.mean(grouped, axis=2, keepdims=True)
+    centered = elementwise.subtract(grouped, mean_)
+    var_ = reductions.mean(elementwise.multiply(centered, centered), axis=2, keepdims=True)
+    rstd = elementwise.rsqrt(var_ + eps)
+    out = shapes.reshape(elementwise.multiply(centered, rstd), shape)
+    per_channel = (1, -1) + (1,) * (len(shape) - 2)
+    if weight is not None:
+        out = elementwise.multiply(out, shapes.reshape(weight, per_channel))
+    if bias is not None:
+        out = elementwise.add(out, shapes.reshape(bias, per_channel))
+    return out, shapes.reshape(mean_, (shape[0], group)), shapes.reshape(rstd, (shape[0], group))
 
 
 @_register("aten.native_layer_norm.default")
