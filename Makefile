@@ -22,7 +22,8 @@ $(STAMP): pyproject.toml
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --ignore=tests/test_interop_torch.py
+	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --ignore=tests/test_interop_torch.py \
+		--ignore=tests/test_interop_torch_programs.py
 
 # The tests that need the `interop` extra (PyTorch, transformers) and the long import tests;
 # installs the extra into the same virtual environment on first use. Never touches the network
@@ -33,7 +34,8 @@ $(INTEROP_STAMP): $(STAMP) pyproject.toml
 
 test-interop: $(INTEROP_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
-		tests/test_interop_torch.py tests/test_stablehlo_import.py tests/test_export_ops.py tests/test_recurrent.py \
+		tests/test_interop_torch.py tests/test_interop_torch_programs.py tests/test_stablehlo_import.py \
+		tests/test_export_ops.py tests/test_recurrent.py \
 		tests/test_demo.py::test_demo_lm_trains_and_prints_a_sample
 
 # A long fuzzing campaign of the textual IR parser (100,000 mutated texts, seeded; FUZZ_SEED=n)

@@ -45,6 +45,7 @@ _MODULES = {
     "metric": "kaun_ir.nn.metric",
     "primitives": "kaun_ir.surface.primitives",
     "random": "kaun_ir.surface.random",
+    "interop": "kaun_ir.runtime.interop",
 }
 # functions, classes and constants: the module that defines each (names separated by spaces)
 _DEFINED_IN = {
@@ -137,6 +138,7 @@ __all__ = [
     "sharding",
     "testing",
     "train",
+    "interop",
     # tracing, transformations, compilation
     "Tensor",
     "TracerError",

@@ -32,6 +32,7 @@ __all__ = [
     "ModelSpecError",
     "ProfilerError",
     "DistributedError",
+    "TorchImportError",
 ]
 
 
@@ -173,3 +174,7 @@ class DistributedError(KaunError, RuntimeError):
     """A multi-process run that cannot start or go on: the coordinator cannot be reached within
     the timeout, the processes disagree on ``num_processes``; the message names the address or
     the process."""
+
+
+class TorchImportError(KaunError, ValueError):
+    """A PyTorch program that cannot be imported: the message names the ATen op and the module path."""

@@ -107,6 +107,11 @@ ALLOWED_UPWARD = [
         "kaun_ir.runtime.interop.stablehlo_import",
         "ir.from_stablehlo reads MLIR, which only the runtime may",
     ),
+    (
+        "kaun_ir.ir",
+        "kaun_ir.runtime.interop.torch_import",
+        "ir.from_torch / torch_inputs: the PyTorch importer sits with the other importers in the runtime",
+    ),
     ("kaun_ir.ir.core", "kaun_ir.tools.viz.svg", "Graph._repr_svg_ draws with the viewer's renderer"),
     # the composition root, called by each hook the first time it is found empty (kaun_ir/wiring.py)
     ("kaun_ir.ir.optable", "kaun_ir.wiring", "the op table is installed on first need"),
