@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kaun_ir.ops import (
     binary,
+    bits,
     compare_select,
     control,
     conv,
@@ -34,6 +35,7 @@ from kaun_ir.ops.emit import Emitter
 
 _FAMILIES = (
     unary,
+    bits,
     binary,
     compare_select,
     convert,

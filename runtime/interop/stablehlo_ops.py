@@ -126,6 +126,12 @@ HANDLERS.update(
         "stablehlo.convert": _convert("convert"),
         "stablehlo.bitcast_convert": _convert("bitcast_convert"),
         "stablehlo.iota": _iota,
+        "stablehlo.reduce_precision": lambda imp, op, xs, env: imp.add(
+            "reduce_precision",
+            *xs,
+            exponent_bits=_int(op, "exponent_bits"),
+            mantissa_bits=_int(op, "mantissa_bits"),
+        ),
         "stablehlo.broadcast_in_dim": _broadcast_in_dim,
         "stablehlo.reshape": lambda imp, op, xs, env: imp.add("reshape", *xs, shape=_result_type(op).shape),
         "stablehlo.transpose": lambda imp, op, xs, env: imp.add(
