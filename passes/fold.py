@@ -188,6 +188,8 @@ ELEMENTWISE_NOT_FOLDED: dict[str, str] = {
             "cosine",
             "erf",
             "atan2",
+            "cbrt",
+            "tan",
         )
     },
     "sqrt": "correctly rounded on XLA:CPU, but GPU backends may use an approximation",

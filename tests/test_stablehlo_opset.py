@@ -13,6 +13,7 @@ import pytest
 from jax import lax
 
 import kaun_ir as kn
+from kaun_ir.errors import StableHLOImportError
 
 
 def _run(module: str, *args):
@@ -66,3 +67,80 @@ def test_jax_reduce_precision(bits):
     ).astype(np.float32)
     e, m = bits
     _check(lambda x: lax.reduce_precision(x, exponent_bits=e, mantissa_bits=m), x, rtol=0, atol=0)
+
+
+# --------------------------------------------------------------------------- bitcast and convolution
+
+
+def test_jax_bitcast_across_widths():
+    x = R.standard_normal((3, 2)).astype(np.float32)
+    b = R.integers(0, 256, (2, 4), dtype=np.uint8)
+    graph = _check(
+        lambda x, b: (
+            lax.bitcast_convert_type(x, jnp.int8),
+            lax.bitcast_convert_type(x, jnp.uint16),
+            lax.bitcast_convert_type(b, jnp.float32),
+            lax.bitcast_convert_type(b.reshape(4, 2), jnp.int16),
+        ),
+        x,
+        b,
+        rtol=0,
+        atol=0,
+    )
+    assert "bitcast_convert" in {n.op for n in graph.nodes}
+
+
+_I1_MODULE = """
+func.func @main(%x: tensor<3xi8>, %y: tensor<2x16xi1>) -> (tensor<3x8xi1>, tensor<2xi16>, tensor<2xf32>) {
+  %0 = stablehlo.bitcast_convert %x : (tensor<3xi8>) -> tensor<3x8xi1>
+  %1 = stablehlo.bitcast_convert %y : (tensor<2x16xi1>) -> tensor<2xi16>
+  %2 = stablehlo.bitcast_convert %1 : (tensor<2xi16>) -> tensor<2x2xi8>
+  %3 = stablehlo.bitcast_convert %2 : (tensor<2x2xi8>) -> tensor<2xf16>
+  %4 = stablehlo.convert %3 : (tensor<2xf16>) -> tensor<2xf32>
+  return %0, %1, %4 : tensor<3x8xi1>, tensor<2xi16>, tensor<2xf32>
+}
+"""
+
+
+def test_bitcast_to_and_from_i1_is_one_bit_per_element():
+    x = np.array([0, 1, -128], np.int8)
+    y = R.random((2, 16)) < 0.5
+    _, (bits, packed, halves) = _run(_I1_MODULE, x, y)
+    np.testing.assert_array_equal(bits, np.unpackbits(x.view(np.uint8)[:, None], axis=1, bitorder="little"))
+    want = np.packbits(y, axis=1, bitorder="little").view(np.int16).reshape(2)
+    np.testing.assert_array_equal(packed, want)
+    np.testing.assert_array_equal(halves, want.view(np.float16).astype(np.float32))
+
+
+def test_bitcast_shape_rule_errors():
+    from kaun_ir.ops import TABLE
+
+    rule = TABLE["bitcast_convert"]
+    with pytest.raises(kn.ShapeError, match="trailing axis of 4"):
+        rule.infer_types([kn.ir.TensorType(np.dtype(np.int8), (3,))], {"dtype": np.dtype(np.int32)})
+    with pytest.raises(TypeError, match="bool"):
+        rule.infer_types([kn.ir.TensorType(np.dtype(np.bool_), (8,))], {"dtype": np.dtype(np.uint8)})
+
+
+def test_jax_integer_convolution_accumulates_in_i32():
+    x = R.integers(-128, 128, (2, 3, 9, 9)).astype(np.int8)
+    w = R.integers(-128, 128, (4, 3, 3, 3)).astype(np.int8)
+
+    def conv(x, w):
+        return lax.conv_general_dilated(x, w, (1, 1), "SAME", preferred_element_type=jnp.int32)
+
+    _check(conv, x, w, rtol=0, atol=0)
+    xf = R.standard_normal((1, 2, 5, 5)).astype(jnp.bfloat16)
+    wf = R.standard_normal((3, 2, 3, 3)).astype(jnp.bfloat16)
+    _check(
+        lambda x, w: lax.conv_general_dilated(x, w, (1, 1), "VALID", preferred_element_type=jnp.float32),
+        xf,
+        wf,
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    want = lax.conv_general_dilated(
+        x.astype(np.int64), w.astype(np.int64), (1, 1), "SAME"
+    )  # the exact sums: no i32 overflow at these sizes
+    _, (got,) = _run(jax.jit(conv).lower(x, w).as_text(), x, w)
+    np.testing.assert_array_equal(got, np.asarray(want))

@@ -91,8 +91,7 @@ def _rp_infer(x: TensorType, exponent_bits, mantissa_bits) -> TensorType:
 
 def _rp_reference(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
     """Round to nearest even at ``mantissa_bits``, then flush to zero below and to infinity above
-    the exponent range of ``exponent_bits`` (XLA's algorithm, on the integer bits); NaN stays NaN
-    where the mantissa can hold it."""
+    the exponent range of ``exponent_bits`` (XLA's algorithm, on the integer bits); NaN stays NaN."""
     src_e, src_m = _format(x.dtype)
     width = 8 * x.dtype.itemsize
     udt = np.dtype(f"u{x.dtype.itemsize}")
@@ -116,8 +115,7 @@ def _rp_reference(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.n
             signed_zero = bits & sign
             bits = np.where(overflow, signed_zero | exp_mask, np.where(underflow, signed_zero, bits))
     out = bits.astype(udt).view(x.dtype)
-    if mantissa_bits > 0:
-        out = np.where(np.isnan(x), x, out)
+    out = np.where(np.isnan(x), x, out)  # NaN stays NaN (as XLA keeps it, even without mantissa)
     return np.asarray(out, x.dtype)
 
 

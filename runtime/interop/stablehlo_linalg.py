@@ -3,6 +3,7 @@ dimension numbers become the op table's attributes."""
 
 from __future__ import annotations
 
+from kaun_ir import dtypes
 from kaun_ir.runtime.interop.stablehlo_attrs import integer, ints, pairs, result_type
 from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError
 from kaun_ir.runtime.xla import mlir
@@ -42,9 +43,25 @@ def dot(imp, op, xs, env):
 
 
 def convolution(imp, op, xs, env):
-    """``stablehlo.convolution`` (without window reversal), its dimension numbers as layout specs."""
+    """``stablehlo.convolution`` (without window reversal), its dimension numbers as layout specs.
+
+    A result dtype other than the operands' (``i8 x i8 -> i32``, ``bf16 x bf16 -> f32``: the
+    producer's preferred element type) is the same convolution on operands converted to the
+    result dtype first: every product and partial sum is then exact in, or wraps like, the
+    accumulator."""
     if "window_reversal" in op.attributes and any(bool(v) for v in op.attributes["window_reversal"]):
         raise StableHLOImportError("convolution with window_reversal is not supported")
+    out = result_type(op).dtype
+    if any(x.dtype != out for x in xs):
+        kinds = {dtypes.is_float(x.dtype) for x in xs} | {dtypes.is_float(out)}
+        if len(kinds) != 1 or any(x.dtype.itemsize > out.itemsize for x in xs):
+            raise StableHLOImportError(
+                "convolution of "
+                + " x ".join(dtypes.short_name(x.dtype) for x in xs)
+                + f" -> {dtypes.short_name(out)}: only a result of the operands' kind at least as "
+                "wide as they are (a wider accumulator) is supported"
+            )
+        xs = [x if x.dtype == out else imp.add1("convert", x, dtype=out) for x in xs]
     d = mlir.dimension_numbers("conv", op.attributes["dimension_numbers"])
     spatial = len(d.input_spatial_dimensions)
     ones = (1,) * spatial

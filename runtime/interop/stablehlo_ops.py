@@ -12,6 +12,9 @@ from __future__ import annotations
 
 # Each op family's handlers live in a module of their own (stablehlo_linalg, _indexing, _reduce,
 # _control); they and the attribute readers are imported under the short names the map below uses.
+import numpy as np
+
+from kaun_ir import dtypes
 from kaun_ir.errors import StableHLOImportError
 from kaun_ir.ops import BUILTIN, TABLE
 from kaun_ir.runtime.interop.stablehlo_attrs import dense_array, enum
@@ -57,6 +60,39 @@ def _compare(imp, op, xs, env):
 
 def _convert(name):
     return lambda imp, op, xs, env: imp.add(name, *xs, dtype=_result_type(op).dtype)
+
+
+def _bitcast(imp, op, xs, env):
+    """``stablehlo.bitcast_convert``; to or from ``i1`` (one bit per element) it is rewritten with
+    shifts: ``T[...] -> i1[..., bits(T)]`` and back, bit 0 (the least significant) first."""
+    (x,) = xs
+    out = _result_type(op).dtype
+    if out != dtypes.bool_ and x.dtype != dtypes.bool_:
+        return imp.add("bitcast_convert", x, dtype=out)
+    if out == x.dtype:
+        return [x]
+    if x.dtype == dtypes.bool_:  # i1[..., n] -> T[...]
+        n = x.type.shape[-1] if x.type.shape else 0
+        if 8 * out.itemsize != n:
+            raise StableHLOImportError(
+                f"bitcast_convert i1 -> {dtypes.short_name(out)} needs a trailing axis of {8 * out.itemsize}"
+            )
+        word = np.dtype(f"u{out.itemsize}")
+        shape = x.type.shape
+        bits = imp.add1("convert", x, dtype=word)
+        places = imp.add1("iota", dtype=word, shape=shape, dimension=len(shape) - 1)
+        shifted = imp.add1("shift_left", bits, places)
+        packed = imp.add1("reduce", shifted, kind="sum", dimensions=(len(shape) - 1,))
+        return [packed] if word == out else imp.add("bitcast_convert", packed, dtype=out)
+    word = np.dtype(f"u{x.dtype.itemsize}")  # T[...] -> i1[..., n]
+    n = 8 * x.dtype.itemsize
+    u = x if x.dtype == word else imp.add1("bitcast_convert", x, dtype=word)
+    shape = tuple(x.type.shape) + (n,)
+    wide = imp.add1("broadcast_in_dim", u, shape=shape, broadcast_dimensions=tuple(range(len(shape) - 1)))
+    places = imp.add1("iota", dtype=word, shape=shape, dimension=len(shape) - 1)
+    one = imp.add1("broadcast_in_dim", imp.constant(np.ones((), word)), shape=shape, broadcast_dimensions=())
+    bit = imp.add1("and", imp.add1("shift_right_logical", wide, places), one)
+    return imp.add("convert", bit, dtype=dtypes.bool_)
 
 
 def _iota(imp, op, xs, env):
@@ -124,7 +160,7 @@ HANDLERS.update(
         "stablehlo.constant": _constant,
         "stablehlo.compare": _compare,
         "stablehlo.convert": _convert("convert"),
-        "stablehlo.bitcast_convert": _convert("bitcast_convert"),
+        "stablehlo.bitcast_convert": _bitcast,
         "stablehlo.iota": _iota,
         "stablehlo.reduce_precision": lambda imp, op, xs, env: imp.add(
             "reduce_precision",
