@@ -13,7 +13,6 @@ import pytest
 from jax import lax
 
 import kaun_ir as kn
-from kaun_ir.errors import StableHLOImportError
 
 
 def _run(module: str, *args):
