@@ -13,6 +13,7 @@ import pytest
 from jax import lax
 
 import kaun_ir as kn
+from kaun_ir.errors import StableHLOImportError
 
 
 def _run(module: str, *args):
@@ -143,3 +144,83 @@ def test_jax_integer_convolution_accumulates_in_i32():
     )  # the exact sums: no i32 overflow at these sizes
     _, (got,) = _run(jax.jit(conv).lower(x, w).as_text(), x, w)
     np.testing.assert_array_equal(got, np.asarray(want))
+
+
+# --------------------------------------------------------------------------- sort with a comparator
+
+
+def _sort_inputs():
+    x = R.standard_normal((4, 7)).astype(np.float32)
+    x[0, :5] = [np.nan, 1.0, -np.inf, np.nan, np.inf]
+    x[1, :4] = [2.0, 2.0, -0.0, 0.0]
+    i = R.integers(-3, 3, (4, 7)).astype(np.int32)
+    return x, i
+
+
+def test_jax_sort_argsort_and_multi_operand_sort():
+    x, i = _sort_inputs()
+    graph = _check(
+        lambda x, i: (
+            jnp.sort(x, axis=1),
+            jnp.sort(x, axis=0, descending=True),
+            jnp.argsort(x, axis=1),
+            jnp.argsort(x, axis=1, descending=True, stable=False),
+            jnp.sort(i, axis=1),
+            lax.sort((x, i), dimension=1, num_keys=1),
+            lax.sort((i, x), dimension=1, num_keys=2),
+            lax.sort((i, x, i * 2), dimension=0, num_keys=1),
+        ),
+        x,
+        i,
+        rtol=0,
+        atol=0,
+    )
+    assert "sort" in {n.op for n in graph.nodes}
+
+
+def test_jax_sort_of_unsigned_and_bool_keys():
+    u = R.integers(0, 5, (9,)).astype(np.uint32)
+    b = R.random(9) < 0.5
+    _check(lambda u, b: (jnp.sort(u), lax.sort((b, u), num_keys=1), jnp.argsort(b)), u, b, rtol=0, atol=0)
+
+
+_SORT_GT = """
+func.func @main(%x: tensor<2x5xf32>, %y: tensor<2x5xi32>) -> (tensor<2x5xf32>, tensor<2x5xi32>) {
+  %0:2 = "stablehlo.sort"(%x, %y) ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>, %c: tensor<i32>, %d: tensor<i32>):
+    %p = stablehlo.compare GT, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+    stablehlo.return %p : tensor<i1>
+  }) {dimension = 1 : i64, is_stable = true}
+    : (tensor<2x5xf32>, tensor<2x5xi32>) -> (tensor<2x5xf32>, tensor<2x5xi32>)
+  return %0#0, %0#1 : tensor<2x5xf32>, tensor<2x5xi32>
+}
+"""
+
+
+def test_plain_greater_than_comparator_sorts_descending():
+    x = np.array([[3, 1, 2, 1, 5], [0, -1, 4, 4, 2]], np.float32)
+    y = np.arange(10, dtype=np.int32).reshape(2, 5)
+    _, (values, payload) = _run(_SORT_GT, x, y)
+    order = np.argsort(-x, axis=1, kind="stable")
+    np.testing.assert_array_equal(values, np.take_along_axis(x, order, 1))
+    np.testing.assert_array_equal(payload, np.take_along_axis(y, order, 1))
+
+
+def test_unrecognised_comparator_is_refused():
+    module = _SORT_GT.replace("compare GT, %a, %b", "compare NE, %a, %b")
+    with pytest.raises(StableHLOImportError, match=r"stablehlo\.sort.*not a lexicographic order"):
+        kn.ir.from_stablehlo(module)
+
+
+def test_total_order_compare_outside_sort():
+    x = np.array([-np.nan, -np.inf, -1.0, -0.0, 0.0, 1.0, np.inf, np.nan], np.float32)
+    module = """
+func.func @main(%x: tensor<8xf32>, %y: tensor<8xf32>) -> tensor<8xi1> {
+  %0 = stablehlo.compare LT, %x, %y, TOTALORDER : (tensor<8xf32>, tensor<8xf32>) -> tensor<8xi1>
+  return %0 : tensor<8xi1>
+}"""
+    for shift in range(1, 8):
+        y = np.roll(x, shift)
+        _, (got,) = _run(module, x, y)
+        want = np.arange(8) < np.roll(np.arange(8), shift)  # x is listed in total order
+        np.testing.assert_array_equal(got, want)

@@ -7,7 +7,7 @@ from kaun_ir.ir.builder import Builder
 from kaun_ir.runtime.interop.stablehlo_attrs import region_block
 
 
-def _free_values(op) -> list:
+def free_values(op) -> list:
     """MLIR values used inside ``op``'s regions but defined outside them, in first-use order."""
     defined, free = set(), {}
 
@@ -30,7 +30,7 @@ def _free_values(op) -> list:
 def while_loop(imp, op, xs, env):
     """``stablehlo.while``: the op table's ``while`` with a cond and a body region graph."""
     # Values captured from outside become extra loop-carried values that the body passes on.
-    captured = _free_values(op)
+    captured = free_values(op)
     extra = [imp.lookup(env, v, op) for v in captured]
     carried = list(xs) + extra
     types = [v.type for v in carried]

@@ -55,11 +55,12 @@ def convolution(imp, op, xs, env):
     if any(x.dtype != out for x in xs):
         kinds = {dtypes.is_float(x.dtype) for x in xs} | {dtypes.is_float(out)}
         if len(kinds) != 1 or any(x.dtype.itemsize > out.itemsize for x in xs):
-            raise StableHLOImportError(
+            raise imp.error(
+                op,
                 "convolution of "
                 + " x ".join(dtypes.short_name(x.dtype) for x in xs)
                 + f" -> {dtypes.short_name(out)}: only a result of the operands' kind at least as "
-                "wide as they are (a wider accumulator) is supported"
+                "wide as they are (a wider accumulator) is supported",
             )
         xs = [x if x.dtype == out else imp.add1("convert", x, dtype=out) for x in xs]
     d = mlir.dimension_numbers("conv", op.attributes["dimension_numbers"])

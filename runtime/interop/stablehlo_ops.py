@@ -30,6 +30,7 @@ from kaun_ir.runtime.interop.stablehlo_linalg import dot_general as _dot_general
 from kaun_ir.runtime.interop.stablehlo_reduce import reduce as _reduce
 from kaun_ir.runtime.interop.stablehlo_reduce import reduce_window as _reduce_window
 from kaun_ir.runtime.interop.stablehlo_reduce import select_and_scatter as _select_and_scatter
+from kaun_ir.runtime.interop.stablehlo_sort import sort as _sort
 
 #: ops imported one to one, without attributes or regions: StableHLO (or CHLO) name -> op name,
 #: read off the built-in ops' ``stablehlo`` names (the others have handlers of their own below)
@@ -52,10 +53,33 @@ def _constant(imp, op, xs, env):
     return [imp.constant(dense_array(op.attributes["value"], t))]
 
 
+def _total_order_key(imp, x):
+    """The float ``x``'s bits as a signed integer that orders like IEEE totalOrder
+    (-NaN < -inf < ... < -0 < +0 < ... < +inf < +NaN): negative floats have their magnitude bits
+    flipped."""
+    word = np.dtype(f"i{x.dtype.itemsize}")
+    bits = imp.add1("bitcast_convert", x, dtype=word)
+    shape = tuple(x.type.shape)
+
+    def full(value):
+        return imp.add1(
+            "broadcast_in_dim", imp.constant(np.asarray(value, word)), shape=shape, broadcast_dimensions=()
+        )
+
+    negative = imp.add1("compare", bits, full(0), direction="LT")
+    flipped = imp.add1("xor", bits, full(np.iinfo(word).max))
+    return imp.add1("select", negative, flipped, bits)
+
+
 def _compare(imp, op, xs, env):
-    if "compare_type" in op.attributes and enum(op, "compare_type") == "TOTALORDER":
-        raise StableHLOImportError("compare with TOTALORDER is not supported (NaN ordering differs)")
-    return imp.add("compare", *xs, direction=enum(op, "comparison_direction"))
+    direction = enum(op, "comparison_direction")
+    if (
+        "compare_type" in op.attributes
+        and enum(op, "compare_type") == "TOTALORDER"
+        and dtypes.is_float(xs[0].dtype)
+    ):
+        xs = [_total_order_key(imp, x) for x in xs]
+    return imp.add("compare", *xs, direction=direction)
 
 
 def _convert(name):
@@ -74,9 +98,7 @@ def _bitcast(imp, op, xs, env):
     if x.dtype == dtypes.bool_:  # i1[..., n] -> T[...]
         n = x.type.shape[-1] if x.type.shape else 0
         if 8 * out.itemsize != n:
-            raise StableHLOImportError(
-                f"bitcast_convert i1 -> {dtypes.short_name(out)} needs a trailing axis of {8 * out.itemsize}"
-            )
+            raise imp.error(op, f"i1 -> {dtypes.short_name(out)} needs a trailing axis of {8 * out.itemsize}")
         word = np.dtype(f"u{out.itemsize}")
         shape = x.type.shape
         bits = imp.add1("convert", x, dtype=word)
@@ -193,6 +215,7 @@ HANDLERS.update(
         "stablehlo.reduce_window": _reduce_window,
         "stablehlo.select_and_scatter": _select_and_scatter,
         "stablehlo.while": _while,
+        "stablehlo.sort": _sort,
         "stablehlo.optimization_barrier": _identity,
         "stablehlo.custom_call": _custom_call,
         "stablehlo.composite": _composite,
