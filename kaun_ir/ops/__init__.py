@@ -28,6 +28,7 @@ from kaun_ir.ops import (
     sharding,
     slicing,
     sort,
+    triangular,
     unary,
 )
 from kaun_ir.ops.base import TRAITS, OpDef, Sample
@@ -47,6 +48,7 @@ _FAMILIES = (
     scatter_add,
     scatter,
     linalg,
+    triangular,
     conv,
     reduce,
     sort,

@@ -4,7 +4,7 @@ dimension numbers become the op table's attributes."""
 from __future__ import annotations
 
 from kaun_ir import dtypes
-from kaun_ir.runtime.interop.stablehlo_attrs import integer, ints, pairs, result_type
+from kaun_ir.runtime.interop.stablehlo_attrs import enum, flag, integer, ints, pairs, result_type
 from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError
 from kaun_ir.runtime.xla import mlir
 
@@ -82,4 +82,38 @@ def convolution(imp, op, xs, env):
         out_spec=(d.output_batch_dimension, d.output_feature_dimension, *d.output_spatial_dimensions),
         feature_group_count=integer(op, "feature_group_count", 1),
         batch_group_count=integer(op, "batch_group_count", 1),
+    )
+
+
+def triangular_solve(imp, op, xs, env):
+    """``stablehlo.triangular_solve``: the op of the same name (real dtypes, where ADJOINT is
+    TRANSPOSE)."""
+    return imp.add(
+        "triangular_solve",
+        *xs,
+        left_side=flag(op, "left_side"),
+        lower=flag(op, "lower"),
+        unit_diagonal=flag(op, "unit_diagonal"),
+        transpose_a=enum(op, "transpose_a"),
+    )
+
+
+#: the LAPACK triangular solves JAX's CPU lowering calls (``?trsm``), real dtypes
+LAPACK_TRSM = ("lapack_strsm_ffi", "lapack_dtrsm_ffi")
+
+
+def lapack_trsm(imp, op, xs, env):
+    """JAX's ``lax.linalg.triangular_solve`` on CPU: a custom call to LAPACK ``?trsm`` whose
+    ``side`` / ``uplo`` / ``trans_x`` / ``diag`` attributes are the characters ``L``/``R``,
+    ``L``/``U``, ``N``/``T``/``C`` and ``U``/``N``; it is the op table's ``triangular_solve``."""
+    config = op.attributes["mhlo.backend_config"]
+    chars = {name: chr(mlir.integer_value(config[name])) for name in ("side", "uplo", "trans_x", "diag")}
+    transpose = {"N": "NO_TRANSPOSE", "T": "TRANSPOSE", "C": "ADJOINT"}[chars["trans_x"]]
+    return imp.add(
+        "triangular_solve",
+        *xs,
+        left_side=chars["side"] == "L",
+        lower=chars["uplo"] == "L",
+        unit_diagonal=chars["diag"] == "U",
+        transpose_a=transpose,
     )

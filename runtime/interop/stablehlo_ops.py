@@ -24,9 +24,12 @@ from kaun_ir.runtime.interop.stablehlo_attrs import result_type as _result_type
 from kaun_ir.runtime.interop.stablehlo_control import while_loop as _while
 from kaun_ir.runtime.interop.stablehlo_indexing import gather as _gather
 from kaun_ir.runtime.interop.stablehlo_indexing import scatter as _scatter
+from kaun_ir.runtime.interop.stablehlo_linalg import LAPACK_TRSM
 from kaun_ir.runtime.interop.stablehlo_linalg import convolution as _convolution
 from kaun_ir.runtime.interop.stablehlo_linalg import dot as _dot
 from kaun_ir.runtime.interop.stablehlo_linalg import dot_general as _dot_general
+from kaun_ir.runtime.interop.stablehlo_linalg import lapack_trsm as _lapack_trsm
+from kaun_ir.runtime.interop.stablehlo_linalg import triangular_solve as _triangular_solve
 from kaun_ir.runtime.interop.stablehlo_reduce import reduce as _reduce
 from kaun_ir.runtime.interop.stablehlo_reduce import reduce_window as _reduce_window
 from kaun_ir.runtime.interop.stablehlo_reduce import select_and_scatter as _select_and_scatter
@@ -173,6 +176,8 @@ def _custom_call(imp, op, xs, env):
     target = str(op.attributes["call_target_name"]).strip('"')
     if target == "Sharding" and len(xs) == 1:
         return xs  # a sharding annotation: the value itself
+    if target in LAPACK_TRSM and len(xs) == 2:
+        return _lapack_trsm(imp, op, xs, env)
     raise StableHLOImportError(f"custom_call @{target} is not supported (its semantics are opaque)")
 
 
@@ -211,6 +216,7 @@ HANDLERS.update(
         "stablehlo.dot_general": _dot_general,
         "stablehlo.dot": _dot,
         "stablehlo.convolution": _convolution,
+        "stablehlo.triangular_solve": _triangular_solve,
         "stablehlo.reduce": _reduce,
         "stablehlo.reduce_window": _reduce_window,
         "stablehlo.select_and_scatter": _select_and_scatter,
