@@ -303,3 +303,84 @@ def test_triangular_solve_gradient_and_vmap_match_jax():
     np.testing.assert_allclose(
         np.asarray(batched), np.asarray(jax.vmap(theirs, (None, 0))(a[0], b)), rtol=1e-5, atol=1e-5
     )
+
+
+# --------------------------------------------------------------------------- case and if
+
+
+def test_jax_cond_and_switch():
+    x = R.standard_normal((3, 4)).astype(np.float32)
+    w = R.standard_normal((4,)).astype(np.float32)
+
+    def f(x, w, k):
+        y = lax.cond(k > 1, lambda x: jnp.sin(x) * w, lambda x: x @ w[:, None] * w, x)
+        z = lax.switch(k, [lambda x: x.sum(0), lambda x: x.max(0) + w, lambda x: jnp.tanh(w)], x)
+        return y, z
+
+    jitted = jax.jit(f)
+    graph = kn.ir.from_stablehlo(jitted.lower(x, w, np.int32(0)).as_text())
+    assert "case" in {n.op for n in graph.nodes}
+    run = kn.runtime.compile(kn.passes.run(graph, kn.runtime.pipelines.default_jit_pipeline()))
+    for k in range(-1, 5):
+        for got, want in zip(run(x, w, np.int32(k)), jitted(x, w, np.int32(k))):
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-6, atol=1e-6)
+
+
+def test_jax_cond_inside_a_loop():
+    def f(x):
+        return lax.fori_loop(
+            0, 5, lambda i, v: lax.cond(i % 2 == 0, lambda v: v * 2.0, lambda v: v - 1.0, v), x
+        )
+
+    _check(f, np.arange(3, dtype=np.float32))
+
+
+_IF_MODULE = """
+func.func @main(%p: tensor<i1>, %x: tensor<2xf32>) -> (tensor<2xf32>, tensor<i32>) {
+  %0:2 = "stablehlo.if"(%p) ({
+    %c = stablehlo.constant dense<1> : tensor<i32>
+    stablehlo.return %x, %c : tensor<2xf32>, tensor<i32>
+  }, {
+    %n = stablehlo.negate %x : tensor<2xf32>
+    %c = stablehlo.constant dense<2> : tensor<i32>
+    stablehlo.return %n, %c : tensor<2xf32>, tensor<i32>
+  }) : (tensor<i1>) -> (tensor<2xf32>, tensor<i32>)
+  return %0#0, %0#1 : tensor<2xf32>, tensor<i32>
+}
+"""
+
+
+def test_if_module_takes_the_true_branch_first():
+    x = np.array([1.5, -2.0], np.float32)
+    for pred, sign, branch in ((True, 1.0, 1), (False, -1.0, 2)):
+        _, (y, which) = _run(_IF_MODULE, np.asarray(pred), x)
+        np.testing.assert_array_equal(y, sign * x)
+        assert int(which) == branch
+
+
+def test_case_gradient_and_vmap_match_jax():
+    x = R.standard_normal((5,)).astype(np.float32)
+
+    def ours(k, x):
+        from kaun_ir.ops.rules import apply, trace
+
+        types = [kn.ir.TensorType(np.dtype(np.float32), (5,))]
+        branches = (
+            trace(lambda v: kn.sin(v) * v, types, "b0", record_source=False),
+            trace(lambda v: v * v * v, types, "b1", record_source=False),
+        )
+        return apply("case", k, x, regions=branches)
+
+    def theirs(k, x):
+        return lax.switch(jnp.where((k < 0) | (k > 1), 1, k), [lambda v: jnp.sin(v) * v, lambda v: v**3], x)
+
+    for k in (0, 3):
+        got = kn.jit(kn.grad(lambda x: ours(np.int32(k), x).sum()))(x)
+        want = jax.grad(lambda x: theirs(np.int32(k), x).sum())(x)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    ks = np.array([0, 1, 1, -2], np.int32)
+    xs = R.standard_normal((4, 5)).astype(np.float32)
+    got = kn.jit(kn.vmap(ours))(ks, xs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(jax.vmap(theirs)(ks, xs)), rtol=1e-5, atol=1e-6)
+    got = kn.jit(kn.vmap(ours, in_axes=(None, 0)))(np.int32(1), xs)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(xs**3), rtol=1e-5, atol=1e-6)

@@ -1,8 +1,11 @@
 """Importing StableHLO's control flow: ``while`` loops, whose regions become the op's region
-graphs. Values a loop's regions use from outside become extra loop-carried values."""
+graphs (values a loop's regions use from outside become extra loop-carried values), and ``case``
+/ ``if``, whose branches become ``case`` regions (values they read from outside become its
+operands)."""
 
 from __future__ import annotations
 
+from kaun_ir import dtypes
 from kaun_ir.ir.builder import Builder
 from kaun_ir.runtime.interop.stablehlo_attrs import region_block
 
@@ -55,3 +58,41 @@ def _with_captures(imp, op, index, types, n, captured, name):
     if index == 1:
         outputs = list(outputs) + args[n:]
     return builder.finish(outputs, name=name)
+
+
+def _branch(imp, op, index, captured, types):
+    """Branch ``index`` of a ``case`` / ``if`` as a graph taking the captured values."""
+    block = region_block(op, index)
+    saved = imp.builder
+    builder = Builder(record_source=False)
+    imp.builder = builder
+    try:
+        args = [builder.add_input(t) for t in types]
+        outputs = imp.block(block, [], dict(zip(captured, args)))
+    finally:
+        imp.builder = saved
+    return builder.finish(outputs, name=f"branch{index}")
+
+
+def _branches(imp, op, env):
+    """The values the branches read from outside (they become the operands) and the branches."""
+    captured = free_values(op)
+    operands = [imp.lookup(env, v, op) for v in captured]
+    types = [v.type for v in operands]
+    return operands, tuple(_branch(imp, op, k, captured, types) for k in range(len(op.regions)))
+
+
+def case(imp, op, xs, env):
+    """``stablehlo.case``: the op table's ``case``; the values its branches read from outside
+    become its operands."""
+    (index,) = xs
+    operands, branches = _branches(imp, op, env)
+    return imp.add("case", index, *operands, regions=branches)
+
+
+def if_(imp, op, xs, env):
+    """``stablehlo.if``: a two-branch ``case`` on ``not pred`` (true: branch 0, false: branch 1)."""
+    (pred,) = xs
+    index = imp.add1("convert", imp.add1("not", pred), dtype=dtypes.int32)
+    operands, branches = _branches(imp, op, env)
+    return imp.add("case", index, *operands, regions=branches)

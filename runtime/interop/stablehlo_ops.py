@@ -21,6 +21,8 @@ from kaun_ir.runtime.interop.stablehlo_attrs import dense_array, enum
 from kaun_ir.runtime.interop.stablehlo_attrs import integer as _int
 from kaun_ir.runtime.interop.stablehlo_attrs import ints as _ints
 from kaun_ir.runtime.interop.stablehlo_attrs import result_type as _result_type
+from kaun_ir.runtime.interop.stablehlo_control import case as _case
+from kaun_ir.runtime.interop.stablehlo_control import if_ as _if
 from kaun_ir.runtime.interop.stablehlo_control import while_loop as _while
 from kaun_ir.runtime.interop.stablehlo_indexing import gather as _gather
 from kaun_ir.runtime.interop.stablehlo_indexing import scatter as _scatter
@@ -221,6 +223,8 @@ HANDLERS.update(
         "stablehlo.reduce_window": _reduce_window,
         "stablehlo.select_and_scatter": _select_and_scatter,
         "stablehlo.while": _while,
+        "stablehlo.case": _case,
+        "stablehlo.if": _if,
         "stablehlo.sort": _sort,
         "stablehlo.optimization_barrier": _identity,
         "stablehlo.custom_call": _custom_call,
