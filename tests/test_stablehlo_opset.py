@@ -384,3 +384,28 @@ def test_case_gradient_and_vmap_match_jax():
     np.testing.assert_allclose(np.asarray(got), np.asarray(jax.vmap(theirs)(ks, xs)), rtol=1e-5, atol=1e-6)
     got = kn.jit(kn.vmap(ours, in_axes=(None, 0)))(np.int32(1), xs)
     np.testing.assert_allclose(np.asarray(got), np.asarray(xs**3), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- map
+
+
+_MAP_MODULE = """
+func.func @main(%x: tensor<2x3xf32>, %y: tensor<2x3xf32>) -> tensor<2x3xf32> {
+  %0 = "stablehlo.map"(%x, %y) ({
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %m = stablehlo.multiply %a, %b : tensor<f32>
+    %c = stablehlo.constant dense<1.0> : tensor<f32>
+    %s = stablehlo.add %m, %c : tensor<f32>
+    %t = stablehlo.maximum %s, %a : tensor<f32>
+    stablehlo.return %t : tensor<f32>
+  }) {dimensions = array<i64: 0, 1>} : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  return %0 : tensor<2x3xf32>
+}
+"""
+
+
+def test_map_applies_its_body_to_every_element():
+    x, y = R.standard_normal((2, 2, 3)).astype(np.float32)
+    graph, (got,) = _run(_MAP_MODULE, x, y)
+    np.testing.assert_allclose(got, np.maximum(x * y + 1.0, x), rtol=1e-6)
+    assert "map" not in {n.op for n in graph.nodes}

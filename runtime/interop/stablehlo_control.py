@@ -5,9 +5,13 @@ operands)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from kaun_ir import dtypes
 from kaun_ir.ir.builder import Builder
-from kaun_ir.runtime.interop.stablehlo_attrs import region_block
+from kaun_ir.ir.core import TensorType
+from kaun_ir.runtime.interop.stablehlo_attrs import ints, region_block
+from kaun_ir.transforms.vmap import batch_graph
 
 
 def free_values(op) -> list:
@@ -96,3 +100,34 @@ def if_(imp, op, xs, env):
     index = imp.add1("convert", imp.add1("not", pred), dtype=dtypes.int32)
     operands, branches = _branches(imp, op, env)
     return imp.add("case", index, *operands, regions=branches)
+
+
+def map_(imp, op, xs, env):
+    """``stablehlo.map``: its scalar body applied to every element, as the body's graph batched
+    over the flattened operands (kaun_ir's vmap) and copied into the program."""
+    shape = tuple(xs[0].type.shape) if xs else ()
+    if tuple(ints(op, "dimensions", ())) != tuple(range(len(shape))):
+        raise imp.error(op, "map over a subset of the dimensions is not supported (StableHLO maps all)")
+    if free_values(op):
+        raise imp.error(op, "map with a body that reads values from outside it is not supported")
+    scalars = [TensorType(x.dtype, ()) for x in xs]
+    block = region_block(op, 0)
+    saved = imp.builder
+    builder = Builder(record_source=False)
+    imp.builder = builder
+    try:
+        args = [builder.add_input(t) for t in scalars]
+        outputs = imp.block(block, args, {})
+    finally:
+        imp.builder = saved
+    body = builder.finish(outputs, name="map_body")
+    size = int(np.prod(shape, dtype=np.int64))
+    flat = [imp.add1("reshape", x, shape=(size,)) for x in xs]
+    batched, _ = batch_graph(body, [True] * len(xs), size, force=True)
+    env_values = {id(v): x for v, x in zip(batched.inputs, flat)}
+    for node in batched.nodes:
+        outs = imp.add(
+            node.op, *[env_values[id(v)] for v in node.inputs], regions=node.regions, **node.attr_dict
+        )
+        env_values.update({id(v): o for v, o in zip(node.outputs, outs)})
+    return [imp.add1("reshape", env_values[id(v)], shape=shape) for v in batched.outputs]

@@ -23,6 +23,7 @@ from kaun_ir.runtime.interop.stablehlo_attrs import ints as _ints
 from kaun_ir.runtime.interop.stablehlo_attrs import result_type as _result_type
 from kaun_ir.runtime.interop.stablehlo_control import case as _case
 from kaun_ir.runtime.interop.stablehlo_control import if_ as _if
+from kaun_ir.runtime.interop.stablehlo_control import map_ as _map
 from kaun_ir.runtime.interop.stablehlo_control import while_loop as _while
 from kaun_ir.runtime.interop.stablehlo_indexing import gather as _gather
 from kaun_ir.runtime.interop.stablehlo_indexing import scatter as _scatter
@@ -225,6 +226,7 @@ HANDLERS.update(
         "stablehlo.while": _while,
         "stablehlo.case": _case,
         "stablehlo.if": _if,
+        "stablehlo.map": _map,
         "stablehlo.sort": _sort,
         "stablehlo.optimization_barrier": _identity,
         "stablehlo.custom_call": _custom_call,
