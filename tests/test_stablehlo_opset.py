@@ -409,3 +409,62 @@ def test_map_applies_its_body_to_every_element():
     graph, (got,) = _run(_MAP_MODULE, x, y)
     np.testing.assert_allclose(got, np.maximum(x * y + 1.0, x), rtol=1e-6)
     assert "map" not in {n.op for n in graph.nodes}
+
+
+# --------------------------------------------------------------------------- what stays out
+
+
+_OUT = {
+    "complex argument": (
+        "func.func @main(%x: tensor<2xcomplex<f32>>) -> tensor<2xf32> {\n"
+        "  %0 = stablehlo.real %x : (tensor<2xcomplex<f32>>) -> tensor<2xf32>\n"
+        "  return %0 : tensor<2xf32>\n}",
+        r"argument 0 of @main: element type complex<f32> is not supported: complex numbers",
+    ),
+    "complex op": (
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %c = stablehlo.complex %x, %x : tensor<2xcomplex<f32>>\n"
+        "  %0 = stablehlo.imag %c : (tensor<2xcomplex<f32>>) -> tensor<2xf32>\n"
+        "  return %0 : tensor<2xf32>\n}",
+        r"stablehlo\.complex at .*complex numbers are not a kaun_ir dtype",
+    ),
+    "f8": (
+        "func.func @main(%x: tensor<2xf8E4M3FN>) -> tensor<2xf32> {\n"
+        "  %0 = stablehlo.convert %x : (tensor<2xf8E4M3FN>) -> tensor<2xf32>\n"
+        "  return %0 : tensor<2xf32>\n}",
+        r"f8E4M3FN is not supported: 8-bit floats",
+    ),
+    "f4": (
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %0 = stablehlo.convert %x : (tensor<2xf32>) -> tensor<2xf4E2M1FN>\n"
+        "  %1 = stablehlo.convert %0 : (tensor<2xf4E2M1FN>) -> tensor<2xf32>\n"
+        "  return %1 : tensor<2xf32>\n}",
+        r"stablehlo\.convert at .*f4E2M1FN is not supported: 4-bit floats",
+    ),
+    "quantized": (
+        "func.func @main(%x: tensor<2x!quant.uniform<i8:f32, 0.5:3>>) -> tensor<2xf32> {\n"
+        "  %0 = stablehlo.uniform_dequantize %x\n"
+        "    : (tensor<2x!quant.uniform<i8:f32, 0.5:3>>) -> tensor<2xf32>\n"
+        "  return %0 : tensor<2xf32>\n}",
+        r"quantized types are not kaun_ir dtypes",
+    ),
+    "dynamic shape": (
+        "func.func @main(%x: tensor<?xf32>) -> tensor<?xf32> {\n"
+        "  %0 = stablehlo.negate %x : tensor<?xf32>\n"
+        "  return %0 : tensor<?xf32>\n}",
+        r"dynamic shape: only static shapes are supported",
+    ),
+    "token": (
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n"
+        "  %t = stablehlo.create_token : !stablehlo.token\n"
+        "  return %x : tensor<2xf32>\n}",
+        r"stablehlo\.create_token at .*tokens",
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(_OUT))
+def test_what_stays_out_is_refused_with_its_reason(kind):
+    module, message = _OUT[kind]
+    with pytest.raises(StableHLOImportError, match=message):
+        kn.ir.from_stablehlo(module)

@@ -184,7 +184,44 @@ def _custom_call(imp, op, xs, env):
     raise StableHLOImportError(f"custom_call @{target} is not supported (its semantics are opaque)")
 
 
+def _refused(reason: str):
+    def handler(imp, op, xs, env):
+        raise imp.error(op, reason)
+
+    return handler
+
+
+_COMPLEX = "complex numbers are not a kaun_ir dtype"
+_TOKENS = "tokens and the side effects they order (infeed, outfeed, send, recv) are not supported"
+#: ops refused with the reason they stay out (docs/interop.md, "What stays out")
+REFUSED = {
+    **{f"stablehlo.{name}": _COMPLEX for name in ("real", "imag", "complex", "fft")},
+    **{
+        f"stablehlo.{name}": _TOKENS
+        for name in ("create_token", "after_all", "infeed", "outfeed", "send", "recv")
+    },
+    **{
+        f"stablehlo.{name}": "quantized types are not kaun_ir dtypes"
+        for name in ("uniform_quantize", "uniform_dequantize")
+    },
+    **{
+        f"stablehlo.{name}": "dynamic shapes are not supported (export with concrete shapes)"
+        for name in (
+            "dynamic_broadcast_in_dim",
+            "dynamic_reshape",
+            "dynamic_iota",
+            "dynamic_pad",
+            "dynamic_gather",
+            "dynamic_conv",
+            "get_dimension_size",
+            "set_dimension_size",
+            "real_dynamic_slice",
+        )
+    },
+}
+
 HANDLERS = {mlir_name: _same(name) for mlir_name, name in _SAME_NAME.items()}
+HANDLERS.update({name: _refused(reason) for name, reason in REFUSED.items()})
 HANDLERS.update(
     {
         "stablehlo.constant": _constant,
