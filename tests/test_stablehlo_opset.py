@@ -468,3 +468,118 @@ def test_what_stays_out_is_refused_with_its_reason(kind):
     module, message = _OUT[kind]
     with pytest.raises(StableHLOImportError, match=message):
         kn.ir.from_stablehlo(module)
+
+
+# --------------------------------------------------------------------------- the specification's examples
+
+# Each module is an example of the StableHLO specification's op section, written as a function of
+# its operands; the expected values are the specification's.
+_SPEC = {
+    "popcnt": (
+        "%r = stablehlo.popcnt %a : tensor<4xi64>",
+        [np.array([0, 1, 2, 127], np.int64)],
+        "tensor<4xi64>",
+        np.array([0, 1, 1, 7], np.int64),
+    ),
+    "count_leading_zeros": (
+        "%r = stablehlo.count_leading_zeros %a : tensor<2x2xi64>",
+        [np.array([[0, 1], [128, -1]], np.int64)],
+        "tensor<2x2xi64>",
+        np.array([[64, 63], [56, 0]], np.int64),
+    ),
+    "round_nearest_afz": (
+        "%r = stablehlo.round_nearest_afz %a : tensor<5xf64>",
+        [np.array([-2.5, 0.4, 0.5, 0.6, 2.5])],
+        "tensor<5xf64>",
+        np.array([-3.0, 0.0, 1.0, 1.0, 3.0]),
+    ),
+    "cbrt": (
+        "%r = stablehlo.cbrt %a : tensor<4xf64>",
+        [np.array([0.0, 1.0, 8.0, 27.0])],
+        "tensor<4xf64>",
+        np.array([0.0, 1.0, 2.0, 3.0]),
+    ),
+    "tan": (  # values known in closed form (the specification's example rounds pi / 2 in print)
+        "%r = stablehlo.tan %a : tensor<2x2xf64>",
+        [np.array([[0.0, np.pi / 4], [-np.pi / 4, np.pi / 3]])],
+        "tensor<2x2xf64>",
+        np.array([[0.0, 1.0], [-1.0, np.sqrt(3.0)]]),
+    ),
+    "bitcast_convert": (
+        "%r = stablehlo.bitcast_convert %a : (tensor<f64>) -> tensor<4xf16>",
+        [np.array(0x0123456789ABCDEF, np.uint64).view(np.float64)],
+        "tensor<4xf16>",
+        np.array([0xCDEF, 0x89AB, 0x4567, 0x0123], np.uint16).view(np.float16),
+    ),
+    "map": (
+        '%r = "stablehlo.map"(%a, %b) ({\n'
+        "  ^bb0(%x: tensor<i64>, %y: tensor<i64>):\n"
+        "    %m = stablehlo.multiply %x, %y : tensor<i64>\n"
+        "    stablehlo.return %m : tensor<i64>\n"
+        "  }) {dimensions = array<i64: 0, 1>} : (tensor<2x2xi64>, tensor<2x2xi64>) -> tensor<2x2xi64>",
+        [np.array([[0, 1], [2, 3]], np.int64), np.array([[4, 5], [6, 7]], np.int64)],
+        "tensor<2x2xi64>",
+        np.array([[0, 5], [12, 21]], np.int64),
+    ),
+    "triangular_solve": (
+        '%r = "stablehlo.triangular_solve"(%a, %b) {left_side = true, lower = true, unit_diagonal = false,\n'
+        "    transpose_a = #stablehlo<transpose NO_TRANSPOSE>}\n"
+        "    : (tensor<3x3xf32>, tensor<3x3xf32>) -> tensor<3x3xf32>",
+        [
+            np.array([[1, 0, 0], [2, 4, 0], [3, 5, 6]], np.float32),
+            np.array([[2, 0, 0], [4, 8, 0], [6, 10, 12]], np.float32),
+        ],
+        "tensor<3x3xf32>",
+        np.array([[2, 0, 0], [0, 2, 0], [0, 0, 2]], np.float32),
+    ),
+    "sort": (
+        '%s:2 = "stablehlo.sort"(%a, %b) ({\n'
+        "  ^bb0(%x: tensor<i64>, %y: tensor<i64>, %z: tensor<i64>, %w: tensor<i64>):\n"
+        "    %p = stablehlo.compare GT, %x, %y, SIGNED : (tensor<i64>, tensor<i64>) -> tensor<i1>\n"
+        "    stablehlo.return %p : tensor<i1>\n"
+        "  }) {dimension = 0 : i64, is_stable = true}\n"
+        "    : (tensor<2x3xi64>, tensor<2x3xi64>) -> (tensor<2x3xi64>, tensor<2x3xi64>)\n"
+        "  %r = stablehlo.concatenate %s#0, %s#1, dim = 0\n"
+        "    : (tensor<2x3xi64>, tensor<2x3xi64>) -> tensor<4x3xi64>",
+        [np.array([[1, 2, 3], [3, 2, 1]], np.int64), np.array([[3, 2, 1], [1, 2, 3]], np.int64)],
+        "tensor<4x3xi64>",
+        np.array([[3, 2, 3], [1, 2, 1], [1, 2, 1], [3, 2, 3]], np.int64),
+    ),
+    "case": (
+        '%r = "stablehlo.case"(%a) ({\n'
+        "    %c = stablehlo.constant dense<0> : tensor<2xi64>\n"
+        "    stablehlo.return %c : tensor<2xi64>\n"
+        "  }, {\n"
+        "    %c = stablehlo.constant dense<1> : tensor<2xi64>\n"
+        "    stablehlo.return %c : tensor<2xi64>\n"
+        "  }) : (tensor<i32>) -> tensor<2xi64>",
+        [np.array(-1, np.int32)],  # out of range: the last branch
+        "tensor<2xi64>",
+        np.array([1, 1], np.int64),
+    ),
+}
+
+
+def _spec_module(body, inputs, result_type):
+    names = "abcd"
+    args = ", ".join(
+        f"%{names[i]}: tensor<{'x'.join(map(str, a.shape)) + 'x' if a.ndim else ''}{_MLIR[a.dtype]}>"
+        for i, a in enumerate(inputs)
+    )
+    return f"func.func @main({args}) -> {result_type} {{\n  {body}\n  return %r : {result_type}\n}}"
+
+
+_MLIR = {
+    np.dtype(np.int64): "i64",
+    np.dtype(np.float64): "f64",
+    np.dtype(np.float32): "f32",
+    np.dtype(np.int32): "i32",
+}
+
+
+@pytest.mark.parametrize("op", sorted(_SPEC))
+def test_specification_example(op):
+    body, inputs, result_type, expected = _SPEC[op]
+    _, (got,) = _run(_spec_module(body, inputs, result_type), *inputs)
+    assert got.dtype == expected.dtype
+    np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=1e-5, atol=1e-6)

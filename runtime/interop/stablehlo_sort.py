@@ -42,23 +42,18 @@ def _probes(dtype, few: bool) -> np.ndarray:
     return np.array([v for v in values if info.min <= v <= info.max], dtype=np.int64).astype(dt)
 
 
-def _rank(x: np.ndarray, descending: bool) -> np.ndarray:
-    """A sort key equal to the order kaun_ir's sort uses: NaN after every number (ascending)."""
-    if dtypes.is_float(x.dtype):
-        wide = x.astype(np.float64)
-        key = np.where(np.isnan(wide), np.inf, wide)
-        big = np.isnan(wide).astype(np.int64)
-        return (-key, -big) if descending else (key, big)
-    wide = x.astype(np.int64) if x.dtype != np.uint64 else x.astype(np.float64)
-    return (-wide, np.zeros(wide.shape, np.int64)) if descending else (wide, np.zeros(wide.shape, np.int64))
-
-
 def _less(a: np.ndarray, b: np.ndarray, descending: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(a before b, a equivalent to b) under one key."""
-    (ka, na), (kb, nb) = _rank(a, descending), _rank(b, descending)
-    less = (na < nb) | ((na == nb) & (ka < kb))
-    equal = (na == nb) & (ka == kb)
-    return less, equal
+    """(a before b, a equivalent to b) under one key, in the order kaun_ir's sort uses: NaN after
+    every number ascending, before every number descending."""
+    if not dtypes.is_float(a.dtype):
+        return (a > b if descending else a < b), a == b
+    a, b = a.astype(np.float64), b.astype(np.float64)
+    na, nb = np.isnan(a), np.isnan(b)
+    if descending:
+        less = (na & ~nb) | (~na & ~nb & (a > b))
+    else:
+        less = (~na & nb) | (~na & ~nb & (a < b))
+    return less, (na & nb) | (a == b)
 
 
 def _expected(lhs, rhs, directions) -> np.ndarray:
