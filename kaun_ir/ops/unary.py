@@ -33,7 +33,7 @@ def _erf(x: np.ndarray) -> np.ndarray:
 def _round_afz(x: np.ndarray) -> np.ndarray:
     """Round half away from zero (``stablehlo.round_nearest_afz``): 2.5 -> 3, -2.5 -> -3."""
     wide = x.astype(np.float64)
-    return (np.sign(wide) * np.floor(np.abs(wide) + 0.5)).astype(x.dtype)
+    return np.copysign(np.floor(np.abs(wide) + 0.5), wide).astype(x.dtype)
 
 
 def _unary(name: str, mlir: str, ref, kinds: str, domain, vjp=None, nondiff=None) -> OpDef:
