@@ -178,6 +178,16 @@ def test_jax_sort_argsort_and_multi_operand_sort():
     assert "sort" in {n.op for n in graph.nodes}
 
 
+def test_jax_sort_with_many_operands():
+    x, i = _sort_inputs()
+    ops = (i, x, i + 1, x * 2, i * 3)
+    _check(lambda *ops: lax.sort(ops, dimension=1, num_keys=1), *ops, rtol=0, atol=0)
+    _check(lambda *ops: lax.sort(ops, dimension=1, num_keys=3), *ops, rtol=0, atol=0)
+    text = jax.jit(lambda *ops: lax.sort(ops, dimension=1, num_keys=4)).lower(*ops).as_text()
+    with pytest.raises(StableHLOImportError, match="orders by operand 3: at most the first 3"):
+        kn.ir.from_stablehlo(text)
+
+
 def test_jax_sort_of_unsigned_and_bool_keys():
     u = R.integers(0, 5, (9,)).astype(np.uint32)
     b = R.random(9) < 0.5

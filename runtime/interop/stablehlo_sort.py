@@ -75,24 +75,46 @@ def _has_nan(arrays) -> np.ndarray:
     return mask
 
 
+#: how many leading operands are probed as possible keys (every combination of their probe values)
+MAX_KEYS = 3
+
+
+def _run(comparator, lhs, rhs) -> np.ndarray:
+    """The comparator applied to each pair ``(lhs[i][j], rhs[i][j])`` of operand values."""
+    size = len(lhs[0])
+    batched, _ = batch_graph(comparator, [True] * (2 * len(lhs)), size, force=True)
+    (actual,) = interpret(batched, *[x for a, b in zip(lhs, rhs) for x in (a, b)])
+    return np.asarray(actual, bool)
+
+
 def recognise(comparator, types: list[TensorType]) -> list[bool]:
     """The keys of a comparator graph (of ``2n`` scalars): a direction per key, first key first
-    (True: descending). StableHLOImportError when no lexicographic order matches."""
+    (True: descending). StableHLOImportError when no lexicographic order on at most
+    :data:`MAX_KEYS` leading operands matches."""
     n = len(types)
-    few = n > 1
-    per_operand = [_probes(t.dtype, few or i >= 3) for i, t in enumerate(types)]
-    if n > 3:  # operands past the third are rarely keys: two values each keep the probe set small
-        per_operand = per_operand[:3] + [p[:2] for p in per_operand[3:]]
-    tuples = list(itertools.product(*[range(len(p)) for p in per_operand]))
+    probed = min(n, MAX_KEYS)
+    per_operand = [_probes(t.dtype, few=n > 1) for t in types]
+    # the leading operands take every combination of their probe values, the others their first
+    tuples = list(itertools.product(*[range(len(p)) for p in per_operand[:probed]]))
     pairs = list(itertools.product(tuples, tuples))
-    lhs = [per_operand[i][[p[0][i] for p in pairs]] for i in range(n)]
-    rhs = [per_operand[i][[p[1][i] for p in pairs]] for i in range(n)]
-    args = [x for i in range(n) for x in (lhs[i], rhs[i])]
-    batched, _ = batch_graph(comparator, [True] * (2 * n), len(pairs), force=True)
-    (actual,) = interpret(batched, *args)
-    actual = np.asarray(actual, bool)
+    lhs = [per_operand[i][[p[0][i] for p in pairs]] for i in range(probed)]
+    rhs = [per_operand[i][[p[1][i] for p in pairs]] for i in range(probed)]
+    rest = [np.repeat(per_operand[i][:1], len(pairs)) for i in range(probed, n)]
+    actual = _run(comparator, lhs + rest, rhs + rest)
+    # an operand past the probed ones must not decide anything: differing in it alone orders nothing
+    for j in range(probed, n):
+        if len(per_operand[j]) < 2:
+            continue
+        fixed = [np.repeat(p[:1], 2) for p in per_operand]
+        a, b = list(fixed), list(fixed)
+        a[j], b[j] = per_operand[j][:2], per_operand[j][1::-1][:2]
+        if _run(comparator, a, b).any():
+            raise StableHLOImportError(
+                f"sort with a comparator that orders by operand {j}: at most the first {MAX_KEYS} "
+                "operands can be keys"
+            )
     nan_free = ~(_has_nan(lhs) | _has_nan(rhs))
-    for k in range(1, n + 1):
+    for k in range(1, probed + 1):
         for directions in itertools.product((False, True), repeat=k):
             expected = _expected(lhs[:k], rhs[:k], directions)
             if np.array_equal(expected, actual) or np.array_equal(expected[nan_free], actual[nan_free]):
