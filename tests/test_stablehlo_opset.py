@@ -593,3 +593,31 @@ def test_specification_example(op):
     _, (got,) = _run(_spec_module(body, inputs, result_type), *inputs)
     assert got.dtype == expected.dtype
     np.testing.assert_allclose(got.astype(np.float64), expected.astype(np.float64), rtol=1e-5, atol=1e-6)
+
+
+# --------------------------------------------------------------------------- chlo.scan
+
+
+_CHLO_SCAN = """
+func.func @main(%x: tensor<5xf32>, %h: tensor<f32>) -> (tensor<5xf32>, tensor<f32>) {
+  %0:2 = chlo.scan(%x) inits(%h) dimension=0 {
+  ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+    %m = stablehlo.maximum %a, %b : tensor<f32>
+    stablehlo.return %m, %m : tensor<f32>, tensor<f32>
+  } : (tensor<5xf32>, tensor<f32>) -> (tensor<5xf32>, tensor<f32>)
+  return %0#0, %0#1 : tensor<5xf32>, tensor<f32>
+}
+"""
+
+
+def test_chlo_scan_through_its_legalisation():
+    """Legalised into a while loop over ``get_dimension_size``, ``broadcast`` and
+    ``real_dynamic_slice`` of static shapes, which import as constants, ``broadcast_in_dim``
+    and ``dynamic_slice``."""
+    x = np.array([1.0, -2.0, 3.0, 0.5, 4.0], np.float32)
+    _, (running, last) = _run(_CHLO_SCAN, x, np.float32(0.0))
+    np.testing.assert_array_equal(running, np.maximum.accumulate(np.maximum(x, 0.0)))
+    assert float(last) == 4.0
+    reverse = _CHLO_SCAN.replace("dimension=0 {", "dimension=0 attributes {is_reverse = true} {")
+    with pytest.raises(StableHLOImportError, match="chlo.scan at .*is_reverse is not supported"):
+        kn.ir.from_stablehlo(reverse)

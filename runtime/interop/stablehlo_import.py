@@ -66,6 +66,7 @@ def from_stablehlo(module: str | bytes, name: str | None = None) -> Graph:
         raise StableHLOImportError(f"!quant.uniform: {OUT_OF_SCOPE['!quant']}")
     with mlir.open_module(data) as parsed:
         if any(op_name.startswith("chlo.") and op_name not in _NATIVE_CHLO for op_name in _op_names(parsed)):
+            _check_legalisable(parsed)
             mlir.legalize_chlo(parsed)
         return _Importer(parsed).run(name)
 
@@ -96,6 +97,27 @@ OUT_OF_SCOPE = {
     "ui2": "sub-byte integers are not kaun_ir dtypes",
     "ui4": "sub-byte integers are not kaun_ir dtypes",
 }
+
+
+def _check_legalisable(module) -> None:
+    """StableHLOImportError for CHLO ops whose legalisation in the jaxlib we run would compute
+    something else: a reverse ``chlo.scan`` is legalised as a forward one."""
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = inner.operation
+                    if inner.name == "chlo.scan" and "is_reverse" in inner.attributes:
+                        if "true" in str(inner.attributes["is_reverse"]):
+                            where = location_name(inner.location) or str(inner.location)
+                            raise StableHLOImportError(
+                                f"chlo.scan at {where}: is_reverse is not supported (the CHLO "
+                                "legalisation of the jaxlib in use would run the scan forward)"
+                            )
+                    walk(inner)
+
+    walk(module.operation)
 
 
 def tensor_type(mlir_type) -> TensorType:

@@ -123,6 +123,30 @@ def _bitcast(imp, op, xs, env):
     return imp.add("convert", bit, dtype=dtypes.bool_)
 
 
+def _get_dimension_size(imp, op, xs, env):
+    """``stablehlo.get_dimension_size`` of a static shape (every shape kaun_ir imports): a constant."""
+    size = xs[0].type.shape[_int(op, "dimension")]
+    return [imp.constant(np.asarray(size, _result_type(op).dtype))]
+
+
+def _real_dynamic_slice(imp, op, xs, env):
+    """``stablehlo.real_dynamic_slice`` with a static result (what the CHLO legalisation of
+    ``chlo.scan`` writes) and constant unit strides: a ``dynamic_slice`` of the result's size."""
+    x, start, _, strides = xs
+    node = strides.node
+    if node is None or node.op != "constant" or np.any(np.asarray(node.attr_dict["value"].array) != 1):
+        raise imp.error(op, "only unit strides known when the program is imported are supported")
+    starts = [
+        imp.add1(
+            "reshape",
+            imp.add1("slice", start, start_indices=(d,), limit_indices=(d + 1,), strides=(1,)),
+            shape=(),
+        )
+        for d in range(x.type.ndim)
+    ]
+    return imp.add("dynamic_slice", x, *starts, slice_sizes=_result_type(op).shape)
+
+
 def _iota(imp, op, xs, env):
     t = _result_type(op)
     return imp.add("iota", dtype=t.dtype, shape=t.shape, dimension=_int(op, "iota_dimension"))
@@ -135,6 +159,14 @@ def _broadcast_in_dim(imp, op, xs, env):
         shape=_result_type(op).shape,
         broadcast_dimensions=_ints(op, "broadcast_dimensions"),
     )
+
+
+def _broadcast(imp, op, xs, env):
+    """``stablehlo.broadcast``: new leading axes of ``broadcast_sizes`` (a ``broadcast_in_dim``)."""
+    shape = _result_type(op).shape
+    rank = xs[0].type.ndim
+    lead = len(shape) - rank
+    return imp.add("broadcast_in_dim", *xs, shape=shape, broadcast_dimensions=tuple(range(lead, lead + rank)))
 
 
 def _slice(imp, op, xs, env):
@@ -213,9 +245,7 @@ REFUSED = {
             "dynamic_pad",
             "dynamic_gather",
             "dynamic_conv",
-            "get_dimension_size",
             "set_dimension_size",
-            "real_dynamic_slice",
         )
     },
 }
@@ -229,6 +259,8 @@ HANDLERS.update(
         "stablehlo.convert": _convert("convert"),
         "stablehlo.bitcast_convert": _bitcast,
         "stablehlo.iota": _iota,
+        "stablehlo.get_dimension_size": _get_dimension_size,
+        "stablehlo.real_dynamic_slice": _real_dynamic_slice,
         "stablehlo.reduce_precision": lambda imp, op, xs, env: imp.add(
             "reduce_precision",
             *xs,
@@ -236,6 +268,7 @@ HANDLERS.update(
             mantissa_bits=_int(op, "mantissa_bits"),
         ),
         "stablehlo.broadcast_in_dim": _broadcast_in_dim,
+        "stablehlo.broadcast": _broadcast,
         "stablehlo.reshape": lambda imp, op, xs, env: imp.add("reshape", *xs, shape=_result_type(op).shape),
         "stablehlo.transpose": lambda imp, op, xs, env: imp.add(
             "transpose", *xs, permutation=_ints(op, "permutation")
