@@ -188,6 +188,8 @@ ELEMENTWISE_NOT_FOLDED: dict[str, str] = {
             "cosine",
             "erf",
             "atan2",
+            "cbrt",
+            "tan",
         )
     },
     "sqrt": "correctly rounded on XLA:CPU, but GPU backends may use an approximation",
@@ -237,6 +239,8 @@ NOT_FOLDED: dict[str, str] = {
     "constant": "already a constant",
     "iota": "a leaf like constant: compact unmaterialised",
     "while": "an op with regions",
+    "case": "an op with regions",
+    "triangular_solve": "a solve: XLA's substitution and NumPy's LAPACK solve round differently",
     "scan": "an op with regions",
     "custom_vjp": "an op with regions",
     "custom_jvp": "an op with regions",

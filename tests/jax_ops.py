@@ -40,6 +40,12 @@ JAX_OPS = {
     "ceil": lax.ceil,
     "round_nearest_even": lambda x: lax.round(x, lax.RoundingMethod.TO_NEAREST_EVEN),
     "erf": lax.erf,
+    "round_nearest_afz": lambda x: lax.round(x, lax.RoundingMethod.AWAY_FROM_ZERO),
+    "cbrt": lax.cbrt,
+    "tan": lax.tan,
+    "reduce_precision": lambda x, exponent_bits, mantissa_bits: lax.reduce_precision(
+        x, exponent_bits=exponent_bits, mantissa_bits=mantissa_bits
+    ),
     "add": lax.add,
     "subtract": lax.sub,
     "multiply": lax.mul,

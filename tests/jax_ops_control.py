@@ -46,4 +46,12 @@ def _scan(*operands, regions, num_consts, num_carry, length, reverse=False, unro
     return tuple(h) + tuple(ys)
 
 
-JAX_OPS = {"scan": _scan}
+def _case(index, *operands, regions):
+    n = len(regions)
+    chosen = jnp.where((index < 0) | (index >= n), n - 1, index)  # StableHLO: out of range is the last
+    branches = [lambda *a, g=g: tuple(jax_interpret(g, *a)) for g in regions]
+    out = lax.switch(chosen, branches, *operands)
+    return out if len(out) != 1 else out[0]
+
+
+JAX_OPS = {"scan": _scan, "case": _case}

@@ -121,7 +121,20 @@ def _select_and_scatter_add(x, source, init, window_dimensions, window_strides, 
     return pullback(source)[0] + init
 
 
+def _triangular_solve(a, b, left_side, lower, unit_diagonal, transpose_a):
+    return lax.linalg.triangular_solve(
+        a,
+        b,
+        left_side=left_side,
+        lower=lower,
+        unit_diagonal=unit_diagonal,
+        transpose_a=transpose_a != "NO_TRANSPOSE",
+        conjugate_a=transpose_a == "ADJOINT",
+    )
+
+
 JAX_OPS: dict = {
+    "triangular_solve": _triangular_solve,
     "dot_general": _dot_general,
     "convolution": _convolution,
     "reduce_window": _reduce_window,

@@ -126,6 +126,10 @@ def edge_cases(op):
         elif op == "bitcast_convert":
             if dt is not BOOL:
                 yield (vals,), {"dtype": np.dtype(f"u{np.dtype(dt).itemsize}")}
+        elif op == "reduce_precision":
+            if np.dtype(dt).kind == "f":
+                for e, m in ((5, 10), (8, 7), (4, 3), (2, 0)):
+                    yield (vals,), {"exponent_bits": e, "mantissa_bits": m}
         elif op == "select":
             yield (np.arange(len(vals) ** 2) % 3 == 0,) + pairs, {}
         elif op == "clamp":

@@ -20,7 +20,6 @@ COMMUTATIVE = {"add", "multiply", "maximum", "minimum", "and", "or", "xor"}
 
 #: ops with a StableHLO name that the importer does not turn back into the op, and why
 NOT_IMPORTED = {
-    "sort": "the importer has no handler for stablehlo.sort yet",
     "sharding_constraint": "imported as its operand: placement is the importing program's business",
 }
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from kaun_ir.ops import (
     binary,
+    bits,
     compare_select,
     control,
     conv,
@@ -27,6 +28,7 @@ from kaun_ir.ops import (
     sharding,
     slicing,
     sort,
+    triangular,
     unary,
 )
 from kaun_ir.ops.base import TRAITS, OpDef, Sample
@@ -34,6 +36,7 @@ from kaun_ir.ops.emit import Emitter
 
 _FAMILIES = (
     unary,
+    bits,
     binary,
     compare_select,
     convert,
@@ -45,6 +48,7 @@ _FAMILIES = (
     scatter_add,
     scatter,
     linalg,
+    triangular,
     conv,
     reduce,
     sort,

@@ -84,6 +84,9 @@ TRAITS: dict[str, str] = {
     ),
 }
 
+#: ``OpDef.regions`` of an op that carries any number (at least one) of regions (``case``)
+VARIADIC = -1
+
 #: The default of ``OpDef.stablehlo``: the StableHLO op of the op's own name.
 SAME_NAME = "stablehlo.<name>"
 
@@ -109,7 +112,8 @@ class OpDef:
     emit: Callable[..., str | list[str]]
     samples: Callable[[np.random.Generator], Iterable[Sample]]
     attrs: tuple[str, ...] = ()  # required attribute names
-    regions: int = 0  # number of sub-graphs the op carries (``while``: cond and body)
+    # number of sub-graphs the op carries (``while``: cond and body); VARIADIC: one or more
+    regions: int = 0
     optional: dict[str, Any] = field(default_factory=dict)  # optional attribute -> default
     doc: str = ""
     vjp: Callable[..., Any] | None = None
@@ -168,7 +172,10 @@ class OpDef:
         for a wrong operand or region count, the op's own errors for bad types or attributes."""
         if self.arity is not None and len(types) != self.arity:
             raise TypeError(f"{self.name} takes {self.arity} operand(s), got {len(types)}")
-        if len(regions) != self.regions:
+        if self.regions == VARIADIC:
+            if not regions:
+                raise TypeError(f"{self.name} carries one or more regions, got none")
+        elif len(regions) != self.regions:
             raise TypeError(f"{self.name} carries {self.regions} region(s), got {len(regions)}")
         out = (
             self.infer(*types, regions=tuple(regions), **attrs)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from kaun_ir import dtypes
+from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
 from kaun_ir.ops.base import OpDef, Sample, per_output_element
 from kaun_ir.ops.batching import elementwise
 from kaun_ir.ops.elementwise_common import ELEMENTWISE_TRAITS, random_array
-from kaun_ir.ops.rules import astype
+from kaun_ir.ops.rules import apply, astype
 
 
 def _convert_infer(x: TensorType, dtype) -> TensorType:
@@ -52,13 +53,38 @@ def _convert_vjp(ct, y, x, dtype):
 
 
 def _bitcast_infer(x: TensorType, dtype) -> TensorType:
+    """Same width: same shape. A narrower result gains a trailing axis of ``src / dst`` elements;
+    a wider one consumes the operand's trailing axis, which must hold ``dst / src`` elements."""
     dt = dtypes.canonical(dtype)
-    if dt.itemsize != x.dtype.itemsize or dt == dtypes.bool_ or x.dtype == dtypes.bool_:
+    if dt == dtypes.bool_ or x.dtype == dtypes.bool_:
         raise TypeError(
-            f"bitcast_convert needs dtypes of one bit width, got "
-            f"{dtypes.short_name(x.dtype)} -> {dtypes.short_name(dt)}"
+            f"bitcast_convert of bool ({dtypes.short_name(x.dtype)} -> {dtypes.short_name(dt)}): "
+            "bools have no bit layout here (compare or convert instead)"
         )
-    return TensorType(dt, x.shape)
+    src, dst = x.dtype.itemsize, dt.itemsize
+    if src == dst:
+        return TensorType(dt, x.shape)
+    if src > dst:
+        return TensorType(dt, tuple(x.shape) + (src // dst,))
+    if not x.shape or x.shape[-1] != dst // src:
+        raise ShapeError(
+            f"bitcast_convert {dtypes.short_name(x.dtype)} -> {dtypes.short_name(dt)} needs a trailing "
+            f"axis of {dst // src} elements, got shape {tuple(x.shape)}"
+        )
+    return TensorType(dt, tuple(x.shape[:-1]))
+
+
+def _bitcast_reference(x, dtype):
+    """The bytes reinterpreted in the machine's (little-endian) order: element 0 of a new trailing
+    axis is the least significant part."""
+    dt = np.dtype(dtype)
+    src, dst = x.dtype.itemsize, dt.itemsize
+    x = np.ascontiguousarray(x)
+    if src == dst:
+        return x.view(dt)
+    if src > dst:
+        return x.view(dt).reshape(tuple(x.shape) + (src // dst,))
+    return x.view(dt).reshape(tuple(x.shape[:-1]))
 
 
 def _bitcast_samples(rng):
@@ -67,8 +93,20 @@ def _bitcast_samples(rng):
         (np.uint32, np.float32),
         (np.int32, np.uint32),
         (np.float64, np.int64),
+        (np.int32, np.int8),
+        (np.float32, np.uint16),
+        (np.float64, np.float32),
+        (dtypes.bfloat16, np.uint8),
     ):
         yield Sample((random_array(rng, (2, 5), src, -100, 100),), {"dtype": np.dtype(dst)})
+    for src, dst, n in ((np.uint8, np.int32, 4), (np.int16, np.float32, 2), (np.int32, np.float64, 2)):
+        yield Sample((random_array(rng, (3, n), src, -100, 100),), {"dtype": np.dtype(dst)})
+    yield Sample((random_array(rng, (4,), np.int8, -100, 100),), {"dtype": np.dtype(np.uint32)})
+
+
+def _bitcast_batch(batched, size, x, dtype):
+    """The batch axis leads and the trailing axis stays last: the op applies to the whole batch."""
+    return apply("bitcast_convert", x, dtype=dtype)
 
 
 OPS = [
@@ -88,15 +126,19 @@ OPS = [
     ),
     OpDef(
         name="bitcast_convert",
-        traits=ELEMENTWISE_TRAITS,
+        traits=("cheap",),
         arity=1,
         attrs=("dtype",),
         infer=_bitcast_infer,
-        batch=elementwise("bitcast_convert"),
-        reference=lambda x, dtype: x.view(np.dtype(dtype)),
+        batch=_bitcast_batch,
+        reference=_bitcast_reference,
         emit=lambda em, node, x: em.simple("stablehlo.bitcast_convert", node, x),
         samples=_bitcast_samples,
-        doc="Reinterpret the bits as another dtype of the same width.",
+        doc=(
+            "Reinterpret the bits as another dtype. To a narrower dtype the result gains a trailing "
+            "axis (``f32[n] -> u8[n,4]``), to a wider one the operand's trailing axis is consumed "
+            "(``u8[n,4] -> i32[n]``); element 0 of that axis is the least significant part."
+        ),
         nondiff="bit reinterpretation has no derivative",
     ),
 ]

@@ -30,6 +30,12 @@ def _erf(x: np.ndarray) -> np.ndarray:
     )
 
 
+def _round_afz(x: np.ndarray) -> np.ndarray:
+    """Round half away from zero (``stablehlo.round_nearest_afz``): 2.5 -> 3, -2.5 -> -3."""
+    wide = x.astype(np.float64)
+    return np.copysign(np.floor(np.abs(wide) + 0.5), wide).astype(x.dtype)
+
+
 def _unary(name: str, mlir: str, ref, kinds: str, domain, vjp=None, nondiff=None) -> OpDef:
     """An elementwise one-operand op: StableHLO op ``mlir``, NumPy reference ``ref``, operand
     dtype ``kinds`` (f: float, i: signed, u: unsigned, b: bool), samples drawn from ``domain``."""
@@ -144,6 +150,24 @@ _UNARY_OPS = [
     _unary("floor", "stablehlo.floor", np.floor, "f", (-3, 3), vjp=zero_vjp),
     _unary("ceil", "stablehlo.ceil", np.ceil, "f", (-3, 3), vjp=zero_vjp),
     _unary("round_nearest_even", "stablehlo.round_nearest_even", np.round, "f", (-3, 3), vjp=zero_vjp),
+    _unary("round_nearest_afz", "stablehlo.round_nearest_afz", _round_afz, "f", (-3, 3), vjp=zero_vjp),
+    _unary(
+        "cbrt",
+        "stablehlo.cbrt",
+        in_float64(np.cbrt),
+        "f",
+        (0.2, 3),
+        # d/dx x^(1/3) = 1 / (3 y^2)
+        vjp=lambda ct, y, x: (ct / (3.0 * y * y),),
+    ),
+    _unary(
+        "tan",
+        "stablehlo.tan",
+        in_float64(np.tan),
+        "f",
+        (-1.2, 1.2),
+        vjp=lambda ct, y, x: (ct * (1.0 + y * y),),
+    ),
     _unary(
         "erf",
         "chlo.erf",

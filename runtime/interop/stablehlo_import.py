@@ -62,8 +62,11 @@ def from_stablehlo(module: str | bytes, name: str | None = None) -> Graph:
         data = module
     else:
         raise TypeError(f"from_stablehlo takes MLIR text or bytes, got {type(module).__name__}")
+    if isinstance(data, str) and "!quant.uniform" in data:
+        raise StableHLOImportError(f"!quant.uniform: {OUT_OF_SCOPE['!quant']}")
     with mlir.open_module(data) as parsed:
         if any(op_name.startswith("chlo.") and op_name not in _NATIVE_CHLO for op_name in _op_names(parsed)):
+            _check_legalisable(parsed)
             mlir.legalize_chlo(parsed)
         return _Importer(parsed).run(name)
 
@@ -82,11 +85,56 @@ def _op_names(module) -> set[str]:
     return names
 
 
+#: element types kaun_ir leaves out, by prefix, and why (docs/interop.md, "What stays out")
+OUT_OF_SCOPE = {
+    "complex": "complex numbers are not a kaun_ir dtype (complex tensors and real/imag/complex are refused)",
+    "f8": "8-bit floats are not kaun_ir dtypes",
+    "f6": "6-bit floats are not kaun_ir dtypes",
+    "f4": "4-bit floats are not kaun_ir dtypes",
+    "!quant": "quantized types are not kaun_ir dtypes (dequantize before exporting)",
+    "i2": "sub-byte integers are not kaun_ir dtypes",
+    "i4": "sub-byte integers are not kaun_ir dtypes",
+    "ui2": "sub-byte integers are not kaun_ir dtypes",
+    "ui4": "sub-byte integers are not kaun_ir dtypes",
+}
+
+
+def _check_legalisable(module) -> None:
+    """StableHLOImportError for CHLO ops whose legalisation in the jaxlib we run would compute
+    something else: a reverse ``chlo.scan`` is legalised as a forward one."""
+
+    def walk(op):
+        for region in op.regions:
+            for block in region.blocks:
+                for inner in block.operations:
+                    inner = inner.operation
+                    if inner.name == "chlo.scan" and "is_reverse" in inner.attributes:
+                        if "true" in str(inner.attributes["is_reverse"]):
+                            where = location_name(inner.location) or str(inner.location)
+                            raise StableHLOImportError(
+                                f"chlo.scan at {where}: is_reverse is not supported (the CHLO "
+                                "legalisation of the jaxlib in use would run the scan forward)"
+                            )
+                    walk(inner)
+
+    walk(module.operation)
+
+
 def tensor_type(mlir_type) -> TensorType:
     """kaun_ir's type of a ranked, static MLIR tensor type (ValueError otherwise)."""
-    element, shape = mlir.ranked_tensor(mlir_type)
+    if str(mlir_type).startswith("!stablehlo.token"):
+        raise ValueError("tokens (side-effect ordering: infeed, outfeed, send, recv) are not supported")
+    try:
+        element, shape = mlir.ranked_tensor(mlir_type)
+    except ValueError as err:
+        if "dynamic shape" in str(err):
+            raise ValueError(
+                f"{err}: only static shapes are supported (export with concrete shapes)"
+            ) from None
+        raise
     if element not in _MLIR_DTYPES:
-        raise ValueError(f"element type {element} is not supported")
+        reason = next((why for prefix, why in OUT_OF_SCOPE.items() if element.startswith(prefix)), "")
+        raise ValueError(f"element type {element} is not supported" + (f": {reason}" if reason else ""))
     return TensorType(_MLIR_DTYPES[element], shape)
 
 
