@@ -621,3 +621,28 @@ def test_chlo_scan_through_its_legalisation():
     reverse = _CHLO_SCAN.replace("dimension=0 {", "dimension=0 attributes {is_reverse = true} {")
     with pytest.raises(StableHLOImportError, match="chlo.scan at .*is_reverse is not supported"):
         kn.ir.from_stablehlo(reverse)
+
+
+# ----------------------------------------------------------------- booleans: add is OR, multiply AND
+
+
+@pytest.mark.parametrize(("op", "oracle"), [("add", np.logical_or), ("multiply", np.logical_and)])
+def test_boolean_add_and_multiply_of_constants_are_or_and_and(op, oracle):
+    """Compiled without our folding pass, so XLA sees two boolean constants (its constant folder
+    computed their add as XOR) and, separately, two runtime operands."""
+    a = np.array([False, False, True, True])
+    b = np.array([False, True, False, True])
+    lit = lambda v: ", ".join("true" if x else "false" for x in v)  # noqa: E731
+    module = f"""module @m {{
+  func.func public @main(%x: tensor<4xi1>, %y: tensor<4xi1>) -> (tensor<4xi1>, tensor<4xi1>) {{
+    %a = stablehlo.constant dense<[{lit(a)}]> : tensor<4xi1>
+    %b = stablehlo.constant dense<[{lit(b)}]> : tensor<4xi1>
+    %c = stablehlo.{op} %a, %b : tensor<4xi1>
+    %d = stablehlo.{op} %x, %y : tensor<4xi1>
+    return %c, %d : tensor<4xi1>, tensor<4xi1>
+  }}
+}}"""
+    graph = kn.ir.from_stablehlo(module)
+    folded, runtime = (np.asarray(r) for r in kn.runtime.compile(graph)(a, b))
+    np.testing.assert_array_equal(folded, oracle(a, b))
+    np.testing.assert_array_equal(runtime, oracle(a, b))

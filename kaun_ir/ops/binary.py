@@ -116,7 +116,7 @@ def _binary(
         arity=2,
         infer=infer,
         reference=lambda a, b: ref(a, b),
-        emit=lambda em, node, a, b: em.simple(mlir, node, a, b),
+        emit=_emitter(mlir),
         samples=samples,
         doc=f"Elementwise {name} of two operands of one shape and dtype ({mlir}).",
         vjp=vjp,
@@ -125,6 +125,20 @@ def _binary(
         traits=ELEMENTWISE_TRAITS | {"commutative"} if commutative else ELEMENTWISE_TRAITS,
         stablehlo=mlir,
         flops=per_output_element,
+    )
+
+
+# On booleans StableHLO's add is OR and its multiply AND, but XLA's constant folder computes an
+# add of two boolean constants as XOR: these two are emitted as the logical ops they mean.
+_ON_BOOLEANS = {"stablehlo.add": "stablehlo.or", "stablehlo.multiply": "stablehlo.and"}
+
+
+def _emitter(mlir: str):
+    logical = _ON_BOOLEANS.get(mlir)
+    if logical is None:
+        return lambda em, node, a, b: em.simple(mlir, node, a, b)
+    return lambda em, node, a, b: em.simple(
+        logical if node.types[0].dtype == dtypes.bool_ else mlir, node, a, b
     )
 
 
