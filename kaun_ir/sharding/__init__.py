@@ -2,9 +2,11 @@
 
 ``placement`` builds meshes and places or constrains arrays, ``policy`` turns a rule table into
 per-parameter specs (data, FSDP and tensor parallelism), and ``processes`` starts and queries a
-multi-process run (re-exported as ``kn.distributed``). See docs/distributed.md.
+multi-process run (re-exported as ``kn.distributed``); ``pipeline`` is pipeline
+parallelism for ``train.make(..., pipeline=...)``. See docs/distributed.md.
 """
 
+from kaun_ir.sharding.pipeline import Pipeline, pipeline
 from kaun_ir.sharding.placement import (
     REPLICATED,
     Mesh,
@@ -41,4 +43,6 @@ __all__ = [
     "attention_rules",
     "mlp_rules",
     "fsdp_spec",
+    "Pipeline",
+    "pipeline",
 ]

@@ -10,6 +10,7 @@ from typing import Any
 from kaun_ir import dtypes, layer, optim, passes, rng, tree
 from kaun_ir.precision import as_policy as as_precision_policy
 from kaun_ir.precision import loss_scaled
+from kaun_ir.sharding.pipeline import Pipeline
 from kaun_ir.sharding.policy import check_training_layout, place_state
 from kaun_ir.surface import random
 from kaun_ir.transforms.remat import as_policy as as_remat_policy
@@ -76,6 +77,8 @@ class Trainer:
     remat: Any = None
     #: the ``kn.precision.Policy`` of the step (``make(precision=...)``), else None
     precision: Any = None
+    #: the ``kn.sharding.pipeline(...)`` layout when the step is pipeline parallel, else None
+    stages: Any = None
     cache: TrainerCache = field(default_factory=TrainerCache, init=False, repr=False, compare=False)
 
 
@@ -114,7 +117,7 @@ def make(
     optimizer: optim.Algorithm,
     loss: Callable | None = None,
     *,
-    pipeline: str | None = None,
+    pipeline: Any = None,
     mesh: Any = None,
     data_axis: str = "data",
     param_sharding: Any = None,
@@ -129,7 +132,9 @@ def make(
     compiled step. Without it, each ``train.step`` takes a loss closure ``loss_fn(outputs)``.
     ``pipeline``: the pass pipeline run on the training step before lowering (e.g.
     ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
-    ``kn.runtime.pipelines.default_train_pipeline()``.
+    ``kn.runtime.pipelines.default_train_pipeline()``. ``pipeline=kn.sharding.pipeline(stages=S,
+    microbatches=M, schedule=...)`` instead makes the step pipeline parallel: the model's run of
+    identical blocks split over the mesh's ``stage`` axis (see ``kaun_ir.sharding.pipeline``).
 
     ``mesh`` (``kn.sharding.mesh``): train on every device of the mesh, one SPMD program
     partitioned by XLA. The batch (``x`` and the targets) is split along its first dimension
@@ -158,6 +163,9 @@ def make(
             f"train.make: loss must be a function loss(outputs, *targets) -> scalar, got "
             f"{type(loss).__name__}"
         )
+    stages = None
+    if isinstance(pipeline, Pipeline):
+        stages, pipeline = pipeline, None
     if pipeline is not None:
         pipeline = str(passes.Pipeline.parse(pipeline))  # a bad pipeline fails here, not mid-training
     if mesh is not None:
@@ -172,7 +180,9 @@ def make(
         precision = as_precision_policy(precision)
         if precision.loss_scale is not None:
             optimizer = loss_scaled(optimizer, precision)
-    return Trainer(model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat, precision)
+    return Trainer(
+        model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat, precision, stages
+    )
 
 
 def _base_key():
