@@ -84,6 +84,7 @@ _DEFINED_IN = {
     "kaun_ir.surface.dynamic_slice": "dynamic_slice dynamic_update_slice",
     "kaun_ir.surface.indexing": "getitem advanced_getitem",
     "kaun_ir.surface.sorting": "sort argsort top_k",
+    "kaun_ir.train.memory": "memory_report",
 }
 
 _WHERE = {name: module for module, names in _DEFINED_IN.items() for name in names.split()}
@@ -164,6 +165,7 @@ __all__ = [
     "CustomDerivativeError",
     "remat",
     "RematPolicy",
+    "memory_report",
     # errors
     "KaunError",
     "CompileError",
