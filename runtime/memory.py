@@ -47,6 +47,7 @@ _OPERAND = re.compile(r"%([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _PARAM = re.compile(r"parameter\((\d+)\)")
 _ALIAS = re.compile(r"\{(\d*)\}:\s*\((\d+),")
+_NOT_LAYERS = ("loss", "optimizer", "rng", "(other)")
 _VIEWS = ("get-tuple-element", "bitcast", "tuple", "while", "opt-barrier")
 
 
@@ -159,14 +160,21 @@ def layer_of(op_name: str) -> str:
 
 
 def analyse(
-    hlo_text: str, stats: dict, argument_kinds: list | None = None, argument_layers: list | None = None
+    hlo_text: str,
+    stats: dict,
+    argument_kinds: list | None = None,
+    argument_layers: list | None = None,
+    loss_output: int | None = None,
 ) -> MemoryReport:
     """The :class:`MemoryReport` of an executable's optimised HLO text and memory statistics.
 
     ``argument_kinds[k]`` / ``argument_layers[k]`` name the kind (``"parameters"`` ...) and the
-    layer of entry parameter ``k`` (default: ``"inputs"``, ``"(inputs)"``). A buffer made
-    before the first instruction of the ``loss`` scope and still live after it is an activation
-    saved for the backward pass."""
+    layer of entry parameter ``k`` (default: ``"inputs"``, ``"(inputs)"``). With
+    ``loss_output`` (the index of the loss among the outputs of a training step), a buffer made
+    before the instruction that computes the loss and still live after it is an activation
+    saved for the backward pass when it is made by a layer's op (not the loss, the optimiser
+    or the rng) and read after that instruction; a buffer without ``op_name`` (a copy XLA
+    added) is named after the first operand that has one."""
     header, body = _entry(hlo_text)
     aliased_outputs = (
         {
@@ -191,8 +199,6 @@ def analyse(
         name, op, rest = m.group("name"), m.group("op"), m.group("rest")
         op_match = _OP_NAME.search(rest)
         op_name = op_match.group(1) if op_match else ""
-        if loss_at is None and layer_of(op_name) == "loss":
-            loss_at = pos
         operands = _OPERAND.findall(_SUBCOMP.sub("", rest.split("metadata=")[0]))
         order.append((name, op_name))
         for operand in operands:  # extend the live ranges of what this reads
@@ -206,6 +212,10 @@ def analyse(
         if op == "constant":
             owner[name] = []
             continue
+        if not op_name:  # a copy or transpose XLA added: named after what it reads
+            op_name = next(
+                (buffers[b].op_name for o in operands for b in owner.get(o, ()) if buffers[b].op_name), ""
+            )
         size = _shape_bytes(m.group("shape"))
         buf = Buffer(name, size, pos, pos, op_name)
         if op == "parameter":
@@ -217,6 +227,10 @@ def analyse(
         buffers[name] = buf
         owner[name] = [name]
     n = len(body)
+    if loss_output is not None and loss_output < len(root_operands):
+        # the forward pass ends where the loss (output ``loss_output``) is computed
+        made = [buffers[b].start for b in owner.get(root_operands[loss_output], ())]
+        loss_at = max(made) if made else None
     for k, operand in enumerate(root_operands):
         for b in owner.get(operand, ()):
             if buffers[b].parameter is None:
@@ -243,7 +257,12 @@ def analyse(
     by_kind: dict[str, int] = {}
     for b in at_peak:
         kind = b.kind
-        if b.parameter is None and loss_at is not None and b.start < loss_at < peak_pos and b.end > loss_at:
+        if (
+            b.parameter is None
+            and loss_at is not None
+            and b.start < loss_at < b.end
+            and layer_of(b.op_name) not in _NOT_LAYERS
+        ):
             kind = "activations saved for backward"
         b.kind = kind
         layer = layer_of(b.op_name) if b.parameter is None else b.op_name

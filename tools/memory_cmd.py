@@ -48,12 +48,13 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         subject = resolve(args.spec, args.input)
-        report = executable_report(runtime.compile(subject.stage_graph("optimized")))
+        loss = 0 if subject.kind == "train" else None  # a training step's output 0 is its loss
+        report = executable_report(runtime.compile(subject.stage_graph("optimized")), loss_output=loss)
         if subject.kind == "train":
             step = subject.stage_graph("autodiff")
             for policy in args.remat:
                 graph = passes.run(step, f'remat{{policy="{policy}" depth=1}},{train_pipeline(None)}')
-                measured = executable_report(runtime.compile(graph))
+                measured = executable_report(runtime.compile(graph), loss_output=loss)
                 report.remat.append((policy, measured.stats, measured.peak_bytes))
     except (KaunError, ValueError, TypeError, OSError) as err:
         return error("memory", err)

@@ -30,12 +30,15 @@ __all__ = ["memory_report", "executable_report"]
 DEFAULT_POLICIES = ("nothing", "dots")
 
 
-def executable_report(exe: Executable, argument_kinds=None, argument_layers=None) -> MemoryReport:
-    """The :class:`~kaun_ir.runtime.memory.MemoryReport` of a compiled executable."""
+def executable_report(
+    exe: Executable, argument_kinds=None, argument_layers=None, loss_output: int | None = None
+) -> MemoryReport:
+    """The :class:`~kaun_ir.runtime.memory.MemoryReport` of a compiled executable (``loss_output``:
+    the index of the loss among its outputs, for a training step)."""
     stats = exe.memory_analysis()
     if stats is None:
         raise ValueError("memory report: this backend keeps no compiled memory statistics")
-    return analyse(exe.hlo_text(), stats, argument_kinds, argument_layers)
+    return analyse(exe.hlo_text(), stats, argument_kinds, argument_layers, loss_output)
 
 
 def _step_arguments(st: State, x: Any, targets: tuple) -> tuple[list, list]:
@@ -88,10 +91,10 @@ def memory_report(step: Any, *args: Any, remat: Sequence = DEFAULT_POLICIES, **k
             raise TypeError("kn.memory_report(trainer, st, x, *targets): st must be a train.State")
         st, x, targets = args[0], args[1], tuple(args[2:])
         kinds, layers = _step_arguments(st, x, targets)
-        report = executable_report(step_executable(step, st, x, *targets, **kwargs), kinds, layers)
+        report = executable_report(step_executable(step, st, x, *targets, **kwargs), kinds, layers, 0)
         for policy in remat:
             other = dataclasses.replace(step, remat=(as_policy(policy), 1))
-            measured = executable_report(step_executable(other, st, x, *targets, **kwargs), kinds, layers)
+            measured = executable_report(step_executable(other, st, x, *targets, **kwargs), kinds, layers, 0)
             report.remat.append((policy, measured.stats, measured.peak_bytes))
         return report
     if isinstance(step, Graph):
