@@ -88,7 +88,12 @@ def _compare(setup, stages, micro, schedule, data):
     errs = [
         float(np.max(np.abs(a - b)) / max(float(np.max(np.abs(a))), 1e-2)) for a, b in zip(ref[3], params)
     ]
+    report = kn.memory_report(trainer, st, x, y, remat=())  # per device: one stage
     return {
+        "report_args": [
+            sum(b.bytes for b in report.buffers if b.parameter is not None),
+            report.stats["argument"],
+        ],
         "loss_ref": ref[2],
         "loss": losses,
         "param_err": max(errs),

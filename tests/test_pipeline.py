@@ -44,6 +44,7 @@ def test_pipelined_training_equals_one_device(checks, name):
     assert r["param_err"] < 1e-5
     assert r["permutes"] > 0  # stages hand activations on with collective-permutes
     assert r["memory"]["temp"] > 0
+    assert r["report_args"][0] == r["report_args"][1]  # kn.memory_report of a stage vs XLA
 
 
 def test_bubble_and_schedule():
