@@ -87,6 +87,7 @@ _DEFINED_IN = {
     "kaun_ir.surface.sorting": "sort argsort top_k",
     # profiling (kn.profile)
     "kaun_ir.runtime.profiling": "profile",
+    "kaun_ir.train.memory": "memory_report",
 }
 
 _WHERE = {name: module for module, names in _DEFINED_IN.items() for name in names.split()}
@@ -168,6 +169,7 @@ __all__ = [
     "CustomDerivativeError",
     "remat",
     "RematPolicy",
+    "memory_report",
     # errors
     "KaunError",
     "CompileError",

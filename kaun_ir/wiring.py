@@ -53,7 +53,7 @@ def install() -> None:
             tensor=tensor.Tensor,
             to_value=tensor.to_value,
             batch_graph=vmap.batch_graph,
-            gradient_graph=autodiff.gradient_graph,
+            gradient_graph=autodiff.region_gradient_graph,
         )
         eager.install_runtime(compilation.run_op, transfer.from_dlpack)
         function.install_jit(jit)

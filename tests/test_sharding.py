@@ -20,7 +20,7 @@ from kaun_ir.sharding.placement import Spec
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_worker(*groups: str, timeout: float = 300) -> dict:
+def run_worker(*groups: str, timeout: float = 600) -> dict:
     env = dict(os.environ)
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run(

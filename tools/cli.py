@@ -26,6 +26,10 @@ COMMANDS = {
     "import": ("import_cmd", "import a StableHLO module (.mlir/.mlirbc) as textual IR (.kir)"),
     "viz": ("viz.command", "draw a model's IR graph (.dot, .svg, .png, .json, .html)"),
     "bench": ("bench.command", "training-step speed of kaun_ir vs JAX + optax (and PyTorch)"),
+    "memory": (
+        "memory_cmd",
+        "explain a compiled step's memory: live bytes, the peak by layer and kind, remat's savings",
+    ),
 }
 
 

@@ -3,10 +3,12 @@
 ``placement`` builds meshes and places or constrains arrays, ``policy`` turns a rule table into
 per-parameter specs (data, FSDP and tensor parallelism), and ``processes`` starts and queries a
 multi-process run (re-exported as ``kn.distributed``); ``gathering`` brings sharded arrays back
-to the host whole (``gather``). See docs/distributed.md.
+to the host whole (``gather``); ``pipeline`` is pipeline parallelism for
+``train.make(..., pipeline=...)``. See docs/distributed.md.
 """
 
 from kaun_ir.sharding.gathering import gather
+from kaun_ir.sharding.pipeline import Pipeline, pipeline
 from kaun_ir.sharding.placement import (
     REPLICATED,
     Mesh,
@@ -44,4 +46,6 @@ __all__ = [
     "mlp_rules",
     "fsdp_spec",
     "gather",
+    "Pipeline",
+    "pipeline",
 ]

@@ -21,6 +21,7 @@ from kaun_ir.precision import loss_scale_of
 from kaun_ir.runtime import jit
 from kaun_ir.runtime.pipelines import train_pipeline
 from kaun_ir.runtime.xla import backend
+from kaun_ir.sharding.pipeline import apply as pipeline_apply
 from kaun_ir.sharding.placement import Spec, put, put_local
 from kaun_ir.sharding.policy import step_shardings
 from kaun_ir.surface import random
@@ -69,9 +70,23 @@ def step_body(
 
     def loss_and_grads(state, x, targets, rng_key):
         def objective(p):
-            y, new_vars = layer.apply(
-                trainer.model, layer.Vars(p, state, dtype), x, training=training, ctx=dict(ctx, rng=rng_key)
-            )
+            step_ctx = dict(ctx, rng=rng_key)
+            if trainer.stages is not None:
+                y, new_state = pipeline_apply(
+                    trainer.stages,
+                    trainer.model,
+                    p,
+                    state,
+                    x,
+                    training=training,
+                    ctx=step_ctx,
+                    data_axis=trainer.data_axis,
+                )
+                new_vars = layer.Vars(p, new_state, dtype)
+            else:
+                y, new_vars = layer.apply(
+                    trainer.model, layer.Vars(p, state, dtype), x, training=training, ctx=step_ctx
+                )
             with ir_scope("loss"):  # the loss's nodes (and their backward) are grouped as "loss"
                 value = loss(y, targets)
             shape = getattr(value, "shape", ())

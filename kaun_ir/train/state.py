@@ -11,6 +11,7 @@ from kaun_ir import dtypes, layer, optim, passes, ptree, rng, tree
 from kaun_ir.errors import ShapeError
 from kaun_ir.precision import as_policy as as_precision_policy
 from kaun_ir.precision import loss_scaled
+from kaun_ir.sharding.pipeline import Pipeline
 from kaun_ir.sharding.policy import check_training_layout, place_state
 from kaun_ir.surface import random
 from kaun_ir.surface.trace import ShapeDtype, trace_flat
@@ -80,6 +81,8 @@ class Trainer:
     precision: Any = None
     #: the number of micro-batches a step's batch is split into (``make(accumulate=N)``)
     accumulate: int = 1
+    #: the ``kn.sharding.pipeline(...)`` layout when the step is pipeline parallel, else None
+    stages: Any = None
     cache: TrainerCache = field(default_factory=TrainerCache, init=False, repr=False, compare=False)
 
 
@@ -118,7 +121,7 @@ def make(
     optimizer: optim.Algorithm,
     loss: Callable | None = None,
     *,
-    pipeline: str | None = None,
+    pipeline: Any = None,
     mesh: Any = None,
     data_axis: str = "data",
     param_sharding: Any = None,
@@ -134,7 +137,9 @@ def make(
     compiled step. Without it, each ``train.step`` takes a loss closure ``loss_fn(outputs)``.
     ``pipeline``: the pass pipeline run on the training step before lowering (e.g.
     ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
-    ``kn.runtime.pipelines.default_train_pipeline()``.
+    ``kn.runtime.pipelines.default_train_pipeline()``. ``pipeline=kn.sharding.pipeline(stages=S,
+    microbatches=M, schedule=...)`` instead makes the step pipeline parallel: the model's run of
+    identical blocks split over the mesh's ``stage`` axis (see ``kaun_ir.sharding.pipeline``).
 
     ``mesh`` (``kn.sharding.mesh``): train on every device of the mesh, one SPMD program
     partitioned by XLA. The batch (``x`` and the targets) is split along its first dimension
@@ -172,6 +177,9 @@ def make(
             f"train.make: loss must be a function loss(outputs, *targets) -> scalar, got "
             f"{type(loss).__name__}"
         )
+    stages = None
+    if isinstance(pipeline, Pipeline):
+        stages, pipeline = pipeline, None
     if pipeline is not None:
         pipeline = str(passes.Pipeline.parse(pipeline))  # a bad pipeline fails here, not mid-training
     if mesh is not None:
@@ -193,8 +201,23 @@ def make(
             "train.make: accumulate= splits the targets into micro-batches, so it needs the explicit "
             "form: train.make(model, optimizer, loss=fn, accumulate=N)"
         )
+    if accumulate > 1 and stages is not None:
+        raise ValueError(
+            "train.make: accumulate= and a pipeline-parallel pipeline= both split the batch into "
+            "micro-batches; give the pipeline more microbatches instead"
+        )
     return Trainer(
-        model, optimizer, loss, pipeline, mesh, data_axis, param_sharding, remat, precision, accumulate
+        model,
+        optimizer,
+        loss,
+        pipeline,
+        mesh,
+        data_axis,
+        param_sharding,
+        remat,
+        precision,
+        accumulate,
+        stages,
     )
 
 

@@ -276,6 +276,12 @@ def _traced_gradient(f: Callable, args: tuple, kwargs: dict, argnums, has_aux: b
     return value, aux, (grads[0] if single else tuple(grads))
 
 
+def region_gradient_graph(graph: Graph, **kwargs) -> Graph:
+    """:func:`gradient_graph` of a loop body or branch (the hook the ops' VJP rules call), with
+    the segments ``kn.remat`` marked inside it recomputed in its backward part."""
+    return _rematerialized(gradient_graph(graph, **kwargs))
+
+
 def _rematerialized(gradient: Graph) -> Graph:
     """Segments that ``kn.remat`` marked are recomputed in the backward pass (kaun_ir.transforms.remat)."""
     return rematerialize(gradient) if has_marks(gradient) else gradient

@@ -1,0 +1,283 @@
+"""Memory explained: live bytes over a compiled program's schedule, and what the peak holds.
+
+Read from what XLA reports about a compiled executable: its optimised, *scheduled* HLO (the
+entry computation's instructions are listed in the order they run) and its compiled memory
+statistics (``argument``, ``output``, ``temp``, ``alias`` bytes of the buffer assignment).
+
+The timeline replays the schedule: every instruction's result is a buffer from the instruction
+that defines it to its last use (``get-tuple-element``, ``bitcast``, ``tuple`` and ``while``
+results are views of their operands, not new buffers; constants live in XLA's constant
+allocations and are left out); entry parameters (the arguments) are live throughout; a result
+that XLA writes in place into a donated argument (``input_output_alias``) takes no new bytes.
+Every buffer carries the ``op_name`` metadata kaun_ir's lowering writes (the layer path and the
+op, ``"2.linear/dot_general"``), so the buffers live at the peak group by layer.
+
+This is a replay of XLA's schedule, not of its heap simulation: XLA may also reuse an operand's
+buffer for a fusion's result (in-place element-wise updates) and packs buffers with offsets in
+one temporary allocation, so the replayed peak is an upper estimate of the live bytes at that
+point, and XLA's ``temp`` (the size of the allocation the heap simulation packed everything
+into) bounds the temporaries it can hold. :class:`MemoryReport` keeps both: the replay for *what*
+is live, XLA's statistics for *how much* is allocated.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from kaun_ir.runtime.collectives import _shape_bytes
+
+__all__ = ["Buffer", "MemoryReport", "analyse", "KINDS"]
+
+#: the kinds of bytes a report sorts the peak into
+KINDS = (
+    "parameters",
+    "optimiser state",
+    "layer state",
+    "inputs",
+    "activations saved for backward",
+    "temporaries",
+)
+
+_INSTR = re.compile(
+    r"^\s*(?P<root>ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<op>[\w\-]+)\((?P<rest>.*)$"
+)
+_SUBCOMP = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=\{?[^,}]*\}?")
+_OPERAND = re.compile(r"%([\w.\-]+)")
+_OP_NAME = re.compile(r'op_name="([^"]*)"')
+_PARAM = re.compile(r"parameter\((\d+)\)")
+_ALIAS = re.compile(r"\{(\d*)\}:\s*\((\d+),")
+_NOT_LAYERS = ("loss", "optimizer", "rng", "(other)")
+_VIEWS = ("get-tuple-element", "bitcast", "tuple", "while", "opt-barrier")
+
+
+@dataclass
+class Buffer:
+    """One buffer of the replayed schedule: the instruction defining it, its bytes, its live
+    range (``start``/``end`` positions in the schedule), its ``op_name`` and ``kind``."""
+
+    name: str
+    bytes: int
+    start: int
+    end: int
+    op_name: str
+    kind: str = "temporaries"
+    parameter: int | None = None
+
+
+@dataclass
+class MemoryReport:
+    """What :func:`analyse` found: ``stats`` (XLA's compiled memory statistics), ``timeline``
+    (live bytes after every scheduled instruction, arguments included), ``peak_bytes`` and
+    ``peak_position`` of the replay, ``peak`` (``[(layer, kind, bytes)]`` live at the peak, largest
+    first), ``by_kind`` (bytes per kind at the peak) and ``remat`` (``[(policy, stats, peak)]``
+    of the rematerialisation policies measured by compiling them, filled in by
+    ``kn.memory_report``)."""
+
+    stats: dict
+    timeline: list
+    peak_bytes: int
+    peak_position: int
+    peak_instruction: str
+    peak: list
+    by_kind: dict
+    buffers: list = field(repr=False, default_factory=list)
+    remat: list = field(default_factory=list)
+
+    def text(self, rows: int = 12) -> str:
+        """The report as a table (MiB), as ``kaun-ir memory`` prints it."""
+        mib = 1 << 20
+        s = self.stats
+        lines = [
+            "XLA's buffer assignment: arguments {:.2f} MiB, outputs {:.2f} MiB (aliasing arguments: "
+            "{:.2f}), temporaries {:.2f} MiB, total {:.2f} MiB".format(
+                s["argument"] / mib,
+                s["output"] / mib,
+                s["alias"] / mib,
+                s["temp"] / mib,
+                s["total_bytes"] / mib,
+            ),
+            f"schedule: {len(self.timeline)} instructions; peak {self.peak_bytes / mib:.2f} MiB live after "
+            f"instruction {self.peak_position} ({self.peak_instruction})",
+            "",
+            "at the peak, by kind:",
+        ]
+        for kind in KINDS:
+            if self.by_kind.get(kind):
+                lines.append(f"  {kind:<32} {self.by_kind[kind] / mib:10.3f} MiB")
+        lines += ["", "at the peak, by layer:", f"  {'layer':<28} {'kind':<32} {'MiB':>10}"]
+        for layer, kind, size in self.peak[:rows]:
+            lines.append(f"  {layer:<28} {kind:<32} {size / mib:10.3f}")
+        if len(self.peak) > rows:
+            rest = sum(size for _, _, size in self.peak[rows:])
+            lines.append(f"  {'(' + str(len(self.peak) - rows) + ' more)':<61} {rest / mib:10.3f}")
+        if self.remat:
+            lines += ["", "rematerialisation, measured by compiling each policy:"]
+            lines.append(
+                f"  {'remat=':<12} {'temporaries MiB':>16} {'vs now':>8} "
+                f"{'replayed peak MiB':>18} {'vs now':>8}"
+            )
+            lines.append(
+                f"  {'none':<12} {s['temp'] / mib:16.2f} {1:8.2f} {self.peak_bytes / mib:18.2f} {1:8.2f}"
+            )
+            for policy, stats, peak in self.remat:
+                lines.append(
+                    f"  {policy!r:<12} {stats['temp'] / mib:16.2f} {stats['temp'] / max(s['temp'], 1):8.2f} "
+                    f"{peak / mib:18.2f} {peak / max(self.peak_bytes, 1):8.2f}"
+                )
+        return "\n".join(lines)
+
+    def __str__(self) -> str:
+        return self.text()
+
+
+def _entry(hlo_text: str) -> tuple[str, list[str]]:
+    lines = hlo_text.splitlines()
+    header = lines[0] if lines else ""
+    for i, line in enumerate(lines):
+        if line.startswith("ENTRY"):
+            body = []
+            for inner in lines[i + 1 :]:
+                if inner.startswith("}"):
+                    break
+                body.append(inner)
+            return header, body
+    raise ValueError("memory report: the HLO text has no ENTRY computation")
+
+
+def layer_of(op_name: str) -> str:
+    """The top-level layer of an ``op_name`` (``"3.decoder_block.attn/dot_general"`` ->
+    ``"3.decoder_block"``; ``"optimizer/add"`` -> ``"optimizer"``)."""
+    path = op_name.rsplit("/", 1)[0] if "/" in op_name else op_name
+    tokens = [t for t in re.split(r"[./]", path) if t]
+    if not tokens:
+        return "(other)"
+    if tokens[0].isdigit() and len(tokens) > 1:
+        return f"{tokens[0]}.{tokens[1]}"
+    if tokens[0].split("-")[0].isdigit() and len(tokens) > 1:  # "1-8.pipeline"
+        return f"{tokens[0]}.{tokens[1]}"
+    return tokens[0]
+
+
+def analyse(
+    hlo_text: str,
+    stats: dict,
+    argument_kinds: list | None = None,
+    argument_layers: list | None = None,
+    loss_output: int | None = None,
+) -> MemoryReport:
+    """The :class:`MemoryReport` of an executable's optimised HLO text and memory statistics.
+
+    ``argument_kinds[k]`` / ``argument_layers[k]`` name the kind (``"parameters"`` ...) and the
+    layer of entry parameter ``k`` (default: ``"inputs"``, ``"(inputs)"``). With
+    ``loss_output`` (the index of the loss among the outputs of a training step), a buffer made
+    before the instruction that computes the loss and still live after it is an activation
+    saved for the backward pass when it is made by a layer's op (not the loss, the optimiser
+    or the rng) and read after that instruction; a buffer without ``op_name`` (a copy XLA
+    added) is named after the first operand that has one."""
+    header, body = _entry(hlo_text)
+    aliased_outputs = (
+        {
+            int(k)
+            for k, _ in _ALIAS.findall(
+                header.split("input_output_alias=", 1)[-1].split("entry_computation_layout")[0]
+            )
+        }
+        if "input_output_alias=" in header
+        else set()
+    )
+    buffers: dict[str, Buffer] = {}
+    owner: dict[str, list[str]] = {}  # a view -> the buffers it reads
+    order: list[tuple[str, str]] = []
+    root_operands: list[str] = []
+    loss_at = None
+    for pos, line in enumerate(body):
+        m = _INSTR.match(line)
+        if m is None:
+            order.append(("", ""))
+            continue
+        name, op, rest = m.group("name"), m.group("op"), m.group("rest")
+        op_match = _OP_NAME.search(rest)
+        op_name = op_match.group(1) if op_match else ""
+        operands = _OPERAND.findall(_SUBCOMP.sub("", rest.split("metadata=")[0]))
+        order.append((name, op_name))
+        for operand in operands:  # extend the live ranges of what this reads
+            for b in owner.get(operand, ()):
+                buffers[b].end = max(buffers[b].end, pos)
+        if m.group("root"):
+            root_operands = operands if op == "tuple" else [name]
+        if op in _VIEWS:
+            owner[name] = [b for operand in operands for b in owner.get(operand, ())]
+            continue
+        if op == "constant":
+            owner[name] = []
+            continue
+        if not op_name:  # a copy or transpose XLA added: named after what it reads
+            op_name = next(
+                (buffers[b].op_name for o in operands for b in owner.get(o, ()) if buffers[b].op_name), ""
+            )
+        size = _shape_bytes(m.group("shape"))
+        buf = Buffer(name, size, pos, pos, op_name)
+        if op == "parameter":
+            k = int(_PARAM.search(line).group(1))
+            buf.parameter = k
+            buf.kind = argument_kinds[k] if argument_kinds and k < len(argument_kinds) else "inputs"
+            buf.op_name = argument_layers[k] if argument_layers and k < len(argument_layers) else "(inputs)"
+            buf.start, buf.end = -1, len(body)
+        buffers[name] = buf
+        owner[name] = [name]
+    n = len(body)
+    if loss_output is not None and loss_output < len(root_operands):
+        # the forward pass ends where the loss (output ``loss_output``) is computed
+        made = [buffers[b].start for b in owner.get(root_operands[loss_output], ())]
+        loss_at = max(made) if made else None
+    for k, operand in enumerate(root_operands):
+        for b in owner.get(operand, ()):
+            if buffers[b].parameter is None:
+                if k in aliased_outputs:  # written in place into a donated argument's buffer
+                    buffers[b].bytes = 0
+                buffers[b].end = n
+    # live bytes after every instruction
+    delta = [0] * (n + 2)
+    for b in buffers.values():
+        start = max(b.start, 0)
+        delta[start] += b.bytes
+        delta[min(b.end, n) + 1] -= b.bytes
+    timeline, live = [], 0
+    for pos in range(n):
+        live += delta[pos]
+        timeline.append(live)
+    peak_pos = max(range(n), key=timeline.__getitem__) if n else 0
+    at_peak = [b for b in buffers.values() if b.bytes and max(b.start, 0) <= peak_pos <= b.end]
+    layers_by_index: dict[str, str] = {}
+    for _, op_name in order:
+        layer = layer_of(op_name)
+        layers_by_index.setdefault(layer.split(".")[0], layer)
+    groups: dict[tuple[str, str], int] = {}
+    by_kind: dict[str, int] = {}
+    for b in at_peak:
+        kind = b.kind
+        if (
+            b.parameter is None
+            and loss_at is not None
+            and b.start < loss_at < b.end
+            and layer_of(b.op_name) not in _NOT_LAYERS
+        ):
+            kind = "activations saved for backward"
+        b.kind = kind
+        layer = layer_of(b.op_name) if b.parameter is None else b.op_name
+        if b.parameter is not None and layer.split(".")[0] in layers_by_index:
+            layer = layers_by_index[layer.split(".")[0]]
+        groups[(layer, kind)] = groups.get((layer, kind), 0) + b.bytes
+        by_kind[kind] = by_kind.get(kind, 0) + b.bytes
+    peak = sorted(((layer, kind, size) for (layer, kind), size in groups.items()), key=lambda r: -r[2])
+    return MemoryReport(
+        stats=dict(stats),
+        timeline=timeline,
+        peak_bytes=timeline[peak_pos] if n else 0,
+        peak_position=peak_pos,
+        peak_instruction=order[peak_pos][0] if order and peak_pos < len(order) else "",
+        peak=peak,
+        by_kind=by_kind,
+        buffers=list(buffers.values()),
+    )
