@@ -137,6 +137,12 @@ def add_parser(sub) -> None:
         help=f"time XLA's {bench_flops.MATMUL_N}^3 float32 matmul through kaun_ir's runtime (and "
         "torch.mm) once, to compare the steps' GFLOP/s with (default: on)",
     )
+    parser.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="add a torch.compile row (forward + loss and opt.step compiled, inductor's C++ "
+        "backend; its compilation is part of its first step) next to PyTorch eager",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--compile",
@@ -217,6 +223,7 @@ def _run_plan(args, plan: list[tuple[str, int, int]]) -> list[dict]:
                 memory=args.memory,
                 order=i,
                 variants=tuple(args.variant or ()),
+                torch_compile=args.torch_compile,
             )
         )
     if sys.stderr.isatty():

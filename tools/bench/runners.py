@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from kaun_ir.tools.bench.reference import JaxRunner, TorchRunner
+from kaun_ir.tools.bench.reference import JaxRunner, TorchCompileRunner, TorchRunner
 from kaun_ir.tools.bench.workloads import NUM_BATCHES, Setup
 
 #: ``--variant`` rows: kaun_ir trained with ``train.make(..., precision=...)`` or ``remat=...``,
 #: the closure form, or the model's repeated blocks rolled into a loop (``roll``)
 VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure", "roll")
+
+
+#: the implementation name of the ``torch.compile`` row (``--torch-compile``)
+TORCH_COMPILE = "torch.compile"
 
 
 def block_name(steps_per_call: int) -> str:
@@ -33,6 +37,8 @@ def make_runner(impl: str, setup: Setup, steps_per_call: int = 0):
         return JaxRunner.of(setup)
     if impl == "torch":
         return TorchRunner(setup)
+    if impl == TORCH_COMPILE:
+        return TorchCompileRunner(setup)
     if impl == block_name(steps_per_call) and steps_per_call > 0:
         return KaunBlockRunner(setup, steps_per_call)
     for variant in VARIANTS:
@@ -46,14 +52,19 @@ def variant_name(variant: str) -> str:
     return f"kaun_ir[{variant}]"
 
 
-def implementations(steps_per_call: int, torch: bool, variants: tuple = ()) -> list[str]:
-    """The rows of one workload, in table order."""
+def implementations(
+    steps_per_call: int, torch: bool, variants: tuple = (), torch_compile: bool = False
+) -> list[str]:
+    """The rows of one workload, in table order (``torch_compile``: with the ``torch.compile``
+    row, when ``torch`` is)."""
     names = ["kaun_ir"] + [variant_name(v) for v in variants]
     if steps_per_call > 0:
         names.append(block_name(steps_per_call))
     names.append("jax")
     if torch:
         names.append("torch")
+        if torch_compile:
+            names.append(TORCH_COMPILE)
     return names
 
 
