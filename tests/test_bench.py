@@ -319,3 +319,17 @@ def test_torch_compile_row_reaches_jax_loss(monkeypatch):
         rtol=bench_measure.TORCH_LOSS_RTOL,
     )
     assert "wheel" in result["torch"]
+
+
+def test_user_loop_rows_train_like_jax():
+    result = bench_measure.bench_workload(
+        "mlp_small", steps=3, rounds=0, small=True, torch=False, variants=("user", "user-closure")
+    )
+    entries = result["implementations"]
+    for impl in ("kaun_ir[user]", "kaun_ir[user-closure]"):
+        np.testing.assert_allclose(
+            entries[impl]["loss_after_steps"],
+            entries["jax"]["loss_after_steps"],
+            rtol=bench_measure.LOSS_RTOL,
+        )
+    assert result["losses_agree"]

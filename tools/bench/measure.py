@@ -27,7 +27,14 @@ PAUSE_S = 0.02
 
 def loss_rtol(impl: str) -> float:
     """The relative tolerance of row ``impl``'s loss after N steps against JAX's."""
-    exact = {"jax", "kaun_ir", *(variant_name(v) for v in ("remat=nothing", "remat=dots", "closure", "roll"))}
+    exact = {
+        "jax",
+        "kaun_ir",
+        *(
+            variant_name(v)
+            for v in ("remat=nothing", "remat=dots", "closure", "roll", "user", "user-closure")
+        ),
+    }
     if impl in exact:  # the same XLA kernels as the JAX step
         return LOSS_RTOL
     if impl in ("torch", TORCH_COMPILE):

@@ -16,7 +16,9 @@ from kaun_ir.tools.bench.workloads import NUM_BATCHES, Setup
 
 #: ``--variant`` rows: kaun_ir trained with ``train.make(..., precision=...)`` or ``remat=...``,
 #: the closure form, or the model's repeated blocks rolled into a loop (``roll``)
-VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure", "roll")
+VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure", "roll", "user", "user-closure")
+#: the user-loop rows: ``train.step`` called as a user's loop calls it (see :class:`UserLoopRunner`)
+USER_VARIANTS = ("user", "user-closure")
 
 
 #: the implementation name of the ``torch.compile`` row (``--torch-compile``)
@@ -41,6 +43,9 @@ def make_runner(impl: str, setup: Setup, steps_per_call: int = 0):
         return TorchCompileRunner(setup)
     if impl == block_name(steps_per_call) and steps_per_call > 0:
         return KaunBlockRunner(setup, steps_per_call)
+    for variant in USER_VARIANTS:
+        if impl == variant_name(variant):
+            return UserLoopRunner(setup, variant == "user-closure")
     for variant in VARIANTS:
         if impl == variant_name(variant):
             return KaunRunner(setup, variant)
@@ -219,3 +224,46 @@ class KaunBlockRunner:
 
     def memory_analysis(self) -> dict | None:
         return _kaun_memory_analysis(self.trainer.cache.block)
+
+
+class UserLoopRunner:
+    """The loop a user writes, public API only: the batches as ``jax.Array`` s
+    (``jax.device_put``; the workload's batches twice over, 16 distinct arrays cycled, the same
+    data sequence as the other rows) and ``train.step(trainer, st, x, y)`` (``user``) or, with
+    ``closure``, ``train.step(trainer, st, x, lambda logits: loss.cross_entropy_sparse(logits,
+    y))`` on a trainer made without ``loss=`` (``user-closure``). Dispatch is asynchronous; the
+    bench blocks at the end of each round."""
+
+    steps_per_call = 1
+
+    def __init__(self, setup: Setup, closure: bool):
+        import jax
+
+        from kaun_ir import train
+        from kaun_ir.nn import loss
+
+        self.name = variant_name("user-closure" if closure else "user")
+        self.trainer = _kaun_trainer(setup, "closure" if closure else None)
+        self.state = _kaun_state(self.trainer, setup)
+        self.batches = [(jax.device_put(x), jax.device_put(y)) for x, y in setup.batches * 2]
+        self.count = 0
+        self._step, self._loss, self._closure = train.step, loss.cross_entropy_sparse, closure
+
+    def call(self):
+        x, y = self.batches[self.count % len(self.batches)]
+        self.count += 1
+        if self._closure:
+            cross_entropy = self._loss
+            value, self.state = self._step(
+                self.trainer, self.state, x, lambda logits: cross_entropy(logits, y)
+            )
+        else:
+            value, self.state = self._step(self.trainer, self.state, x, y)
+        return value
+
+    @staticmethod
+    def last_loss(value) -> float:
+        return float(np.asarray(value))
+
+    def memory_analysis(self) -> dict | None:
+        return _kaun_memory_analysis(self.trainer.cache.step)
