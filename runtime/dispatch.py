@@ -89,7 +89,7 @@ class Route:
         # an array on another device (or sharded over several) is moved, not handed to XLA
         return [
             a
-            if type(a) is device_type and a.dtype == dt and a.sharding == placed
+            if type(a) is device_type and a.dtype == dt and ((s := a.sharding) is placed or s == placed)
             else transfer.to_device(a, dt, device)
             for a, dt in zip(arrays, dtypes)
         ]

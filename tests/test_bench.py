@@ -298,3 +298,38 @@ def test_closure_row_trains_like_the_explicit_row():
         a, b = explicit.last_loss(explicit.call()), closure.last_loss(closure.call())
         assert a == b
     assert closure.state.cache.flat is not None  # the dispatch fast path is armed
+
+
+@pytest.mark.skipif(not TORCH_OK, reason="PyTorch is not installed")
+def test_torch_compile_row_reaches_jax_loss(monkeypatch):
+    import functools
+
+    import torch
+
+    # dynamo's capture and AOTAutograd as in the bench, with the eager backend: inductor's C++
+    # compilation takes minutes, and what is tested here is the row's step, not the kernels
+    monkeypatch.setattr(torch, "compile", functools.partial(torch.compile, backend="aot_eager"))
+    result = bench_measure.bench_workload("mlp_small", steps=3, rounds=0, small=True, torch_compile=True)
+    entries = result["implementations"]
+    assert list(entries)[-2:] == ["torch", "torch.compile"]
+    assert result["losses_agree"]
+    np.testing.assert_allclose(
+        entries["torch.compile"]["loss_after_steps"],
+        entries["jax"]["loss_after_steps"],
+        rtol=bench_measure.TORCH_LOSS_RTOL,
+    )
+    assert "wheel" in result["torch"]
+
+
+def test_user_loop_rows_train_like_jax():
+    result = bench_measure.bench_workload(
+        "mlp_small", steps=3, rounds=0, small=True, torch=False, variants=("user", "user-closure")
+    )
+    entries = result["implementations"]
+    for impl in ("kaun_ir[user]", "kaun_ir[user-closure]"):
+        np.testing.assert_allclose(
+            entries[impl]["loss_after_steps"],
+            entries["jax"]["loss_after_steps"],
+            rtol=bench_measure.LOSS_RTOL,
+        )
+    assert result["losses_agree"]

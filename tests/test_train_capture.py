@@ -250,3 +250,91 @@ def test_explicit_form_rejects_a_loss_function_and_closure_form_needs_one():
         train.step(closure, st, X, LABELS_A)
     with pytest.raises(TypeError, match="loss must be a function"):
         train.make(layer.linear(5, 3), optim.sgd(0.1), loss=3)
+
+
+# ------------------------------------------------------------------ repeated closures, quickly
+
+_WEIGHT = 1.0
+
+
+def _sgd_reference(st: train.State, schedule, lr: float = 0.1) -> list:
+    """NumPy losses of ``weight * cross_entropy`` SGD steps of the linear model from ``st``."""
+    w = np.asarray(st.vars.params["weight"], np.float64)
+    b = np.asarray(st.vars.params["bias"], np.float64)
+    x = X.astype(np.float64)
+    losses = []
+    for labels, weight in schedule:
+        logits = x @ w + b
+        e = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p = e / e.sum(axis=1, keepdims=True)
+        losses.append(weight * float(np.mean(-np.log(p[np.arange(len(labels)), labels]))))
+        g = p.copy()
+        g[np.arange(len(labels)), labels] -= 1.0
+        g *= weight / len(labels)
+        w, b = w - lr * x.T @ g, b - lr * g.sum(axis=0)
+    return losses
+
+
+def _weighted(weight, cross_entropy, labels):
+    return lambda logits: weight * cross_entropy(logits, labels)
+
+
+def _global_weighted(labels):
+    return lambda logits: _WEIGHT * loss.cross_entropy_sparse(logits, labels)
+
+
+def _global_weighted_list(held):
+    return lambda logits: _WEIGHT * loss.cross_entropy_sparse(logits, held[0])
+
+
+def _counting_specs(monkeypatch) -> list:
+    from kaun_ir.train import capture, dispatch
+
+    made = []
+
+    class Counting(capture.LossSpec):
+        def __init__(self, fn):
+            made.append(fn)
+            super().__init__(fn)
+
+    monkeypatch.setattr(dispatch, "LossSpec", Counting)
+    return made
+
+
+def test_repeated_closures_take_the_quick_key_and_see_changed_cells(monkeypatch):
+    made = _counting_specs(monkeypatch)
+    trainer = train.make(layer.linear(5, 3), optim.sgd(0.1))
+    with rng.scope(0):
+        st = train.init(trainer)
+    schedule = [(LABELS_A if i % 2 else LABELS_B, 1.0 if i < 5 else 2.5) for i in range(8)]
+    want = _sgd_reference(st, schedule)
+    got = []
+    for labels, weight in schedule:
+        value, st = train.step(trainer, st, X, _weighted(weight, loss.cross_entropy_sparse, labels))
+        got.append(float(value))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    # inspected fully once per key (the weight is part of it), quickly otherwise
+    assert len(made) <= 3
+    assert trainer.cache.step.trace_count == 2
+
+
+def test_quick_key_sees_a_rebound_global_and_a_cell_of_another_kind(monkeypatch):
+    global _WEIGHT
+    made = _counting_specs(monkeypatch)
+    trainer = train.make(layer.linear(5, 3), optim.sgd(0.1))
+    with rng.scope(0):
+        st = train.init(trainer)
+    schedule = [(LABELS_A if i % 2 else LABELS_B, 1.0 if i < 4 else 3.0) for i in range(7)]
+    want = _sgd_reference(st, schedule)
+    got = []
+    try:
+        for i, (labels, weight) in enumerate(schedule):
+            _WEIGHT = weight
+            # the last closure holds its labels in a list: not quick, the full inspection
+            fn = _global_weighted_list([labels]) if i == 6 else _global_weighted(labels)
+            value, st = train.step(trainer, st, X, fn)
+            got.append(float(value))
+    finally:
+        _WEIGHT = 1.0
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    assert len(made) <= 4

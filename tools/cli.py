@@ -12,6 +12,8 @@ import importlib
 import re
 import sys
 
+#: commands that train steps: started with huge pages for the C heap (kaun_ir.tools.malloc_tuning)
+TUNED_COMMANDS = ("demo", "bench")
 DEBUG = False  # set by main() from --debug: commands re-raise instead of printing one line
 
 # Each command: the module under kaun_ir.tools that implements it (``add_parser`` and ``run``)
@@ -105,6 +107,10 @@ def describe(err: BaseException) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Run ``kaun-ir`` with ``argv`` (default: the process's arguments); returns the exit status."""
     global DEBUG
+    if argv is None and _named_command(sys.argv[1:]) in TUNED_COMMANDS:
+        from kaun_ir.tools import malloc_tuning
+
+        malloc_tuning.restart_with_tunables()  # returns when there is nothing to change
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = DEBUG = "--debug" in argv
     argv = [a for a in argv if a != "--debug"]

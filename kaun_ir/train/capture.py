@@ -37,7 +37,7 @@ from kaun_ir.surface.constant_hooks import constant_hook
 from kaun_ir.surface.tensor import Tensor, to_value, type_of
 from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type
 
-__all__ = ["Explicit", "LossSpec", "Probed", "Unlifted", "probe", "warn_opaque"]
+__all__ = ["Explicit", "LossSpec", "Probed", "Unlifted", "probe", "quick_key", "remember", "warn_opaque"]
 
 # Objects from these packages are taken to be fixed code (functions, modules, classes); a user
 # function is looked into instead (its closure, defaults and the globals it names).
@@ -284,6 +284,105 @@ class LossSpec:
 
     def __eq__(self, other):
         return isinstance(other, LossSpec) and self.key == other.key
+
+
+# ------------------------------------------------------------------ repeated closures, quickly
+#
+# A user's loop makes a new closure of the same code every step (``lambda out: loss(out, y)``
+# over the batch's labels). Once one closure of a code object has been inspected, and it held
+# nothing but arrays and fixed atoms (library functions and modules, classes, Python scalars)
+# in its cells and named only such atoms as globals, the next closure of that code has the same
+# key when its cells hold arrays at the same places and the very same atoms, and its globals
+# are the same objects: checked in a few identity comparisons instead of a full inspection.
+
+_ARRAY = object()  # marks a cell that held a lifted array
+_MISSING = object()  # marks a global name the code reads that the module does not define
+
+
+def _atom(value: Any) -> bool:
+    """A value whose identity (scalars: type and value) determines its part of the key."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value == value  # a NaN is keyed by kind, not value: leave it to the full path
+    if kind is types.FunctionType or kind is types.ModuleType:
+        return _is_library(value)
+    if kind is types.BuiltinFunctionType:
+        owner = getattr(value, "__self__", None)
+        return owner is None or isinstance(owner, types.ModuleType)
+    return isinstance(value, type)
+
+
+class _Known:
+    """What the quick check of a code object's closures compares with (see above)."""
+
+    __slots__ = ("globals_id", "cells", "names", "values", "key")
+
+    def __init__(self, globals_id: int, cells: tuple, names: tuple, values: tuple, key: Any):
+        self.globals_id, self.cells, self.names, self.values, self.key = globals_id, cells, names, values, key
+
+
+_KNOWN: dict = {}
+_KNOWN_MAX = 256
+
+
+def remember(spec: LossSpec, array_types: tuple) -> None:
+    """File a liftable closure's layout for :func:`quick_key`, when it qualifies."""
+    fn = spec.fn
+    if spec.opaque is not None or type(fn) is not types.FunctionType:
+        return
+    if fn.__defaults__ is not None or fn.__kwdefaults__ is not None:
+        return
+    try:
+        cells = [cell.cell_contents for cell in (fn.__closure__ or ())]
+    except ValueError:
+        return
+    layout = []
+    for value in cells:
+        if type(value) in array_types:
+            layout.append(_ARRAY)
+        elif _atom(value):
+            layout.append(value)
+        else:
+            return
+    namespace = fn.__globals__
+    names = _sorted_code_names(fn.__code__)
+    values = tuple(namespace.get(name, _MISSING) for name in names)
+    if not all(v is _MISSING or _atom(v) for v in values):
+        return
+    if len(_KNOWN) >= _KNOWN_MAX:
+        _KNOWN.clear()
+    _KNOWN[fn.__code__] = _Known(id(namespace), tuple(layout), names, values, spec.key)
+
+
+def quick_key(fn: Any, array_types: tuple) -> tuple[Any, list] | None:
+    """``(key, arrays)`` of a closure whose code was :func:`remember` ed, equal to what
+    ``LossSpec(fn)`` would find; None when it cannot be told quickly."""
+    if type(fn) is not types.FunctionType:
+        return None
+    known = _KNOWN.get(fn.__code__)
+    if known is None or known.globals_id != id(fn.__globals__):
+        return None
+    if fn.__defaults__ is not None or fn.__kwdefaults__ is not None:
+        return None
+    arrays = []
+    try:
+        for cell, held in zip(fn.__closure__ or (), known.cells):
+            value = cell.cell_contents
+            if held is _ARRAY:
+                if type(value) not in array_types:
+                    return None
+                arrays.append(value)
+            elif value is not held and not (
+                type(value) is type(held) and type(value) in _SCALARS and value == held
+            ):
+                return None
+    except ValueError:  # a cell not assigned yet: the full path says so
+        return None
+    namespace = fn.__globals__
+    for name, value in zip(known.names, known.values):
+        if namespace.get(name, _MISSING) is not value:
+            return None
+    return known.key, arrays
 
 
 def _is_data(x: Any) -> bool:

@@ -17,6 +17,7 @@ import numpy as np
 from kaun_ir import layer, optim, tree
 from kaun_ir.runtime import compilation
 from kaun_ir.surface.trace import is_array_leaf
+from kaun_ir.train import capture
 from kaun_ir.train.capture import Explicit, LossSpec
 from kaun_ir.train.state import State, Trainer
 
@@ -94,15 +95,22 @@ def fast_step(trainer: Trainer, st: State, flat: tuple, x: Any, targets: tuple, 
     struct, leaves = flat
     if leaves and leaves[0].is_deleted():
         return None  # the general path raises the clear error
+    array_types = compilation.array_types()
     if trainer.loss is not None:
         loss_key, arrays = "explicit", targets
     else:
         if len(targets) != 1:
             return None
-        spec = LossSpec(targets[0]) if callable(targets[0]) else None
-        if spec is None or spec.opaque is not None or spec.key in trainer.cache.opaque:
+        quick = capture.quick_key(targets[0], array_types)
+        if quick is None:
+            spec = LossSpec(targets[0]) if callable(targets[0]) else None
+            if spec is None or spec.opaque is not None:
+                return None
+            capture.remember(spec, array_types)
+            quick = spec.key, spec.arrays
+        loss_key, arrays = quick
+        if loss_key in trainer.cache.opaque:
             return None
-        loss_key, arrays = spec.key, spec.arrays
     try:
         sig = ((x.shape, np.dtype(x.dtype)),) + tuple((a.shape, np.dtype(a.dtype)) for a in arrays)
     except AttributeError:
@@ -110,7 +118,6 @@ def fast_step(trainer: Trainer, st: State, flat: tuple, x: Any, targets: tuple, 
     route = compiled.routes.get(("train", struct, loss_key, bool(training), sig))
     if route is None:
         return None
-    array_types = compilation.array_types()
     if type(x) not in array_types or any(type(a) not in array_types for a in arrays):
         return None
     meta = route.meta

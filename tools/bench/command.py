@@ -21,11 +21,18 @@ on the same fixed synthetic batches (8, cycled step by step) with the same optim
   ``layer.sequential(..., roll=True)``, their decoder blocks one ``scan`` over stacked
   parameters (docs/loops.md); loss within ``LOSS_RTOL``. Workloads without repeated blocks
   train exactly as ``kaun_ir``;
+- ``kaun_ir[user]``, ``kaun_ir[user-closure]`` (``--variant user`` / ``user-closure``): the loop
+  as a user writes it, public API only: ``jax.Array`` batches (``jax.device_put``, 16 distinct
+  arrays cycled) and ``train.step`` with explicit targets or a new loss closure every step;
 - ``jax``: the reference, ``jax.jit`` of the whole step (forward, ``jax.grad``, optax update)
   with parameters and optimiser state donated;
 - ``torch``: PyTorch eager, ``torch.optim.Adam`` / ``AdamW`` with optax's hyper-parameters and
   PyTorch's default (per-parameter loop) optimiser implementation and thread count. Left out,
-  with a line saying so, when ``import torch`` fails (``pip install kaun-ir[bench]``).
+  with a line saying so, when ``import torch`` fails (``pip install kaun-ir[bench]``). The
+  footer names the wheel that ran (CPU-only or CUDA);
+- ``torch.compile`` (``--torch-compile``): the same PyTorch step with the forward + loss and
+  ``opt.step`` compiled by ``torch.compile`` (inductor's C++ backend on the CPU); its
+  compilation is part of its first step.
 
 Measured per workload (``--workload``, default all):
 
@@ -126,9 +133,9 @@ def add_parser(sub) -> None:
         default=None,
         choices=VARIANTS,
         help="add a kaun_ir[VARIANT] row: mixed precision (train.make(precision=...)), "
-        "rematerialisation (train.make(remat=...)), the closure form of the loss (closure) or "
-        "the transformers' blocks rolled into a loop (roll: layer.sequential(roll=True)); "
-        "repeatable",
+        "rematerialisation (train.make(remat=...)), the closure form of the loss (closure), "
+        "the transformers' blocks rolled into a loop (roll: layer.sequential(roll=True)) or the "
+        "loop as a user writes it over jax.Array batches (user, user-closure); repeatable",
     )
     parser.add_argument(
         "--matmul",
@@ -136,6 +143,12 @@ def add_parser(sub) -> None:
         default=True,
         help=f"time XLA's {bench_flops.MATMUL_N}^3 float32 matmul through kaun_ir's runtime (and "
         "torch.mm) once, to compare the steps' GFLOP/s with (default: on)",
+    )
+    parser.add_argument(
+        "--torch-compile",
+        action="store_true",
+        help="add a torch.compile row (forward + loss and opt.step compiled, inductor's C++ "
+        "backend; its compilation is part of its first step) next to PyTorch eager",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
@@ -217,6 +230,7 @@ def _run_plan(args, plan: list[tuple[str, int, int]]) -> list[dict]:
                 memory=args.memory,
                 order=i,
                 variants=tuple(args.variant or ()),
+                torch_compile=args.torch_compile,
             )
         )
     if sys.stderr.isatty():

@@ -10,7 +10,7 @@ import time
 from kaun_ir.tools.bench import flops as bench_flops
 from kaun_ir.tools.bench.memory import measure_in_child
 from kaun_ir.tools.bench.reference import torch_status
-from kaun_ir.tools.bench.runners import implementations, make_runner, variant_name
+from kaun_ir.tools.bench.runners import TORCH_COMPILE, implementations, make_runner, variant_name
 from kaun_ir.tools.bench.workloads import Setup
 
 LOSS_RTOL = 1e-4
@@ -27,10 +27,17 @@ PAUSE_S = 0.02
 
 def loss_rtol(impl: str) -> float:
     """The relative tolerance of row ``impl``'s loss after N steps against JAX's."""
-    exact = {"jax", "kaun_ir", *(variant_name(v) for v in ("remat=nothing", "remat=dots", "closure", "roll"))}
+    exact = {
+        "jax",
+        "kaun_ir",
+        *(
+            variant_name(v)
+            for v in ("remat=nothing", "remat=dots", "closure", "roll", "user", "user-closure")
+        ),
+    }
     if impl in exact:  # the same XLA kernels as the JAX step
         return LOSS_RTOL
-    if impl == "torch":
+    if impl in ("torch", TORCH_COMPILE):
         return TORCH_LOSS_RTOL
     if impl in (variant_name("bfloat16"), variant_name("float16")):
         return MIXED_LOSS_RTOL
@@ -133,13 +140,15 @@ def bench_workload(
     torch: bool | None = None,
     order: int = 0,
     variants: tuple = (),
+    torch_compile: bool = False,
 ) -> dict:
     """Benchmark one workload (see the ``kaun-ir bench`` help); returns a result dict.
 
     ``small``: the tiny test sizes; ``steps_per_call``: K of the fused row (0: no such row;
     ``steps`` must be a multiple of it); ``memory``: child-process memory and first-step
     measurement; ``torch``: include PyTorch (None: when importable); ``order``: how far the
-    order of the implementations is rotated (the CLI passes the workload's index)."""
+    order of the implementations is rotated (the CLI passes the workload's index);
+    ``torch_compile``: add the ``torch.compile`` row (with PyTorch)."""
     _check_arguments(steps, rounds, steps_per_call)
     torch_ok, torch_line = torch_status()
     if torch is None:
@@ -147,7 +156,7 @@ def bench_workload(
     elif torch and not torch_ok:
         raise RuntimeError(torch_line)
     setup = Setup(name, small)
-    names = implementations(steps_per_call, torch, tuple(variants))
+    names = implementations(steps_per_call, torch, tuple(variants), torch_compile)
     entries: dict[str, dict] = {impl: {} for impl in names}  # in table order
     schedule = _rotated(names, order)
     runners = _first_steps(schedule, setup, steps, steps_per_call, entries)

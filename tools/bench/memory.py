@@ -61,7 +61,7 @@ def measure_here(
     """In this (fresh) process: build implementation ``impl`` of workload ``name``, time its
     first step and measure its memory (see the module docstring). Returns a dict of byte counts
     and seconds."""
-    if impl == "torch":
+    if impl in ("torch", "torch.compile"):
         import torch  # imported before the baseline, like jax for the others
 
         torch.ones(2, requires_grad=True).square().sum().backward()  # autograd warmed up

@@ -103,13 +103,13 @@ class JaxRunner:
 
 
 def torch_status() -> tuple[bool, str]:
-    """``(available, description)``: whether ``import torch`` works, and its version and
-    thread count or the reason it does not."""
+    """``(available, description)``: whether ``import torch`` works, and its version, wheel
+    (CPU-only or CUDA) and thread count or the reason it does not."""
     try:
         import torch
     except Exception as err:  # ImportError, or a broken installation
         return False, f"skipped: import torch failed ({type(err).__name__}: {err}); install kaun-ir[bench]"
-    return True, f"torch {torch.__version__}, {torch.get_num_threads()} threads"
+    return True, f"{torch_wheel()}, {torch.get_num_threads()} threads"
 
 
 class TorchRunner:
@@ -169,3 +169,51 @@ class TorchRunner:
 
     def memory_analysis(self) -> dict | None:
         return None  # no XLA executable
+
+
+# ------------------------------------------------------------------------------ torch.compile
+
+
+def torch_wheel() -> str:
+    """Which PyTorch build runs: its version and whether it is a CPU-only or a CUDA wheel (a CUDA
+    wheel on a machine without a GPU still runs on the CPU, with other kernels and threads)."""
+    try:
+        import torch
+    except Exception as err:  # ImportError, or a broken installation
+        return f"no torch ({type(err).__name__})"
+    cuda = getattr(torch.version, "cuda", None)
+    return f"torch {torch.__version__} ({'CUDA ' + cuda if cuda else 'CPU-only'} wheel)"
+
+
+class TorchCompileRunner(TorchRunner):
+    """``torch.compile`` of the same PyTorch step: the forward + loss compiled as one function
+    (its backward compiled by AOTAutograd alongside) and ``opt.step`` compiled as another, both
+    with the default inductor backend (C++/OpenMP kernels on the CPU). The compilation happens
+    in the first call, so it is part of the first step."""
+
+    name = "torch.compile"
+
+    def __init__(self, setup: Setup):
+        import torch
+
+        super().__init__(setup)
+        forward, cross_entropy, opt = self.forward, self.cross_entropy, self.opt
+
+        def loss_of(x, y):
+            logits = forward(x)
+            return cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+
+        def opt_step():
+            opt.step()
+
+        self.loss_of = torch.compile(loss_of)
+        self.opt_step = torch.compile(opt_step)
+
+    def call(self):
+        x, y = self.batches[self.count % NUM_BATCHES]
+        self.count += 1
+        self.opt.zero_grad(set_to_none=True)
+        value = self.loss_of(x, y)
+        value.backward()
+        self.opt_step()
+        return value.detach()

@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from kaun_ir.tools.bench.reference import JaxRunner, TorchRunner
+from kaun_ir.tools.bench.reference import JaxRunner, TorchCompileRunner, TorchRunner
 from kaun_ir.tools.bench.workloads import NUM_BATCHES, Setup
 
 #: ``--variant`` rows: kaun_ir trained with ``train.make(..., precision=...)`` or ``remat=...``,
 #: the closure form, or the model's repeated blocks rolled into a loop (``roll``)
-VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure", "roll")
+VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure", "roll", "user", "user-closure")
+#: the user-loop rows: ``train.step`` called as a user's loop calls it (see :class:`UserLoopRunner`)
+USER_VARIANTS = ("user", "user-closure")
+
+
+#: the implementation name of the ``torch.compile`` row (``--torch-compile``)
+TORCH_COMPILE = "torch.compile"
 
 
 def block_name(steps_per_call: int) -> str:
@@ -33,8 +39,13 @@ def make_runner(impl: str, setup: Setup, steps_per_call: int = 0):
         return JaxRunner.of(setup)
     if impl == "torch":
         return TorchRunner(setup)
+    if impl == TORCH_COMPILE:
+        return TorchCompileRunner(setup)
     if impl == block_name(steps_per_call) and steps_per_call > 0:
         return KaunBlockRunner(setup, steps_per_call)
+    for variant in USER_VARIANTS:
+        if impl == variant_name(variant):
+            return UserLoopRunner(setup, variant == "user-closure")
     for variant in VARIANTS:
         if impl == variant_name(variant):
             return KaunRunner(setup, variant)
@@ -46,14 +57,19 @@ def variant_name(variant: str) -> str:
     return f"kaun_ir[{variant}]"
 
 
-def implementations(steps_per_call: int, torch: bool, variants: tuple = ()) -> list[str]:
-    """The rows of one workload, in table order."""
+def implementations(
+    steps_per_call: int, torch: bool, variants: tuple = (), torch_compile: bool = False
+) -> list[str]:
+    """The rows of one workload, in table order (``torch_compile``: with the ``torch.compile``
+    row, when ``torch`` is)."""
     names = ["kaun_ir"] + [variant_name(v) for v in variants]
     if steps_per_call > 0:
         names.append(block_name(steps_per_call))
     names.append("jax")
     if torch:
         names.append("torch")
+        if torch_compile:
+            names.append(TORCH_COMPILE)
     return names
 
 
@@ -208,3 +224,46 @@ class KaunBlockRunner:
 
     def memory_analysis(self) -> dict | None:
         return _kaun_memory_analysis(self.trainer.cache.block)
+
+
+class UserLoopRunner:
+    """The loop a user writes, public API only: the batches as ``jax.Array`` s
+    (``jax.device_put``; the workload's batches twice over, 16 distinct arrays cycled, the same
+    data sequence as the other rows) and ``train.step(trainer, st, x, y)`` (``user``) or, with
+    ``closure``, ``train.step(trainer, st, x, lambda logits: loss.cross_entropy_sparse(logits,
+    y))`` on a trainer made without ``loss=`` (``user-closure``). Dispatch is asynchronous; the
+    bench blocks at the end of each round."""
+
+    steps_per_call = 1
+
+    def __init__(self, setup: Setup, closure: bool):
+        import jax
+
+        from kaun_ir import train
+        from kaun_ir.nn import loss
+
+        self.name = variant_name("user-closure" if closure else "user")
+        self.trainer = _kaun_trainer(setup, "closure" if closure else None)
+        self.state = _kaun_state(self.trainer, setup)
+        self.batches = [(jax.device_put(x), jax.device_put(y)) for x, y in setup.batches * 2]
+        self.count = 0
+        self._step, self._loss, self._closure = train.step, loss.cross_entropy_sparse, closure
+
+    def call(self):
+        x, y = self.batches[self.count % len(self.batches)]
+        self.count += 1
+        if self._closure:
+            cross_entropy = self._loss
+            value, self.state = self._step(
+                self.trainer, self.state, x, lambda logits: cross_entropy(logits, y)
+            )
+        else:
+            value, self.state = self._step(self.trainer, self.state, x, y)
+        return value
+
+    @staticmethod
+    def last_loss(value) -> float:
+        return float(np.asarray(value))
+
+    def memory_analysis(self) -> dict | None:
+        return _kaun_memory_analysis(self.trainer.cache.step)
