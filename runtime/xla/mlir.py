@@ -51,25 +51,290 @@ def _register_optional_dialects(ctx) -> None:
 
 
 @contextlib.contextmanager
-def open_module(data: str | bytes):
+def open_module(data: str | bytes, source: str = "the module", trusted: bool = False):
     """Parse a StableHLO module — text, MLIR bytecode or a portable (versioned) artifact — and
-    yield the ``ir.Module`` while its context is live. Raises ``ValueError`` with MLIR's diagnostic."""
-    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
-    from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
+    yield the ``ir.Module`` while its context is live. Raises ``ValueError`` with MLIR's diagnostic
+    (``source`` names the input in it).
 
-    with mlir_context() as ctx, ir.Location.unknown():
-        module = None
-        if isinstance(data, (bytes, bytearray)):
+    The input is untrusted: MLIR's parsers end the process (``std::terminate``) when a diagnostic
+    they report is not UTF-8 (a damaged string table, a ``"\\ff"`` escape). So a portable artifact
+    is read with a diagnostic handler that never converts a message from C++, and any other input
+    is first parsed by a helper process (:func:`check_in_helper`); only what parsed there is parsed
+    here. ``trusted``: text kaun_ir lowered itself, parsed in-process directly."""
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
+
+    if isinstance(data, (bytes, bytearray)):
+        data = bytes(data)
+        if not data.startswith(BYTECODE_MAGIC):
             try:
-                module = stablehlo.deserialize_portable_artifact(ctx, bytes(data))
-            except Exception:  # not a portable artifact: plain MLIR bytecode or text
-                module = None
-        if module is None:
+                data = data.decode()
+            except UnicodeDecodeError as err:
+                raise ValueError(
+                    f"{source} is neither MLIR bytecode nor UTF-8 text ({err.reason} at byte {err.start})"
+                ) from None
+    with mlir_context() as ctx, ir.Location.unknown():
+        if isinstance(data, bytes) and bytecode_producer(data, source).startswith("StableHLO_v"):
+            module = _deserialize_quietly(ctx, data, source)
+        else:
+            if not trusted and _digest(data) not in _TRUSTED:
+                check_in_helper(data, source)
             try:
                 module = ir.Module.parse(data)
             except Exception as err:  # MLIRError: diagnostics in the message
-                raise ValueError(f"StableHLO does not parse: {err}") from None
+                raise ValueError(f"{source} does not parse as StableHLO: {err}") from None
         yield module
+
+
+BYTECODE_MAGIC = b"ML\xefR"
+_BYTECODE_VERSIONS = range(0, 32)  # MLIR's bytecode format is at version 6 (MLIR rejects newer ones)
+# Digests of modules this process serialised itself or already saw parse in the helper: parsed
+# in-process directly (a set of at most _TRUSTED_MAX entries, cleared when full).
+_TRUSTED: set[bytes] = set()
+_TRUSTED_MAX = 4096
+
+
+def _digest(data: str | bytes) -> bytes:
+    import hashlib  # noqa: PLC0415 - only imports read modules
+
+    raw = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+    return hashlib.blake2b(raw, digest_size=16).digest()
+
+
+def _trust(data: str | bytes) -> None:
+    if len(_TRUSTED) >= _TRUSTED_MAX:
+        _TRUSTED.clear()
+    _TRUSTED.add(_digest(data))
+
+
+def _varint(data: bytes, pos: int, source: str) -> tuple[int, int]:
+    """MLIR bytecode's prefix varint at ``pos``: ``(value, next position)``."""
+    if pos >= len(data):
+        raise ValueError(f"{source}: truncated MLIR bytecode (byte {pos} of {len(data)})")
+    first = data[pos]
+    extra = 8 if first == 0 else (first & -first).bit_length() - 1  # trailing zero bits
+    if pos + 1 + extra > len(data):
+        raise ValueError(f"{source}: truncated MLIR bytecode (byte {pos} of {len(data)})")
+    if first == 0:
+        return int.from_bytes(data[pos + 1 : pos + 9], "little"), pos + 9
+    value = int.from_bytes(data[pos : pos + 1 + extra], "little") >> (extra + 1)
+    return value, pos + 1 + extra
+
+
+def bytecode_producer(data: bytes, source: str = "the module") -> str:
+    """Check the frame of MLIR bytecode — magic, format version, producer, the sections' lengths
+    and that the string section is UTF-8 — and return the producer (``"StableHLO_v1.0.0"`` for a
+    portable artifact). Raises ``ValueError`` naming ``source`` and what is wrong."""
+    if not data.startswith(BYTECODE_MAGIC):
+        raise ValueError(f"{source} is not MLIR bytecode (no 'ML\\xefR' magic)")
+    version, pos = _varint(data, len(BYTECODE_MAGIC), source)
+    if version not in _BYTECODE_VERSIONS:
+        raise ValueError(f"{source}: MLIR bytecode version {version} is not supported")
+    end = data.find(b"\0", pos)
+    if end < 0:
+        raise ValueError(f"{source}: truncated MLIR bytecode (no producer string)")
+    try:
+        producer = data[pos:end].decode()
+    except UnicodeDecodeError:
+        raise ValueError(f"{source}: the MLIR bytecode's producer string is not UTF-8") from None
+    pos = end + 1
+    while pos < len(data):
+        section = data[pos]
+        section_id, aligned = section & 0x7F, section & 0x80
+        length, pos = _varint(data, pos + 1, source)
+        if aligned:
+            alignment, pos = _varint(data, pos, source)
+            if alignment == 0 or alignment & (alignment - 1) or alignment > 256:
+                raise ValueError(f"{source}: MLIR bytecode section {section_id} has alignment {alignment}")
+            while pos % alignment:  # padding up to the alignment, 0xCB bytes
+                if pos >= len(data) or data[pos] != 0xCB:
+                    raise ValueError(f"{source}: MLIR bytecode section {section_id} is badly padded")
+                pos += 1
+        if length > len(data) - pos:
+            raise ValueError(
+                f"{source}: truncated MLIR bytecode (section {section_id} needs {length} bytes, "
+                f"{len(data) - pos} left)"
+            )
+        if section_id == 0:  # the string section: every string must be UTF-8
+            _check_strings(data[pos : pos + length], source)
+        pos += length
+    return producer
+
+
+def _check_strings(section: bytes, source: str) -> None:
+    """The string section: a count, the strings' sizes (last string first), then the strings,
+    each ending in a NUL, packed at the end of the section."""
+    count, pos = _varint(section, 0, source)
+    if count > len(section):
+        raise ValueError(f"{source}: MLIR bytecode string section claims {count} strings")
+    end = len(section)
+    for index in range(count):
+        size, pos = _varint(section, pos, source)
+        if size < 1 or size > end - pos:
+            raise ValueError(f"{source}: MLIR bytecode string section is inconsistent")
+        try:
+            section[end - size : end - 1].decode()
+        except UnicodeDecodeError as err:
+            raise ValueError(
+                f"{source}: MLIR bytecode string {count - 1 - index} is not UTF-8 ({err.reason})"
+            ) from None
+        end -= size
+
+
+def _deserialize_quietly(ctx, data: bytes, source: str):
+    """``stablehlo.deserialize_portable_artifact`` with a diagnostic handler that keeps the
+    messages (those that are UTF-8) instead of letting the bindings convert them."""
+    from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
+
+    messages: list[str] = []
+
+    def keep(diagnostic) -> bool:
+        try:
+            messages.append(str(diagnostic.message))
+        except Exception:  # noqa: BLE001 - a message that is not UTF-8 (what aborts the bindings)
+            messages.append("(a diagnostic that is not UTF-8)")
+        return True
+
+    handler = ctx.attach_diagnostic_handler(keep)
+    try:
+        return stablehlo.deserialize_portable_artifact(ctx, data)
+    except Exception:  # noqa: BLE001 - the bindings' ValueError; the diagnostics say why
+        detail = "; ".join(dict.fromkeys(messages)) or "it does not deserialise"
+        raise ValueError(f"{source} is not a valid portable StableHLO artifact: {detail}") from None
+    finally:
+        handler.detach()
+
+
+# ----------------------------------------------------------------------- the helper process
+
+# What the helper runs: read (kind, length, payload) requests from stdin, parse each payload in a
+# fresh context, answer (status, length, message). A parse that kills it is the parent's answer.
+_HELPER = """
+import struct, sys
+from kaun_ir.runtime.xla import mlir
+from jaxlib.mlir import ir
+src, out = sys.stdin.buffer, sys.stdout.buffer
+while True:
+    head = src.read(9)
+    if len(head) < 9:
+        break
+    kind, size = head[:1], struct.unpack("<Q", head[1:])[0]
+    payload = src.read(size)
+    data = payload.decode() if kind == b"t" else payload
+    try:
+        with mlir.mlir_context(), ir.Location.unknown():
+            ir.Module.parse(data)
+        status, message = b"0", b""
+    except Exception as err:
+        status, message = b"1", str(err).encode("utf-8", "replace")
+    out.write(status + struct.pack("<Q", len(message)) + message)
+    out.flush()
+"""
+HELPER_TIMEOUT_S = 300.0  # a parse the helper takes longer than this for is an error
+
+
+class _Helper:
+    """One long-lived helper process (started on first use, restarted after it dies)."""
+
+    def __init__(self):
+        import threading  # noqa: PLC0415 - only imports read modules
+
+        self.lock = threading.Lock()
+        self.proc = None
+
+    def start(self):
+        import os  # noqa: PLC0415 - only imports read modules
+        import subprocess  # noqa: PLC0415 - only imports read modules
+        import sys  # noqa: PLC0415 - only imports read modules
+
+        env = dict(os.environ)
+        env.setdefault("KAUN_IR_BACKEND", "cpu")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", _HELPER],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,  # MLIR's own printing of diagnostics stays out of the user's stderr
+            env=env,
+        )
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is not None:
+            for stream in (proc.stdin, proc.stdout):
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+            try:
+                proc.wait(timeout=5)
+            except Exception:  # noqa: BLE001 - a helper that does not stop is killed
+                proc.kill()
+                proc.wait()
+
+    def parse(self, data: str | bytes) -> tuple[str, str]:
+        """``("ok", "")``, ``("error", MLIR's message)`` or ``("died", how)``."""
+        import struct  # noqa: PLC0415 - only imports read modules
+
+        payload = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
+        kind = b"t" if isinstance(data, str) else b"b"
+        with self.lock:
+            if self.proc is None or self.proc.poll() is not None:
+                self.start()
+            proc = self.proc
+            try:
+                proc.stdin.write(kind + struct.pack("<Q", len(payload)) + payload)
+                proc.stdin.flush()
+                head = self._read(proc, 9)
+                status, size = head[:1], struct.unpack("<Q", head[1:])[0]
+                message = self._read(proc, size).decode("utf-8", "replace")
+            except (OSError, EOFError, TimeoutError) as err:
+                self.stop()
+                code = proc.returncode
+                if isinstance(err, TimeoutError):
+                    return "died", f"the parse took longer than {HELPER_TIMEOUT_S:.0f} s"
+                how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
+                return "died", f"the MLIR parser crashed on it ({how})"
+            return ("ok", "") if status == b"0" else ("error", message)
+
+    def _read(self, proc, size: int) -> bytes:
+        import os  # noqa: PLC0415 - only imports read modules
+        import select  # noqa: PLC0415 - only imports read modules
+        import time  # noqa: PLC0415 - only imports read modules
+
+        fd = proc.stdout.fileno()
+        chunks, left = [], size
+        deadline = time.monotonic() + HELPER_TIMEOUT_S
+        while left:
+            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            if not ready:
+                proc.kill()
+                raise TimeoutError
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                proc.wait()
+                raise EOFError
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+
+_HELPER_PROCESS = _Helper()
+
+
+def check_in_helper(data: str | bytes, source: str = "the module") -> None:
+    """Parse ``data`` in the helper process first: ``ValueError`` naming ``source`` if it does not
+    parse there or the parser dies on it; on success it is trusted (parsed in-process from then on)."""
+    outcome, message = _HELPER_PROCESS.parse(data)
+    if outcome == "died":
+        raise ValueError(f"{source} cannot be read as StableHLO: {message}")
+    if outcome == "error":
+        raise ValueError(f"{source} does not parse as StableHLO: {message}")
+    _trust(data)
+
+
+def stop_helper() -> None:
+    """Stop the helper process (it is started again when next needed)."""
+    with _HELPER_PROCESS.lock:
+        _HELPER_PROCESS.stop()
 
 
 def legalize_chlo(module) -> None:
@@ -119,7 +384,7 @@ def serialize_portable(text: str) -> bytes:
     """
     from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
-    with open_module(text) as module:
+    with open_module(text, trusted=True) as module:
         legalize_chlo(module)
         errors = []
         targets = dict.fromkeys([stablehlo.get_minimum_version(), stablehlo.get_current_version()])
@@ -139,11 +404,13 @@ def serialize_portable(text: str) -> bytes:
 
 
 def deserialize_portable(data: bytes) -> bytes:
-    """The module in a portable artifact, as MLIR bytecode that ``compiler.compile`` accepts."""
-    from jaxlib.mlir.dialects import stablehlo  # noqa: PLC0415 - jaxlib loads only when a program compiles
+    """The module in a portable artifact, as MLIR bytecode that ``compiler.compile`` accepts
+    (``ValueError`` if it is not a valid one)."""
 
+    data = bytes(data)
+    bytecode_producer(data, "the artifact")
     with mlir_context() as ctx:  # the context knows Shardy, which artifacts with shardings hold
-        module = stablehlo.deserialize_portable_artifact(ctx, bytes(data))
+        module = _deserialize_quietly(ctx, data, "the artifact")
         out = io.BytesIO()
         module.operation.write_bytecode(out)
         return out.getvalue()
