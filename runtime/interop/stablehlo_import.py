@@ -51,36 +51,41 @@ MAX_CALL_DEPTH = 100
 _NATIVE_CHLO = {"chlo.erf"}
 
 
-def from_stablehlo(module: str | bytes, name: str | None = None) -> Graph:
+def from_stablehlo(module: str | bytes, name: str | None = None, source: str | None = None) -> Graph:
     """Import a StableHLO module (MLIR text, bytecode or a portable ``.mlirbc`` artifact) as a graph.
 
     ``name``: the function to import (default ``main``, else the only public function).
     Raises :class:`StableHLOImportError` for an op kaun_ir cannot express, naming it and its
     ``loc``, and for a module that does not parse (MLIR's diagnostic in the message). Untrusted
     bytes never reach a parser path that can end the process (see ``mlir.open_module``).
+    ``source`` (a file name) starts every error message.
     """
     if isinstance(module, (bytes, bytearray)):
         data: str | bytes = bytes(module)
-        source = f"the StableHLO module ({len(data)} bytes)"
+        label = f"the StableHLO module ({len(data)} bytes)"
     elif isinstance(module, str):
         data = module
-        source = f"the StableHLO text ({len(data)} characters)"
+        label = f"the StableHLO text ({len(data)} characters)"
     else:
         raise TypeError(f"from_stablehlo takes MLIR text or bytes, got {type(module).__name__}")
+    label = source or label
     try:
-        with mlir.open_module(data, source) as parsed:
+        with mlir.open_module(data, label) as parsed:
             if any(
                 op_name.startswith("chlo.") and op_name not in _NATIVE_CHLO for op_name in _op_names(parsed)
             ):
                 mlir.legalize_chlo(parsed)
             return _Importer(parsed).run(name)
-    except StableHLOImportError:
-        raise
+    except StableHLOImportError as err:
+        if source is None or str(err).startswith(source):
+            raise
+        raise StableHLOImportError(f"{source}: {err}") from err
     except RecursionError:
-        raise StableHLOImportError(f"{source} nests regions or calls too deeply for the importer") from None
+        raise StableHLOImportError(f"{label} nests regions or calls too deeply for the importer") from None
     except (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError, KaunError) as err:
         # MLIR's diagnostics (ValueError) and what the bindings raise reading a damaged module
-        raise StableHLOImportError(str(err) if isinstance(err, ValueError) else f"{source}: {err}") from err
+        message = str(err)
+        raise StableHLOImportError(message if message.startswith(label) else f"{label}: {message}") from err
 
 
 def _op_names(module) -> set[str]:

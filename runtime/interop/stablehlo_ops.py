@@ -12,8 +12,11 @@ from __future__ import annotations
 
 # Each op family's handlers live in a module of their own (stablehlo_linalg, _indexing, _reduce,
 # _control); they and the attribute readers are imported under the short names the map below uses.
+import numpy as np
+
 from kaun_ir.errors import StableHLOImportError
 from kaun_ir.ops import BUILTIN, TABLE
+from kaun_ir.passes.fold import DEFAULT_MAX_SPLAT_ELEMENTS as SPLAT_INLINE_ELEMENTS
 from kaun_ir.runtime.interop.stablehlo_attrs import dense_array, enum
 from kaun_ir.runtime.interop.stablehlo_attrs import integer as _int
 from kaun_ir.runtime.interop.stablehlo_attrs import ints as _ints
@@ -46,7 +49,13 @@ def _same(name):
 
 def _constant(imp, op, xs, env):
     t = _result_type(op)
-    return [imp.constant(dense_array(op.attributes["value"], t))]
+    array = dense_array(op.attributes["value"], t)
+    if array.shape == t.shape:
+        return [imp.constant(array)]
+    if t.size <= SPLAT_INLINE_ELEMENTS:  # a small splat: its elements, as the fold pass keeps them
+        return [imp.constant(np.broadcast_to(array, t.shape).copy())]
+    # a splat stays one scalar and a broadcast, whatever the constant's size
+    return [imp.add1("broadcast_in_dim", imp.constant(array), shape=t.shape, broadcast_dimensions=())]
 
 
 def _compare(imp, op, xs, env):

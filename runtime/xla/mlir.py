@@ -433,6 +433,17 @@ def ranked_tensor(mlir_type) -> tuple[str, tuple[int, ...]]:
     return str(ranked.element_type), tuple(ranked.shape)
 
 
+def is_splat(attr) -> bool:
+    """Whether a dense elements attribute holds one value for every element (False for any other
+    attribute)."""
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
+
+    try:
+        return bool(ir.DenseElementsAttr(attr).is_splat)
+    except (ValueError, TypeError):
+        return False
+
+
 def integer_value(attr) -> int:
     """The value of an MLIR integer attribute."""
     from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
