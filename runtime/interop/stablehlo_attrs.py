@@ -118,14 +118,14 @@ def _number(word: str, t: TensorType, text: str):
             return np.array(word == "true").astype(dtype)[()]
         if word.lstrip("+-")[:2] in ("0x", "0X"):
             bits = int(word, 16)
-            if dtype.kind == "f":  # the float's bit pattern
+            if dtypes.is_float(dtype):  # the float's bit pattern
                 if word.startswith("-") or bits >= 1 << (8 * dtype.itemsize):
                     raise ValueError("bit pattern out of range")
                 return np.array(bits, dtype=f"u{dtype.itemsize}").view(dtype)[()]
             return _integer(bits, dtype)
-        if dtype.kind == "f":
+        if dtypes.is_float(dtype):
             return np.array(float(word)).astype(dtype)[()]
-        if dtype.kind == "b":
+        if dtypes.is_bool(dtype):
             return np.array(int(word) != 0)[()]
         return _integer(int(word), dtype)
     except (ValueError, OverflowError) as err:
