@@ -56,11 +56,12 @@ def open_module(data: str | bytes, source: str = "the module", trusted: bool = F
     yield the ``ir.Module`` while its context is live. Raises ``ValueError`` with MLIR's diagnostic
     (``source`` names the input in it).
 
-    The input is untrusted: MLIR's parsers end the process (``std::terminate``) when a diagnostic
-    they report is not UTF-8 (a damaged string table, a ``"\\ff"`` escape). So a portable artifact
-    is read with a diagnostic handler that never converts a message from C++, and any other input
-    is first parsed by a helper process (:func:`check_in_helper`); only what parsed there is parsed
-    here. ``trusted``: text kaun_ir lowered itself, parsed in-process directly."""
+    The input is untrusted. MLIR's readers can end the process on damaged input: they abort
+    (``std::terminate``) when a diagnostic is not UTF-8, and the bytecode reader can crash on
+    flipped bytes. So after a check of the bytecode's frame (:func:`bytecode_producer`) the input
+    is read by a helper process (:func:`read_in_helper`), which answers with MLIR's own printing
+    of the module; only that text is parsed here. ``trusted`` (text kaun_ir lowered itself) and
+    artifacts this process serialised skip the helper."""
     from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
     if isinstance(data, (bytes, bytearray)):
@@ -72,12 +73,13 @@ def open_module(data: str | bytes, source: str = "the module", trusted: bool = F
                 raise ValueError(
                     f"{source} is neither MLIR bytecode nor UTF-8 text ({err.reason} at byte {err.start})"
                 ) from None
+    portable = isinstance(data, bytes) and bytecode_producer(data, source).startswith("StableHLO_v")
+    if not trusted and _digest(data) not in _TRUSTED:
+        data, portable = read_in_helper(data, source), False
     with mlir_context() as ctx, ir.Location.unknown():
-        if isinstance(data, bytes) and bytecode_producer(data, source).startswith("StableHLO_v"):
+        if portable:
             module = _deserialize_quietly(ctx, data, source)
         else:
-            if not trusted and _digest(data) not in _TRUSTED:
-                check_in_helper(data, source)
             try:
                 module = ir.Module.parse(data)
             except Exception as err:  # MLIRError: diagnostics in the message
@@ -85,10 +87,22 @@ def open_module(data: str | bytes, source: str = "the module", trusted: bool = F
         yield module
 
 
+def _read(ctx, data: str | bytes, source: str):
+    """The module in ``data`` (in the helper process: any input)."""
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
+
+    if isinstance(data, bytes) and bytecode_producer(data, source).startswith("StableHLO_v"):
+        return _deserialize_quietly(ctx, data, source)
+    try:
+        return ir.Module.parse(data)
+    except Exception as err:  # MLIRError: diagnostics in the message
+        raise ValueError(f"{source} does not parse as StableHLO: {err}") from None
+
+
 BYTECODE_MAGIC = b"ML\xefR"
 _BYTECODE_VERSIONS = range(0, 32)  # MLIR's bytecode format is at version 6 (MLIR rejects newer ones)
-# Digests of modules this process serialised itself or already saw parse in the helper: parsed
-# in-process directly (a set of at most _TRUSTED_MAX entries, cleared when full).
+# Digests of the portable artifacts this process serialised itself: read in-process directly (a
+# set of at most _TRUSTED_MAX entries, cleared when full).
 _TRUSTED: set[bytes] = set()
 _TRUSTED_MAX = 4096
 
@@ -208,27 +222,39 @@ def _deserialize_quietly(ctx, data: bytes, source: str):
 
 # What the helper runs: read (kind, length, payload) requests from stdin, parse each payload in a
 # fresh context, answer (status, length, message). A parse that kills it is the parent's answer.
-_HELPER = """
-import struct, sys
-from kaun_ir.runtime.xla import mlir
-from jaxlib.mlir import ir
-src, out = sys.stdin.buffer, sys.stdout.buffer
-while True:
-    head = src.read(9)
-    if len(head) < 9:
-        break
-    kind, size = head[:1], struct.unpack("<Q", head[1:])[0]
-    payload = src.read(size)
-    data = payload.decode() if kind == b"t" else payload
-    try:
-        with mlir.mlir_context(), ir.Location.unknown():
-            ir.Module.parse(data)
-        status, message = b"0", b""
-    except Exception as err:
-        status, message = b"1", str(err).encode("utf-8", "replace")
-    out.write(status + struct.pack("<Q", len(message)) + message)
-    out.flush()
-"""
+_HELPER = "from kaun_ir.runtime.xla.mlir import helper_main; helper_main()"
+
+
+def helper_main() -> None:
+    """The helper process: read ``(kind, length, payload)`` requests from stdin, read each module
+    in a fresh context and answer ``(status, length, text)``: MLIR's printing of the module (with
+    its locations), or the error. A read that kills the helper is the parent's answer."""
+    import struct  # noqa: PLC0415 - only the helper process needs it
+    import sys  # noqa: PLC0415 - only the helper process needs it
+
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
+
+    src, out = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        head = src.read(9)
+        if len(head) < 9:
+            return
+        kind, size = head[:1], struct.unpack("<Q", head[1:])[0]
+        payload = src.read(size)
+        try:
+            data = payload.decode() if kind == b"t" else payload
+            with mlir_context() as ctx, ir.Location.unknown():
+                module = _read(ctx, data, "it")
+                if not module.operation.verify():
+                    raise ValueError("it does not verify")
+                answer = b"0" + module.operation.get_asm(enable_debug_info=True).encode()
+        except Exception as err:  # noqa: BLE001 - every failure is the answer
+            message = str(err).encode("utf-8", "replace")
+            answer = b"1" + message
+        out.write(answer[:1] + struct.pack("<Q", len(answer) - 1) + answer[1:])
+        out.flush()
+
+
 HELPER_TIMEOUT_S = 300.0  # a parse the helper takes longer than this for is an error
 
 
@@ -271,7 +297,7 @@ class _Helper:
                 proc.wait()
 
     def parse(self, data: str | bytes) -> tuple[str, str]:
-        """``("ok", "")``, ``("error", MLIR's message)`` or ``("died", how)``."""
+        """``("ok", the module as MLIR text)``, ``("error", MLIR's message)`` or ``("died", how)``."""
         import struct  # noqa: PLC0415 - only imports read modules
 
         payload = data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data
@@ -293,7 +319,7 @@ class _Helper:
                     return "died", f"the parse took longer than {HELPER_TIMEOUT_S:.0f} s"
                 how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
                 return "died", f"the MLIR parser crashed on it ({how})"
-            return ("ok", "") if status == b"0" else ("error", message)
+            return ("ok" if status == b"0" else "error"), message
 
     def _read(self, proc, size: int) -> bytes:
         import os  # noqa: PLC0415 - only imports read modules
@@ -320,15 +346,18 @@ class _Helper:
 _HELPER_PROCESS = _Helper()
 
 
-def check_in_helper(data: str | bytes, source: str = "the module") -> None:
-    """Parse ``data`` in the helper process first: ``ValueError`` naming ``source`` if it does not
-    parse there or the parser dies on it; on success it is trusted (parsed in-process from then on)."""
+def read_in_helper(data: str | bytes, source: str = "the module") -> str:
+    """The module in ``data`` (text, bytecode or a portable artifact) read by the helper process
+    and printed there as MLIR text, which is what this process then parses. ``ValueError`` naming
+    ``source`` if it does not parse or verify there, or the reader dies on it."""
     outcome, message = _HELPER_PROCESS.parse(data)
     if outcome == "died":
         raise ValueError(f"{source} cannot be read as StableHLO: {message}")
     if outcome == "error":
-        raise ValueError(f"{source} does not parse as StableHLO: {message}")
-    _trust(data)
+        raise ValueError(
+            source + message[2:] if message.startswith(("it ", "it:")) else f"{source}: {message}"
+        )
+    return message
 
 
 def stop_helper() -> None:
@@ -393,7 +422,9 @@ def serialize_portable(text: str) -> bytes:
             for target in targets:
                 try:
                     # the module object itself: locations (layer paths) stay, no text round trip
-                    return stablehlo.serialize_portable_artifact(module, target, other_dialects)
+                    data = stablehlo.serialize_portable_artifact(module, target, other_dialects)
+                    _trust(data)  # read back in this process without the helper
+                    return data
                 except Exception as err:
                     errors.append(
                         f"version {target}{' with other dialects' if other_dialects else ''}: {err}"
@@ -407,10 +438,11 @@ def deserialize_portable(data: bytes) -> bytes:
     """The module in a portable artifact, as MLIR bytecode that ``compiler.compile`` accepts
     (``ValueError`` if it is not a valid one)."""
 
-    data = bytes(data)
-    bytecode_producer(data, "the artifact")
-    with mlir_context() as ctx:  # the context knows Shardy, which artifacts with shardings hold
-        module = _deserialize_quietly(ctx, data, "the artifact")
+    with open_module(bytes(data), "the artifact") as module:
+        if module.operation.name != "builtin.module" or any(
+            op.operation.name.startswith("vhlo.") for op in module.body.operations
+        ):
+            raise ValueError("the artifact is MLIR bytecode, not a portable StableHLO artifact")
         out = io.BytesIO()
         module.operation.write_bytecode(out)
         return out.getvalue()
