@@ -307,7 +307,7 @@ def _worker(corpus_file: str, seed: int, start: int, stop: int) -> None:
         out.flush()
 
 
-def run(inputs: int, seed: int, timeout: float = 60.0, progress: bool = False) -> Report:
+def run(inputs: int, seed: int, timeout: float = 300.0, progress: bool = False) -> Report:
     """Fuzz ``inputs`` mutants of seed ``seed`` in worker processes; returns the report."""
     report = Report()
     with tempfile.TemporaryDirectory() as scratch:
@@ -378,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Fuzz kaun_ir's StableHLO importer (text and bytecode).")
     parser.add_argument("--inputs", type=int, default=20_000, help="number of mutated inputs (default 20000)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds an input may take (default 60)")
+    parser.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds an input may take (default 300)"
+    )
     parser.add_argument("--show", type=int, default=5, help="failures to print in full (default 5)")
     parser.add_argument(
         "--reproduce", type=int, default=None, metavar="I", help="print input I and check it here"

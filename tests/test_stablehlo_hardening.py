@@ -321,6 +321,6 @@ def test_cli_on_damaged_bytecode_names_the_file_in_one_line(tmp_path, capfd, com
 
 
 @pytest.mark.parametrize("value", [None, 3, b"graph @g() -> () {\n  return\n}"])
-def test_parse_of_a_non_string_is_a_parse_error(value):
-    with pytest.raises(kn.ParseError, match=f"takes the textual IR as a str, got {type(value).__name__}"):
+def test_parse_of_a_non_string_is_a_type_error_naming_the_type(value):
+    with pytest.raises(TypeError, match=f"takes the textual IR as a str, got {type(value).__name__}"):
         kn.ir.parse(value)

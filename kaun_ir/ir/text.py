@@ -18,7 +18,6 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
-from kaun_ir.errors import ParseError
 from kaun_ir.ir import optable
 from kaun_ir.ir.core import ArrayAttr, Graph, Node, TensorType, Value
 from kaun_ir.ir.provenance import KINDS, Provenance
@@ -141,7 +140,8 @@ def parse(text: str) -> Graph:
     """
     if not isinstance(text, str):
         hint = " (decode the bytes first)" if isinstance(text, (bytes, bytearray)) else ""
-        raise ParseError(f"parse takes the textual IR as a str, got {type(text).__name__}{hint}", 1, 1)
+        # an argument of the wrong kind is a TypeError, as everywhere (docs/errors.md)
+        raise TypeError(f"parse takes the textual IR as a str, got {type(text).__name__}{hint}")
     toks = Tokens(text)
     graph = _parse_graph(toks)
     if toks.peek()[0] != "eof":
