@@ -341,6 +341,8 @@ def _run_worker(corpus_file, seed, start, stop, timeout, report, progress, start
                 proc.wait()
                 report.inputs += 1
                 report.deaths.append((current, "hang", f"no answer within {timeout:.0f} s"))
+                if progress:
+                    print(f"input {current}: no answer within {timeout:.0f} s", file=sys.stderr, flush=True)
                 return (current if current is not None else start) + 1
             line = proc.stdout.readline()
             if not line:
@@ -357,6 +359,8 @@ def _run_worker(corpus_file, seed, start, stop, timeout, report, progress, start
                 report.rejected += 1
             else:
                 report.raw_errors.append((record["index"], "raw", record["problem"]))
+                if progress:
+                    print(f"input {record['index']}: raw error", file=sys.stderr, flush=True)
             if progress and report.inputs % 1000 == 0:
                 print(f"{report.summary()}, {time.monotonic() - started:.0f}s", file=sys.stderr, flush=True)
         code = proc.wait()
@@ -371,6 +375,8 @@ def _run_worker(corpus_file, seed, start, stop, timeout, report, progress, start
     report.inputs += 1
     how = f"signal {-code}" if code < 0 else f"exit status {code}"
     report.deaths.append((where, "death", f"worker died ({how}): {stderr.strip()[-600:]}"))
+    if progress:
+        print(f"input {where}: worker died ({how})", file=sys.stderr, flush=True)
     return where + 1
 
 

@@ -234,6 +234,12 @@ def helper_main() -> None:
 
     from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
 
+    if sys.platform.startswith("linux"):  # end with the parent, also while busy with a long read
+        import ctypes  # noqa: PLC0415 - only the helper process needs it
+        import signal  # noqa: PLC0415 - only the helper process needs it
+
+        PR_SET_PDEATHSIG = 1
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     src, out = sys.stdin.buffer, sys.stdout.buffer
     while True:
         head = src.read(9)
@@ -255,7 +261,7 @@ def helper_main() -> None:
         out.flush()
 
 
-HELPER_TIMEOUT_S = 300.0  # a parse the helper takes longer than this for is an error
+HELPER_TIMEOUT_S = 120.0  # a module the helper takes longer than this to read is an error
 
 
 class _Helper:
