@@ -261,7 +261,23 @@ def helper_main() -> None:
         out.flush()
 
 
-HELPER_TIMEOUT_S = 120.0  # a module the helper takes longer than this to read is an error
+# Bounds on reading one module in the helper (beyond them it is an error): CPU seconds, the base
+# plus so many per MiB of input (the measure that holds on a loaded machine), and wall-clock seconds.
+HELPER_CPU_S = 20.0
+HELPER_CPU_S_PER_MIB = 20.0
+HELPER_TIMEOUT_S = 600.0
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """CPU time (user + system) of process ``pid`` so far; None where ``/proc`` cannot say."""
+    import os  # noqa: PLC0415 - only imports read modules
+
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 class _Helper:
@@ -312,22 +328,25 @@ class _Helper:
             if self.proc is None or self.proc.poll() is not None:
                 self.start()
             proc = self.proc
+            budget = HELPER_CPU_S + HELPER_CPU_S_PER_MIB * len(payload) / (1 << 20)
             try:
                 proc.stdin.write(kind + struct.pack("<Q", len(payload)) + payload)
                 proc.stdin.flush()
-                head = self._read(proc, 9)
+                head = self._read(proc, 9, budget)
                 status, size = head[:1], struct.unpack("<Q", head[1:])[0]
-                message = self._read(proc, size).decode("utf-8", "replace")
+                message = self._read(proc, size, budget).decode("utf-8", "replace")
             except (OSError, EOFError, TimeoutError) as err:
                 self.stop()
                 code = proc.returncode
                 if isinstance(err, TimeoutError):
-                    return "died", f"the parse took longer than {HELPER_TIMEOUT_S:.0f} s"
+                    return "died", f"reading it took longer than {err}"
                 how = f"signal {-code}" if code is not None and code < 0 else f"exit status {code}"
                 return "died", f"the MLIR parser crashed on it ({how})"
             return ("ok" if status == b"0" else "error"), message
 
-    def _read(self, proc, size: int) -> bytes:
+    def _read(self, proc, size: int, cpu_budget: float) -> bytes:
+        """``size`` bytes of the helper's answer; ``TimeoutError`` (the helper killed) once it has
+        used ``cpu_budget`` CPU seconds on it or ``HELPER_TIMEOUT_S`` have passed."""
         import os  # noqa: PLC0415 - only imports read modules
         import select  # noqa: PLC0415 - only imports read modules
         import time  # noqa: PLC0415 - only imports read modules
@@ -335,11 +354,18 @@ class _Helper:
         fd = proc.stdout.fileno()
         chunks, left = [], size
         deadline = time.monotonic() + HELPER_TIMEOUT_S
+        cpu_start = _cpu_seconds(proc.pid)
         while left:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+            ready, _, _ = select.select([fd], [], [], min(1.0, max(0.0, deadline - time.monotonic())))
             if not ready:
-                proc.kill()
-                raise TimeoutError
+                cpu = _cpu_seconds(proc.pid)
+                if time.monotonic() >= deadline:
+                    proc.kill()
+                    raise TimeoutError(f"{HELPER_TIMEOUT_S:.0f} s")
+                if cpu is not None and cpu_start is not None and cpu - cpu_start > cpu_budget:
+                    proc.kill()
+                    raise TimeoutError(f"{cpu_budget:.0f} s of CPU time")
+                continue
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:
                 proc.wait()
