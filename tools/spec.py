@@ -257,7 +257,7 @@ def import_stablehlo(path: str, data: str | bytes, function: str | None = None):
     (untrusted bytes checked before MLIR parses them; errors start with ``path``)."""
     from kaun_ir.runtime.interop.stablehlo_import import from_stablehlo
 
-    return from_stablehlo(data, function, source=path)
+    return from_stablehlo(data, function, source="<stdin>" if path == "-" else path)
 
 
 def load_graph(spec: str, inputs: Sequence[str], stage: str | None):
