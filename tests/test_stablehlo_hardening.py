@@ -99,6 +99,20 @@ def test_a_reader_crash_in_the_helper_is_an_error_and_the_helper_restarts():
     )
 
 
+def test_a_read_over_the_cpu_budget_is_an_error(monkeypatch):
+    # no CPU time at all: the helper's start-up alone exceeds it, and it is killed
+    mlir.stop_helper()
+    monkeypatch.setattr(mlir, "HELPER_CPU_S", 0.0)
+    monkeypatch.setattr(mlir, "HELPER_CPU_S_PER_MIB", 0.0)
+    text = _module("    %r = stablehlo.negate %a : tensor<2xf32>", "tensor<2xf32>", "%a: tensor<2xf32>")
+    with pytest.raises(
+        ValueError, match=r"m\.mlir cannot be read as StableHLO: reading it took longer than 0 s"
+    ):
+        mlir.read_in_helper(text, "m.mlir")
+    monkeypatch.undo()
+    assert "stablehlo.negate" in mlir.read_in_helper(text, "m.mlir")
+
+
 @pytest.mark.parametrize(
     "damage",
     [

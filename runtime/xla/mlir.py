@@ -263,7 +263,7 @@ def helper_main() -> None:
 
 # Bounds on reading one module in the helper (beyond them it is an error): CPU seconds, the base
 # plus so many per MiB of input (the measure that holds on a loaded machine), and wall-clock seconds.
-HELPER_CPU_S = 20.0
+HELPER_CPU_S = 10.0
 HELPER_CPU_S_PER_MIB = 20.0
 HELPER_TIMEOUT_S = 600.0
 
