@@ -7,7 +7,7 @@ JOBS ?= 2
 
 INTEROP_STAMP := $(VENV)/.interop-stamp
 
-.PHONY: test test-interop demo venv clean fuzz
+.PHONY: test test-interop demo venv clean fuzz fuzz-import
 
 venv: $(STAMP)
 
@@ -49,3 +49,10 @@ demo: $(STAMP)
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache
+
+# A long fuzzing campaign of the StableHLO importer: mutated .mlir text and .mlirbc bytecode, each
+# checked in a restartable worker process (deaths and raw errors fail it); 20,000 inputs unless
+# FUZZ_INPUTS is given on the command line
+fuzz-import: $(STAMP)
+	nice -n 10 $(PY) tests/fuzz_stablehlo.py --seed $(FUZZ_SEED) \
+		--inputs $(if $(filter command line,$(origin FUZZ_INPUTS)),$(FUZZ_INPUTS),20000)

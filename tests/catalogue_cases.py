@@ -1061,3 +1061,75 @@ add(
     kn.ShapeError,
     r"^1\.residual: the block's output f32\[2,3\]",
 )
+
+# ------------------------------------------------------------------ StableHLO import (untrusted modules)
+SI = "stablehlo-import"
+SHLO_ERR = kn.runtime.stablehlo_import.StableHLOImportError
+
+
+def _shlo(body: str, result: str = "tensor<2xf32>", extra: str = "") -> str:
+    return (
+        f"module {{\n  func.func @main(%a: tensor<2xf32>) -> {result} {{\n{body}\n"
+        f"    return %r : {result}\n  }}\n{extra}}}\n"
+    )
+
+
+@functools.cache
+def _portable_bytes() -> bytes:
+    from kaun_ir.runtime.xla import mlir
+
+    graph = kn.trace(lambda x: kn.tanh(x) + 1.0, A3)
+    data = mlir.serialize_portable(kn.runtime.lower(graph))
+    mlir._TRUSTED.clear()  # read back as a stranger's file
+    return data
+
+
+def damaged_bytecode() -> bytes:
+    """A portable artifact whose string table is no longer UTF-8 (it used to abort the process)."""
+    data = bytearray(_portable_bytes())
+    data[data.index(b"builtin") + 1] = 0xFF
+    return bytes(data)
+
+
+_CALLS = "    %r = func.call @f(%a) : (tensor<2xf32>) -> tensor<2xf32>"
+_F = (
+    "  func.func private @f(%a: tensor<2xf32>) -> tensor<2xf32> {{\n"
+    "    %0 = func.call @{callee}(%a) : (tensor<2xf32>) -> tensor<2xf32>\n"
+    "    return %0 : tensor<2xf32>\n  }}\n"
+)
+add(SI, "bytecode-non-utf8-strings", lambda: kn.ir.from_stablehlo(damaged_bytecode()), SHLO_ERR, r"not UTF-8")
+add(SI, "bytecode-truncated", lambda: kn.ir.from_stablehlo(_portable_bytes()[:50]), SHLO_ERR, r"truncated")
+add(SI, "bytecode-no-magic", lambda: kn.ir.from_stablehlo(b"\xff\xfe"), SHLO_ERR, r"neither MLIR bytecode")
+add(
+    SI,
+    "bytecode-version",
+    lambda: kn.ir.from_stablehlo(b"ML\xefR\x7f" + _portable_bytes()[5:]),
+    SHLO_ERR,
+    r"bytecode version 63",
+)
+add(SI, "text-not-mlir", lambda: kn.ir.from_stablehlo("module { nope }"), SHLO_ERR, r"does not parse")
+add(SI, "not-text-or-bytes", lambda: kn.ir.from_stablehlo(None), TypeError, r"text or bytes, got NoneType")
+add(
+    SI,
+    "recursive-call",
+    lambda: kn.ir.from_stablehlo(_shlo(_CALLS, extra=_F.format(callee="f"))),
+    SHLO_ERR,
+    r"recursive call of @f \(@f -> @f\)",
+)
+add(
+    SI,
+    "call-undefined",
+    lambda: kn.ir.from_stablehlo(_shlo(_CALLS, extra=_F.format(callee="g"))),
+    SHLO_ERR,
+    r"'g' does not reference a valid function",
+)
+add(
+    SI,
+    "constant-bad-literal",
+    lambda: kn.ir.from_stablehlo(
+        _shlo("    %r = stablehlo.constant dense<[1, 300]> : tensor<2xi8>", "tensor<2xi8>")
+    ),
+    SHLO_ERR,
+    r"does not parse|cannot read",
+)
+add(SI, "ir-parse-none", lambda: kn.ir.parse(None), TypeError, r"takes the textual IR as a str, got NoneType")

@@ -97,8 +97,46 @@ CLI_CASES = [
     (["import"], 2, r"required: file"),
     (["import", "missing.mlir", "-o", "x.kir"], 1, r"missing\.mlir: No such file"),
     (["import", "binary.kir", "-o", "x.kir"], 1, r"binary\.kir: not a UTF-8 text file"),
-    (["import", "g.kir", "-o", "x.kir"], 1, r"StableHLO does not parse: .*error: .*'graph'"),
+    (["import", "g.kir", "-o", "x.kir"], 1, r"g\.kir does not parse as StableHLO: .*error: .*'graph'"),
+    # StableHLO files: the file named first, MLIR's diagnostics kept off stderr
+    (
+        ["import", "bad.mlir", "-o", "x.kir"],
+        1,
+        r"^kaun-ir import: error: bad\.mlir does not parse as StableHLO: ",
+    ),
+    (["opt", "bad.mlir"], 1, r"^kaun-ir opt: error: bad\.mlir does not parse as StableHLO: .*frobnicate"),
+    (["viz", "bad.mlir", "-o", "g.dot"], 1, r"^kaun-ir viz: error: bad\.mlir does not parse as StableHLO"),
+    (
+        ["import", "bad.mlirbc", "-o", "x.kir"],
+        1,
+        r"^kaun-ir import: error: bad\.mlirbc: MLIR bytecode string",
+    ),
+    (["opt", "short.mlirbc"], 1, r"^kaun-ir opt: error: short\.mlirbc: truncated MLIR bytecode"),
+    (
+        ["import", "rec.mlir", "-o", "x.kir"],
+        1,
+        r"^kaun-ir import: error: rec\.mlir: func\.call .*recursive call of @f",
+    ),
 ]
+BAD_MLIR = (
+    "module {\n  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+    "    %0 = stablehlo.frobnicate %a : tensor<2xf32>\n    return %0 : tensor<2xf32>\n  }\n}\n"
+)
+REC_MLIR = (
+    "module {\n  func.func @main(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+    "    %0 = func.call @f(%a) : (tensor<2xf32>) -> tensor<2xf32>\n    return %0 : tensor<2xf32>\n  }\n"
+    "  func.func private @f(%a: tensor<2xf32>) -> tensor<2xf32> {\n"
+    "    %0 = func.call @f(%a) : (tensor<2xf32>) -> tensor<2xf32>\n    return %0 : tensor<2xf32>\n  }\n}\n"
+)
+
+
+def _stablehlo_files(d) -> None:
+    from catalogue_cases import damaged_bytecode
+
+    (d / "bad.mlir").write_text(BAD_MLIR)
+    (d / "rec.mlir").write_text(REC_MLIR)
+    (d / "bad.mlirbc").write_bytes(damaged_bytecode())
+    (d / "short.mlirbc").write_bytes(damaged_bytecode()[:60])
 
 
 @pytest.fixture()
@@ -106,6 +144,7 @@ def cli_dir(tmp_path, monkeypatch):
     (tmp_path / "g.kir").write_text(GRAPH)
     (tmp_path / "binary.kir").write_bytes(bytes(range(256)) * 2)
     (tmp_path / "plain").write_text("just text\n")
+    _stablehlo_files(tmp_path)
     (tmp_path / "mymodels.py").write_text(
         "from kaun_ir import layer\n"
         "def net():\n    return layer.sequential([layer.linear(4, 2)])\n"

@@ -68,3 +68,19 @@ def test_graph_names_the_parser_accepts_lower(name):
 def test_dimensions_too_large_to_lower_are_a_parse_error(dims):
     with pytest.raises(kn.ParseError, match="limited to"):
         kn.ir.parse(f"graph @main(%0: f32[{dims}]) -> (f32[{dims}]) {{\n  return %0\n}}")
+
+
+# found by mutating the op table's samples and compiling what verify() accepts: XLA (or the
+# runtime's mesh) rejected these graphs that the verifier let through
+@pytest.mark.parametrize(
+    "mesh",
+    ['[["x", 0]]', '[["data", -2]]', '[["", 1]]', '[["x", true]]', '[["x", 1], ["x", 1]]', "[[1, 1]]"],
+)
+def test_verify_rejects_a_sharding_mesh_the_backend_rejects(mesh):
+    text = (
+        "graph @g(%0: i32[3]) -> (i32[3]) {\n"
+        f"  %1 = sharding_constraint %0 {{mesh = {mesh}, spec = []}} : i32[3]\n  return %1\n}}\n"
+    )
+    with pytest.raises(kn.IRError, match=r"sharding_constraint.*mesh"):
+        kn.ir.parse(text)
+    assert check(text.replace(mesh, '[["x", 1]]')) == ("accepted", None)  # a valid mesh lowers

@@ -40,15 +40,11 @@ def run(args: argparse.Namespace) -> int:
     """Run ``kaun-ir import`` with the parsed ``args``; returns the exit status."""
     from kaun_ir.errors import KaunError
     from kaun_ir.fileio import atomic_write
-    from kaun_ir.ir import from_stablehlo
     from kaun_ir.tools.cli import describe
+    from kaun_ir.tools.spec import import_stablehlo, read_stablehlo_file
 
     try:
-        with open(args.file, "rb") as handle:
-            data = handle.read()
-        if not args.file.endswith(".mlirbc"):
-            data = data.decode()
-        graph = from_stablehlo(data, args.function)
+        graph = import_stablehlo(args.file, read_stablehlo_file(args.file), args.function)
         text = graph.text()
         if args.output == "-":
             sys.stdout.write(text)

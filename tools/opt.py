@@ -144,8 +144,8 @@ def _optimize(args: argparse.Namespace, text: str | bytes, pipeline):
     """The input graph (StableHLO imported, anything else parsed as textual IR) run through
     ``pipeline``; the timing and statistics reports go to stderr even when a pass fails."""
     from kaun_ir import passes
-    from kaun_ir.ir import from_stablehlo, parse
-    from kaun_ir.tools.spec import looks_like_mlir
+    from kaun_ir.ir import parse
+    from kaun_ir.tools.spec import import_stablehlo, looks_like_mlir
 
     instrumentations, reports = _instruments(args)
     try:
@@ -153,7 +153,7 @@ def _optimize(args: argparse.Namespace, text: str | bytes, pipeline):
         is_mlir = args.file.endswith((".mlir", ".mlirbc")) or (
             isinstance(text, str) and looks_like_mlir(text)
         )
-        graph = from_stablehlo(text) if is_mlir else parse(text)
+        graph = import_stablehlo(args.file, text) if is_mlir else parse(text)
         manager = passes.PassManager(
             pipeline, instrumentations, verify_each=args.verify_each or None, stop_after=args.stop_after
         )

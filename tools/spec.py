@@ -282,14 +282,28 @@ def looks_like_mlir(text: str) -> bool:
 
 def read_graph_file(path: str):
     """The graph in a ``.kir`` file, or imported from StableHLO (``.mlir`` text, ``.mlirbc``)."""
-    from kaun_ir.ir import from_stablehlo, parse
+    from kaun_ir.ir import parse
 
-    if path.endswith(".mlirbc"):
-        with open(path, "rb") as handle:
-            return from_stablehlo(handle.read())
+    if path.endswith((".mlir", ".mlirbc")):
+        return import_stablehlo(path, read_stablehlo_file(path))
     with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    return from_stablehlo(text) if path.endswith(".mlir") else parse(text)
+        return parse(handle.read())
+
+
+def read_stablehlo_file(path: str) -> str | bytes:
+    """The contents of a StableHLO file: bytes for ``.mlirbc`` (bytecode / portable artifact),
+    text otherwise (a ``UnicodeDecodeError`` for a file that is not UTF-8)."""
+    with open(path, "rb") as handle:
+        data = handle.read()
+    return data if path.endswith(".mlirbc") else data.decode()
+
+
+def import_stablehlo(path: str, data: str | bytes, function: str | None = None):
+    """``data`` read from ``path`` imported as a graph: every command reads StableHLO this one way
+    (untrusted bytes checked before MLIR parses them; errors start with ``path``)."""
+    from kaun_ir.runtime.interop.stablehlo_import import from_stablehlo
+
+    return from_stablehlo(data, function, source="<stdin>" if path == "-" else path)
 
 
 def load_graph(spec: str, inputs: Sequence[str], stage: str | None):

@@ -12,7 +12,8 @@ def from_stablehlo(module, name=None):
     ``jax.jit(f).lower(x).as_text()``) as a :class:`Graph`; see ``kaun_ir.runtime.interop.stablehlo_import``.
 
     ``name`` picks the function (default ``main``). Unsupported ops raise
-    ``StableHLOImportError`` naming the op and its MLIR location.
+    ``StableHLOImportError`` naming the op and its MLIR location, as does a module that does not
+    parse, damaged bytecode or a recursive call (see docs/errors.md: the module is untrusted).
     """
     # Reading MLIR needs jaxlib's bindings, which only the runtime layer touches; the import is
     # deferred so the IR core itself stays free of jaxlib (an allowed upward import).

@@ -138,6 +138,10 @@ def parse(text: str) -> Graph:
 
     Unknown ops and type mismatches are reported by ``graph.verify()``, which this calls.
     """
+    if not isinstance(text, str):
+        hint = " (decode the bytes first)" if isinstance(text, (bytes, bytearray)) else ""
+        # an argument of the wrong kind is a TypeError, as everywhere (docs/errors.md)
+        raise TypeError(f"parse takes the textual IR as a str, got {type(text).__name__}{hint}")
     toks = Tokens(text)
     graph = _parse_graph(toks)
     if toks.peek()[0] != "eof":

@@ -15,6 +15,8 @@ symbol and a graph keeps the same StableHLO whichever function it is inlined int
 
 from __future__ import annotations
 
+import operator
+
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
 from kaun_ir.ops.base import OpDef, Sample
@@ -29,6 +31,22 @@ def check_spec(shape: tuple[int, ...], mesh, spec, what: str = "sharding") -> No
     spec is no longer than the rank, names exist, no axis is used twice, and every split
     dimension is divisible by the product of its axes' sizes.
     """
+    for entry in mesh:  # verify() checks graphs read from text: the mesh must be one XLA accepts
+        try:
+            name, size = entry
+            valid = (
+                isinstance(name, str)
+                and name != ""
+                and not isinstance(size, bool)
+                and operator.index(size) > 0
+            )
+        except (TypeError, ValueError):
+            valid = False
+        if not valid:
+            raise ShapeError(
+                f"{what}: mesh axis {entry!r} of {mesh} is not (name, size) with a non-empty name "
+                "and a positive size"
+            )
     sizes = dict(mesh)
     if len(sizes) != len(mesh):
         raise ShapeError(f"{what}: mesh axis names repeat in {mesh}")

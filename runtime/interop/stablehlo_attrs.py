@@ -64,31 +64,83 @@ def result_type(op, index: int = 0) -> TensorType:
     return tensor_type(op.results[index].type)
 
 
+# The largest constant the importer materialises as an array (a splat of any size stays a
+# scalar and a broadcast).
+MAX_CONSTANT_BYTES = 1 << 31
+# A number of a dense literal: decimal (1.5, -2, 1.000000e+00, inf, nan), hexadecimal bits
+# (0x7C00: how MLIR writes a float's NaN, infinities and denormals) or a boolean.
+_WORD = re.compile(r"[-+]?0[xX][0-9A-Fa-f]+|[-+]?[0-9A-Za-z_.+-]+")
+
+
 def dense_array(attr, t: TensorType) -> np.ndarray:
-    """The value of a dense elements attribute as a NumPy array of ``t``."""
-    if t.dtype not in (dtypes.bfloat16, dtypes.float16):
+    """The value of a dense elements attribute as a NumPy array of ``t``; a splat (one value for
+    every element) is returned as a 0-d array, whatever ``t``'s size. Raises
+    :class:`StableHLOImportError` for a constant larger than ``MAX_CONSTANT_BYTES``."""
+    splat = mlir.is_splat(attr)
+    if not splat and t.size * t.dtype.itemsize > MAX_CONSTANT_BYTES:
+        raise StableHLOImportError(
+            f"a constant of {t} ({t.size * t.dtype.itemsize} bytes) is larger than the importer's "
+            f"limit of {MAX_CONSTANT_BYTES} bytes"
+        )
+    shape = () if splat else t.shape
+    size = 1 if splat else t.size
+    if t.dtype not in (dtypes.bfloat16, dtypes.float16) and not splat:
         try:
             array = np.array(attr)
-            return np.broadcast_to(array.astype(t.dtype), t.shape).copy()
+            if array.size == size:
+                return array.astype(t.dtype).reshape(shape)
         except (TypeError, ValueError, RuntimeError):
             pass
     text = str(attr)
     hex_match = re.search(r'dense<"0x([0-9A-Fa-f]*)">', text)
     if hex_match:
         raw = np.frombuffer(bytes.fromhex(hex_match.group(1)), dtype=t.dtype.newbyteorder("<"))
-        return np.broadcast_to(raw.astype(t.dtype), t.shape).copy()
-    # dense<[1.0, 2.5]> / dense<1.0> / dense<0x7FC0>: the numbers between "dense<" and the last ">"
-    body = text[text.index("dense<") + len("dense<") : text.rindex(">", 0, text.rindex(":"))]
-    words = [w for w in re.split(r"[\s,\[\]]+", body) if w]
-    if any(w.startswith("0x") for w in words):
-        array = np.array([int(w, 16) for w in words], dtype=f"u{t.dtype.itemsize}").view(t.dtype)
-    else:
-        array = np.array([float(w) for w in words], dtype=np.float64).astype(t.dtype)
-    if array.size not in (1, t.size):
-        raise StableHLOImportError(f"cannot read the constant {text[:80]}")
-    return np.broadcast_to(
-        array.reshape(t.shape) if array.size == t.size else array.reshape(()), t.shape
-    ).copy()
+        if raw.size not in (1, size):
+            raise StableHLOImportError(f"cannot read the constant {text[:80]}: {raw.size} values for {t}")
+        return np.broadcast_to(raw.astype(t.dtype), (size,)).reshape(shape).copy()
+    # dense<[1.0, 0x7C00]> / dense<1.0>: the numbers between "dense<" and the last ">" before ":"
+    try:
+        body = text[text.index("dense<") + len("dense<") : text.rindex(">", 0, text.rindex(":"))]
+    except ValueError:
+        raise StableHLOImportError(f"cannot read the constant {text[:80]}") from None
+    words = [w for w in re.split(r"[\s,\[\]()]+", body) if w]
+    if len(words) not in (1, size):
+        raise StableHLOImportError(f"cannot read the constant {text[:80]}: {len(words)} values for {t}")
+    array = np.array([_number(w, t, text) for w in words], dtype=t.dtype)
+    return np.broadcast_to(array, (size,)).reshape(shape).copy()
+
+
+def _number(word: str, t: TensorType, text: str):
+    """One literal of a dense constant of ``t`` as a NumPy scalar of its dtype."""
+    dtype = t.dtype
+    try:
+        if word in ("true", "false"):
+            return np.array(word == "true").astype(dtype)[()]
+        if word.lstrip("+-")[:2] in ("0x", "0X"):
+            bits = int(word, 16)
+            if dtypes.is_float(dtype):  # the float's bit pattern
+                if word.startswith("-") or bits >= 1 << (8 * dtype.itemsize):
+                    raise ValueError("bit pattern out of range")
+                return np.array(bits, dtype=f"u{dtype.itemsize}").view(dtype)[()]
+            return _integer(bits, dtype)
+        if dtypes.is_float(dtype):
+            return np.array(float(word)).astype(dtype)[()]
+        if dtypes.is_bool(dtype):
+            return np.array(int(word) != 0)[()]
+        return _integer(int(word), dtype)
+    except (ValueError, OverflowError) as err:
+        raise StableHLOImportError(
+            f"cannot read {word!r} in the constant {text[:80]} of {t}: {err}"
+        ) from None
+
+
+def _integer(value: int, dtype: np.dtype):
+    info = np.iinfo(dtype)
+    if info.min <= value <= info.max:
+        return np.array(value, dtype=dtype)[()]
+    if 0 <= value < 1 << info.bits:  # a signed integer written as its unsigned bit pattern
+        return np.array(value, dtype=f"u{dtype.itemsize}").view(dtype)[()]
+    raise ValueError(f"out of range for {dtype}")
 
 
 # --------------------------------------------------------------------------- region patterns

@@ -45,30 +45,50 @@ _MLIR_DTYPES = {
 }
 # A quoted location name not followed by ":line" (that form is a file location).
 _LOC_NAME = re.compile(r'"((?:[^"\\]|\\.)*)"(?!:\d)')
+# How deeply func.call may nest (each level is inlined recursively).
+MAX_CALL_DEPTH = 100
 # CHLO ops with a native op in the table; any other CHLO op triggers the legalisation pass.
 _NATIVE_CHLO = {"chlo.erf"}
 
 
-def from_stablehlo(module: str | bytes, name: str | None = None) -> Graph:
+def from_stablehlo(module: str | bytes, name: str | None = None, source: str | None = None) -> Graph:
     """Import a StableHLO module (MLIR text, bytecode or a portable ``.mlirbc`` artifact) as a graph.
 
     ``name``: the function to import (default ``main``, else the only public function).
     Raises :class:`StableHLOImportError` for an op kaun_ir cannot express, naming it and its
-    ``loc``, and ``ValueError`` when the module does not parse.
+    ``loc``, and for a module that does not parse (MLIR's diagnostic in the message). Untrusted
+    bytes never reach a parser path that can end the process (see ``mlir.open_module``).
+    ``source`` (a file name) starts every error message.
     """
     if isinstance(module, (bytes, bytearray)):
         data: str | bytes = bytes(module)
+        label = f"the StableHLO module ({len(data)} bytes)"
     elif isinstance(module, str):
         data = module
+        label = f"the StableHLO text ({len(data)} characters)"
     else:
         raise TypeError(f"from_stablehlo takes MLIR text or bytes, got {type(module).__name__}")
-    if isinstance(data, str) and "!quant.uniform" in data:
-        raise StableHLOImportError(f"!quant.uniform: {OUT_OF_SCOPE['!quant']}")
-    with mlir.open_module(data) as parsed:
-        if any(op_name.startswith("chlo.") and op_name not in _NATIVE_CHLO for op_name in _op_names(parsed)):
-            _check_legalisable(parsed)
-            mlir.legalize_chlo(parsed)
-        return _Importer(parsed).run(name)
+    label = source or label
+    try:
+        if isinstance(data, str) and "!quant.uniform" in data:
+            raise StableHLOImportError(f"!quant.uniform: {OUT_OF_SCOPE['!quant']}")
+        with mlir.open_module(data, label) as parsed:
+            if any(
+                op_name.startswith("chlo.") and op_name not in _NATIVE_CHLO for op_name in _op_names(parsed)
+            ):
+                _check_legalisable(parsed)
+                mlir.legalize_chlo(parsed)
+            return _Importer(parsed).run(name)
+    except StableHLOImportError as err:
+        if source is None or str(err).startswith(source):
+            raise
+        raise StableHLOImportError(f"{source}: {err}") from err
+    except RecursionError:
+        raise StableHLOImportError(f"{label} nests regions or calls too deeply for the importer") from None
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, RuntimeError, KaunError) as err:
+        # MLIR's diagnostics (ValueError) and what the bindings raise reading a damaged module
+        message = str(err)
+        raise StableHLOImportError(message if message.startswith(label) else f"{label}: {message}") from err
 
 
 def _op_names(module) -> set[str]:
@@ -160,6 +180,7 @@ class _Importer:
         self.builder: Builder | None = None
         self.location = None  # the op being imported, for error messages
         self.path = ""
+        self.calls: list[str] = []  # the functions being inlined, outermost first
 
     # --- the entry point ---------------------------------------------------------------
 
@@ -284,4 +305,19 @@ class _Importer:
         func = self.functions.get(callee)
         if func is None:
             raise self.error(op, f"calls @{callee}, which the module does not define")
-        return self.block(func.regions[0].blocks[0], operands, {})
+        if callee in self.calls:
+            cycle = " -> ".join("@" + n for n in self.calls[self.calls.index(callee) :] + [callee])
+            raise self.error(op, f"recursive call of @{callee} ({cycle}): recursion cannot be inlined")
+        if len(self.calls) >= MAX_CALL_DEPTH:
+            raise self.error(
+                op,
+                f"calls @{callee} nested {len(self.calls) + 1} deep "
+                f"(the importer inlines at most {MAX_CALL_DEPTH})",
+            )
+        if not func.regions or not func.regions[0].blocks:
+            raise self.error(op, f"calls @{callee}, which has no body")
+        self.calls.append(callee)
+        try:
+            return self.block(func.regions[0].blocks[0], operands, {})
+        finally:
+            self.calls.pop()

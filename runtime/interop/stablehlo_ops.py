@@ -17,6 +17,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import StableHLOImportError
 from kaun_ir.ops import BUILTIN, TABLE
+from kaun_ir.passes.fold import DEFAULT_MAX_SPLAT_ELEMENTS as SPLAT_INLINE_ELEMENTS
 from kaun_ir.runtime.interop.stablehlo_attrs import dense_array, enum
 from kaun_ir.runtime.interop.stablehlo_attrs import integer as _int
 from kaun_ir.runtime.interop.stablehlo_attrs import ints as _ints
@@ -56,7 +57,13 @@ def _same(name):
 
 def _constant(imp, op, xs, env):
     t = _result_type(op)
-    return [imp.constant(dense_array(op.attributes["value"], t))]
+    array = dense_array(op.attributes["value"], t)
+    if array.shape == t.shape:
+        return [imp.constant(array)]
+    if t.size <= SPLAT_INLINE_ELEMENTS:  # a small splat: its elements, as the fold pass keeps them
+        return [imp.constant(np.broadcast_to(array, t.shape).copy())]
+    # a splat stays one scalar and a broadcast, whatever the constant's size
+    return [imp.add1("broadcast_in_dim", imp.constant(array), shape=t.shape, broadcast_dimensions=())]
 
 
 def _total_order_key(imp, x):
