@@ -194,6 +194,13 @@ def test_jax_sort_of_unsigned_and_bool_keys():
     _check(lambda u, b: (jnp.sort(u), lax.sort((b, u), num_keys=1), jnp.argsort(b)), u, b, rtol=0, atol=0)
 
 
+def test_jax_sort_of_64_bit_unsigned_keys():
+    # the comparator is probed with the dtype's extremes: uint64's maximum must not overflow
+    u = np.array([3, 2**64 - 1, 0, 2**63, 7], np.uint64)
+    with jax.enable_x64(True):
+        _check(lambda u: jnp.sort(u), u, rtol=0, atol=0)
+
+
 _SORT_GT = """
 func.func @main(%x: tensor<2x5xf32>, %y: tensor<2x5xi32>) -> (tensor<2x5xf32>, tensor<2x5xi32>) {
   %0:2 = "stablehlo.sort"(%x, %y) ({
