@@ -4,6 +4,7 @@ with kaun_ir tensors and compared with NumPy's semantics of the PyTorch op."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import kaun_ir as kn
 from kaun_ir.runtime.interop.torch_ops import ATEN
@@ -36,3 +37,17 @@ def test_cumsum_of_booleans_counts():
     x = np.array([True, False, True, True])
     got = np.asarray(kn.jit(lambda x: ATEN["aten.cumsum.default"](x, 0))(x))
     np.testing.assert_array_equal(got, np.cumsum(x))
+
+
+def test_64_bit_integer_inputs_that_do_not_fit_32_bits_are_refused(monkeypatch):
+    from kaun_ir.errors import TorchImportError
+    from kaun_ir.runtime.interop import torch_import
+
+    # arrays need no PyTorch: stand in for the module so the tensor check finds no tensor class
+    monkeypatch.setattr(torch_import, "_torch", lambda: type("torch", (), {"Tensor": type("T", (), {})}))
+    ok = torch_import._to_numpy(np.array([-(2**31), 5, 2**31 - 1], np.int64))
+    assert ok.dtype == np.int32 and ok.tolist() == [-(2**31), 5, 2**31 - 1]
+    with pytest.raises(TorchImportError, match=r"int64 .*would wrap"):
+        torch_import._to_numpy(np.array([1, 2**31], np.int64))
+    with pytest.raises(TorchImportError, match=r"uint64 .*would wrap"):
+        torch_import._to_numpy(np.array([2**40], np.uint64))
