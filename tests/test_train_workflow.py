@@ -450,3 +450,13 @@ def test_progress_bar_shows_lr_tokens_and_evaluation(capsys):
     bar = capsys.readouterr().err.split("\r")[-1]
     assert bar.startswith("[########################] 4/4  loss ")
     assert "lr 0.25" in bar and "tokens/s" in bar and "eval/loss" in bar and bar.endswith("\n")
+
+
+def test_profile_trace_files_of_a_logdir_with_pattern_characters(tmp_path):
+    from kaun_ir.runtime.xla import profiler
+
+    logdir = tmp_path / "runs[exp1]"
+    run = logdir / "plugins" / "profile" / "2026_01_01"
+    run.mkdir(parents=True)
+    (run / "host.trace.json.gz").write_bytes(b"")
+    assert profiler.trace_files(str(logdir)) == [str(run / "host.trace.json.gz")]
