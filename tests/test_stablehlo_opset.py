@@ -289,6 +289,18 @@ def test_triangular_solve_module_reads_only_its_triangle():
     np.testing.assert_array_equal(again, x)
 
 
+def test_triangular_solve_reference_ignores_a_unit_diagonal_that_is_not_finite():
+    from kaun_ir.ir import optable
+
+    a = _triangular(3)
+    a[np.diag_indices(3)] = [np.inf, np.nan, -np.inf]
+    b = R.standard_normal((3, 2)).astype(np.float32)
+    attrs = {"left_side": True, "lower": True, "unit_diagonal": True, "transpose_a": "NO_TRANSPOSE"}
+    got = optable.table()["triangular_solve"].reference(a, b, **attrs)
+    want = lax.linalg.triangular_solve(a, b, left_side=True, lower=True, unit_diagonal=True)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-5)
+
+
 def test_triangular_solve_gradient_and_vmap_match_jax():
     a = _triangular(3, (4,))
     b = R.standard_normal((4, 3, 2)).astype(np.float32)
