@@ -140,6 +140,7 @@ def report_of(out):
             r"'127.0.0.1:abc': the port must be a number in 1..65535, got 'abc'",
         ),
         (("127.0.0.1:70000", 2, 0), ValueError, r"port must be a number in 1..65535, got '70000'"),
+        (("127.0.0.1:12\u00b2", 2, 0), ValueError, r"port must be a number in 1..65535"),
         (("127.0.0.1", 2, 0), ValueError, r"'127.0.0.1' is not 'host:port'"),
         ((":1234", 2, 0), ValueError, r"not 'host:port'"),
         (("::1:1234", 2, 0), ValueError, r"\[::1\]:1234"),

@@ -194,6 +194,13 @@ def test_jax_sort_of_unsigned_and_bool_keys():
     _check(lambda u, b: (jnp.sort(u), lax.sort((b, u), num_keys=1), jnp.argsort(b)), u, b, rtol=0, atol=0)
 
 
+def test_jax_sort_of_64_bit_unsigned_keys():
+    # the comparator is probed with the dtype's extremes: uint64's maximum must not overflow
+    u = np.array([3, 2**64 - 1, 0, 2**63, 7], np.uint64)
+    with jax.enable_x64(True):
+        _check(lambda u: jnp.sort(u), u, rtol=0, atol=0)
+
+
 _SORT_GT = """
 func.func @main(%x: tensor<2x5xf32>, %y: tensor<2x5xi32>) -> (tensor<2x5xf32>, tensor<2x5xi32>) {
   %0:2 = "stablehlo.sort"(%x, %y) ({
@@ -280,6 +287,18 @@ def test_triangular_solve_module_reads_only_its_triangle():
     np.testing.assert_allclose(np.tril(a).T @ x, b, rtol=1e-5, atol=1e-5)
     _, (again,) = _run(_TRSM, np.tril(a) + np.triu(np.full((3, 3), 7.0, np.float32), 1), b)
     np.testing.assert_array_equal(again, x)
+
+
+def test_triangular_solve_reference_ignores_a_unit_diagonal_that_is_not_finite():
+    from kaun_ir.ir import optable
+
+    a = _triangular(3)
+    a[np.diag_indices(3)] = [np.inf, np.nan, -np.inf]
+    b = R.standard_normal((3, 2)).astype(np.float32)
+    attrs = {"left_side": True, "lower": True, "unit_diagonal": True, "transpose_a": "NO_TRANSPOSE"}
+    got = optable.table()["triangular_solve"].reference(a, b, **attrs)
+    want = lax.linalg.triangular_solve(a, b, left_side=True, lower=True, unit_diagonal=True)
+    np.testing.assert_allclose(got, np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
 def test_triangular_solve_gradient_and_vmap_match_jax():

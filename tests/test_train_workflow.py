@@ -450,3 +450,25 @@ def test_progress_bar_shows_lr_tokens_and_evaluation(capsys):
     bar = capsys.readouterr().err.split("\r")[-1]
     assert bar.startswith("[########################] 4/4  loss ")
     assert "lr 0.25" in bar and "tokens/s" in bar and "eval/loss" in bar and bar.endswith("\n")
+
+
+def test_profile_trace_files_of_a_logdir_with_pattern_characters(tmp_path):
+    from kaun_ir.runtime.xla import profiler
+
+    logdir = tmp_path / "runs[exp1]"
+    run = logdir / "plugins" / "profile" / "2026_01_01"
+    run.mkdir(parents=True)
+    (run / "host.trace.json.gz").write_bytes(b"")
+    assert profiler.trace_files(str(logdir)) == [str(run / "host.trace.json.gz")]
+
+
+def test_keep_last_never_removes_the_checkpoint_just_written(tmp_path):
+    # a directory holding a later step of another run: pruning must not delete this run's files
+    other = tmp_path / "step_00001000.safetensors"
+    other.write_bytes(b"another run")
+    saver = checkpointing.Checkpointer(tmp_path, keep_last=1)
+    st = _fresh()
+    path = saver.save(st, None, 0)
+    saver.wait()
+    assert os.path.exists(path) and other.exists()
+    assert train.load(path, TRAINER).step == st.step

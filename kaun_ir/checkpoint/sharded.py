@@ -82,11 +82,13 @@ def _barrier_token(token: int) -> int:
     devices = backend.global_devices()
     mesh = Mesh((len(devices),), ("all",), devices)
     owners = [d.process_index for d in mesh.device_list]
-    values = np.array([token if p == 0 else 0 for p in owners], np.int32)
+    # the token on one device only: a sum of one copy per device of process 0 would wrap int32
+    values = np.zeros(len(owners), np.int32)
+    values[owners.index(0)] = token
     sharding = shardings.named_sharding(mesh, Spec("all"))
     spread = transfer.array_from_callback(values.shape, sharding, lambda index: values[index])
     total = _summer(mesh)(spread)
-    return int(np.asarray(total.addressable_shards[0].data)) // owners.count(0)
+    return int(np.asarray(total.addressable_shards[0].data))
 
 
 _SUMMERS: dict = {}

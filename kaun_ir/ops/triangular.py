@@ -39,9 +39,9 @@ def _infer(a: TensorType, b: TensorType, left_side, lower, unit_diagonal, transp
 
 def _triangle(a: np.ndarray, lower: bool, unit_diagonal: bool) -> np.ndarray:
     tri = np.tril(a) if lower else np.triu(a)
-    if unit_diagonal:
-        m = a.shape[-1]
-        tri = tri * (1 - np.eye(m)) + np.eye(m)
+    if unit_diagonal:  # the diagonal is not read: an inf or NaN there must not leak (inf * 0)
+        eye = np.eye(a.shape[-1], dtype=bool)
+        tri = np.where(eye, np.ones((), tri.dtype), tri)
     return tri
 
 

@@ -102,7 +102,8 @@ def _parse_address(address: str) -> tuple[str, int]:
             f"kn.distributed.initialize: coordinator_address {address!r} is not 'host:port' "
             "(an IPv6 address is written '[::1]:1234')"
         )
-    if not port.isdigit() or not 1 <= int(port) <= 65535:
+    # isdecimal, not isdigit: a superscript digit ('\u00b2') is a digit that int() refuses
+    if not port.isdecimal() or not 1 <= int(port) <= 65535:
         raise ValueError(
             f"kn.distributed.initialize: coordinator_address {address!r}: the port must be a number "
             f"in 1..65535, got {port!r}"

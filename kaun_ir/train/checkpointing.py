@@ -80,25 +80,30 @@ class Checkpointer:
             header[POSITION_KEY] = json.dumps(position)
         if st.optimizer:
             header[checkpoint.OPTIMIZER_KEY] = st.optimizer
-        path = checkpoint_path(self.directory, int(st.step))
+        step = int(st.step)
+        path = checkpoint_path(self.directory, step)
         host = host_copy(st)
         self._thread = threading.Thread(
-            target=self._write, args=(path, host, header), name="kaun_ir-checkpoint", daemon=False
+            target=self._write, args=(path, host, header, step), name="kaun_ir-checkpoint", daemon=False
         )
         self._thread.start()
         return path
 
-    def _write(self, path: str, host: dict, header: dict) -> None:
+    def _write(self, path: str, host: dict, header: dict, step: int) -> None:
         try:
             checkpoint.save(path, host, metadata=header)
-            self._prune()
+            self._prune(step)
         except BaseException as error:  # noqa: BLE001 - raised on the training thread by wait()
             self._error = error
 
-    def _prune(self) -> None:
+    def _prune(self, written: int) -> None:
+        """Keep the last ``keep_last`` checkpoints up to the one just ``written``; later steps
+        (left by another run in the same directory) are not this run's to remove, and must
+        not push out the file just written."""
         if not self.keep_last:
             return
-        for step in checkpoint_steps(self.directory)[: -self.keep_last]:
+        steps = [step for step in checkpoint_steps(self.directory) if step <= written]
+        for step in steps[: -self.keep_last]:
             try:
                 os.unlink(checkpoint_path(self.directory, step))
             except FileNotFoundError:

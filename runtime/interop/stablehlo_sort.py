@@ -39,7 +39,8 @@ def _probes(dtype, few: bool) -> np.ndarray:
         return np.array(values).astype(dt)
     info = np.iinfo(dt)
     values = [info.min, 0, 1, info.max] if few else [info.min, -3, -1, 0, 1, 2, info.max]
-    return np.array([v for v in values if info.min <= v <= info.max], dtype=np.int64).astype(dt)
+    # built in ``dt`` itself: uint64's maximum does not fit an int64
+    return np.array([v for v in values if info.min <= v <= info.max], dtype=dt)
 
 
 def _less(a: np.ndarray, b: np.ndarray, descending: bool) -> tuple[np.ndarray, np.ndarray]:

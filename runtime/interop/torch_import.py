@@ -247,7 +247,8 @@ def from_torch(exported_program, name: str = "main") -> Graph:
 
 
 def _to_numpy(x) -> np.ndarray:
-    """An array for kaun_ir from a torch tensor or an array: 64-bit integers become 32-bit."""
+    """An array for kaun_ir from a torch tensor or an array: 64-bit integers become 32-bit
+    (TorchImportError when a value does not fit)."""
     torch = _torch()
     if isinstance(x, torch.Tensor):
         t = x.detach().cpu()
@@ -255,10 +256,15 @@ def _to_numpy(x) -> np.ndarray:
             return t.float().numpy().astype(dtypes.bfloat16)
         x = t.numpy().copy()  # a copy: the module may later update its tensors in place
     arr = np.asarray(x)
-    if arr.dtype == np.int64:
-        return arr.astype(np.int32)
-    if arr.dtype == np.uint64:
-        return arr.astype(np.uint32)
+    for wide, narrow in ((np.int64, np.int32), (np.uint64, np.uint32)):
+        if arr.dtype == wide:
+            info = np.iinfo(narrow)
+            if arr.size and (arr.min() < info.min or arr.max() > info.max):
+                raise TorchImportError(
+                    f"a {arr.dtype} tensor of shape {arr.shape} holds values in [{arr.min()}, {arr.max()}], "
+                    f"outside {np.dtype(narrow)} (64-bit integers become 32-bit ones): they would wrap"
+                )
+            return arr.astype(narrow)
     return arr
 
 

@@ -186,6 +186,13 @@ def div_mode(a, b, rounding_mode=None):
         return div(a, b)
     if rounding_mode == "floor":
         return elementwise.floor_divide(a, b)
+    floor = elementwise.floor_divide(a, b)
+    if not dtypes.is_float(type_of(floor).dtype):
+        # integers stay integers (as in PyTorch): the floor moved up by one where the exact
+        # quotient is negative and not whole
+        inexact = elementwise.not_equal(elementwise.mod(a, b), 0)
+        negative = elementwise.not_equal(elementwise.less(a, 0), elementwise.less(b, 0))
+        return elementwise.where(elementwise.bitwise_and(inexact, negative), elementwise.add(floor, 1), floor)
     q = elementwise.true_divide(a, b)
     return elementwise.multiply(elementwise.sign(q), elementwise.floor(elementwise.abs(q)))
 
@@ -346,12 +353,26 @@ def all_(x, dim=None, keepdim=False):
 
 @_register("aten.cumsum.default")
 def cumsum(x, dim, dtype=None):
-    """Running sum along ``dim`` (decomposed: a product with a triangular matrix of ones, in
-    float32 for integer inputs, exact below 2**24)."""
+    """Running sum along ``dim`` (decomposed: for floats a product with a triangular matrix of
+    ones; for integers, exactly, a ``reduce_window`` sum over a window of the whole axis padded
+    in front; booleans count as integers)."""
     x = _cast(x, dtype)
+    if type_of(x).dtype == dtypes.bool_:
+        x = astype(x, dtypes.int32)
     out_dtype = type_of(x).dtype
     axis = _axis(dim, _ndim(x))
     n = _shape(x)[axis]
+    if not dtypes.is_float(out_dtype) and n > 0:
+        nd = _ndim(x)
+        window = tuple(n if i == axis else 1 for i in range(nd))
+        attrs = {
+            "window_dimensions": window,
+            "window_strides": (1,) * nd,
+            "base_dilations": (1,) * nd,
+            "window_dilations": (1,) * nd,
+            "padding": tuple((n - 1, 0) if i == axis else (0, 0) for i in range(nd)),
+        }
+        return apply("reduce_window", x, np.asarray(0, out_dtype), kind="sum", **attrs)
     work = _float(x)
     triangle = np.triu(np.ones((n, n), dtypes.float32)).astype(type_of(work).dtype)
     moved = shapes.transpose(work, [i for i in range(_ndim(x)) if i != axis] + [axis])

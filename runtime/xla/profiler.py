@@ -27,5 +27,6 @@ def stop() -> None:
 
 def trace_files(logdir: str) -> list[str]:
     """The Chrome trace-event files under ``logdir``, oldest first."""
-    found = glob.glob(os.path.join(logdir, "plugins", "profile", "*", "*.trace.json.gz"))
+    # escaped: a logdir such as "runs/[exp]" is a name, not a pattern
+    found = glob.glob(os.path.join(glob.escape(logdir), "plugins", "profile", "*", "*.trace.json.gz"))
     return sorted(found, key=os.path.getmtime)
