@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -131,8 +132,10 @@ class Jitted:
                         f"argument of type {type(leaf).__name__}, which is not hashable: static arguments "
                         "key the compiled code, so pass a hashable value (a tuple, a frozenset) or an array"
                     ) from None
-                # NaN != NaN: key it by name so a static NaN does not retrace on every call
-                key.append(("static", type(leaf), "nan" if leaf != leaf else leaf))
+                # NaN != NaN: key it by name so a static NaN does not retrace on every call;
+                # 0.0 == -0.0 (and hash alike), but 1 / x tells them apart: the sign is keyed too
+                sign = math.copysign(1.0, leaf) if isinstance(leaf, float) else None
+                key.append(("static", type(leaf), "nan" if leaf != leaf else leaf, sign))
         return tuple(key), leaves, arrays
 
     def _name(self) -> str:

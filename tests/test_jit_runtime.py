@@ -106,6 +106,18 @@ def test_python_scalars_are_static():
     assert len(kn.trace(lambda x, n: x * n, x, 2.5).inputs) == 1
 
 
+def test_static_signed_zeros_are_two_signatures():
+    """0.0 == -0.0 and both hash alike, but 1 / s tells them apart: a cache keyed by the value
+    alone would run the -0.0 call with the 0.0 program."""
+    f = kn.jit(lambda x, s: x / s)
+    x = np.ones(2, F32)
+    np.testing.assert_array_equal(f(x, 0.0), np.array([np.inf, np.inf], F32))
+    np.testing.assert_array_equal(f(x, -0.0), np.array([-np.inf, -np.inf], F32))
+    assert f.trace_count == 2
+    np.testing.assert_array_equal(f(x, 0.0), np.array([np.inf, np.inf], F32))
+    assert f.trace_count == 2
+
+
 def test_numpy_scalars_are_inputs_not_static():
     f = kn.jit(lambda x, n: x * n)
     x = np.arange(3, dtype=F32)

@@ -341,6 +341,27 @@ def test_a_failed_background_write_is_raised(tmp_path, monkeypatch):
     assert isinstance(info.value, KaunError)
 
 
+def test_a_failed_run_raises_its_own_error_not_the_checkpoint_writers(tmp_path, monkeypatch):
+    """The run dies (a callback raises) while a checkpoint write fails too: the run's error is the
+    one raised, the checkpoint's a warning."""
+
+    def broken(path, tree, metadata=None):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(checkpointing.checkpoint, "save", broken)
+    with pytest.warns(UserWarning, match="disk full"), pytest.raises(RuntimeError, match="power cut"):
+        train.fit(
+            TRAINER,
+            _fresh(),
+            _pipeline(),
+            callbacks=[Recorder(crash_at=2)],
+            checkpoint_dir=tmp_path,
+            checkpoint_every=1,
+            report_every=1,
+            progress=False,
+        )
+
+
 def test_fit_argument_errors(tmp_path):
     st = _fresh()
     with pytest.raises(ValueError, match="checkpoint_dir"):

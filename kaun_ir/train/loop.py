@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -402,7 +403,17 @@ class _FitRun:
 
     def close(self, failed: bool) -> None:
         """Wait for the checkpoint in flight, stop a profile and tell the callbacks the run ended
-        (also when it failed)."""
+        (also when it failed). After a failure, an error of these (a checkpoint write that failed
+        too) is a warning: the exception on its way out is the one the user sees."""
+        if not failed:
+            self._close(failed)
+            return
+        try:
+            self._close(failed)
+        except Exception as err:  # noqa: BLE001 - the run's own exception is already propagating
+            warnings.warn(f"train.fit: while ending a failed run: {type(err).__name__}: {err}", stacklevel=3)
+
+    def _close(self, failed: bool) -> None:
         try:
             if self.checkpointer is not None:
                 self.checkpointer.wait()
