@@ -394,8 +394,11 @@ def test_fit_profiles_a_range_of_steps_with_layer_named_kernels(tmp_path, capsys
     assert any(name.startswith("optimizer/") for name in named)
     # the raw trace (TensorBoard's profiler plugin) is there too
     assert list((tmp_path / "plugins" / "profile").iterdir())
-    for line in printed.splitlines()[1:]:
-        assert line.split()[0] in {"0.linear", "1.relu", "2.dropout", "3.linear", "loss", "optimizer"}
+    rows = {line.split()[0] for line in printed.splitlines()[1:]}
+    assert {"0.linear", "3.linear"} <= rows
+    # a kernel inside a layer is named by that layer of this model; an op outside every layer (the
+    # loop's own bookkeeping, e.g. stacking the logged losses) is named by itself
+    assert all(row in {"0.linear", "1.relu", "2.dropout", "3.linear"} for row in rows if row[0].isdigit())
 
 
 def test_profile_context_and_table():

@@ -150,8 +150,8 @@ def test_mlp_page(browser, tmp_path):
         page.page.press("#search", "Enter")  # Enter again: the next match
         assert page.page.text_content("#count") == f"2 / {matches} matches"
 
-        # search by input name and by layer path
-        page.page.fill("#search", "0.2.weight")
+        # search by input name (inputs are named by argument and parameter path) and by layer path
+        page.page.fill("#search", "params.2.weight")
         page.page.press("#search", "Enter")
         assert page.page.locator(".node.current").get_attribute("data-op") == "input"
         page.page.fill("#search", "2.linear")

@@ -16,7 +16,7 @@ from kaun_ir.surface.elementwise import add, multiply
 from kaun_ir.surface.promotion import astype, dtype_of, shape_of
 from kaun_ir.surface.tensor import Tensor
 
-__all__: list[str] = []
+__all__ = []  # helpers of the optimiser modules; nothing public
 
 
 # ------------------------------------------------------------------------ validation

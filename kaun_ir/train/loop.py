@@ -13,6 +13,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -134,11 +135,25 @@ def _length(data: Iterable) -> int | None:
         return None
 
 
+@dataclass(frozen=True)
 class _Options:
     """What one ``fit`` call was asked to do besides stepping (see :func:`fit`)."""
 
-    def __init__(self, **kwargs: Any):
-        self.__dict__.update(kwargs)
+    report: Any
+    ctx: Any
+    progress: Any
+    steps_per_call: Any
+    report_every: Any
+    epochs: Any
+    callbacks: Any
+    eval_data: Any
+    eval_metrics: Any
+    eval_every: Any
+    checkpoint_dir: Any
+    checkpoint_every: Any
+    keep_last: Any
+    resume: Any
+    profiler: Any
 
 
 class _FitRun:
