@@ -33,8 +33,13 @@ def leaf_names(args: tuple, kwargs: dict) -> list[str]:
     return names
 
 
+def _is_static(item: Any) -> bool:
+    """A static argument's key: ``("static", type, value, sign of a float or None)`` (runtime/jit.py)."""
+    return isinstance(item, tuple) and len(item) == 4 and item[0] == "static"
+
+
 def _describe(item: Any) -> str:
-    if isinstance(item, tuple) and len(item) == 3 and item[0] == "static":
+    if _is_static(item):
         return f"static {item[1].__name__} {item[2]!r}"
     if isinstance(item, tuple) and len(item) == 2:
         shape, dtype = item
@@ -47,9 +52,7 @@ def _difference(old: tuple, new: tuple, names: list[str]) -> list[str]:
     for name, a, b in zip(names, old[1:], new[1:]):
         if a == b:
             continue
-        a_static = isinstance(a, tuple) and len(a) == 3 and a[0] == "static"
-        b_static = isinstance(b, tuple) and len(b) == 3 and b[0] == "static"
-        if a_static or b_static:
+        if _is_static(a) or _is_static(b):
             what = "static value"
         elif isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b) == 2:
             what = {(True, False): "shape", (False, True): "dtype"}.get(
