@@ -109,3 +109,17 @@ def paths(tree: Any, is_leaf: Callable[[Any], bool] | None = None) -> list[tuple
 
     walk(tree, "")
     return out
+
+
+def nested(pairs) -> dict:
+    """The inverse of :func:`paths` into dicts only: nested dicts from ``(dotted_path, leaf)``
+    pairs (or a ``{dotted_path: leaf}`` dict); list positions become the keys ``"0"``, ``"1"``, ...,
+    so every leaf keeps its path."""
+    root: dict = {}
+    for path, leaf in pairs.items() if isinstance(pairs, dict) else pairs:
+        node = root
+        *parents, last = path.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = leaf
+    return root

@@ -27,6 +27,7 @@ from kaun_ir.nn import init as initializers
 from kaun_ir.surface.elementwise import add, multiply
 from kaun_ir.surface.linalg import matmul
 from kaun_ir.surface.promotion import astype, dtype_of, shape_of
+from kaun_ir.tree import nested as nested_tree
 
 __all__ = ["lora", "lora_merge", "lora_vars", "lora_frozen"]
 
@@ -110,18 +111,6 @@ def _selected(config: _Config, base: Any) -> list[tuple[str, Any]]:
     return chosen
 
 
-def _nest(pairs: list[tuple[str, Any]]) -> dict:
-    """Nested dicts keyed by the path segments, so every adapter's path is its weight's path."""
-    root: dict = {}
-    for path, leaf in pairs:
-        node = root
-        parts = path.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = leaf
-    return root
-
-
 def _adapters(config: _Config, base: Any, dt) -> dict:
     adapters = []
     for path, leaf in _selected(config, base):
@@ -130,7 +119,7 @@ def _adapters(config: _Config, base: Any, dt) -> dict:
             a = make_param(initializers.he_uniform(), (n_in, config.rank), dt)
             b = make_param(initializers.zeros, (config.rank, n_out), dt)
         adapters.append((path, {"a": a, "b": b}))
-    return _nest(adapters)
+    return nested_tree(adapters)
 
 
 def _merged(config: _Config, params: Any) -> Any:

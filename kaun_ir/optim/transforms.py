@@ -55,6 +55,7 @@ from kaun_ir.surface.elementwise import (
     where,
 )
 from kaun_ir.surface.promotion import astype, dtype_of, shape_of
+from kaun_ir.tree import nested as nested_tree
 
 __all__ = [
     "scale",
@@ -296,19 +297,6 @@ def multi_steps(inner: Algorithm, every: int) -> Algorithm:
     )
 
 
-def _nested(pairs: list) -> dict:
-    """A tree of nested dicts from ``(dotted path, leaf)`` pairs (list positions become keys "0",
-    "1", ..., so every leaf keeps its path)."""
-    root: dict = {}
-    for path, leaf in pairs:
-        node = root
-        parts = path.split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-        node[parts[-1]] = leaf
-    return root
-
-
 def freeze(inner: Algorithm, mask: Any) -> Algorithm:
     """``inner`` on the trainable parameters only: ``mask`` selects the *frozen* leaves (a
     predicate ``mask(path)`` / ``mask(path, param)`` on dotted paths, or a tree of bools). Frozen
@@ -322,7 +310,7 @@ def freeze(inner: Algorithm, mask: Any) -> Algorithm:
 
     def trainable(tree, flags):
         pairs = [pair for pair, off in zip(ptree.flatten_with_paths(tree), flags) if not off]
-        return _nested(pairs)
+        return nested_tree(pairs)
 
     def init(params):
         return tuple(inner.init(trainable(params, frozen(params))))

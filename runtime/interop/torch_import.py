@@ -37,6 +37,7 @@ from kaun_ir.ir.core import Graph, TensorType
 from kaun_ir.runtime.interop.torch_ops import ATEN, dtype_of_torch
 from kaun_ir.surface.promotion import astype
 from kaun_ir.surface.tensor import Tensor, to_value, type_of
+from kaun_ir.tree import nested as nested_tree
 
 __all__ = ["TorchFunction", "covered_ops", "from_torch", "torch_function", "torch_inputs"]
 
@@ -302,17 +303,6 @@ def torch_inputs(exported_program, *args) -> list[np.ndarray]:
     return flat
 
 
-def _nest(flat: dict) -> dict:
-    tree: dict = {}
-    for key, value in flat.items():
-        node = tree
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return tree
-
-
 def _lookup(tree, key: str):
     node = tree
     for part in key.split("."):
@@ -380,7 +370,7 @@ class TorchFunction:
             for o, s in zip(outs, self._program.output_specs)
             if s.kind == out_kind.BUFFER_MUTATION and s.target in self._names
         }
-        return (result, _nest(updated)) if updated else result
+        return (result, nested_tree(updated)) if updated else result
 
 
 def torch_function(module, *example_args) -> tuple[TorchFunction, dict]:
@@ -421,4 +411,4 @@ def torch_function(module, *example_args) -> tuple[TorchFunction, dict]:
             params[names[spec.target]] = value
         else:
             constants[spec.target] = value
-    return TorchFunction(program, names, constants, module.training), _nest(params)
+    return TorchFunction(program, names, constants, module.training), nested_tree(params)

@@ -658,27 +658,22 @@ def scalar_tensor(value, dtype=None, **kwargs):
 )
 def zeros(*args, dtype=None, **kwargs):
     """Zeros of ``size`` (``empty`` gives zeros too)."""
-    size = args[-1]
+    return creation.zeros(*_size_and_dtype(args, dtype))
+
+
+def _size_and_dtype(args: tuple, dtype) -> tuple:
+    """``(size, dtype)`` of ``zeros(size)`` / ``new_zeros(like, size)``-style calls: the given
+    dtype, else ``like``'s, else float32."""
     like = args[0] if len(args) == 2 else None
-    dt = (
-        dtype_of_torch(dtype)
-        if dtype is not None
-        else (type_of(like).dtype if like is not None else dtypes.float32)
-    )
-    return creation.zeros(tuple(size), dt)
+    if dtype is not None:
+        return tuple(args[-1]), dtype_of_torch(dtype)
+    return tuple(args[-1]), type_of(like).dtype if like is not None else dtypes.float32
 
 
 @_register("aten.ones.default", "aten.new_ones.default")
 def ones(*args, dtype=None, **kwargs):
     """Ones of ``size``."""
-    size = args[-1]
-    like = args[0] if len(args) == 2 else None
-    dt = (
-        dtype_of_torch(dtype)
-        if dtype is not None
-        else (type_of(like).dtype if like is not None else dtypes.float32)
-    )
-    return creation.ones(tuple(size), dt)
+    return creation.ones(*_size_and_dtype(args, dtype))
 
 
 @_register("aten.full_like.default", "aten.fill.Scalar")
