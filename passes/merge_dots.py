@@ -18,6 +18,13 @@ product three times larger:
   last contracting axis: the input gradient ``dq wq^T + dk wk^T + dv wv^T``. Chains of sums
   merge pairwise.
 
+The two rewrites agree on the order of the operands they concatenate: reverse mode sums the
+input gradient's terms in the reverse of the forward order (``dv wv^T + dk wk^T + dq wq^T``),
+so a sibling group whose operands are the terms of such a sum (the forward weights
+``wq, wk, wv``) is concatenated in the sum's order, and a chain of sums is one flat
+concatenation. The forward product and the input gradient then read one concatenation of the
+weights (common-subexpression elimination merges the two) instead of two in opposite orders.
+
 Exact up to summation order: every element sums the same terms, but a wider product may be
 blocked differently by the kernel, and the sum rewrite adds the partial products inside one
 contraction instead of after it, so results agree to rounding (the tests compare with a float64
@@ -59,8 +66,45 @@ def _slice(rw: Rewriter, x: Value, axis: int, start: int, stop: int) -> Value:
 # ----------------------------------------------------------------------------- siblings
 
 
+def _sum_orders(graph: Graph) -> dict[frozenset, list[int]]:
+    """For each sum of single-use products (``add`` trees, as the sums rewrite merges them), the
+    ids of each operand side's values in the order of the flat concatenation the rewrite builds,
+    keyed by the set of those ids."""
+    uses: dict[int, int] = {}
+    for node in graph.nodes:
+        for v in node.inputs:
+            uses[id(v)] = uses.get(id(v), 0) + 1
+    for v in graph.outputs:
+        uses[id(v)] = uses.get(id(v), 0) + 1
+
+    def terms(v: Value, top: bool) -> list[Node] | None:
+        node = v.node
+        if node is None or (not top and uses.get(id(v), 0) != 1):
+            return None
+        if node.op == "dot_general":
+            return [node]
+        if node.op != "add":
+            return None
+        left, right = terms(node.inputs[0], False), terms(node.inputs[1], False)
+        return None if left is None or right is None else left + right
+
+    orders: dict[frozenset, list[int]] = {}
+    for node in graph.nodes:
+        if node.op != "add":
+            continue
+        found = terms(node.outputs[0], True)
+        if not found or len(found) < 2 or len({_dims_key(n) for n in found}) != 1:
+            continue
+        for pos in (0, 1):
+            ids = [id(n.inputs[pos]) for n in found]
+            if len(set(ids)) == len(ids):
+                orders[frozenset(ids)] = ids
+    return orders
+
+
 def _sibling_groups(graph: Graph) -> list[tuple[int, list[Node]]]:
-    """``(shared operand position, products)`` for each set of mergeable siblings, 2 or more."""
+    """``(shared operand position, products)`` for each set of mergeable siblings, 2 or more;
+    ordered as a sum of products over the same operands concatenates them, where there is one."""
     groups: dict[tuple, list[Node]] = {}
     for node in graph.nodes:
         if node.op != "dot_general":
@@ -73,9 +117,13 @@ def _sibling_groups(graph: Graph) -> list[tuple[int, list[Node]]]:
             key = (id(node.inputs[shared]), shared, _dims_key(node), other.type)
             groups.setdefault(key, []).append(node)
     found, taken = [], set()
+    orders = _sum_orders(graph) if groups else {}
     for (_, shared, _, _), nodes in groups.items():
         nodes = [n for n in nodes if id(n) not in taken]
         others = {id(n.inputs[1 - shared]) for n in nodes}
+        order = orders.get(frozenset(others))
+        if order is not None:
+            nodes.sort(key=lambda n: order.index(id(n.inputs[1 - shared])))
         if len(nodes) >= 2 and len(others) == len(nodes) and _worth_copying(nodes, shared):
             found.append((shared, nodes))  # (equal products are CSE's business)
             taken.update(id(n) for n in nodes)
@@ -160,8 +208,11 @@ def _build_siblings(shared: int, nodes: list[Node], env: dict[int, Value]) -> li
 # ----------------------------------------------------------------------------- sums
 
 
-def _merge_sum(node: Node, x: Value, y: Value, uses: dict[int, int]) -> tuple[Node, list[Node]] | None:
-    """The product replacing ``add(x, y)`` of two single-use products, and the nodes it needs."""
+def _merge_sum(
+    node: Node, x: Value, y: Value, uses: dict[int, int], joined: set[int]
+) -> tuple[Node, list[Node]] | None:
+    """The product replacing ``add(x, y)`` of two single-use products, and the nodes it needs.
+    A concatenation an earlier merge of the chain built (``joined``) is extended, not nested."""
     dx, dy = x.node, y.node
     if dx is None or dy is None or dx.op != "dot_general" or dy.op != "dot_general" or dx is dy:
         return None
@@ -177,7 +228,17 @@ def _merge_sum(node: Node, x: Value, y: Value, uses: dict[int, int]) -> tuple[No
         axis = a[f"{side}_contracting"][-1]
         if any(s != t for i, (s, t) in enumerate(zip(p.shape, q.shape)) if i != axis):
             return None
-        operands.append(rw.emit("concatenate", p, q, dimension=axis))
+        parts = [
+            part
+            for v in (p, q)
+            for part in (
+                v.node.inputs
+                if v.node is not None and id(v.node) in joined and v.node.attr("dimension") == axis
+                else (v,)
+            )
+        ]
+        operands.append(rw.emit("concatenate", *parts, dimension=axis))
+        joined.add(id(operands[-1].node))
     copied = sum(v.type.size for v in (*dx.inputs, *dy.inputs))
     contracted = math.prod(operands[0].shape[ax] for ax in a["lhs_contracting"])
     if copied * 16 > node.outputs[0].type.size * contracted:
@@ -197,9 +258,10 @@ def _merge_sums(graph: Graph) -> Graph:
     env: dict[int, Value] = {}
     out: list[Node] = []
     merged = 0
+    joined: set[int] = set()
     for node in graph.nodes:
         inputs = tuple(env.get(id(v), v) for v in node.inputs)
-        made = _merge_sum(node, *inputs, uses) if node.op == "add" else None
+        made = _merge_sum(node, *inputs, uses, joined) if node.op == "add" else None
         if made is not None:
             product, nodes = made
             out.extend(nodes)
