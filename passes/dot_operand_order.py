@@ -21,11 +21,31 @@ rounding (the tests compare with a float64 product).
 
 Size-1 axes are ignored when deciding whether an operand is in order (a copy of them is a
 bitcast). Option ``min_ratio`` (float, default 2.0). Statistic: ``dot products swapped``.
+
+**Materialised operands** (option ``materialize``, default on). Whichever operand is left out
+of order, XLA fuses its copy with the element-wise ops that compute it, and duplicates those
+ops into every consumer: in a transformer's backward pass the residual stream's gradient is a
+chain of additions over every later block, recomputed by each of its consumers (the transposing
+copy of the weight gradient reading each of a dozen inputs with a stride of one row), and a
+layer norm's output is recomputed by the transposing copy of the next weight gradient.
+``optimization_barrier`` does not stop this on XLA CPU (it becomes control dependencies before
+fusion). A product is the one op XLA keeps whole, so an operand read out of order that is the
+result of an ``add``, ``subtract`` or ``multiply`` is replaced, for all its uses, by its product
+with the identity matrix over its last axis: XLA computes the sum once, the copy reads it
+contiguously, and later sums start from it. Made only where the identity product has at most
+half as many multiply-adds as the largest product reading the value out of order. Exact for
+finite values (every other term is an exact zero; ``-0.0`` becomes ``+0.0``); an infinity in a
+row makes that row NaN. Top-level graph only. Statistic: ``operands materialised``.
 """
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
+
 from kaun_ir.errors import PassOptionError
+from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
@@ -95,18 +115,73 @@ def _back_is_bitcast(shape: tuple[int, ...], perm: tuple[int, ...]) -> bool:
     return kept == sorted(kept)
 
 
+_MATERIALIZED_OPS = ("add", "subtract", "multiply")
+
+
+def _out_of_order_sums(graph: Graph) -> dict[int, int]:
+    """``id(value) -> multiply-adds of the largest product reading it out of order``, for the
+    floating-point results of ``_MATERIALIZED_OPS`` that a ``dot_general`` reads out of order."""
+    found: dict[int, int] = {}
+    for node in graph.nodes:
+        if node.op != "dot_general":
+            continue
+        a = node.attr_dict
+        contracted = math.prod(node.inputs[0].shape[ax] for ax in a["lhs_contracting"])
+        multiply_adds = node.outputs[0].type.size * contracted
+        for pos, side in ((0, "lhs"), (1, "rhs")):
+            v = node.inputs[pos]
+            if v.node is None or v.node.op not in _MATERIALIZED_OPS or not v.shape:
+                continue
+            if not np.issubdtype(v.dtype, np.floating) or np.dtype(v.dtype).itemsize < 4:
+                continue
+            if not _in_order(v, _roles(v, a[f"{side}_batch"], a[f"{side}_contracting"], pos == 0)):
+                found[id(v)] = max(found.get(id(v), 0), multiply_adds)
+    return found
+
+
+def _materialize(graph: Graph) -> Graph:
+    """Each sum a product reads out of order replaced, for all its uses, by its product with the
+    identity matrix over its last axis (see the module docstring)."""
+    found = _out_of_order_sums(graph)
+    env: dict[int, Value] = {}
+    out: list[Node] = []
+    made = 0
+    for node in graph.nodes:
+        fresh = copy_node(node, env)
+        out.append(fresh)
+        for old, new in zip(node.outputs, fresh.outputs):
+            n = new.shape[-1] if new.shape else 0
+            if id(old) not in found or 2 * new.type.size * n > found[id(old)]:
+                continue
+            rw = Rewriter(node)
+            eye = rw.constant(np.eye(n, dtype=new.dtype))
+            last = len(new.shape) - 1
+            dims = {"lhs_batch": (), "rhs_batch": (), "lhs_contracting": (last,), "rhs_contracting": (0,)}
+            env[id(old)] = rw.emit("dot_general", new, eye, **dims)
+            out.extend(rw.staged)
+            made += 1
+    if not made:
+        return graph
+    statistic("operands materialised", made)
+    outputs = [env.get(id(v), v) for v in graph.outputs]
+    return Graph(graph.inputs, outputs, out, graph.name, graph.input_names)
+
+
 @register(
     "dot-operand-order",
     options={
         "min_ratio": (float, 2.0, "swap only when the swapped product copies this many times fewer elements"),
+        "materialize": (bool, True, "compute a sum read out of order once, as a product with the identity"),
     },
 )
-def dot_operand_order(graph: Graph, min_ratio: float) -> Graph:
-    """Swap dot_general operands (and transpose the result back) where XLA CPU then copies less."""
+def dot_operand_order(graph: Graph, min_ratio: float, materialize: bool) -> Graph:
+    """Swap dot_general operands (and transpose the result back) where XLA CPU then copies less;
+    materialise the sums a product still reads out of order."""
     if not min_ratio >= 1.0:
         raise PassOptionError(f"dot-operand-order: min_ratio must be >= 1, got {min_ratio}")
     if not any(node.op == "dot_general" for node in graph.walk()):
         return graph
     table = RuleTable()
     table.rule("dot-operand-order", "dot_general")(lambda node, rw: _swap(node, rw, min_ratio))
-    return apply_rules(graph, table, label="dot-operand-order").graph
+    graph = apply_rules(graph, table, label="dot-operand-order").graph
+    return _materialize(graph) if materialize else graph

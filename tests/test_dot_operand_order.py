@@ -134,3 +134,75 @@ def test_equal_costs_do_not_swap_back_and_forth():
     stats = passes.Statistics()
     passes.run(graph, "dot-operand-order{min_ratio=1.0}", instrumentations=[stats], verify_each=True)
     assert "dot products swapped" not in stats.records[0].counters
+
+
+def _materialised(graph, pipeline):
+    stats = passes.Statistics()
+    out = passes.run(graph, pipeline, instrumentations=[stats], verify_each=True)
+    return out, stats.records[0].counters.get("operands materialised", 0)
+
+
+def test_a_sum_read_out_of_order_is_materialised_exactly_for_all_its_uses():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((4, 32, 16)).astype(F32), rng.standard_normal((4, 32, 16)).astype(F32)
+    a[0, 0, :3] = (0.0, -0.0, 1e-30)
+    g = rng.standard_normal((4, 32, 48)).astype(F32)
+
+    def f(a, b, g):
+        s = a + b  # read transposed by the weight-gradient-like product, and returned as it is
+        return apply("dot_general", s, g, lhs_batch=(), rhs_batch=(), lhs_contracting=(0, 1), rhs_contracting=(0, 1)), s
+
+    graph = kn.jit(f, pipeline="").graph(a, b, g)
+    out, made = _materialised(graph, "dot-operand-order{min_ratio=100.0}")
+    assert made == 1 and out.op_counts()["dot_general"] == 2
+    assert all(v.node.op == "dot_general" for v in out.outputs)  # both uses read the product
+    _, none = _materialised(graph, "dot-operand-order{min_ratio=100.0 materialize=false}")
+    assert none == 0
+    product, s = kn.jit(f, pipeline="dot-operand-order{min_ratio=100.0}")(a, b, g)
+    want = a + b  # float32 addition: the identity product must reproduce it bit for bit
+    np.testing.assert_array_equal(np.abs(np.asarray(s)), np.abs(want))
+    ss, gg = want.astype(np.float64), g.astype(np.float64)
+    ref = np.einsum("btk,btn->kn", ss, gg)
+    assert np.all(np.abs(np.asarray(product) - ref) <= 1e-5 * np.einsum("btk,btn->kn", abs(ss), abs(gg)))
+
+
+def test_no_materialisation_when_the_identity_product_would_cost_too_much():
+    rng = np.random.default_rng(4)
+    a, b = rng.standard_normal((64, 32)).astype(F32), rng.standard_normal((64, 32)).astype(F32)
+    g = rng.standard_normal((64, 8)).astype(F32)  # the product: 32 * 8 * 64; the identity: 64 * 32 * 32
+
+    def f(a, b, g):
+        return apply("dot_general", a * b, g, lhs_batch=(), rhs_batch=(), lhs_contracting=(0,), rhs_contracting=(0,))
+
+    graph = kn.jit(f, pipeline="").graph(a, b, g)
+    _, made = _materialised(graph, "dot-operand-order{min_ratio=100.0}")
+    assert made == 0
+    # an operand already in order (the input gradient's dy @ w^T) is left alone as well
+    h = rng.standard_normal((32, 48)).astype(F32)
+    graph = kn.jit(lambda a, b, h: (a + b) @ h, pipeline="").graph(a, b, h)
+    assert _materialised(graph, "dot-operand-order")[1] == 0
+
+
+def test_a_residual_stack_trains_like_jax_with_materialised_gradients():
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((4, 16, 32))
+    ws = [rng.standard_normal(shape) / 8 for _ in range(3) for shape in ((32, 96), (96, 32))]
+
+    def loss(ws, x, np_):
+        h = x
+        for w1, w2 in zip(ws[::2], ws[1::2]):  # residual blocks: h's gradient sums every later one
+            h = h + np_.tanh(h @ w1) @ w2
+        return (h * h).sum()
+
+    n = len(ws)
+    grad = kn.grad(lambda *a: loss(a[:n], a[n], kn), argnums=tuple(range(n)))
+    args = [w.astype(F32) for w in ws] + [x.astype(F32)]
+    got = kn.jit(grad, pipeline="canonicalize,cse,dce,dot-operand-order")
+    graph = kn.jit(grad, pipeline="canonicalize,cse,dce").graph(*args)
+    assert _materialised(graph, "dot-operand-order")[1] >= 2
+    with jax.enable_x64(True):
+        want = jax.grad(lambda ws: loss(ws, jnp.asarray(x), jnp))([jnp.asarray(w) for w in ws])
+    for g, w in zip(got(*args), want, strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w), rtol=2e-4, atol=2e-3)
