@@ -150,7 +150,7 @@ def test_a_sum_read_out_of_order_is_materialised_exactly_for_all_its_uses():
 
     def f(a, b, g):
         s = a + b  # read transposed by the weight-gradient-like product, and returned as it is
-        return apply("dot_general", s, g, lhs_batch=(), rhs_batch=(), lhs_contracting=(0, 1), rhs_contracting=(0, 1)), s
+        return dot((), (), (0, 1), (0, 1))(s, g), s
 
     graph = kn.jit(f, pipeline="").graph(a, b, g)
     out, made = _materialised(graph, "dot-operand-order{min_ratio=100.0}")
@@ -172,7 +172,7 @@ def test_no_materialisation_when_the_identity_product_would_cost_too_much():
     g = rng.standard_normal((64, 8)).astype(F32)  # the product: 32 * 8 * 64; the identity: 64 * 32 * 32
 
     def f(a, b, g):
-        return apply("dot_general", a * b, g, lhs_batch=(), rhs_batch=(), lhs_contracting=(0,), rhs_contracting=(0,))
+        return dot((), (), (0,), (0,))(a * b, g)
 
     graph = kn.jit(f, pipeline="").graph(a, b, g)
     _, made = _materialised(graph, "dot-operand-order{min_ratio=100.0}")
