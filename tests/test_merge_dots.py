@@ -196,3 +196,35 @@ def test_in_the_cpu_defaults():
 
 if __name__ == "__main__":
     pytest.main([__file__])
+
+
+def test_forward_and_input_gradient_read_one_concatenation_of_the_weights():
+    x, wq, wk, wv = rand(2, 32, 64), rand(64, 64) / 8, rand(64, 64) / 8, rand(64, 64) / 8
+
+    def loss(x, wq, wk, wv):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        s = kn.softmax(q @ kn.transpose(k, (0, 2, 1)), axis=-1)
+        return ((s @ v) ** 2).sum()
+
+    grad = kn.grad(loss, argnums=(0, 1, 2, 3))
+    graph = kn.jit(grad, pipeline="canonicalize,cse,dce").graph(x, wq, wk, wv)
+    out = passes.run(graph, "merge-dots,cse,dce", verify_each=True)
+    weights = {id(v) for v in out.inputs[1:]}
+    concats = [n for n in out.nodes if n.op == "concatenate"]
+    # one concatenation of the weights (forward q|k|v and the input gradient's sum over dq wq^T
+    # + dk wk^T + dv wv^T agree on the order) and one of dq, dk, dv (weight gradients and sum)
+    assert sum(all(id(v) in weights for v in n.inputs) for n in concats) == 1
+    assert len(concats) == 2 and all(len(n.inputs) == 3 for n in concats)
+    got = kn.jit(grad, pipeline="canonicalize,cse,dce,merge-dots,cse,dce")(x, wq, wk, wv)
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def ref(x, wq, wk, wv):
+        q, k, v = x @ wq, x @ wk, x @ wv
+        s = jax.nn.softmax(q @ jnp.swapaxes(k, 1, 2), axis=-1)
+        return ((s @ v) ** 2).sum()
+
+    with jax.enable_x64(True):
+        want = jax.grad(ref, argnums=(0, 1, 2, 3))(*(jnp.asarray(a, jnp.float64) for a in (x, wq, wk, wv)))
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w), rtol=1e-4, atol=1e-4)
