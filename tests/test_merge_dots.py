@@ -226,5 +226,6 @@ def test_forward_and_input_gradient_read_one_concatenation_of_the_weights():
 
     with jax.enable_x64(True):
         want = jax.grad(ref, argnums=(0, 1, 2, 3))(*(jnp.asarray(a, jnp.float64) for a in (x, wq, wk, wv)))
-    for g, w in zip(got, want, strict=True):
-        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w), rtol=1e-4, atol=1e-4)
+    for g, w in zip(got, want, strict=True):  # float32 rounding of sums of terms up to |w|'s largest
+        w = np.asarray(w)
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=1e-4, atol=1e-5 * np.abs(w).max())
