@@ -33,7 +33,11 @@ fusion). A product is the one op XLA keeps whole, so an operand read out of orde
 result of an ``add``, ``subtract`` or ``multiply`` is replaced, for all its uses, by its product
 with the identity matrix over its last axis: XLA computes the sum once, the copy reads it
 contiguously, and later sums start from it. Made only where the identity product has at most
-half as many multiply-adds as the largest product reading the value out of order. Exact for
+half as many multiply-adds as the largest product reading the value out of order, where XLA
+would recompute the value from at least ``min_inputs`` (int, default 2) values of its size, and
+where that product contracts at least ``min_rows`` (int, default 512) elements: the length of
+the copy's strided walk. Over 256 rows (the ``transformer12`` workload) the walk stays in cache
+and the identity products cost more than they save (docs/performance.md). Exact for
 finite values (every other term is an exact zero; ``-0.0`` becomes ``+0.0``); an infinity in a
 row makes that row NaN. Top-level graph only. Statistic: ``operands materialised``.
 """
@@ -47,6 +51,7 @@ import numpy as np
 from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node, Value
+from kaun_ir.ops import get as get_op
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
@@ -116,11 +121,32 @@ def _back_is_bitcast(shape: tuple[int, ...], perm: tuple[int, ...]) -> bool:
 
 
 _MATERIALIZED_OPS = ("add", "subtract", "multiply")
+_SEE_THROUGH = ("broadcast_in_dim", "reshape")
 
 
-def _out_of_order_sums(graph: Graph) -> dict[int, int]:
+def _fused_inputs(value: Value, limit: int) -> int:
+    """How many values at least as large as ``value`` XLA would read to recompute it, fusing the
+    element-wise ops (and broadcasts) that compute it into a consumer; counted up to ``limit``."""
+    seen: set[int] = set()
+    leaves: set[int] = set()
+    stack = [value]
+    while stack and len(leaves) < limit:
+        v = stack.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        node = v.node
+        if node is not None and (node.op in _SEE_THROUGH or "elementwise" in (get_op(node.op).traits or ())):
+            stack.extend(node.inputs)
+        elif v.type.size >= value.type.size:
+            leaves.add(id(v))
+    return len(leaves)
+
+
+def _out_of_order_sums(graph: Graph, min_rows: int) -> dict[int, int]:
     """``id(value) -> multiply-adds of the largest product reading it out of order``, for the
-    floating-point results of ``_MATERIALIZED_OPS`` that a ``dot_general`` reads out of order."""
+    floating-point results of ``_MATERIALIZED_OPS`` that a ``dot_general`` reads out of order
+    contracting at least ``min_rows`` elements (the length of the strided walk of its copy)."""
     found: dict[int, int] = {}
     for node in graph.nodes:
         if node.op != "dot_general":
@@ -134,15 +160,20 @@ def _out_of_order_sums(graph: Graph) -> dict[int, int]:
                 continue
             if not np.issubdtype(v.dtype, np.floating) or np.dtype(v.dtype).itemsize < 4:
                 continue
+            rows = math.prod(v.shape[ax] for ax in a[f"{side}_contracting"])
+            if rows < min_rows:
+                continue
             if not _in_order(v, _roles(v, a[f"{side}_batch"], a[f"{side}_contracting"], pos == 0)):
                 found[id(v)] = max(found.get(id(v), 0), multiply_adds)
     return found
 
 
-def _materialize(graph: Graph) -> Graph:
+def _materialize(graph: Graph, min_inputs: int, min_rows: int) -> Graph:
     """Each sum a product reads out of order replaced, for all its uses, by its product with the
     identity matrix over its last axis (see the module docstring)."""
-    found = _out_of_order_sums(graph)
+    found = _out_of_order_sums(graph, min_rows)
+    values = {id(v): v for node in graph.nodes for v in node.outputs if id(v) in found}
+    found = {k: n for k, n in found.items() if _fused_inputs(values[k], min_inputs) >= min_inputs}
     env: dict[int, Value] = {}
     out: list[Node] = []
     made = 0
@@ -172,9 +203,13 @@ def _materialize(graph: Graph) -> Graph:
     options={
         "min_ratio": (float, 2.0, "swap only when the swapped product copies this many times fewer elements"),
         "materialize": (bool, True, "compute a sum read out of order once, as a product with the identity"),
+        "min_inputs": (int, 2, "materialise only sums that XLA would recompute from this many large inputs"),
+        "min_rows": (int, 512, "materialise only where the out-of-order product contracts this many rows"),
     },
 )
-def dot_operand_order(graph: Graph, min_ratio: float, materialize: bool) -> Graph:
+def dot_operand_order(
+    graph: Graph, min_ratio: float, materialize: bool, min_inputs: int, min_rows: int
+) -> Graph:
     """Swap dot_general operands (and transpose the result back) where XLA CPU then copies less;
     materialise the sums a product still reads out of order."""
     if not min_ratio >= 1.0:
@@ -184,4 +219,4 @@ def dot_operand_order(graph: Graph, min_ratio: float, materialize: bool) -> Grap
     table = RuleTable()
     table.rule("dot-operand-order", "dot_general")(lambda node, rw: _swap(node, rw, min_ratio))
     graph = apply_rules(graph, table, label="dot-operand-order").graph
-    return _materialize(graph) if materialize else graph
+    return _materialize(graph, min_inputs, min_rows) if materialize else graph
