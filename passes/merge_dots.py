@@ -77,23 +77,24 @@ def _sum_orders(graph: Graph) -> dict[frozenset, list[int]]:
     for v in graph.outputs:
         uses[id(v)] = uses.get(id(v), 0) + 1
 
-    def terms(v: Value, top: bool) -> list[Node] | None:
-        node = v.node
-        if node is None or (not top and uses.get(id(v), 0) != 1):
-            return None
-        if node.op == "dot_general":
-            return [node]
-        if node.op != "add":
-            return None
-        left, right = terms(node.inputs[0], False), terms(node.inputs[1], False)
-        return None if left is None or right is None else left + right
-
+    # the products each add sums (in the order of the flat concatenation), in graph order
+    terms: dict[int, list[Node] | None] = {}
     orders: dict[frozenset, list[int]] = {}
     for node in graph.nodes:
+        if node.op == "dot_general":
+            terms[id(node.outputs[0])] = [node]
+            continue
         if node.op != "add":
             continue
-        found = terms(node.outputs[0], True)
-        if not found or len(found) < 2 or len({_dims_key(n) for n in found}) != 1:
+        found: list[Node] | None = []
+        for v in node.inputs:
+            part = terms.get(id(v)) if uses.get(id(v), 0) == 1 else None
+            if part is None:
+                found = None
+                break
+            found = found + part
+        terms[id(node.outputs[0])] = found
+        if not found or len({_dims_key(n) for n in found}) != 1:
             continue
         for pos in (0, 1):
             ids = [id(n.inputs[pos]) for n in found]
