@@ -12,7 +12,9 @@ carry values the backward part reads are residuals too, and ``x`` slices are rea
 A residual that a few element-wise ops compute from the other residuals (an LSTM's ``tanh(c')``
 from its gates and carried ``c``, the derivative factors ``1 - s`` of its sigmoids) is not saved
 but recomputed in the backward body: fewer stacked buffers to fill and read, the same ops on the
-same inputs.
+same inputs. A residual the forward scan returns anyway is not stacked twice: a ``y`` is read
+from the ys, and a carry entering each iteration whose new value is a ``y`` (an RNN's ``h``)
+from the ys moved by one iteration, the initial carry first (:func:`_entering`).
 The backward scan walks the iterations in the opposite order, carrying the cotangent of the
 carry and stacking the cotangents of ``xs``.
 
