@@ -46,6 +46,23 @@ def test_scan_value_and_grad_match_jax(reverse, unroll):
     _close(got_g, want_g)
 
 
+@pytest.mark.parametrize("length,reverse,unroll", [(1, False, 1), (2, True, 1), (4, False, 2), (5, True, 3)])
+def test_first_step_before_the_loop(length, reverse, unroll):
+    """The lowering runs the first step before the while loop, and each stacked output starts as
+    that step's value broadcast along the steps (no zero-filled buffer): values and gradients
+    with no loop left, a loop of one trip, and unrolled trips with a straight-line remainder."""
+    xs = XS[:length]
+    mine = _rnn(kn, kn.scan, reverse, unroll)
+    with jax.enable_x64(True):
+        want = jax.value_and_grad(_rnn(jnp, jax.lax.scan, reverse, unroll), argnums=(0, 1, 2))(W, H0, xs)
+    _close(kn.value_and_grad(mine, argnums=(0, 1, 2))(W, H0, xs), want)
+    text = kn.runtime.lower(
+        kn.trace(lambda h, xs: kn.scan(lambda h, x: (kn.sin(h + x), h * x), h, xs), H0, xs)
+    )
+    stacked = f"tensor<{length}x3xf64>"
+    assert not [line for line in text.splitlines() if "stablehlo.constant" in line and stacked in line]
+
+
 def test_scan_trees_no_xs_and_eager_call():
     def step(c, _):
         return {"a": c["a"] * 1.5, "n": c["n"] + 1}, c["a"]

@@ -101,4 +101,64 @@ def test_elementwise_residuals_are_recomputed():
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-12)
     forward, _ = _scans(kn.trace(kn.grad(mine), w, xs))
     stacked = forward.types[forward.attr("num_carry") :]
-    assert len(stacked) == 1 + 6  # ys, then h, c and the gates i, f, g, o
+    # ys (h after each step), then c and the gates i, f, g, o: h as it enters each step is the
+    # stack of ys moved by one step, not stacked again
+    assert len(stacked) == 1 + 5
+
+
+def _rnn_loss(np_mod, scan, reverse, xs):
+    def loss(w, h0):
+        def step(h, x):
+            h = np_mod.tanh(x + h @ w)
+            return h, h
+
+        h, ys = scan(step, h0, xs, reverse=reverse)
+        return np_mod.sum(h * h) + np_mod.sum(ys * xs)
+
+    return loss
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("steps", [1, T])
+def test_residuals_read_from_the_ys(reverse, steps):
+    """An Elman body ``h = tanh(x + h @ w)`` returning ``h`` as its ``y``: the ``tanh``
+    derivative's ``h`` and the weight gradient's ``h`` entering each step are both read from the
+    stacked ys (the latter moved by one step, the initial carry first, or last when reversed), so
+    the forward scan stacks nothing besides the ys. Gradients (the initial carry's included)
+    equal JAX's."""
+    xs = XS[:steps]
+    with jax.enable_x64(True):
+        want = jax.grad(_rnn_loss(jnp, jax.lax.scan, reverse, xs), argnums=(0, 1))(W, H0)
+    mine = _rnn_loss(kn, kn.scan, reverse, xs)
+    got = kn.grad(mine, argnums=(0, 1))(W, H0)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-12)
+    forward, _ = _scans(kn.trace(kn.grad(mine, argnums=(0, 1)), W, H0))
+    assert len(forward.types) == 2  # the final h and the ys
+
+
+def test_lstm_reversed_matches_jax():
+    """The LSTM body scanned in reverse: its entering ``h`` comes from the ys moved the other way."""
+    w = RNG.standard_normal((H, 4 * H)) * 0.5
+    xs = RNG.standard_normal((T, B, 4 * H))
+
+    def lstm_loss(np_mod, scan, sigmoid):
+        def loss(w, xs):
+            def step(carry, x):
+                h, c = carry
+                z = x + h @ w
+                i, f, g, o = (z[:, k * H : (k + 1) * H] for k in range(4))
+                c = sigmoid(f) * c + sigmoid(i) * np_mod.tanh(g)
+                h = sigmoid(o) * np_mod.tanh(c)
+                return (h, c), h
+
+            (h, c), ys = scan(step, (H0, H0 * 0.5), xs, reverse=True)
+            return np_mod.sum(ys * ys) + np_mod.sum(c)
+
+        return loss
+
+    with jax.enable_x64(True):
+        want = jax.grad(lstm_loss(jnp, jax.lax.scan, jax.nn.sigmoid), argnums=(0, 1))(w, xs)
+    got = kn.grad(lstm_loss(kn, kn.scan, kn.sigmoid), argnums=(0, 1))(w, xs)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-12)

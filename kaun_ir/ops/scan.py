@@ -5,7 +5,9 @@ Operands are ``consts`` (``num_consts`` loop-invariant values), the initial ``ca
 region, ``body``, maps ``(consts, carry, x slices) -> (carry', y slices)``; the op returns the
 final carry followed by the ``ys`` stacked along a new leading axis of ``length``. With
 ``reverse`` the iterations visit ``length-1 .. 0`` (``ys[t]`` is still the output of step ``t``).
-``unroll`` copies the body that many times per trip of the while loop.
+``unroll`` copies the body that many times per trip of the while loop. For a small body the
+lowering runs the first iteration before the loop and starts each stacked output as that
+step's value broadcast along the steps (see ``_PEEL_MAX_OPS``).
 
 Reverse mode saves the body's residuals stacked per iteration (see ``scan_vjp.py``).
 """
@@ -19,11 +21,16 @@ from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
 from kaun_ir.ir.interp import interpret
 from kaun_ir.ops.base import OpDef, Sample
-from kaun_ir.ops.emit import scalar_literal, tensor_type
+from kaun_ir.ops.emit import i64_array, scalar_literal, tensor_type
 from kaun_ir.ops.rules import apply, batch_graph, trace
 from kaun_ir.ops.scan_vjp import scan_forward, scan_vjp
 
 _I32 = TensorType(dtypes.int32, ())
+
+#: the largest body (in ops) whose first iteration the lowering runs before the loop: the body is
+#: emitted twice, which a small recurrent cell pays for in fewer and write-only buffer fills,
+#: and a large one (a rolled stack of blocks) would pay for in compile time
+_PEEL_MAX_OPS = 64
 
 
 def split_operands(operands, num_consts: int, num_carry: int):
@@ -110,6 +117,8 @@ def _emit_step(em, node, index: str, consts, carry, xs, ys):
         sliced = TensorType(t.dtype, t.shape[1:])
         slices.append(em.op("stablehlo.reshape", [piece], [block], [sliced])[0])
     outs = em.emit_graph(body, list(consts) + list(carry) + slices)
+    if ys is None:
+        return outs[:num_carry], outs[num_carry:]
     new_ys = []
     for buffer, y, t in zip(ys, outs[num_carry:], node.types[num_carry:]):
         block = TensorType(t.dtype, (1,) + t.shape[1:])
@@ -142,19 +151,38 @@ def _scan_emit(em, node, *operands):
     in_types = [v.type for v in node.inputs]
     c_types, h_types, x_types = split_operands(in_types, num_consts, num_carry)
     y_types = list(node.types[num_carry:])
-    ys = [
-        em.op(
-            "stablehlo.constant",
-            [],
-            [],
-            [t],
-            {"value": f"dense<{scalar_literal(0, t.dtype)}> : {tensor_type(t)}"},
-        )[0]
-        for t in y_types
-    ]
-    trips = length // unroll
+    start = 1 if length and y_types and len(node.regions[0].nodes) <= _PEEL_MAX_OPS else 0
+    if start:
+        # the first iteration runs before the loop, and each stacked output starts as its
+        # first step's value broadcast along the steps (every other row is written again by
+        # the loop): XLA fills each buffer once, where zero-filled ones share one constant that
+        # every loop buffer copies, and the step's temporary memory shrinks
+        index = _constant(em, length - 1 if reverse else 0, dtypes.int32)
+        carry, firsts = _emit_step(em, node, index, consts, carry, xs, None)
+        ys = [
+            em.op(
+                "stablehlo.broadcast_in_dim",
+                [y],
+                [TensorType(t.dtype, t.shape[1:])],
+                [t],
+                {"broadcast_dimensions": i64_array(range(1, t.ndim))},
+            )[0]
+            for y, t in zip(firsts, y_types)
+        ]
+    else:
+        ys = [
+            em.op(
+                "stablehlo.constant",
+                [],
+                [],
+                [t],
+                {"value": f"dense<{scalar_literal(0, t.dtype)}> : {tensor_type(t)}"},
+            )[0]
+            for t in y_types
+        ]
+    trips = (length - start) // unroll
     state_types = [_I32] + c_types + h_types + x_types + y_types
-    counter0 = _constant(em, 0, dtypes.int32)
+    counter0 = _constant(em, start, dtypes.int32)
     state = [counter0, *consts, *carry, *xs, *ys]
     n_c, n_h, n_x = len(c_types), len(h_types), len(x_types)
 
@@ -172,7 +200,7 @@ def _scan_emit(em, node, *operands):
     if trips:
 
         def cond(inner, args):
-            bound = _constant(inner, trips * unroll, dtypes.int32)
+            bound = _constant(inner, start + trips * unroll, dtypes.int32)
             return inner.op(
                 "stablehlo.compare",
                 [args[0], bound],
@@ -199,7 +227,7 @@ def _scan_emit(em, node, *operands):
         ]
         state = em.op("stablehlo.while", state, state_types, state_types, None, regions)
     _, c, h, x, y = unpack(list(state))
-    for t in range(trips * unroll, length):  # the iterations left over by unrolling, straight-line
+    for t in range(start + trips * unroll, length):  # left over by unrolling, straight-line
         index = _constant(em, length - 1 - t if reverse else t, dtypes.int32)
         h, y = _emit_step(em, node, index, c, h, x, y)
     return list(h) + list(y)

@@ -54,6 +54,9 @@ class Plan:
     residual_types: list[TensorType]
     loop_consts: list[int]  # const positions whose cotangent (or part of it) is summed in the loop
     hoisted: dict[int, list[Term]]  # const position -> terms computed after the backward scan
+    # residual index -> (carry position or None, y position): a residual that is a ``y`` (None)
+    # or a carry entering each iteration whose new value is a ``y``: read from the y's stack
+    shifted: dict[int, tuple[int | None, int]] = field(default_factory=dict)
 
 
 def _terms(value: Value) -> list[Value]:
@@ -82,12 +85,15 @@ def _cheap(op: str) -> bool:
     return opdef is not None and opdef.has("cheap")
 
 
-def _recomputable(grad: Graph, residual_ids: set, varying_ids: set, pinned: set, carry_idx: set) -> set:
+def _recomputable(
+    grad: Graph, residual_ids: set, varying_ids: set, pinned: set, carry_idx: set, free: set = frozenset()
+) -> set:
     """Ids of the residuals (and the varying values between them) that the backward body
-    recomputes with a few element-wise ops from the residuals it keeps: ``1 - sigmoid(z)``,
-    ``tanh(c)`` from the gates and the carried ``c``. Later residuals go first, so values
-    derived from others are dropped in favour of their sources."""
-    kept = set(residual_ids)
+    recomputes with a few element-wise ops from the residuals it keeps or the ``free`` values
+    (stacked anyway: see :func:`_stacked_anyway`): ``1 - sigmoid(z)``, ``tanh(c)`` from the
+    gates and the carried ``c``, an RNN's ``1 - h * h`` from its ``h``. Later residuals go
+    first, so values derived from others are dropped in favour of their sources."""
+    kept = set(residual_ids) | set(free)
     recompute: set[int] = set()
 
     def chain(value: Value, found: list, budget: list) -> bool:
@@ -105,7 +111,7 @@ def _recomputable(grad: Graph, residual_ids: set, varying_ids: set, pinned: set,
 
     for node in reversed(grad.nodes):
         for out in node.outputs:
-            if id(out) not in kept or id(out) in pinned or not _cheap(node.op):
+            if id(out) not in residual_ids or id(out) in pinned or not _cheap(node.op):
                 continue
             kept.discard(id(out))
             found: list[int] = []
@@ -207,10 +213,10 @@ class _Selection:
                 self.nodes.add(id(value.node))
                 stack.extend(value.node.inputs)
 
-    def recompute_cheap(self, grad: Graph, pinned: set[int]) -> None:
+    def recompute_cheap(self, grad: Graph, pinned: set[int], free: set[int] = frozenset()) -> None:
         """Step 5: drop the residuals a few cheap ops recompute from the others (``pinned`` ones
         stay: hoisted terms read them stacked), and select again with their nodes."""
-        recompute = _recomputable(grad, self.residuals, self.varying_ids, pinned, set(self.carry))
+        recompute = _recomputable(grad, self.residuals, self.varying_ids, pinned, set(self.carry), free)
         if not recompute:
             return
         self.recompute.update(recompute)
@@ -363,11 +369,13 @@ def plan_body(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...
     # walk back from the carry's and the xs' cotangents first, then from the consts' terms
     selection.walk(grad.outputs[pos.n_out + len(pos.diff_consts) :])
     split = _split_const_cotangents(grad, pos, backward_ids, selection)
-    selection.recompute_cheap(grad, split.pinned())
+    selection.recompute_cheap(grad, split.pinned(), _stacked_anyway(grad, pos))
     residuals = selection.residual_values(grad)
     loop_consts = [k for k in pos.diff_consts if k in split.loop_terms]
+    shifted = _shifted_carries(grad, pos, residuals)
+    saved = [r for j, r in enumerate(residuals) if j not in shifted]
     forward = Graph.from_outputs(
-        grad.inputs[: pos.n_in], list(grad.outputs[: pos.n_out]) + residuals, name="body"
+        grad.inputs[: pos.n_in], list(grad.outputs[: pos.n_out]) + saved, name="body"
     )
     return Plan(
         forward,
@@ -379,4 +387,36 @@ def plan_body(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...
         [r.type for r in residuals],
         loop_consts,
         split.resolved(residuals),
+        shifted,
     )
+
+
+def _stacked_anyway(grad: Graph, pos: _Positions) -> set[int]:
+    """Ids of the varying values the forward scan stacks anyway: its ``y`` outputs, and each carry
+    entering an iteration whose new value is a ``y`` (see :func:`_shifted_carries`)."""
+    n_carry = len(pos.carry)
+    ys = {id(grad.outputs[y]) for y in range(n_carry, pos.n_out)}
+    entering = {id(grad.inputs[i]) for i in pos.carry if id(grad.outputs[i - pos.carry.start]) in ys}
+    return ys | entering
+
+
+def _shifted_carries(
+    grad: Graph, pos: _Positions, residuals: list[Value]
+) -> dict[int, tuple[int | None, int]]:
+    """The residuals the forward scan need not stack because a ``y`` stack holds them already:
+    a value the body returns as a ``y`` (an Elman RNN's ``h``, whose ``tanh`` derivative reads
+    it), and a carry as it enters an iteration when the body returns the carry's new value as a
+    ``y`` too (an RNN's ``h``, read by the weight gradient ``h_{t-1}^T @ dpre_t``): the stack of
+    the entering carry is that y's stack moved by one iteration, the initial carry first. Maps
+    residual index -> (carry position or None for the y itself, y position)."""
+    n_carry = len(pos.carry)
+    ys = {id(grad.outputs[y]): y - n_carry for y in range(pos.n_out - 1, n_carry - 1, -1)}
+    found: dict[int, tuple[int | None, int]] = {}
+    for j, r in enumerate(residuals):
+        if id(r) in ys:
+            found[j] = (None, ys[id(r)])
+        elif r.node is None and r.index in pos.carry:
+            k = r.index - pos.carry.start
+            if id(grad.outputs[k]) in ys:
+                found[j] = (k, ys[id(grad.outputs[k])])
+    return found

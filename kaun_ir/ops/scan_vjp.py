@@ -12,7 +12,9 @@ carry values the backward part reads are residuals too, and ``x`` slices are rea
 A residual that a few element-wise ops compute from the other residuals (an LSTM's ``tanh(c')``
 from its gates and carried ``c``, the derivative factors ``1 - s`` of its sigmoids) is not saved
 but recomputed in the backward body: fewer stacked buffers to fill and read, the same ops on the
-same inputs.
+same inputs. A residual the forward scan returns anyway is not stacked twice: a ``y`` is read
+from the ys, and a carry entering each iteration whose new value is a ``y`` (an RNN's ``h``)
+from the ys moved by one iteration, the initial carry first (:func:`_entering`).
 The backward scan walks the iterations in the opposite order, carrying the cotangent of the
 carry and stacking the cotangents of ``xs``.
 
@@ -69,7 +71,39 @@ def scan_forward(*inputs, wrt, regions, num_consts, num_carry, length, reverse=F
         )
     )
     n_primal = len(body.outputs)
-    return outs[:n_primal], _Saved(plan, outs[n_primal:])
+    saved = iter(outs[n_primal:])
+    residuals = []
+    for j in range(len(plan.residual_types)):
+        if j in plan.shifted:
+            k, y = plan.shifted[j]
+            stack = outs[num_carry + y]
+            residuals.append(
+                stack if k is None else _entering(inputs[num_consts + k], stack, length, reverse)
+            )
+        else:
+            residuals.append(next(saved))
+    return outs[:n_primal], _Saved(plan, residuals)
+
+
+def _entering(init, ys, length: int, reverse: bool):
+    """The stack of a carry as it enters each iteration, from its initial value and the stack
+    ``ys`` of its value after each iteration: ``[init, ys[0], .., ys[T-2]]``, or ``[ys[1], ..,
+    ys[T-1], init]`` for a reversed scan."""
+    if length == 0:
+        return ys
+    first = apply("reshape", init, shape=(1, *init.shape))
+    if length == 1:
+        return first
+    ndim = len(init.shape) + 1
+    lo, hi = (1, length) if reverse else (0, length - 1)
+    rest = apply(
+        "slice",
+        ys,
+        start_indices=(lo,) + (0,) * (ndim - 1),
+        limit_indices=(hi, *init.shape),
+        strides=(1,) * ndim,
+    )
+    return apply("concatenate", *((rest, first) if reverse else (first, rest)), dimension=0)
 
 
 def scan_vjp(
