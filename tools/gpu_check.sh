@@ -24,7 +24,9 @@
 #   GPU_CHECK_BACKEND  KAUN_IR_BACKEND for the parts (default gpu)
 #   GPU_CHECK_JOBS     pytest-xdist workers (default 8)
 #   GPU_CHECK_WORKLOADS  bench workloads (default mlp,transformer,cnn)
-#   GPU_CHECK_BENCH_SECONDS  the time limit of one bench workload (default 45)
+#   GPU_CHECK_BENCH_SECONDS  the time limit of one bench workload (default 50)
+#   GPU_CHECK_PARTS    which of tests, tables, torch, bench to run (default: all four)
+#   GPU_CHECK_INSTALL  shim: skip the throwaway environment, use the import shim
 #   GPU_CHECK_TF32     1: leave TensorFloat-32 on for the test parts (default: off, see below)
 set -u
 
@@ -84,7 +86,7 @@ EOF
 }
 
 note "installing kaun_ir (no registry)"
-if install_venv >"$WORK/install.log" 2>&1; then
+if [ "${GPU_CHECK_INSTALL:-venv}" = venv ] && install_venv >"$WORK/install.log" 2>&1; then
     echo "install: editable, in a throwaway environment over $PY's packages" | tee -a "$SUMMARY"
 elif install_shim >>"$WORK/install.log" 2>&1; then
     echo "install: import shim over $PY (device.log says why the environment failed)" | tee -a "$SUMMARY"
@@ -180,9 +182,13 @@ pytest_counts() {
 
 # Each pytest part gets SIGINT when its time is up (pytest then still prints its counts so far),
 # and SIGKILL 20 s later.
-run_pytest() {  # NAME LOG SECONDS DIST FILES...
-    local name=$1 log=$2 seconds=$3 dist=$4 rc
-    shift 4
+PARTS=" ${GPU_CHECK_PARTS:-tests tables torch bench} "
+wanted() { [[ "$PARTS" == *" $1 "* ]]; }
+
+run_pytest() {  # PART NAME LOG SECONDS DIST FILES...
+    local name=$2 log=$3 seconds=$4 dist=$5 rc
+    wanted "$1" || return 0
+    shift 5
     note "$name"
     local opts=("${PYTEST_OPTS[@]}")
     [ -n "$XDIST" ] && opts+=(-n "$JOBS" --dist "$dist")
@@ -193,7 +199,7 @@ run_pytest() {  # NAME LOG SECONDS DIST FILES...
 
 # (a) the compiler path: values against NumPy / JAX, on the GPU; whole files per worker (their
 # module fixtures, the sharding test's 8-device child process, run once)
-run_pytest "(a) compiler-path tests" "$OUT/tests.log" 130 loadfile \
+run_pytest tests "(a) compiler-path tests" "$OUT/tests.log" 120 loadfile \
     tests/test_forward.py tests/test_grad.py tests/test_vmap.py tests/test_jvp_table.py \
     tests/test_scan.py tests/test_remat.py tests/test_precision.py tests/test_sharding.py \
     tests/test_jit_runtime.py tests/test_train.py tests/test_train_multistep.py tests/test_nn.py \
@@ -202,23 +208,24 @@ run_pytest "(a) compiler-path tests" "$OUT/tests.log" 130 loadfile \
 
 # (a') every op's derivative and batching rule against JAX's (about 700 small programs), one test
 # at a time over the workers
-run_pytest "(a') op-table tests" "$OUT/tables.log" 70 load tests/test_vjp_table.py tests/test_vmap_table.py
+run_pytest tables "(a') op-table tests" "$OUT/tables.log" 60 load tests/test_vjp_table.py tests/test_vmap_table.py
 
 # (b) real models against PyTorch (its CPU kernels are the oracle; kaun_ir runs on the GPU)
-run_pytest "(b) torch parity" "$OUT/torch.log" 70 loadfile \
+run_pytest torch "(b) torch parity" "$OUT/torch.log" 60 loadfile \
     tests/test_interop_torch_programs.py tests/test_interop_torch.py
 
 # (c) the bench: kaun_ir's training step against the JAX + optax step (and PyTorch eager), one
 # process per workload so that a slow one leaves the others' figures
-: >"$OUT/bench.log"
-IFS=, read -r -a BENCH_WORKLOADS <<<"$WORKLOADS"
-for w in "${BENCH_WORKLOADS[@]}"; do
-    note "(c) bench: $w"
-    timeout -k 10 "${GPU_CHECK_BENCH_SECONDS:-45}" "$RUN_PY" -m kaun_ir.tools.cli bench -w "$w" --rounds 3 \
-        --no-memory --no-matmul --json >"$WORK/bench-$w.json" 2>>"$OUT/bench.log"
-    echo "bench $w: exit $?" >>"$OUT/bench.log"
-done
-BENCH=$("$RUN_PY" - "$OUT/bench.json" "$WORK" "${BENCH_WORKLOADS[@]}" <<'EOF' 2>>"$OUT/bench.log"
+bench_part() {
+    : >"$OUT/bench.log"
+    IFS=, read -r -a BENCH_WORKLOADS <<<"$WORKLOADS"
+    for w in "${BENCH_WORKLOADS[@]}"; do
+        note "(c) bench: $w"
+        timeout -k 10 "${GPU_CHECK_BENCH_SECONDS:-50}" "$RUN_PY" -m kaun_ir.tools.cli bench -w "$w" --rounds 3 \
+            --no-memory --no-matmul --json >"$WORK/bench-$w.json" 2>>"$OUT/bench.log"
+        echo "bench $w: exit $?" >>"$OUT/bench.log"
+    done
+    BENCH=$("$RUN_PY" - "$OUT/bench.json" "$WORK" "${BENCH_WORKLOADS[@]}" <<'EOF' 2>>"$OUT/bench.log"
 import json, os, sys
 out, work, names = sys.argv[1], sys.argv[2], sys.argv[3:]
 docs, parts = [], []
@@ -241,8 +248,10 @@ with open(out, "w") as f:
     json.dump(docs, f, indent=1)
 print("; ".join(parts))
 EOF
-)
-echo "(c) bench: ${BENCH:-no result}" | tee -a "$SUMMARY"
+    )
+    echo "(c) bench: ${BENCH:-no result}" | tee -a "$SUMMARY"
+}
+wanted bench && bench_part
 
 # -------------------------------------------------------------------------------- summary
 for f in "$OUT"/*.log "$OUT"/*.json; do  # what comes back is limited to 16 MiB a file
