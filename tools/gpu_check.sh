@@ -169,7 +169,9 @@ PYTEST_OPTS=(-q -p no:cacheprovider -rfE --tb=short)
 XDIST=
 "$RUN_PY" -c 'import xdist' >/dev/null 2>&1 && XDIST=1
 if "$RUN_PY" -c 'import pytest_timeout' >/dev/null 2>&1; then
-    PYTEST_OPTS+=(--timeout 60)
+    # the thread method ends a worker stuck inside XLA (a signal would wait for it to return to
+    # Python); xdist reports that test as failed and starts a new worker
+    PYTEST_OPTS+=(--timeout 60 --timeout-method=thread)
 fi
 
 # pytest's closing line ("3 failed, 120 passed, 2 skipped in 80.1s") as counts
@@ -177,7 +179,12 @@ pytest_counts() {
     local log=$1 rc=$2 line
     line=$(grep -E "^=*\s*[0-9]+ (passed|failed|error|errors|skipped)|no tests ran" "$log" | tail -1)
     line=$(echo "$line" | sed -E 's/^=+ //; s/ =+$//')
-    echo "${line:-no closing line} (exit $rc$([ "$rc" = 124 ] && echo ': timed out'))"
+    if [ -z "$line" ]; then  # killed before its closing line: count the progress characters
+        local dots
+        dots=$(grep -E '^[.sFExX]+( +\[ *[0-9]+%\])?$' "$log" | sed -E 's/ +\[.*//' | tr -d '\n')
+        line="no closing line; progress: $(echo -n "$dots" | tr -cd . | wc -c) passed, $(echo -n "$dots" | tr -cd F | wc -c) failed, $(echo -n "$dots" | tr -cd E | wc -c) errors, $(echo -n "$dots" | tr -cd s | wc -c) skipped"
+    fi
+    echo "$line (exit $rc$([ "$rc" = 124 ] && echo ': timed out'))"
 }
 
 # Each pytest part gets SIGINT when its time is up (pytest then still prints its counts so far),
