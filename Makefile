@@ -56,3 +56,11 @@ clean:
 fuzz-import: $(STAMP)
 	nice -n 10 $(PY) tests/fuzz_stablehlo.py --seed $(FUZZ_SEED) \
 		--inputs $(if $(filter command line,$(origin FUZZ_INPUTS)),$(FUZZ_INPUTS),20000)
+
+# One short run of the compiler path on a GPU machine (about 7 minutes): the machine's own Python
+# and packages, nothing from a registry; logs and a summary in GPU_CHECK_OUT (docs/performance.md,
+# "GPU"). GPU_CHECK_BACKEND=cpu GPU_CHECK_PYTHON=... runs the same script on the CPU.
+GPU_CHECK_OUT ?= ./gpu-check-out
+.PHONY: gpu-check
+gpu-check:
+	bash tools/gpu_check.sh $(GPU_CHECK_OUT)

@@ -414,3 +414,32 @@ def test_transfer_and_execute_paths_agree(monkeypatch, fast):
     moved = transfer.to_device(inputs[0], np.dtype(np.float64), backend.default_device())
     np.testing.assert_array_equal(np.asarray(moved), inputs[0])
     assert (transfer._host_put(backend.default_device()) is None) == (not fast)
+
+
+def test_result_handlers_are_built_for_both_jaxlib_signatures(monkeypatch):
+    """jaxlib <= 0.10's array_result_handler takes _skip_checks, 0.11's does not: the adapter
+    asks once and then keeps to the form this jaxlib takes."""
+    calls = []
+
+    def old_form(aval, sharding, committed, _skip_checks=False):
+        calls.append(("old", _skip_checks))
+        return ("handler", aval, sharding, committed)
+
+    def new_form(aval, sharding, committed):
+        calls.append(("new",))
+        return ("handler", aval, sharding, committed)
+
+    monkeypatch.setattr(compiler, "_SKIP_CHECKS_ARG", [None])
+    assert compiler._handler(old_form, "aval", "sharding") == ("handler", "aval", "sharding", True)
+    assert calls == [("old", True)]
+    monkeypatch.setattr(compiler, "_SKIP_CHECKS_ARG", [None])
+    calls.clear()
+    assert compiler._handler(new_form, "aval", "sharding") == ("handler", "aval", "sharding", True)
+    assert compiler._handler(new_form, "a2", "s2") == ("handler", "a2", "s2", True)
+    assert calls == [("new",), ("new",)]  # the rejected keyword form was tried only once
+    # and this jaxlib's real handlers, in the form it takes, give the values NumPy does
+    monkeypatch.setattr(compiler, "_SKIP_CHECKS_ARG", [None])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    out = kn.jit(lambda a: (a * 2.0, a.sum(axis=0)))(x)
+    np.testing.assert_array_equal(np.asarray(out[0]), x * 2.0)
+    np.testing.assert_array_equal(np.asarray(out[1]), x.sum(axis=0))

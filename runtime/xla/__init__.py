@@ -28,7 +28,8 @@ where a jaxlib lacks the last two the code falls back to the generic ``execute``
 - ``jaxlib.mlir._mlir_libs._stablehlo.register_stablehlo_passes`` (:func:`mlir.legalize_chlo`):
   registers the StableHLO passes so that ``chlo-legalize-to-stablehlo`` can run before a
   portable artifact is written (CHLO ops such as ``chlo.erf`` have no portable form).
-- ``xla_client.array_result_handler`` with ``_skip_checks=True``, used through an executable's
+- ``xla_client.array_result_handler`` (with ``_skip_checks=True`` up to jaxlib 0.10; from 0.11
+  on it takes no such argument and skips the checks itself), used through an executable's
   ``execute_sharded(...).consume_with_handlers`` (:func:`compiler.executor`,
   :func:`compiler.partitioned_executor`): jaxlib's C++ result handlers, which jax's own dispatch
   uses to turn results into ``jax.Array`` s without Python work per output (about 2 µs each with

@@ -101,7 +101,7 @@ def _consuming(executable, make_handler, out_types: Sequence[tuple], shardings: 
     from jax.core import ShapedArray  # noqa: PLC0415 - jax loads only when a program compiles or compares
 
     handlers = [
-        make_handler(ShapedArray(tuple(shape), np.dtype(dtype)), sharding, committed=True, _skip_checks=True)
+        _handler(make_handler, ShapedArray(tuple(shape), np.dtype(dtype)), sharding)
         for (shape, dtype), sharding in zip(out_types, shardings)
     ]
     run_sharded = executable.execute_sharded
@@ -110,6 +110,25 @@ def _consuming(executable, make_handler, out_types: Sequence[tuple], shardings: 
         return run_sharded(arrays).consume_with_handlers(handlers)
 
     return run
+
+
+#: Whether this jaxlib's ``array_result_handler`` takes ``_skip_checks`` (jaxlib <= 0.10; from
+#: 0.11 on it has no such argument and skips the checks itself); None until first asked.
+_SKIP_CHECKS_ARG: list = [None]
+
+
+def _handler(make_handler, aval, sharding):
+    """One C++ result handler: ``_skip_checks=True`` where this jaxlib takes the argument (its
+    checks are redundant, the types are ours), the three-argument form where it does not."""
+    if _SKIP_CHECKS_ARG[0] is not False:
+        try:
+            handler = make_handler(aval, sharding, committed=True, _skip_checks=True)
+        except TypeError:  # jaxlib >= 0.11: (aval, sharding, committed) only
+            _SKIP_CHECKS_ARG[0] = False
+        else:
+            _SKIP_CHECKS_ARG[0] = True
+            return handler
+    return make_handler(aval, sharding, committed=True)
 
 
 def _result_handler_factory():
