@@ -443,3 +443,31 @@ def test_result_handlers_are_built_for_both_jaxlib_signatures(monkeypatch):
     out = kn.jit(lambda a: (a * 2.0, a.sum(axis=0)))(x)
     np.testing.assert_array_equal(np.asarray(out[0]), x * 2.0)
     np.testing.assert_array_equal(np.asarray(out[1]), x.sum(axis=0))
+
+
+_MOVE_64_BIT = """
+import jax, numpy as np
+from kaun_ir.runtime.xla import transfer
+first, second = jax.devices()[:2]
+with jax.enable_x64(True):
+    x = jax.device_put(np.array([2**40 + 1, -3], np.int64), first)
+moved = transfer.to_device(x, np.dtype(np.int64), second)
+assert moved.dtype == np.int64, moved.dtype
+assert moved.devices() == {second}, moved.devices()
+assert np.asarray(moved).tolist() == [2**40 + 1, -3], np.asarray(moved)
+print("ok")
+"""
+
+
+def test_64_bit_array_moved_to_another_device_stays_64_bit():
+    """A 64-bit jax.Array on one device (a PyTorch int64 tensor taken through DLPack lands on the
+    CPU) moved to another device keeps its dtype and values: jax.device_put would narrow it to
+    32 bits without x64 (first seen moving token ids to a GPU)."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2", JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-c", _MOVE_64_BIT], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]

@@ -21,7 +21,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 
 def run_worker(*groups: str, timeout: float = 600) -> dict:
-    env = dict(os.environ)
+    # the worker's 8 devices are virtual CPU devices, also on a machine whose default is a GPU
+    env = dict(os.environ, KAUN_IR_BACKEND="cpu", JAX_PLATFORMS="cpu")
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run(
         [sys.executable, os.path.join(HERE, "sharding_worker.py"), *groups],

@@ -48,15 +48,21 @@ def to_device(x, dtype: np.dtype, device) -> object:
                 f"moved to {device}; compile for its mesh instead (kn.jit(..., mesh=))"
             )
         if x.dtype == dtype:  # another device, or sharded over several: the runtime moves it
-            return jax.device_put(x, device)
+            return _device_put(jax, x, device)
     host = np.asarray(x, dtype=dtype)
     put = _host_put(device)
     if put is not None:
         return put(host)
-    if dtype.itemsize == 8:  # jax would silently narrow 64-bit data without x64 enabled
+    return _device_put(jax, host, device)
+
+
+def _device_put(jax, x, device) -> object:
+    """``jax.device_put(x, device)`` keeping 64-bit data 64-bit (jax narrows it to 32 bits
+    without x64 enabled, also when moving a 64-bit ``jax.Array`` to another device)."""
+    if np.dtype(x.dtype).itemsize == 8:
         with _x64():
-            return jax.device_put(host, device)
-    return jax.device_put(host, device)
+            return jax.device_put(x, device)
+    return jax.device_put(x, device)
 
 
 @functools.cache
