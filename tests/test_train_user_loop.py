@@ -92,3 +92,24 @@ def test_successor_fills_every_field_of_state_and_vars():
     assert new.cache.flat == "flat" and new.cache is not st.cache
     with pytest.raises(dataclasses.FrozenInstanceError):
         new.step = 4
+
+
+def test_train_loads_fit_and_its_writers_only_when_used():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, kaun_ir.train as t\n"
+        "lazy = ['loop', 'callbacks', 'checkpointing', 'evaluation', 'inspection', 'io']\n"
+        "print(sorted(m for m in lazy if 'kaun_ir.train.' + m in sys.modules))\n"
+        "t.fit, t.JsonlWriter, t.latest_checkpoint, t.evaluate, t.step_graph, t.save\n"
+        "print(sorted(m for m in lazy if 'kaun_ir.train.' + m in sys.modules))\n"
+        "print(all(hasattr(t, name) for name in t.__all__), set(t.__all__) <= set(dir(t)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    lines = out.splitlines()
+    assert lines[0] == "[]"
+    assert lines[1] == str(sorted(["loop", "callbacks", "checkpointing", "evaluation", "inspection", "io"]))
+    assert lines[2] == "True True"
+    with pytest.raises(AttributeError, match="kaun_ir.train"):
+        train.no_such_name  # noqa: B018
