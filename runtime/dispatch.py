@@ -106,7 +106,7 @@ class Route:
         ]
 
     def _same(self, sharding) -> bool:
-        """Whether ``sharding`` equals the executable's; equal ones are remembered (a few)."""
+        """Whether ``sharding`` equals the executable's; equal ones are remembered (up to ``_MAX_EQUAL``)."""
         if sharding != self._sharding:
             return False
         if len(self._equal) >= _MAX_EQUAL:
