@@ -1,6 +1,6 @@
 """The pass pipeline's output kept on disk: a second process skips the passes for a graph it traced.
 
-With ``KAUN_IR_CACHE_DIR`` set (the directory of :mod:`kaun_ir.runtime.disk_cache`), every
+With the persistent cache on (the default; the directory of :mod:`kaun_ir.runtime.disk_cache`), every
 compilation that runs a pass pipeline over a traced graph first looks for the optimised graph
 under ``graphs/`` in that directory, and stores it there after running the passes. The XLA cache
 then answers the compilation of the (unchanged) StableHLO lowered from it, so a second process
@@ -14,8 +14,13 @@ The key is a SHA-256 of everything the passes' result depends on:
 - the pipeline with every option resolved (defaults included);
 - the source code of kaun_ir (every ``.py`` file of the ``kaun_ir`` package, ``passes`` and
   ``runtime`` included), so an edited or upgraded pass never serves an old result;
-- the runtime's backend (``layout{target=auto}`` asks for it), the NumPy, jaxlib and Python
-  versions (constant folding runs NumPy) and the format version of this cache.
+- the runtime's backend (``layout{target=auto}`` asks for it), the NumPy, jaxlib, Python and
+  kaun_ir versions (constant folding runs NumPy), the host CPU
+  (:func:`kaun_ir.runtime.disk_cache.host_identity`), the parts registered with
+  :func:`kaun_ir.runtime.disk_cache.register_key_part` and the format version of this cache.
+
+Entries count towards the cache's size bound (:func:`kaun_ir.runtime.disk_cache.evict` runs
+after each store) and a hit marks its entry as used.
 
 Only pipelines made of kaun_ir's own passes are cached: the code of a pass registered by the user
 is not part of the key, so such a pipeline always runs. Entries hold plain data (strings,
@@ -98,6 +103,8 @@ def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
         _warn_once(
             "store", f"kaun_ir: could not store an optimised graph in {root} ({type(err).__name__}: {err})"
         )
+    else:
+        disk_cache.evict(root)
     stages.add("pass-cache", overhead + time.perf_counter() - start, None)
     return result
 
@@ -124,12 +131,21 @@ def key(graph: Graph, pipeline) -> str:
         sys.version,
         platform.machine(),
         sys.byteorder,
+        _version(),
+        disk_cache.host_identity(),
+        *disk_cache.key_parts(),
         repr(steps),
     ):
         digest.update(str(part).encode())
         digest.update(b"\0")
     digest.update(repr(encode(graph)).encode())
     return digest.hexdigest()
+
+
+def _version() -> str:
+    from kaun_ir import __version__  # noqa: PLC0415 - kaun_ir's __init__ imports this runtime
+
+    return __version__
 
 
 _CODE: list[str] = []
@@ -183,6 +199,7 @@ def _load(path: str, cache_key: str, traced: Graph) -> Graph | None:
         # the passes keep the signature; an entry that does not is not the result of this graph
         if graph.input_types != traced.input_types or len(graph.outputs) != len(traced.outputs):
             raise ValueError("signature differs from the traced graph's")
+        disk_cache.touch(path)
         return graph
     except Exception as err:
         counters.errors += 1
