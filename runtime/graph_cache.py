@@ -13,9 +13,10 @@ The key is a SHA-256 of everything the passes' result depends on:
   :mod:`kaun_ir.ir.serialize`): a graph that differs in anything misses;
 - the pipeline with every option resolved (defaults included);
 - the source code of kaun_ir (every ``.py`` file of the ``kaun_ir`` package, ``passes`` and
-  ``runtime`` included), so an edited or upgraded pass never serves an old result;
-- the runtime's backend (``layout{target=auto}`` asks for it), the NumPy, jaxlib, Python and
-  kaun_ir versions (constant folding runs NumPy), the host CPU
+  ``runtime`` included, and so its version), so an edited or upgraded pass never serves an old
+  result;
+- the runtime's backend (``layout{target=auto}`` asks for it), the NumPy, jaxlib and Python
+  versions (constant folding runs NumPy), the host CPU
   (:func:`kaun_ir.runtime.disk_cache.host_identity`), the parts registered with
   :func:`kaun_ir.runtime.disk_cache.register_key_part` and the format version of this cache.
 
@@ -131,7 +132,6 @@ def key(graph: Graph, pipeline) -> str:
         sys.version,
         platform.machine(),
         sys.byteorder,
-        _version(),
         disk_cache.host_identity(),
         *disk_cache.key_parts(),
         repr(steps),
@@ -140,12 +140,6 @@ def key(graph: Graph, pipeline) -> str:
         digest.update(b"\0")
     digest.update(repr(encode(graph)).encode())
     return digest.hexdigest()
-
-
-def _version() -> str:
-    from kaun_ir import __version__  # noqa: PLC0415 - kaun_ir's __init__ imports this runtime
-
-    return __version__
 
 
 _CODE: list[str] = []
