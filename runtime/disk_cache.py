@@ -25,9 +25,10 @@ The key is a SHA-256 of everything that can change the compiled code:
 - the format version of this cache.
 
 The cache is bounded (:func:`max_bytes`): ``KAUN_IR_CACHE_MAX_BYTES`` (default 1 GiB; ``0`` for
-no bound). After each store the entries are counted and the least recently used ones (a hit
-touches its entry) are removed until the cache is under 90% of the bound (:func:`evict`); a file
-another process removed meanwhile is simply skipped.
+no bound). When a store may have passed the bound (:func:`after_store`: a process counts the
+directory at its first store, then adds what it stores), the least recently used entries (a hit
+touches its entry) are removed until the cache holds 90% of the bound (:func:`evict`); a file
+another process removed meanwhile is simply skipped. Lookups never scan the directory.
 
 Entries are written atomically (temporary file, fsync, rename), so processes sharing one directory
 never see a half-written entry; two processes that miss together both compile and the last rename
@@ -320,7 +321,8 @@ def compile_cached(
     counters.misses += 1
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        atomic_write(path, seal(cache_key, save(executable)))
+        data = seal(cache_key, save(executable))
+        atomic_write(path, data)
     except Exception as err:  # a full disk or a read-only directory must not fail a compilation
         counters.errors += 1
         _warn_once(
@@ -329,7 +331,7 @@ def compile_cached(
             f"({type(err).__name__}: {err}); running without the cache for it",
         )
     else:
-        evict(root)
+        after_store(root, len(data))
     return executable
 
 
@@ -384,8 +386,29 @@ def evict(root: str, limit: int | None = None) -> int:
     to 90% of it; returns how many were removed. Files that vanish meanwhile (another process
     evicting too) are skipped."""
     limit = max_bytes() if limit is None else limit
+    return _scan_and_evict(root, limit)[0] if limit > 0 else 0
+
+
+_BELIEVED: dict[str, int] = {}  # cache directory -> the bytes this process believes it holds
+
+
+def after_store(root: str, nbytes: int) -> int:
+    """Keep the cache ``root`` within its bound after an entry of ``nbytes`` was stored; returns how
+    many entries were evicted. Cheap: a process counts the directory at its first store, then adds
+    what it stores, and counts (and evicts) again only when that sum passes the bound."""
+    limit = max_bytes()
     if limit <= 0:
         return 0
+    believed = _BELIEVED.get(root)
+    if believed is not None and believed + nbytes <= limit:
+        _BELIEVED[root] = believed + nbytes
+        return 0
+    removed, _BELIEVED[root] = _scan_and_evict(root, limit)
+    return removed
+
+
+def _scan_and_evict(root: str, limit: int) -> tuple[int, int]:
+    """:func:`evict` with a positive ``limit``: (entries removed, bytes left)."""
     entries = []
     total = 0
     for folder, _, names in os.walk(root):
@@ -399,7 +422,7 @@ def evict(root: str, limit: int | None = None) -> int:
                 entries.append((info.st_mtime, path, info.st_size))
                 total += info.st_size
     if total <= limit:
-        return 0
+        return 0, total
     removed = 0
     target = limit * 9 // 10
     for _, path, size in sorted(entries):
@@ -411,7 +434,7 @@ def evict(root: str, limit: int | None = None) -> int:
         except OSError:  # gone already: counted as freed all the same
             pass
         total -= size
-    return removed
+    return removed, total
 
 
 def _remove(path: str) -> None:

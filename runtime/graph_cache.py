@@ -20,8 +20,8 @@ The key is a SHA-256 of everything the passes' result depends on:
   (:func:`kaun_ir.runtime.disk_cache.host_identity`), the parts registered with
   :func:`kaun_ir.runtime.disk_cache.register_key_part` and the format version of this cache.
 
-Entries count towards the cache's size bound (:func:`kaun_ir.runtime.disk_cache.evict` runs
-after each store) and a hit marks its entry as used.
+Entries count towards the cache's size bound (:func:`kaun_ir.runtime.disk_cache.after_store`
+runs after each store) and a hit marks its entry as used.
 
 Only pipelines made of kaun_ir's own passes are cached: the code of a pass registered by the user
 is not part of the key, so such a pipeline always runs. Entries hold plain data (strings,
@@ -98,14 +98,15 @@ def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
     counters.misses += 1
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        atomic_write(path, disk_cache.seal(cache_key, to_bytes(result, _FORMAT)))
+        data = disk_cache.seal(cache_key, to_bytes(result, _FORMAT))
+        atomic_write(path, data)
     except Exception as err:  # a full disk or a read-only directory must not fail a compilation
         counters.errors += 1
         _warn_once(
             "store", f"kaun_ir: could not store an optimised graph in {root} ({type(err).__name__}: {err})"
         )
     else:
-        disk_cache.evict(root)
+        disk_cache.after_store(root, len(data))
     stages.add("pass-cache", overhead + time.perf_counter() - start, None)
     return result
 

@@ -342,3 +342,19 @@ def test_eviction_skips_files_another_process_removed(cache_env, monkeypatch):
     assert disk_cache.evict(str(cache_env), limit=10) == 0  # none removed by this process
     monkeypatch.undo()
     assert list(cache_env.rglob("*.xlaexe")) == []
+
+
+def test_stores_count_the_directory_once_then_only_when_over_the_bound(cache_env, monkeypatch):
+    monkeypatch.setenv(disk_cache.MAX_BYTES_ENV, str(3 * (1000 + disk_cache._HEADER)))
+    scans = []
+    real_scan = disk_cache._scan_and_evict
+    monkeypatch.setattr(
+        disk_cache, "_scan_and_evict", lambda root, limit: scans.append(root) or real_scan(root, limit)
+    )
+    for name in "abc":  # the first store counts; the next two fit the bound
+        cached(name, name * 1000)
+    assert scans == [str(cache_env)]
+    cached("a", "unused")  # a lookup never counts
+    assert len(scans) == 1
+    cached("d", "d" * 1000)  # past the bound: counted again, and evicted
+    assert len(scans) == 2 and len(list(cache_env.rglob("*.xlaexe"))) == 2
