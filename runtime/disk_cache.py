@@ -327,8 +327,8 @@ def compile_cached(
         counters.errors += 1
         _warn_once(
             "store",
-            f"kaun_ir: could not store a compiled executable in {ENV}={root} "
-            f"({type(err).__name__}: {err}); running without the cache for it",
+            f"kaun_ir: could not store a compiled executable in the compilation cache {root} "
+            f"({type(err).__name__}: {err}); running without the cache for it ({ENV}=off turns it off)",
         )
     else:
         after_store(root, len(data))
