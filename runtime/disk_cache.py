@@ -224,7 +224,6 @@ def host_identity() -> str:
     """The host CPU as the key sees it: the OS, the machine type, the CPU model and a SHA-256 of its
     feature flags (from ``/proc/cpuinfo`` where there is one). Computed once per process."""
     if not _HOST:
-        model, features = platform.processor(), ""
         try:
             with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
                 text = handle.read()
@@ -240,8 +239,8 @@ def host_identity() -> str:
             fields.setdefault(name.strip().lower(), value.strip())
         # x86: "model name" and "flags"; ARM: "cpu implementer"/"cpu part" and "features"
         ident = [fields.get(k, "") for k in ("vendor_id", "model name", "cpu implementer", "cpu part")]
-        if any(ident):
-            model = "/".join(ident)
+        # platform.processor() may start a process (uname -p): only without /proc/cpuinfo
+        model = "/".join(ident) if any(ident) else platform.processor()
         flags = fields.get("flags") or fields.get("features") or ""
         features = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
         _HOST.append(f"{platform.system()}/{platform.machine()}/{model}/{features}")
