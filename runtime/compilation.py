@@ -12,8 +12,9 @@ hit is never stale):
 - XLA executables (:func:`compile_mlir`, one per process): SHA-256 of the StableHLO text (which
   already holds the pipeline's work, donation, shardings and the finite-check probe), whether
   the program is partitioned, and platform and id of every device it runs on;
-- the persistent cache on disk (``runtime.disk_cache``, with ``KAUN_IR_CACHE_DIR``): the same,
-  plus the serialised compile options, device kinds, jaxlib / XLA versions and ``XLA_FLAGS``;
+- the persistent cache on disk (``runtime.disk_cache``, on unless ``KAUN_IR_CACHE_DIR=off``):
+  the same, plus the serialised compile options, device kinds, the host CPU, jaxlib / XLA
+  versions and ``XLA_FLAGS``;
 - per ``kn.jit`` function, a :class:`FunctionCache`: routes by call signature (tree structure,
   shape and dtype of every array leaf, value of every static leaf, layout on the mesh), and
   its ``routes`` (a ``RouteCache``) by the keys of the fast paths (``kn.jit``'s
@@ -265,7 +266,7 @@ def compile_function(
             nodes[0] = len(traced.graph.nodes)
         if cache is not None:
             cache.count_trace()
-        # the passes' result comes from disk when KAUN_IR_CACHE_DIR holds it (graph_cache)
+        # the passes' result comes from disk when the persistent cache holds it (graph_cache)
         instrumentations = stages.pass_instrumentations()
         graph = graph_cache.run_pipeline(traced.graph, parsed, instrumentations) if parsed else traced.graph
         donate = donated_positions(traced.array_positions) if donated_positions else []

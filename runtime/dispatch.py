@@ -29,6 +29,11 @@ from kaun_ir.runtime.xla import transfer
 __all__ = ["Route", "RouteCache"]
 
 
+#: how many distinct sharding objects equal to its own a route remembers (see ``Route.place``): a
+#: loop that cycles through device arrays made by ``jax.device_put`` meets one per array
+_MAX_EQUAL = 1024
+
+
 def _first(outs):
     return outs[0]
 
@@ -53,12 +58,16 @@ class Route:
         "meta",
         "_device_type",
         "_sharding",
+        "_equal",
     )
 
     def __init__(self, executable, out_treedef, in_dtypes: list, meta: Any = None):
         self.executable, self.out_treedef, self.in_dtypes = executable, out_treedef, list(in_dtypes)
         self.device = executable.device
         self._sharding = getattr(executable, "sharding", None)  # None on a mesh (see place)
+        # sharding objects found equal to ``_sharding``, by id (each kept alive here, so an id
+        # is never reused): jax's ``Sharding.__eq__`` is Python (~1 µs), an identity test is not
+        self._equal: dict = {}
         self.run: Callable[[list], list] = executable.run
         self.meta = meta
         self._device_type = transfer.array_types()[-1]
@@ -74,7 +83,7 @@ class Route:
         route = Route.__new__(Route)
         for name in Route.__slots__:
             setattr(route, name, getattr(self, name))
-        route.meta = meta
+        route.meta, route._equal = meta, {}
         return route
 
     def place(self, arrays, start: int = 0) -> list:
@@ -84,15 +93,26 @@ class Route:
         exe = self.executable
         if exe.mesh is not None:
             return [exe.put(start + i, a) for i, a in enumerate(arrays)]
-        device_type, device, placed = self._device_type, self.device, self._sharding
+        device_type, device, placed, equal = self._device_type, self.device, self._sharding, self._equal
         dtypes = self.in_dtypes[start : start + len(arrays)] if start else self.in_dtypes
         # an array on another device (or sharded over several) is moved, not handed to XLA
         return [
             a
-            if type(a) is device_type and a.dtype == dt and ((s := a.sharding) is placed or s == placed)
+            if type(a) is device_type
+            and a.dtype == dt
+            and ((s := a.sharding) is placed or equal.get(id(s)) is s or self._same(s))
             else transfer.to_device(a, dt, device)
             for a, dt in zip(arrays, dtypes)
         ]
+
+    def _same(self, sharding) -> bool:
+        """Whether ``sharding`` equals the executable's; equal ones are remembered (up to ``_MAX_EQUAL``)."""
+        if sharding != self._sharding:
+            return False
+        if len(self._equal) >= _MAX_EQUAL:
+            self._equal.clear()
+        self._equal[id(sharding)] = sharding
+        return True
 
     def __call__(self, arrays) -> Any:
         """Run on the flat input arrays (host or device) and return the result tree."""

@@ -1,6 +1,6 @@
 """The pass pipeline's output kept on disk: a second process skips the passes for a graph it traced.
 
-With ``KAUN_IR_CACHE_DIR`` set (the directory of :mod:`kaun_ir.runtime.disk_cache`), every
+With the persistent cache on (the default; the directory of :mod:`kaun_ir.runtime.disk_cache`), every
 compilation that runs a pass pipeline over a traced graph first looks for the optimised graph
 under ``graphs/`` in that directory, and stores it there after running the passes. The XLA cache
 then answers the compilation of the (unchanged) StableHLO lowered from it, so a second process
@@ -13,9 +13,15 @@ The key is a SHA-256 of everything the passes' result depends on:
   :mod:`kaun_ir.ir.serialize`): a graph that differs in anything misses;
 - the pipeline with every option resolved (defaults included);
 - the source code of kaun_ir (every ``.py`` file of the ``kaun_ir`` package, ``passes`` and
-  ``runtime`` included), so an edited or upgraded pass never serves an old result;
+  ``runtime`` included, and so its version), so an edited or upgraded pass never serves an old
+  result;
 - the runtime's backend (``layout{target=auto}`` asks for it), the NumPy, jaxlib and Python
-  versions (constant folding runs NumPy) and the format version of this cache.
+  versions (constant folding runs NumPy), the host CPU
+  (:func:`kaun_ir.runtime.disk_cache.host_identity`), the parts registered with
+  :func:`kaun_ir.runtime.disk_cache.register_key_part` and the format version of this cache.
+
+Entries count towards the cache's size bound (:func:`kaun_ir.runtime.disk_cache.after_store`
+runs after each store) and a hit marks its entry as used.
 
 Only pipelines made of kaun_ir's own passes are cached: the code of a pass registered by the user
 is not part of the key, so such a pipeline always runs. Entries hold plain data (strings,
@@ -92,12 +98,15 @@ def run_pipeline(graph: Graph, pipeline, instrumentations=()) -> Graph:
     counters.misses += 1
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        atomic_write(path, disk_cache.seal(cache_key, to_bytes(result, _FORMAT)))
+        data = disk_cache.seal(cache_key, to_bytes(result, _FORMAT))
+        atomic_write(path, data)
     except Exception as err:  # a full disk or a read-only directory must not fail a compilation
         counters.errors += 1
         _warn_once(
             "store", f"kaun_ir: could not store an optimised graph in {root} ({type(err).__name__}: {err})"
         )
+    else:
+        disk_cache.after_store(root, len(data))
     stages.add("pass-cache", overhead + time.perf_counter() - start, None)
     return result
 
@@ -124,6 +133,8 @@ def key(graph: Graph, pipeline) -> str:
         sys.version,
         platform.machine(),
         sys.byteorder,
+        disk_cache.host_identity(),
+        *disk_cache.key_parts(),
         repr(steps),
     ):
         digest.update(str(part).encode())
@@ -183,6 +194,7 @@ def _load(path: str, cache_key: str, traced: Graph) -> Graph | None:
         # the passes keep the signature; an entry that does not is not the result of this graph
         if graph.input_types != traced.input_types or len(graph.outputs) != len(traced.outputs):
             raise ValueError("signature differs from the traced graph's")
+        disk_cache.touch(path)
         return graph
     except Exception as err:
         counters.errors += 1

@@ -5,5 +5,8 @@ invariant fails where it does so (KAUN_IR_VERIFY_EACH=0 turns that off)."""
 import os
 
 os.environ.setdefault("KAUN_IR_BACKEND", "cpu")
+# never read or write the user's persistent compilation cache (on by default): the suite and its
+# child processes run without it; the cache's own tests point it at temporary directories
+os.environ["KAUN_IR_CACHE_DIR"] = "off"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KAUN_IR_VERIFY_EACH", "1")

@@ -6,6 +6,7 @@ assertions."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -129,6 +130,38 @@ def test_memory_is_measured_in_a_child_process():
     if xla is not None:  # XLA's analysis: the parameters and Adam state at least
         assert xla["total_bytes"] == xla["argument"] + xla["output"] + xla["temp"] - xla["alias"]
         assert xla["argument"] >= 3 * 4 * (64 * 128 + 128 * 10)
+
+
+def test_warm_first_step_fills_then_reads_a_private_cache_and_removes_it(monkeypatch):
+    made = []
+    real_mkdtemp = bench_memory.tempfile.mkdtemp
+    monkeypatch.setattr(
+        bench_memory.tempfile, "mkdtemp", lambda **kw: made.append(real_mkdtemp(**kw)) or made[-1]
+    )
+    calls = []
+    real_run_child = bench_memory.run_child
+
+    def spy(module, spec, tag, timeout, env=None):
+        result = real_run_child(module, spec, tag, timeout, env)
+        calls.append((env["KAUN_IR_CACHE_DIR"], result))
+        return result
+
+    monkeypatch.setattr(bench_memory, "run_child", spy)
+    warm = bench_memory.warm_first_step("mlp_small", "kaun_ir", small=True)
+    assert warm is not None and warm > 0
+    assert [root for root, _ in calls] == made * 2  # both children: the one new directory
+    assert calls[1][1]["first_step_s"] == warm
+    assert not os.path.exists(made[0])
+
+
+def test_the_bench_runs_cold_unless_the_cache_is_named(monkeypatch, capsys):
+    monkeypatch.delenv("KAUN_IR_CACHE_DIR")  # the default (on) for a user: the bench turns it off
+    args = ["bench", "-w", "mlp_small", "--steps", "2", "--rounds", "0", "--no-memory", "--json", "--small"]
+    assert main(args) == 0
+    assert os.environ["KAUN_IR_CACHE_DIR"] == "off"
+    (result,) = json.loads(capsys.readouterr().out)["results"]
+    assert result["compilation_cache"] is None
+    assert all(e["first_step_warm_s"] is None for e in result["implementations"].values())
 
 
 def test_option_checks():

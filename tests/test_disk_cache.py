@@ -34,8 +34,11 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def run_program(cache_dir, **env_extra):
-    env = dict(os.environ, KAUN_IR_CACHE_DIR=str(cache_dir), JAX_PLATFORMS="cpu", **env_extra)
+def run_program(cache_dir, base_env=None, **env_extra):
+    """PROGRAM in a fresh process with the cache in ``cache_dir`` (None: ``base_env`` decides)."""
+    env = dict(os.environ if base_env is None else base_env, JAX_PLATFORMS="cpu", **env_extra)
+    if cache_dir is not None:
+        env["KAUN_IR_CACHE_DIR"] = str(cache_dir)
     env.pop("KAUN_IR_BACKEND", None)
     result = subprocess.run(
         [sys.executable, "-W", "always::RuntimeWarning", "-c", PROGRAM],
@@ -122,8 +125,8 @@ def test_key_covers_module_devices_options_and_flags(monkeypatch):
     assert base != disk_cache.key("module A", devices, options)
 
 
-def test_off_without_the_variable_and_clear(tmp_path, monkeypatch):
-    monkeypatch.delenv(disk_cache.ENV, raising=False)
+def test_off_and_clear(tmp_path, monkeypatch):
+    monkeypatch.setenv(disk_cache.ENV, "off")
     assert disk_cache.directory() is None
     assert disk_cache.clear() == 0
     calls = []
@@ -141,8 +144,8 @@ def test_off_without_the_variable_and_clear(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "c" / "ab").iterdir()] == ["keep.txt"]
 
 
-@pytest.mark.parametrize("value", ["", "   "])
-def test_blank_variable_means_off(monkeypatch, value):
+@pytest.mark.parametrize("value", ["", "   ", "off", " OFF "])
+def test_off_or_blank_variable_means_off(monkeypatch, value):
     monkeypatch.setenv(disk_cache.ENV, value)
     assert disk_cache.directory() is None
 
@@ -214,3 +217,144 @@ def test_a_directory_others_may_write_or_own_is_not_trusted(cache_env, monkeypat
     monkeypatch.setattr(disk_cache, "_warned", set())
     with pytest.warns(RuntimeWarning, match=r"owned by user id \d+, not by this user"):
         assert cached("program", "fresh") == ("fresh", True)
+
+
+# ------------------------------------------------------------- on by default: where, bound, key
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch):
+    """No ``KAUN_IR_CACHE_DIR``, and HOME / XDG_CACHE_HOME in a temporary folder."""
+    monkeypatch.delenv(disk_cache.ENV, raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(disk_cache, "_warned", set())
+    return tmp_path / "home"
+
+
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG layout")
+def test_the_default_directory_follows_xdg(home, tmp_path, monkeypatch):
+    assert not disk_cache.explicit()
+    assert disk_cache.directory() == str(home / ".cache" / "kaun_ir" / "compiled")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert disk_cache.directory() == str(tmp_path / "xdg" / "kaun_ir" / "compiled")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/ignored")
+    assert disk_cache.directory() == str(home / ".cache" / "kaun_ir" / "compiled")
+
+    assert cached("program", "exe") == ("exe", True)  # created private, then a hit
+    assert oct((home / ".cache" / "kaun_ir" / "compiled").stat().st_mode & 0o777) == oct(0o700)
+    assert cached("program", "unused") == ("exe", False)
+
+
+@pytest.mark.skipif(not hasattr(os, "getuid"), reason="POSIX modes")
+def test_an_unusable_default_directory_is_off_silently(home, monkeypatch, recwarn):
+    root = home / ".cache" / "kaun_ir" / "compiled"
+    root.mkdir(parents=True)
+    os.chmod(root, 0o777)
+    assert cached("program", "exe") == ("exe", True)
+    assert cached("program", "fresh") == ("fresh", True)  # off: nothing stored or read
+    (home / ".cache" / "kaun_ir").chmod(0o700)
+    root.rmdir()
+    root.parent.rmdir()
+    root.parent.write_text("a file where the folder should be")  # cannot be created
+    assert cached("program", "again") == ("again", True)
+    assert [w for w in recwarn if issubclass(w.category, RuntimeWarning)] == []
+
+    monkeypatch.setenv(disk_cache.ENV, str(root))  # named explicitly: one warning says why
+    with pytest.warns(RuntimeWarning, match="cannot create"):
+        assert cached("program", "exe") == ("exe", True)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("", 1 << 30), ("12345", 12345), ("500M", 500 << 20), ("2g", 2 << 30), ("64K", 64 << 10), ("0", 0)],
+)
+def test_max_bytes(monkeypatch, text, expected):
+    monkeypatch.setenv(disk_cache.MAX_BYTES_ENV, text)
+    assert disk_cache.max_bytes() == expected
+
+
+def test_an_unreadable_max_bytes_warns_and_uses_the_default(monkeypatch):
+    monkeypatch.setattr(disk_cache, "_warned", set())
+    monkeypatch.setenv(disk_cache.MAX_BYTES_ENV, "lots")
+    with pytest.warns(RuntimeWarning, match="KAUN_IR_CACHE_MAX_BYTES"):
+        assert disk_cache.max_bytes() == 1 << 30
+
+
+def test_the_bound_evicts_the_least_recently_used(cache_env, monkeypatch):
+    size = 1000 + disk_cache._HEADER  # each entry: a 1000-byte "executable" and its header
+    monkeypatch.setenv(disk_cache.MAX_BYTES_ENV, str(3 * size))  # room for three
+
+    def entry(name):
+        return disk_cache._entry(str(cache_env), disk_cache.key(name, [], b""))
+
+    for age, name in enumerate("abc"):
+        assert cached(name, name * 1000) == (name * 1000, True)
+        os.utime(entry(name), (1000 + age, 1000 + age))  # a, then b, then c: distinct and old
+    assert cached("a", "unused") == ("a" * 1000, False)  # a hit makes a the most recent
+    assert cached("d", "d" * 1000) == ("d" * 1000, True)  # four: over the bound
+    kept = {name for name in "abcd" if os.path.exists(entry(name))}
+    assert kept == {"a", "d"}  # down to 90% of three: b and c, the least recently used, went
+
+    assert disk_cache.evict(str(cache_env), limit=0) == 0  # no bound
+    assert disk_cache.evict(str(cache_env), limit=2 * size) == 0  # within the bound
+    assert disk_cache.evict(str(cache_env), limit=size) == 2  # down to 90% of one entry: both go
+
+
+def test_the_key_holds_the_host_cpu_and_registered_parts(monkeypatch):
+    identity = disk_cache.host_identity()
+    assert identity.split("/")[1] == __import__("platform").machine()
+    base = disk_cache.key("module", [], b"")
+    monkeypatch.setattr(disk_cache, "_HOST", ["Linux/x86_64/another CPU/0123"])
+    assert disk_cache.key("module", [], b"") != base
+    monkeypatch.setattr(disk_cache, "_HOST", [identity])
+    monkeypatch.setattr(disk_cache, "_KEY_PARTS", {})
+    assert disk_cache.key("module", [], b"") == base
+    disk_cache.register_key_part("custom-calls", b"library binary")
+    with_lib = disk_cache.key("module", [], b"")
+    assert with_lib != base
+    disk_cache.register_key_part("custom-calls", b"rebuilt library")
+    assert disk_cache.key("module", [], b"") not in (base, with_lib)
+    monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_some_flag")
+    monkeypatch.setattr(disk_cache, "_KEY_PARTS", {})
+    assert disk_cache.key("module", [], b"") != base
+
+
+def test_a_fresh_process_uses_the_default_directory(tmp_path):
+    home = tmp_path / "home"
+    env = {k: v for k, v in os.environ.items() if k not in (disk_cache.ENV, "XDG_CACHE_HOME")}
+    env["HOME"] = str(home)
+    first, stderr = run_program(None, base_env=env)
+    assert (first["hits"], first["misses"], first["errors"]) == (0, 2, 0), stderr
+    assert len(list((home / ".cache" / "kaun_ir" / "compiled").rglob("*.xlaexe"))) == 2
+
+
+def test_eviction_skips_files_another_process_removed(cache_env, monkeypatch):
+    for name in "ab":
+        assert cached(name, name * 1000) == (name * 1000, True)
+    real_unlink = os.unlink
+
+    def racing_unlink(path, *args, **kwargs):  # another process evicted it first
+        real_unlink(path, *args, **kwargs)
+        raise FileNotFoundError(path)
+
+    monkeypatch.setattr(os, "unlink", racing_unlink)
+    assert disk_cache.evict(str(cache_env), limit=10) == 0  # none removed by this process
+    monkeypatch.undo()
+    assert list(cache_env.rglob("*.xlaexe")) == []
+
+
+def test_stores_count_the_directory_once_then_only_when_over_the_bound(cache_env, monkeypatch):
+    monkeypatch.setenv(disk_cache.MAX_BYTES_ENV, str(3 * (1000 + disk_cache._HEADER)))
+    scans = []
+    real_scan = disk_cache._scan_and_evict
+    monkeypatch.setattr(
+        disk_cache, "_scan_and_evict", lambda root, limit: scans.append(root) or real_scan(root, limit)
+    )
+    for name in "abc":  # the first store counts; the next two fit the bound
+        cached(name, name * 1000)
+    assert scans == [str(cache_env)]
+    cached("a", "unused")  # a lookup never counts
+    assert len(scans) == 1
+    cached("d", "d" * 1000)  # past the bound: counted again, and evicted
+    assert len(scans) == 2 and len(list(cache_env.rglob("*.xlaexe"))) == 2

@@ -178,8 +178,8 @@ def test_clear_removes_graph_entries(cache):
     assert _entries(cache) == []
 
 
-def test_off_without_the_variable(monkeypatch):
-    monkeypatch.delenv(disk_cache.ENV, raising=False)
+def test_off_when_switched_off(monkeypatch):
+    monkeypatch.setenv(disk_cache.ENV, "off")
     before = _counts()
     kn.jit(_model)(W, X)
     assert _counts() == before
@@ -205,3 +205,13 @@ def test_gc_pause_nests_restores_and_respects_a_disabled_collector():
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_the_key_holds_the_host_cpu_and_registered_parts(monkeypatch):
+    traced = kn.trace(_model, W, X)
+    base = graph_cache.key(traced, "cse,dce")
+    monkeypatch.setattr(disk_cache, "_HOST", ["Linux/aarch64/another CPU/0123"])
+    assert graph_cache.key(traced, "cse,dce") != base
+    monkeypatch.undo()
+    monkeypatch.setattr(disk_cache, "_KEY_PARTS", {"custom-calls": "0123abcd"})
+    assert graph_cache.key(traced, "cse,dce") != base

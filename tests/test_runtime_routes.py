@@ -42,3 +42,25 @@ def test_a_caller_files_its_own_route_and_dispatches_through_it():
     assert all(p.dtype == np.float32 for p in placed)
     f.routes.clear()
     assert len(f.routes) == 0 and f.routes.get(("mine", (3,))) is None
+
+
+def test_place_passes_device_arrays_with_equal_shardings_through_and_remembers_them(monkeypatch):
+    import jax  # the oracle's arrays: jax.device_put gives each array a sharding object of its own
+
+    from kaun_ir.runtime import dispatch
+
+    f = kn.jit(_f)
+    a = np.linspace(-1, 1, 3, dtype=np.float32)
+    route, _ = f.route(a, a)
+    monkeypatch.setattr(dispatch, "_MAX_EQUAL", 2)
+    arrays = [jax.device_put(np.full(3, i, np.float32)) for i in range(3)]
+    for _ in range(2):  # the second time through, answered by the remembered shardings
+        placed = route.place(arrays[:2])
+        assert all(p is q for p, q in zip(placed, arrays[:2]))
+    assert len(route._equal) == 2
+    placed = route.place(arrays[2:])  # a third sharding: the memo starts over, never grows past 2
+    assert placed[0] is arrays[2] and len(route._equal) == 1
+    moved = route.place([np.ones(3, np.float64), jax.device_put(np.ones(3, np.int32))])
+    assert [m.dtype for m in moved] == [np.float32, np.float32]  # other dtypes are converted
+    np.testing.assert_allclose(np.asarray(route(arrays[1:3])), np.tanh(1.0) * 2.0 + 1.0, rtol=1e-6)
+    assert route.with_meta("copy")._equal == {}

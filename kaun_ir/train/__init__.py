@@ -34,14 +34,36 @@ and the JSON-lines, CSV and TensorBoard metric writers, with :mod:`.tfevents`), 
 :mod:`.profiling` (``fit(profile_steps=)``).
 """
 
-from kaun_ir.train.callbacks import Callback, CsvWriter, JsonlWriter, MetricWriter, TensorBoardWriter
-from kaun_ir.train.checkpointing import checkpoint_steps, latest_checkpoint
-from kaun_ir.train.evaluation import evaluate
-from kaun_ir.train.inspection import forward_graph, step_executable, step_graph
-from kaun_ir.train.io import load, save, state_of_tree, state_to_tree
-from kaun_ir.train.loop import EarlyStop, fit
+import importlib as _importlib
+
 from kaun_ir.train.state import State, Trainer, TrainerCache, init, make, make_state, vars  # noqa: A004
 from kaun_ir.train.stepping import ema_vars, predict, step, steps
+
+# the rest loads when first used (``train.fit``, the writers, checkpoints): a program that only
+# steps never imports them, and the first step does not pay for them
+_LAZY = {
+    "kaun_ir.train.callbacks": "Callback CsvWriter JsonlWriter MetricWriter TensorBoardWriter",
+    "kaun_ir.train.checkpointing": "checkpoint_steps latest_checkpoint",
+    "kaun_ir.train.evaluation": "evaluate",
+    "kaun_ir.train.inspection": "forward_graph step_executable step_graph",
+    "kaun_ir.train.io": "load save state_of_tree state_to_tree",
+    "kaun_ir.train.loop": "EarlyStop fit",
+}
+_WHERE = {name: module for module, names in _LAZY.items() for name in names.split()}
+
+
+def __getattr__(name: str):
+    """Load ``train.NAME`` from the module that defines it (once; later lookups hit the global)."""
+    if name not in _WHERE:
+        raise AttributeError(f"module 'kaun_ir.train' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_WHERE[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "Trainer",

@@ -14,12 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from kaun_ir import layer, optim, tree
+from kaun_ir import optim, tree
 from kaun_ir.runtime import compilation
 from kaun_ir.surface.trace import is_array_leaf
 from kaun_ir.train import capture
 from kaun_ir.train.capture import Explicit, LossSpec
-from kaun_ir.train.state import State, Trainer
+from kaun_ir.train.state import State, Trainer, successor
 
 __all__ = ["fast_step", "record"]
 
@@ -111,23 +111,23 @@ def fast_step(trainer: Trainer, st: State, flat: tuple, x: Any, targets: tuple, 
         loss_key, arrays = quick
         if loss_key in trainer.cache.opaque:
             return None
-    try:
-        sig = ((x.shape, np.dtype(x.dtype)),) + tuple((a.shape, np.dtype(a.dtype)) for a in arrays)
-    except AttributeError:
+    # NumPy and jax arrays only (their ``dtype`` is a NumPy dtype, as in the key ``record`` files)
+    if type(x) not in array_types:
         return None
+    sig = [(x.shape, x.dtype)]
+    for a in arrays:
+        if type(a) not in array_types:
+            return None
+        sig.append((a.shape, a.dtype))
+    sig = tuple(sig)
     route = compiled.routes.get(("train", struct, loss_key, bool(training), sig))
     if route is None:
-        return None
-    if type(x) not in array_types or any(type(a) not in array_types for a in arrays):
         return None
     meta = route.meta
     # the state's leaves are outputs of this executable: already on its device, right dtypes
     outs = route.run(leaves + route.place([x, *arrays], meta.n_state))
     loss_value, params, state, (count, trees) = route.unflatten(outs)
-    new = State(
-        layer.Vars(params, state, st.vars.dtype), optim.State(count, trees), st.step + 1, st.key, st.optimizer
-    )
     new_leaves = outs[1:]
     new_leaves.append(leaves[-1])  # the base key, already on the device
-    new.cache.flat = (meta.out_struct, new_leaves)
+    new = successor(st, params, state, optim.State(count, trees), 1, (meta.out_struct, new_leaves))
     return loss_value, new

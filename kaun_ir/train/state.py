@@ -27,6 +27,7 @@ __all__ = [
     "vars",
     "check_state",
     "describe_optimizer",
+    "successor",
 ]
 
 
@@ -114,6 +115,39 @@ class State:
     key: Any
     optimizer: str = ""
     cache: StateCache = field(default_factory=StateCache, init=False, repr=False, compare=False)
+
+
+_new_object = object.__new__
+_set_field = object.__setattr__
+
+
+def successor(
+    st: State, params: Any, state: Any, opt_state: Any, steps_taken: int, flat: Any = None
+) -> State:
+    """The state after ``steps_taken`` steps from ``st``: ``params``, layer ``state`` and
+    ``opt_state`` replaced, the dtype, base key and optimiser description kept, and ``flat`` (see
+    :class:`StateCache`) in its cache. Built field by field, without the dataclasses'
+    ``__init__``: every field comes from a state already made, so there is nothing to check, and
+    on the per-step dispatch path of a small model the generated constructors cost as much as a
+    few kernels."""
+    v = _new_object(layer.Vars)
+    _set_field(v, "__dict__", {"params": params, "state": state, "dtype": st.vars.dtype})
+    cache = StateCache()
+    cache.flat = flat
+    new = _new_object(State)
+    _set_field(
+        new,
+        "__dict__",
+        {
+            "vars": v,
+            "opt_state": opt_state,
+            "step": st.step + steps_taken,
+            "key": st.key,
+            "optimizer": st.optimizer,
+            "cache": cache,
+        },
+    )
+    return new
 
 
 def make(

@@ -15,8 +15,8 @@ def compile(mlir_text: str, device) -> object:
     """Compile StableHLO text for one device; returns a loaded executable (raises on failure).
 
     The device assignment names ``device``: without it XLA assigns the single replica to the
-    client's first device and refuses buffers that live anywhere else. With
-    ``KAUN_IR_CACHE_DIR`` set, the executable comes from the persistent cache when an
+    client's first device and refuses buffers that live anywhere else. With the persistent
+    cache on (the default), the executable comes from it when an
     identical compilation was stored there (see :mod:`kaun_ir.runtime.disk_cache`)."""
     from jaxlib import xla_client as xc  # noqa: PLC0415 - jaxlib loads only when a program compiles
 

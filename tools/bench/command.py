@@ -42,7 +42,10 @@ Measured per workload (``--workload``, default all):
    compilation is the first of its kind in the process (every child first builds the same host
    data, which warms up XLA alike for kaun_ir and JAX); with ``--no-memory``, in the bench
    process, with the order of the implementations rotated from workload to workload. The JSON
-   keeps both (``first_step_child_s``, ``first_step_in_process_s``).
+   keeps both (``first_step_child_s``, ``first_step_in_process_s``). First steps are cold: the
+   persistent compilation cache (on by default) is off for the bench and its children unless
+   ``KAUN_IR_CACHE_DIR`` is set (the footer says which); ``--warm-cache`` adds each kaun_ir row's
+   first step with a warm cache (``first_step_warm_s``, "(warm ...)" in the table).
 2. ``--steps`` (N) steps each, the first included; the losses after N steps must agree with
    JAX's within a relative tolerance: ``LOSS_RTOL`` (1e-4) for ``kaun_ir`` (the same XLA
    kernels as the JAX step), ``TORCH_LOSS_RTOL`` (1e-3) for PyTorch (other kernels, other
@@ -78,8 +81,10 @@ Measured per workload (``--workload``, default all):
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
+from kaun_ir.runtime import disk_cache
 from kaun_ir.tools.bench import compile as bench_compile
 from kaun_ir.tools.bench import flops as bench_flops
 from kaun_ir.tools.bench.measure import bench_workload
@@ -151,6 +156,12 @@ def add_parser(sub) -> None:
         action="store_true",
         help="add a torch.compile row (forward + loss and opt.step compiled, inductor's C++ "
         "backend; its compilation is part of its first step) next to PyTorch eager",
+    )
+    parser.add_argument(
+        "--warm-cache",
+        action="store_true",
+        help="with --memory: also each kaun_ir row's first step with a warm persistent compilation "
+        "cache (two more child processes sharing a new cache directory; JSON first_step_warm_s)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
@@ -233,6 +244,7 @@ def _run_plan(args, plan: list[tuple[str, int, int]]) -> list[dict]:
                 order=i,
                 variants=tuple(args.variant or ()),
                 torch_compile=args.torch_compile,
+                warm=args.warm_cache,
             )
         )
     if sys.stderr.isatty():
@@ -248,6 +260,10 @@ def run(args) -> int:
     except ValueError as err:
         print(f"kaun-ir bench: {err}")
         return 2
+    if not disk_cache.explicit():
+        # first steps are measured cold, like JAX's: the persistent compilation cache (on by
+        # default) is off for the bench and its child processes unless KAUN_IR_CACHE_DIR is set
+        os.environ[disk_cache.ENV] = "off"
     if args.compile:
         return _run_compile(args, names)
     try:

@@ -13,7 +13,8 @@ Reported per case: the nodes kaun_ir traced and kept after the passes, seconds p
 per second of our own stages (trace + passes + lowering), the whole first step of each side
 and their ratio, the process CPU seconds (all threads) of each first step and their ratio (the
 figure to compare on a shared machine, where wall time depends on the other jobs), and the size of
-the module each side hands to XLA (StableHLO ops). With ``KAUN_IR_CACHE_DIR`` set, a repeated run
+the module each side hands to XLA (StableHLO ops). The persistent compilation cache is off
+(cold first steps) unless ``KAUN_IR_CACHE_DIR`` is set; with it set, a repeated run
 reads the pass pipeline's result (stage ``pass-cache``, shown as "(cache)" in the passes column)
 and loads the XLA executable (stage ``xla-load``) from the persistent cache.
 """

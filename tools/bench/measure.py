@@ -8,8 +8,9 @@ import statistics
 import time
 
 import kaun_ir as kn
+from kaun_ir.runtime import disk_cache
 from kaun_ir.tools.bench import flops as bench_flops
-from kaun_ir.tools.bench.memory import measure_in_child
+from kaun_ir.tools.bench.memory import measure_in_child, warm_first_step
 from kaun_ir.tools.bench.reference import torch_status
 from kaun_ir.tools.bench.runners import TORCH_COMPILE, implementations, make_runner, variant_name
 from kaun_ir.tools.bench.workloads import Setup
@@ -120,14 +121,21 @@ def _compare(entries: dict, rounds: int, flops: int | None) -> None:
         entry["first_step_child_s"] = None
 
 
-def _memory(entries: dict, schedule: list, name: str, small: bool, steps_per_call: int, memory: bool) -> None:
+def _memory(
+    entries: dict, schedule: list, name: str, small: bool, steps_per_call: int, memory: bool, warm=False
+) -> None:
     """With ``memory``, every row again in a child process; then each row's first step and peak
-    memory (the child's figures when there are any)."""
+    memory (the child's figures when there are any). With ``warm`` too, each kaun_ir row's first
+    step with a warm persistent compilation cache (``first_step_warm_s``, else None)."""
+    for entry in entries.values():
+        entry["first_step_warm_s"] = None
     if memory:
         for impl in schedule:
             measured = measure_in_child(name, impl, small, steps_per_call)
             entries[impl]["memory"] = measured
             entries[impl]["first_step_child_s"] = measured.get("first_step_s")
+            if warm and impl.startswith("kaun_ir"):
+                entries[impl]["first_step_warm_s"] = warm_first_step(name, impl, small, steps_per_call)
     ref = entries["jax"]
     for entry in entries.values():
         child = entry["first_step_child_s"]
@@ -149,6 +157,7 @@ def bench_workload(
     order: int = 0,
     variants: tuple = (),
     torch_compile: bool = False,
+    warm: bool = False,
 ) -> dict:
     """Benchmark one workload (see the ``kaun-ir bench`` help); returns a result dict.
 
@@ -156,7 +165,8 @@ def bench_workload(
     ``steps`` must be a multiple of it); ``memory``: child-process memory and first-step
     measurement; ``torch``: include PyTorch (None: when importable); ``order``: how far the
     order of the implementations is rotated (the CLI passes the workload's index);
-    ``torch_compile``: add the ``torch.compile`` row (with PyTorch)."""
+    ``torch_compile``: add the ``torch.compile`` row (with PyTorch); ``warm`` (with ``memory``):
+    also each kaun_ir row's first step with a warm persistent compilation cache."""
     _check_arguments(steps, rounds, steps_per_call)
     torch_ok, torch_line = torch_status()
     if torch is None:
@@ -172,7 +182,7 @@ def bench_workload(
     flops = bench_flops.step_flops(runners["kaun_ir"]) if "kaun_ir" in runners else None
     del runners  # free the arrays before any child process runs
     _compare(entries, rounds, flops)
-    _memory(entries, schedule, name, small, steps_per_call, memory)
+    _memory(entries, schedule, name, small, steps_per_call, memory, warm)
     return {
         "workload": name,
         "description": setup.workload.description,
@@ -181,6 +191,8 @@ def bench_workload(
         "steps_per_call": steps_per_call,
         "small": small,
         "memory": memory,
+        # the persistent compilation cache of the measured first steps (None: off, cold)
+        "compilation_cache": disk_cache.directory(),
         "gflop_per_step": flops / 1e9 if flops else None,
         "order": schedule,
         "torch": torch_line if torch or not torch_ok else "not run (torch=False)",

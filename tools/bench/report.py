@@ -32,6 +32,13 @@ def _fmt_gflops(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
 
+def _first_step(entry: dict) -> str:
+    """The first step's cell: the (cold) figure, and the warm-cache one when measured."""
+    cold = _fmt_seconds(entry["first_step_s"])
+    warm = entry.get("first_step_warm_s")
+    return cold if warm is None else f"{cold} (warm {_fmt_seconds(warm)})"
+
+
 def format_table(results: list[dict]) -> str:
     """A Markdown table: one row per workload and implementation."""
     lines = [
@@ -45,7 +52,7 @@ def format_table(results: list[dict]) -> str:
             loss = f"{entry['loss_after_steps']:.6g}" + ("" if entry["loss_agrees"] else " (!)")
             lines.append(
                 f"| {r['workload']} | {impl} | {_fmt_rate(entry['steps_per_s'])} | "
-                f"{_fmt_seconds(entry['first_step_s'])} | "
+                f"{_first_step(entry)} | "
                 f"{_fmt_bytes(entry['peak_memory_bytes'])} | {r['steps']} | {loss} | {ratio} | "
                 f"{_fmt_gflops(entry.get('gflops'))} |"
             )
@@ -96,8 +103,13 @@ def format_footer(results: list[dict], matmul: dict | None = None) -> str:
         if any(r["memory"] for r in results)
         else "in this process, implementation order rotated per workload"
     )
+    caches = {r.get("compilation_cache") for r in results}
+    cache = "off (cold)" if caches == {None} else "on (" + ", ".join(sorted(map(str, caches))) + ")"
+    warm = any(e.get("first_step_warm_s") is not None for r in results for e in r["implementations"].values())
     lines.append(
-        f"first step: build + trace + compile + first finished call (K steps for kaun_ir[K]) {where}."
+        f"first step: build + trace + compile + first finished call (K steps for kaun_ir[K]) {where}; "
+        f"persistent compilation cache {cache}"
+        + ("; (warm ...): a fresh process whose cache a first one filled." if warm else ".")
     )
     if any(r["memory"] for r in results):
         lines.append(
