@@ -7,6 +7,7 @@ family modules export; nothing registers itself as an import side effect.
 from __future__ import annotations
 
 from kaun_ir.ops import (
+    attention,
     binary,
     bits,
     compare_select,
@@ -58,6 +59,7 @@ _FAMILIES = (
     sharding,
     scan,
     custom,
+    attention,
 )
 
 TABLE: dict[str, OpDef] = {}
