@@ -34,11 +34,12 @@ BACKWARD_KERNEL = "attention_backward"
 def _check(q: TensorType, k: TensorType, v: TensorType, what: str) -> None:
     if not (q.dtype == k.dtype == v.dtype) or not dtypes.is_float(q.dtype):
         raise TypeError(f"{what}: q, k, v must share one floating-point dtype, got {q}, {k}, {v}")
+    layout = f"{what}: q, k, v must be [B, T, H, D], [B, S, H, D], [B, S, H, E]; got {q}, {k}, {v}"
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ShapeError(f"{what}: q, k, v must be [B, T, H, D], [B, S, H, D], [B, S, H, E]; got {q}, {k}, {v}")
+        raise ShapeError(layout)
     b, _, h, d = q.shape
     if k.shape[0] != b or k.shape[2] != h or k.shape[3] != d or v.shape[:3] != k.shape[:3]:
-        raise ShapeError(f"{what}: q, k, v must be [B, T, H, D], [B, S, H, D], [B, S, H, E]; got {q}, {k}, {v}")
+        raise ShapeError(layout)
 
 
 def _infer(q: TensorType, k: TensorType, v: TensorType, scale, causal):
@@ -129,12 +130,22 @@ def _forward(q, k, v, scale: float, causal: bool):
     return apply("transpose", out, permutation=(0, 2, 1, 3)), m + apply("log", total)
 
 
+def _dot(a, b, batch_a, batch_b, contract_a, contract_b):
+    return apply(
+        "dot_general",
+        a,
+        b,
+        lhs_batch=batch_a,
+        rhs_batch=batch_b,
+        lhs_contracting=(contract_a,),
+        rhs_contracting=(contract_b,),
+    )
+
+
 def _backward(q, k, v, out, lse, ct_out, ct_lse, scale: float, causal: bool):
     s = _logits(q, k, scale, causal)
     p = apply("exponential", s - _expand_last(lse, s.shape))
-    dp = apply(
-        "dot_general", ct_out, v, lhs_batch=(0, 2), rhs_batch=(0, 2), lhs_contracting=(3,), rhs_contracting=(3,)
-    )  # [B, H, T, S]
+    dp = _dot(ct_out, v, (0, 2), (0, 2), 3, 3)  # [B, H, T, S]
     delta = apply("reduce", ct_out * out, kind="sum", dimensions=(3,))  # [B, T, H]
     delta = apply("transpose", delta, permutation=(0, 2, 1)) - ct_lse
     ds = p * (dp - _expand_last(delta, s.shape)) * np.asarray(scale, q.dtype)
@@ -144,9 +155,7 @@ def _backward(q, k, v, out, lse, ct_out, ct_lse, scale: float, causal: bool):
     ct_k = apply(
         "dot_general", ds, q, lhs_batch=(0, 1), rhs_batch=(0, 2), lhs_contracting=(2,), rhs_contracting=(1,)
     )  # [B, H, S, D]
-    ct_v = apply(
-        "dot_general", p, ct_out, lhs_batch=(0, 1), rhs_batch=(0, 2), lhs_contracting=(2,), rhs_contracting=(1,)
-    )  # [B, H, S, E]
+    ct_v = _dot(p, ct_out, (0, 1), (0, 2), 2, 1)  # [B, H, S, E]
     back = (0, 2, 1, 3)
     return tuple(apply("transpose", x, permutation=back) for x in (ct_q, ct_k, ct_v))
 
@@ -168,11 +177,12 @@ def _emit_with(which: str, kernel: str):
     def emit(em, node, *operands):
         target = em.kernel(kernel)
         q = node.inputs[0].type
-        usable = q.dtype == dtypes.float32 and all(n > 0 for n in q.shape) and node.inputs[1].type.shape[1] > 0
+        scale, causal = node.attr("scale"), node.attr("causal")
+        usable = q.dtype == dtypes.float32 and min(q.shape) > 0 and node.inputs[1].type.shape[1] > 0
         if target is None or not usable:
-            graph = _graph(which, tuple(v.type for v in node.inputs), node.attr("scale"), node.attr("causal"))
+            graph = _graph(which, tuple(v.type for v in node.inputs), scale, causal)
             return em.emit_graph(graph, list(operands))
-        config = f"{{scale = {_float_attr(node.attr('scale'))}, causal = {int(bool(node.attr('causal')))} : i32}}"
+        config = f"{{scale = {_float_attr(scale)}, causal = {int(bool(causal))} : i32}}"
         attrs = {"call_target_name": f'"{target}"', "api_version": "4 : i32", "backend_config": config}
         return em.simple("stablehlo.custom_call", node, *operands, attrs=attrs)
 
@@ -201,7 +211,8 @@ def _fold(x, is_batched: bool, size: int):
     """``x`` with the vmapped axis folded into its batch axis (broadcast first if it has none)."""
     shape = tuple(x.shape)
     if not is_batched:
-        x = apply("broadcast_in_dim", x, shape=(size, *shape), broadcast_dimensions=tuple(range(1, len(shape) + 1)))
+        every = tuple(range(1, len(shape) + 1))
+        x = apply("broadcast_in_dim", x, shape=(size, *shape), broadcast_dimensions=every)
         shape = (size, *shape)
     return apply("reshape", x, shape=(shape[0] * shape[1], *shape[2:]))
 

@@ -3,6 +3,7 @@ target (``kaun_ir.runtime.kernels`` builds the library and decides what to regis
 
 from __future__ import annotations
 
+
 def include_dir() -> str:
     """The folder holding ``xla/ffi/api/ffi.h``, the FFI headers that ship with jaxlib."""
     from jax import ffi  # noqa: PLC0415 - jax loads only when a kernel is built
