@@ -1,5 +1,7 @@
-"""Kernels of our own for XLA's CPU backend: C++ sources shipped in this folder, compiled on
-first use with the system C++ compiler and registered as typed-FFI custom-call targets.
+"""Kernels of our own for XLA's CPU backend, built on first use and registered through XLA's FFI.
+
+The C++ sources ship in this folder; the system C++ compiler builds them into one library,
+whose handlers become typed-FFI custom-call targets.
 
 Ops that have a kernel (``fused_attention``) call it from the StableHLO the runtime lowers for a
 CPU executable; everywhere else (no compiler, a failed build, ``KAUN_IR_KERNELS=0``, another

@@ -78,9 +78,11 @@ inline void store(float* p, v16 x) { std::memcpy(p, &x, sizeof(x)); }
 inline v16 splat(float a) { return v16{} + a; }
 typedef int32_t i16v __attribute__((vector_size(64), aligned(64)));
 
-// fast_exp on 16 lanes (x <= 0); rounding by the 1.5 * 2^23 trick, so it stays in vectors.
+// exp on 16 lanes, x clamped to [-87, 88] (about 1e-38 .. 1.6e38); rounding to the nearest
+// integer by the 1.5 * 2^23 trick, so that everything stays in vector registers.
 inline v16 vexp(v16 x) {
   x = x > -87.0f ? x : splat(-87.0f);
+  x = x < 88.0f ? x : splat(88.0f);
   const v16 magic = splat(12582912.0f);
   const v16 n = (x * 1.44269504088896341f + magic) - magic;
   const v16 r = x - n * 0.693145751953125f - n * 1.42860682030941723e-6f;
@@ -291,7 +293,7 @@ void backward_head(const float* q, const float* k, const float* v, const float* 
       float* dr = ds + r * Sp;
       for (int64_t j = 0; j < jmax; j += kW) {
         v16 x = load(pr + j) - li;
-        v16 e = vexp(x < 0.0f ? x : v16{});
+        v16 e = vexp(x);
         e = (lane + float(j) < float(jn[r])) ? e : v16{};
         store(pr + j, e);
         store(dr + j, e * (load(dr + j) - delta) * scale);
