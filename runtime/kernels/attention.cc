@@ -66,7 +66,7 @@ void parallel_for(ffi::ThreadPool& pool, int64_t n, const Body& body) {
 // 16 floats: one AVX-512 register (two AVX ones), through GCC's vector extension.
 typedef float v16 __attribute__((vector_size(64), aligned(64)));
 constexpr int64_t kW = 16;  // lanes
-constexpr int64_t kR = 4;   // query rows per tile
+constexpr int64_t kR = 8;   // query rows per tile
 
 inline int64_t round_up(int64_t n) { return (n + kW - 1) / kW * kW; }
 inline v16 load(const float* p) {
@@ -94,13 +94,15 @@ inline v16 vexp(v16 x) {
   p = p * r + 1.0f;
   p = p * r + 1.0f;
   const i16v bits = (__builtin_convertvector(n, i16v) + 127) << 23;
-  return p * reinterpret_cast<const v16&>(bits);
+  v16 two_n;
+  std::memcpy(&two_n, &bits, sizeof(two_n));
+  return p * two_n;
 }
 
 struct Scratch {
   // one head, zero-padded to whole vectors: q [T, Dp], k [Sp, Dp], kt [Dp, Sp], v [Sp, Ep],
   // vt [Ep, Sp], g = dout [T, Ep]; p / ds: kR rows of Sp; dk [Sp, Dp], dv [Sp, Ep]
-  std::vector<float> q, k, kt, v, vt, g, p, ds, dk, dv;
+  std::vector<float> q, k, kt, v, vt, g, o, p, ds, dk, dv;
 };
 
 Scratch& scratch() {
@@ -247,9 +249,13 @@ inline void accumulate_rows(const float* __restrict w, const float*, int64_t np,
     v16 ar[kR] = {};
     for (int64_t r = 0; r < rows; ++r) ar[r] = load(a + r * cp + x);
     for (int64_t j = 0; j < jn; ++j) {
-      v16 t = load(acc + j * cp + x);
-      for (int64_t r = 0; r < kR; ++r) t += w[r * np + j] * ar[r];  // rows beyond `rows`: zero
-      store(acc + j * cp + x, t);
+      // two partial sums, so that the FMAs of one j are not one chain of kR
+      v16 t0 = load(acc + j * cp + x), t1 = {};
+      for (int64_t r = 0; r < kR; r += 2) {  // rows beyond `rows`: zero
+        t0 += w[r * np + j] * ar[r];
+        t1 += w[(r + 1) * np + j] * ar[r + 1];
+      }
+      store(acc + j * cp + x, t0 + t1);
     }
   }
 }
@@ -268,6 +274,8 @@ void backward_head(const float* q, const float* k, const float* v, const float* 
   gather(k, dm.h, S, D, Dp, b, h, sc.k.data());
   gather(v, dm.h, S, E, Ep, b, h, sc.v.data());
   gather(dout, dm.h, T, E, Ep, b, h, sc.g.data());
+  sc.o.resize(T * Ep);
+  gather(out, dm.h, T, E, Ep, b, h, sc.o.data());
   transpose(sc.k.data(), S, Sp, Dp, sc.kt.data());
   transpose(sc.v.data(), S, Sp, Ep, sc.vt.data());
   float* p = sc.p.data();
@@ -282,12 +290,12 @@ void backward_head(const float* q, const float* k, const float* v, const float* 
     tile_dot(sc.q.data() + i0 * Dp, rows, Dp, sc.kt.data(), Sp, jmax, scale, p);
     tile_dot(sc.g.data() + i0 * Ep, rows, Ep, sc.vt.data(), Sp, jmax, 1.0f, ds);
     for (int64_t r = 0; r < rows; ++r) {
-      const int64_t row = (b * T + i0 + r) * dm.h + h;
       const float* gr = sc.g.data() + (i0 + r) * Ep;
-      const float* orow = out + row * E;
+      const float* orow = sc.o.data() + (i0 + r) * Ep;
       const int64_t at = (b * dm.h + h) * T + i0 + r;
-      float delta = -dlse[at];
-      for (int64_t x = 0; x < E; ++x) delta += gr[x] * orow[x];
+      v16 dv16 = {};
+      for (int64_t x = 0; x < Ep; x += kW) dv16 += load(gr + x) * load(orow + x);
+      const float delta = hsum(dv16) - dlse[at];
       const float li = lse[at];
       float* pr = p + r * Sp;
       float* dr = ds + r * Sp;
