@@ -247,8 +247,6 @@ NOT_FOLDED: dict[str, str] = {
     "scatter": "out-of-range updates are dropped by XLA's rules, which the reference would have to mirror",
     "sharding_constraint": "a placement annotation for XLA's partitioner, never folded away",
     "sort": "NaN placement and stability follow XLA's comparator, which the reference would have to mirror",
-    "fused_attention": "a softmax and products (exp, sums in XLA's order): not bit-exact in NumPy",
-    "fused_attention_grad": "a softmax and products (exp, sums in XLA's order): not bit-exact in NumPy",
 }
 
 

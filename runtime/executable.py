@@ -11,7 +11,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
 from kaun_ir.ir.core import Graph, TensorType
-from kaun_ir.runtime import finite, kernels, stages
+from kaun_ir.runtime import finite, stages
 from kaun_ir.runtime.compilation import compile_mlir
 from kaun_ir.runtime.lower import lower
 from kaun_ir.runtime.mesh import REPLICATED, as_spec, check_graph_mesh, constraint_meshes, mesh_of_axes
@@ -77,11 +77,7 @@ class Executable:
                 compiled = finite.checked_graph(graph)
                 out_types = [(v.type.shape, v.type.dtype) for v in compiled.outputs]
             with stages.stage("lower"):
-                self.mlir = lower(
-                    compiled if checking else graph,
-                    donate=self.donate,
-                    kernels=kernels.targets(self.device.platform),
-                )
+                self.mlir = lower(compiled if checking else graph, donate=self.donate)
             self.loaded = compile_mlir(self.mlir, self.device, pipeline)
             #: ``run(device_arrays) -> list``: the dispatch path, built once (see :func:`compiler.executor`)
             self.run = _moving_devices(compiler.executor(self.loaded, out_types, self.device), self.device)

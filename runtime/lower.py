@@ -16,7 +16,6 @@ def lower(
     in_specs: Sequence | None = None,
     out_specs: Sequence | None = None,
     node_tags: bool = False,
-    kernels: dict[str, str] | None = None,
 ) -> str:
     """StableHLO text of ``graph`` as ``func.func public @main``.
 
@@ -31,10 +30,6 @@ def lower(
 
     ``node_tags``: the ops of the graph's ``i``-th node get the location ``"kn.node.i"`` instead
     of the layer path (how the partitioned stage finds each node after sharding propagation).
-
-    ``kernels``: op kernel name -> registered custom-call target (``kaun_ir.runtime.kernels``)
-    that ops with a kernel of their own may call instead of their plain StableHLO; none by
-    default, so exported and portable modules never reference a target of this process.
     """
     aliases = _pair_donations(graph, donate)
     in_specs = list(in_specs or [None] * len(graph.inputs))
@@ -56,7 +51,6 @@ def lower(
         results.append(f"{tensor_type(value.type)}{attr}")
     results = ", ".join(results)
     em = Emitter(indent=4)
-    em.kernels = dict(kernels or {})
     if node_tags:
         em.node_locations = {id(node): f"{NODE_TAG}{i}" for i, node in enumerate(graph.nodes)}
     body = em.emit_graph(graph, [f"%arg{i}" for i in range(len(graph.inputs))])

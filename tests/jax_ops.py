@@ -72,7 +72,6 @@ JAX_OPS = {
     "sharding_constraint": lambda x, mesh, spec: x,  # the identity on values
 }
 
-from jax_ops_attention import JAX_OPS as _ATTENTION  # noqa: E402
 from jax_ops_control import JAX_OPS as _CONTROL  # noqa: E402
 from jax_ops_custom import JAX_OPS as _CUSTOM  # noqa: E402
 from jax_ops_indexing import JAX_OPS as _INDEXING  # noqa: E402
@@ -84,4 +83,3 @@ JAX_OPS.update(_LINALG)
 JAX_OPS.update(_REDUCE)
 JAX_OPS.update(_CONTROL)
 JAX_OPS.update(_CUSTOM)
-JAX_OPS.update(_ATTENTION)

@@ -111,11 +111,6 @@ def dot_product_attention(
     q, k, v = astype(q, dtype), astype(k, dtype), astype(v, dtype)
     groups = heads // kv_heads
     scale = 1.0 / math.sqrt(depth) if scale is None else float(scale)
-    rate = check_rate(dropout_rate, "dot_product_attention")
-    if bias is None and mask is None and rate == 0.0 and groups == 1 and dtype == dtypes.float32:
-        # one op: a fused kernel on the CPU, the same decomposition as below elsewhere
-        out, _ = apply("fused_attention", q, k, v, scale=scale, causal=bool(is_causal))
-        return reshape(out, (q_len, heads, v_depth)) if unbatched else out
     # query heads grouped by the key/value head they share: [B, T, K, G, D]
     grouped = reshape(q, (batch, q_len, kv_heads, groups, depth))
     logits = einsum("btkgd,bskd->bkgts", grouped, k)  # [B, K, G, T, S]
@@ -140,6 +135,7 @@ def dot_product_attention(
         large_negative = np.asarray(-0.7 * float(np.finfo(compute).max), compute)
         logits = where(allowed, logits, large_negative)
     weights = astype(softmax(logits, axis=-1), dtype)
+    rate = check_rate(dropout_rate, "dot_product_attention")
     if rate > 0.0:
         if key is None:
             raise ValueError(f"{where_prefix()}dot_product_attention: dropout_rate {rate} needs a random key")

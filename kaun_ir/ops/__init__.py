@@ -7,7 +7,6 @@ family modules export; nothing registers itself as an import side effect.
 from __future__ import annotations
 
 from kaun_ir.ops import (
-    attention,
     binary,
     bits,
     compare_select,
@@ -59,7 +58,6 @@ _FAMILIES = (
     sharding,
     scan,
     custom,
-    attention,
 )
 
 TABLE: dict[str, OpDef] = {}

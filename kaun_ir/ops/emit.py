@@ -92,9 +92,6 @@ class Emitter:
         # on the root only: a location per node (by id) that replaces the node's layer path
         # (the partitioned stage tags every node to find its ops after sharding propagation)
         self.node_locations: dict[int, str] = {}
-        # on the root only: op kernel name -> the custom-call target registered for it (empty:
-        # every op emits its plain StableHLO; the runtime fills it for a CPU executable)
-        self.kernels: dict[str, str] = {}
 
     def fresh(self, prefix: str = "") -> str:
         """A new SSA value name (``%<prefix><n>``), unique within the whole module."""
@@ -131,10 +128,6 @@ class Emitter:
         )
         return results
 
-    def kernel(self, name: str) -> str | None:
-        """The custom-call target of kernel ``name`` that this module may call, or None."""
-        return self._root.kernels.get(name)
-
     def function(self, name_hint: str, graph) -> str:
         """Emit ``graph`` as a private ``func.func`` of the module; returns its symbol name (one
         function per distinct graph, so equal decompositions are shared)."""
@@ -145,7 +138,6 @@ class Emitter:
         name = f"{name_hint}_{len(root._function_names)}"
         root._function_names[key] = name
         body = Emitter(indent=4)
-        body.kernels = root.kernels
         args = [f"%arg{i}" for i in range(len(graph.inputs))]
         results = body.emit_graph(graph, args)
         root.functions.extend(body.functions)
