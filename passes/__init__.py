@@ -24,6 +24,7 @@ from kaun_ir.passes import (  # noqa: F401
     lower_pool,
     merge_dots,
     mixed_precision,
+    polyphase_conv,
     remat,
     split_kernel_gradient,
     vmap,

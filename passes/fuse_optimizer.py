@@ -43,7 +43,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir.ir.builder import infer_or_raise
-from kaun_ir.ir.clone import copy_node
+from kaun_ir.ir.clone import with_inputs
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.ops import get
 from kaun_ir.passes.optimizer_chains import ELEMENTWISE, Chain, find_chains, independent, on_optimizer_path
@@ -263,10 +263,23 @@ def _rebuild(
     if len(order) != len(items):  # excluded by independent; a bug if it happens
         raise RuntimeError("fuse-optimizer: the fused graph has a cycle")
 
+    # ``env`` maps a value to its replacement, and that replacement may itself be replaced: a
+    # fused block's nodes are copied when one of its operands was (an operand computed from
+    # another fused block's results), so every value is followed to the end of its chain
+    def resolve(value: Value) -> Value:
+        while id(value) in env:
+            value = env[id(value)]
+        return value
+
     nodes: list[Node] = []
     for k in order:
-        nodes.append(copy_node(items[k][1], env))
-    outputs = [env.get(id(v), v) for v in graph.outputs]
+        node = items[k][1]
+        new = with_inputs(node, [resolve(v) for v in node.inputs])
+        if new is not node:
+            for old, fresh in zip(node.outputs, new.outputs):
+                env[id(old)] = fresh
+        nodes.append(new)
+    outputs = [resolve(v) for v in graph.outputs]
     live = {id(n) for n in Graph.from_outputs(graph.inputs, outputs).nodes}
     nodes = [n for n in nodes if id(n) in live]  # the unfused chains' leftovers (broadcasts)
     return Graph(graph.inputs, outputs, nodes, graph.name, graph.input_names)

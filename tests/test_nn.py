@@ -112,6 +112,56 @@ def test_batch_norm_shape_errors():
         nn.batch_stats(np.ones((2, 3), np.int32))
 
 
+def _jax_batch_norm_training(x, scale, bias, axis):
+    others = tuple(i for i in range(x.ndim) if i != axis)
+    shape = [x.shape[axis] if i == axis else 1 for i in range(x.ndim)]
+    mean = x.mean(others, keepdims=True)
+    var = ((x - mean) ** 2).mean(others, keepdims=True)
+    y = (x - mean) / jnp.sqrt(var + EPS) * scale.reshape(shape) + bias.reshape(shape)
+    return y, jax.lax.stop_gradient(mean.reshape(-1)), jax.lax.stop_gradient(var.reshape(-1))
+
+
+@pytest.mark.parametrize("shape,axis", [((4, 3, 5, 6), 1), ((6, 5), 1), ((8, 1, 4), 1), ((2, 5, 4, 3), 3)])
+def test_batch_norm_training_matches_the_op_by_op_form(shape, axis):
+    """The fused training form (its own derivative rule) against jax's gradient of the formula
+    in float64: the input, scale and bias gradients; mean and var carry none."""
+    c = shape[axis]
+    x, scale, bias = _rand(*shape) * 2.0 + 1.0, _rand(c), _rand(c)
+    _check(
+        lambda x, s, b: nn.batch_norm_training(x, s, b, EPS, axis),
+        lambda x, s, b: _jax_batch_norm_training(x, s, b, axis),
+        (x, scale, bias),
+        grad_tol=1e-9,
+    )
+
+
+def test_batch_norm_training_low_precision_and_second_order():
+    """bfloat16 inputs normalise in float32 (the gradient comes back in bfloat16); the rule's own
+    derivative (a second-order gradient) matches jax's."""
+    x, scale, bias = _rand(4, 3, 5), _rand(3), _rand(3)
+    y, mean, var = nn.batch_norm_training(
+        x.astype(jnp.bfloat16), scale.astype(np.float32), bias.astype(np.float32)
+    )
+    want = _x64(lambda *a: _jax_batch_norm_training(*a, 1))(x, scale, bias)
+    assert np.asarray(y).dtype == jnp.bfloat16
+    np.testing.assert_allclose(np.asarray(y, np.float32), want[0], atol=0.05)
+    np.testing.assert_allclose(np.asarray(mean, np.float32), want[1], atol=0.02)
+
+    def inner(x, s, b):  # the input gradient of a weighted sum, then its gradient in the scale
+        return nn.batch_norm_training(x, s, b, EPS)[0]
+
+    w = _rand(4, 3, 5)
+    g = kn.grad(lambda s: kn.sum(kn.grad(lambda x: kn.sum(inner(x, s, bias) * w))(x) ** 2))(scale)
+    want_g = _x64(
+        jax.grad(
+            lambda s: jnp.sum(
+                jax.grad(lambda x: jnp.sum(_jax_batch_norm_training(x, s, bias, 1)[0] * w))(x) ** 2
+            )
+        )
+    )(scale)
+    _close(g, want_g, 1e-8)
+
+
 def _jax_layer_norm(x, scale, bias, eps, axis):
     mean = x.mean(axis, keepdims=True)
     var = ((x - mean) ** 2).mean(axis, keepdims=True)

@@ -25,13 +25,15 @@ from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path
 from kaun_ir.surface import random
 from kaun_ir.surface.creation import zeros_like
-from kaun_ir.surface.elementwise import rsqrt, where
+from kaun_ir.surface.elementwise import rsqrt, stop_gradient, where
 from kaun_ir.surface.function import op_function
 from kaun_ir.surface.promotion import astype
 from kaun_ir.surface.reductions import mean as _mean
+from kaun_ir.surface.reductions import sum as _sum
 from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.take import take
 from kaun_ir.surface.tensor import type_of
+from kaun_ir.transforms.custom import custom_vjp
 
 __all__ = [
     "batch_norm",
@@ -128,6 +130,80 @@ def batch_norm(x, scale, bias, mean, var, eps=1e-5, axis=None):
     if bias is not None:
         y = y + _per_feature(bias, t.shape, axis, compute, "bias", "batch_norm")
     return astype(y, t.dtype)
+
+
+def _training_parts(x, scale, bias, eps, axis):
+    """The training-mode forward: ``(y, mean, var, centred, inv)``, statistics keeping their
+    broadcast shape ``[1, .., C, .., 1]`` and in the compute dtype."""
+    t = type_of(x)
+    compute = compute_dtype(t.dtype)
+    others = tuple(i for i in range(t.ndim) if i != axis)
+    xc = astype(x, compute)
+    mu = _mean(xc, axis=others, keepdims=True)
+    centred = xc - mu
+    var = _mean(centred * centred, axis=others, keepdims=True)
+    inv = rsqrt(var + float(eps))
+    scale_b = _per_feature(scale, t.shape, axis, compute, "scale", "batch_norm_training")
+    bias_b = _per_feature(bias, t.shape, axis, compute, "bias", "batch_norm_training")
+    y = centred * (inv * scale_b) + bias_b
+    return astype(y, t.dtype), mu, var, centred, inv
+
+
+def _stats_out(x, mu, var, axis):
+    t = type_of(x)
+    c = (t.shape[axis],)
+    return stop_gradient(astype(reshape(mu, c), t.dtype)), stop_gradient(astype(reshape(var, c), t.dtype))
+
+
+@custom_vjp
+def _batch_norm_training(x, scale, bias, eps, axis):
+    y, mu, var, _, _ = _training_parts(x, scale, bias, eps, axis)
+    return (y, *_stats_out(x, mu, var, axis))
+
+
+def _batch_norm_training_fwd(x, scale, bias, eps, axis):
+    y, mu, var, centred, inv = _training_parts(x, scale, bias, eps, axis)
+    return (y, *_stats_out(x, mu, var, axis)), (centred, inv, scale, bias)
+
+
+def _batch_norm_training_bwd(residuals, g):
+    # with xhat = (x - mean) * inv: dx = scale * inv * (dy - mean(dy) - xhat * mean(dy * xhat)),
+    # dscale = sum(dy * xhat), dbias = sum(dy): two reductions over dy, where differentiating
+    # the statistics op by op takes four. The mean and var outputs carry no gradient.
+    centred, inv, scale, bias = residuals
+    t, kept = type_of(centred), type_of(inv).shape
+    # the statistics' axes: every axis where ``inv`` ([1, .., C, .., 1]) has size 1 (a size-1
+    # feature axis among them changes nothing)
+    others = tuple(i for i in range(t.ndim) if kept[i] == 1)
+    n = t.size // type_of(inv).size
+    dyc = astype(g[0], t.dtype)
+    sum_dy = _sum(dyc, axis=others, keepdims=True)
+    sum_dy_xc = _sum(dyc * centred, axis=others, keepdims=True)
+    k = reshape(astype(scale, t.dtype), kept) * inv
+    dx = k * (dyc - sum_dy * (1.0 / n) - centred * (inv * inv * sum_dy_xc * (1.0 / n)))
+    c = type_of(scale).shape
+    dscale = astype(reshape(sum_dy_xc * inv, c), type_of(scale).dtype)
+    dbias = astype(reshape(sum_dy, c), type_of(bias).dtype)
+    return astype(dx, type_of(g[0]).dtype), dscale, dbias, None, None
+
+
+_batch_norm_training.defvjp(_batch_norm_training_fwd, _batch_norm_training_bwd)
+
+
+@op_function
+def batch_norm_training(x, scale, bias, eps=1e-5, axis=None):
+    """Training-mode batch normalisation in one: ``(y, mean, var)``, ``y`` normalised with the
+    batch's own mean and biased variance (the gradient flows through them), ``mean`` / ``var``
+    (``[C]``, without gradient) for the running statistics.
+
+    The same values as ``batch_norm(x, scale, bias, *batch_stats(x), eps, axis)``, with a
+    derivative rule of its own: the input gradient takes two reductions over the cotangent
+    (``sum(dy)``, ``sum(dy * (x - mean))``, also the bias and scale gradients) instead of the
+    four that differentiating the statistics op by op gives. ``scale`` and ``bias``: ``[C]``.
+    """
+    t = float_input(x, "batch_norm_training")
+    axis = _feature_axis(t.shape, axis, "batch_norm_training")
+    return _batch_norm_training(x, scale, bias, float(eps), axis)
 
 
 # ------------------------------------------------------------------- layer norm, rms norm
