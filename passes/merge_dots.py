@@ -66,16 +66,22 @@ def _slice(rw: Rewriter, x: Value, axis: int, start: int, stop: int) -> Value:
 # ----------------------------------------------------------------------------- siblings
 
 
-def _sum_orders(graph: Graph) -> dict[frozenset, list[int]]:
-    """For each sum of single-use products (``add`` trees, as the sums rewrite merges them), the
-    ids of each operand side's values in the order of the flat concatenation the rewrite builds,
-    keyed by the set of those ids."""
+def _use_counts(graph: Graph) -> dict[int, int]:
+    """How many times each value (by id) is read: by a node's inputs or as a graph output."""
     uses: dict[int, int] = {}
     for node in graph.nodes:
         for v in node.inputs:
             uses[id(v)] = uses.get(id(v), 0) + 1
     for v in graph.outputs:
         uses[id(v)] = uses.get(id(v), 0) + 1
+    return uses
+
+
+def _sum_orders(graph: Graph) -> dict[frozenset, list[int]]:
+    """For each sum of single-use products (``add`` trees, as the sums rewrite merges them), the
+    ids of each operand side's values in the order of the flat concatenation the rewrite builds,
+    keyed by the set of those ids."""
+    uses = _use_counts(graph)
 
     # the products each add sums (in the order of the flat concatenation), in graph order
     terms: dict[int, list[Node] | None] = {}
@@ -250,12 +256,7 @@ def _merge_sum(
 
 def _merge_sums(graph: Graph) -> Graph:
     """One walk: a merged product inherits the sum's use count, so chains merge on the way."""
-    uses: dict[int, int] = {}
-    for node in graph.nodes:
-        for v in node.inputs:
-            uses[id(v)] = uses.get(id(v), 0) + 1
-    for v in graph.outputs:
-        uses[id(v)] = uses.get(id(v), 0) + 1
+    uses = _use_counts(graph)
     env: dict[int, Value] = {}
     out: list[Node] = []
     merged = 0

@@ -71,7 +71,9 @@ def test_the_weight_gradient_leaves_the_loop():
     assert len(after) == 2  # w's and u's
 
 
-def _lstm_loss(np_mod, scan, sigmoid):
+def _lstm_loss(np_mod, scan, sigmoid, reverse=False):
+    """The LSTM loss; scanned in reverse, the final ``c`` is part of the loss too."""
+
     def loss(w, xs):
         def step(carry, x):
             h, c = carry
@@ -81,8 +83,8 @@ def _lstm_loss(np_mod, scan, sigmoid):
             h = sigmoid(o) * np_mod.tanh(c)
             return (h, c), h
 
-        _, ys = scan(step, (H0, H0 * 0.5), xs)
-        return np_mod.sum(ys * ys)
+        (_, c), ys = scan(step, (H0, H0 * 0.5), xs, reverse=reverse)
+        return np_mod.sum(ys * ys) + np_mod.sum(c) if reverse else np_mod.sum(ys * ys)
 
     return loss
 
@@ -142,23 +144,8 @@ def test_lstm_reversed_matches_jax():
     w = RNG.standard_normal((H, 4 * H)) * 0.5
     xs = RNG.standard_normal((T, B, 4 * H))
 
-    def lstm_loss(np_mod, scan, sigmoid):
-        def loss(w, xs):
-            def step(carry, x):
-                h, c = carry
-                z = x + h @ w
-                i, f, g, o = (z[:, k * H : (k + 1) * H] for k in range(4))
-                c = sigmoid(f) * c + sigmoid(i) * np_mod.tanh(g)
-                h = sigmoid(o) * np_mod.tanh(c)
-                return (h, c), h
-
-            (h, c), ys = scan(step, (H0, H0 * 0.5), xs, reverse=True)
-            return np_mod.sum(ys * ys) + np_mod.sum(c)
-
-        return loss
-
     with jax.enable_x64(True):
-        want = jax.grad(lstm_loss(jnp, jax.lax.scan, jax.nn.sigmoid), argnums=(0, 1))(w, xs)
-    got = kn.grad(lstm_loss(kn, kn.scan, kn.sigmoid), argnums=(0, 1))(w, xs)
+        want = jax.grad(_lstm_loss(jnp, jax.lax.scan, jax.nn.sigmoid, True), argnums=(0, 1))(w, xs)
+    got = kn.grad(_lstm_loss(kn, kn.scan, kn.sigmoid, True), argnums=(0, 1))(w, xs)
     for g, e in zip(got, want):
         np.testing.assert_allclose(np.asarray(g), np.asarray(e), rtol=1e-10, atol=1e-12)
