@@ -37,9 +37,12 @@ half as many multiply-adds as the largest product reading the value out of order
 would recompute the value from at least ``min_inputs`` (int, default 2) values of its size, and
 where that product contracts at least ``min_rows`` (int, default 512) elements: the length of
 the copy's strided walk. Over 256 rows (the ``transformer12`` workload) the walk stays in cache
-and the identity products cost more than they save (docs/performance.md). Exact for
-finite values (every other term is an exact zero; ``-0.0`` becomes ``+0.0``); an infinity in a
-row makes that row NaN. Top-level graph only. Statistic: ``operands materialised``.
+and the identity products cost more than they save (docs/performance.md). The identity matrix
+is a constant of the program, so a last axis over 2048 (``MAX_IDENTITY_ELEMENTS``) is left
+alone. Exact for
+finite values (every other term is an exact zero; ``-0.0`` becomes ``+0.0``); an infinity or a
+NaN turns every other element of its row into NaN (``inf * 0``), for every use of the value, not
+only the product's. Top-level graph only. Statistic: ``operands materialised``.
 """
 
 from __future__ import annotations
@@ -121,6 +124,9 @@ def _back_is_bitcast(shape: tuple[int, ...], perm: tuple[int, ...]) -> bool:
 
 
 _MATERIALIZED_OPS = ("add", "subtract", "multiply")
+#: the largest identity matrix (elements) the pass embeds as a constant: 2048 x 2048 (16 MiB of
+#: float32); a wider last axis is left as it is rather than putting a huge literal in the program
+MAX_IDENTITY_ELEMENTS = 1 << 22
 _SEE_THROUGH = ("broadcast_in_dim", "reshape")
 
 
@@ -182,7 +188,9 @@ def _materialize(graph: Graph, min_inputs: int, min_rows: int) -> Graph:
         out.append(fresh)
         for old, new in zip(node.outputs, fresh.outputs):
             n = new.shape[-1] if new.shape else 0
-            if id(old) not in found or 2 * new.type.size * n > found[id(old)]:
+            if id(old) not in found or n * n > MAX_IDENTITY_ELEMENTS:
+                continue
+            if 2 * new.type.size * n > found[id(old)]:
                 continue
             rw = Rewriter(node)
             eye = rw.constant(np.eye(n, dtype=new.dtype))

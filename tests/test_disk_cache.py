@@ -224,10 +224,12 @@ def test_a_directory_others_may_write_or_own_is_not_trusted(cache_env, monkeypat
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    """No ``KAUN_IR_CACHE_DIR``, and HOME / XDG_CACHE_HOME in a temporary folder."""
+    """No ``KAUN_IR_CACHE_DIR``, and HOME / XDG_CACHE_HOME (LOCALAPPDATA on Windows) in a
+    temporary folder: no test reaches the user's own cache."""
     monkeypatch.delenv(disk_cache.ENV, raising=False)
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "home" / "AppData" / "Local"))
     monkeypatch.setattr(disk_cache, "_warned", set())
     return tmp_path / "home"
 
@@ -320,6 +322,7 @@ def test_the_key_holds_the_host_cpu_and_registered_parts(monkeypatch):
     assert disk_cache.key("module", [], b"") != base
 
 
+@pytest.mark.skipif(sys.platform in ("win32", "darwin"), reason="the XDG layout")
 def test_a_fresh_process_uses_the_default_directory(tmp_path):
     home = tmp_path / "home"
     env = {k: v for k, v in os.environ.items() if k not in (disk_cache.ENV, "XDG_CACHE_HOME")}

@@ -8,6 +8,8 @@ absolute values.
 
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 import pytest
 
@@ -181,6 +183,21 @@ def test_no_materialisation_when_the_identity_product_would_cost_too_much():
     h = rng.standard_normal((32, 48)).astype(F32)
     graph = kn.jit(lambda a, b, h: (a + b) @ h, pipeline="").graph(a, b, h)
     assert _materialised(graph, "dot-operand-order{min_rows=1}")[1] == 0
+
+
+def test_no_identity_constant_over_the_size_bound(monkeypatch):
+    """The identity matrix is a literal of the program: a value with a wider last axis than the
+    bound allows is left as it is."""
+    rng = np.random.default_rng(6)
+    a, b = rng.standard_normal((4, 32, 16)).astype(F32), rng.standard_normal((4, 32, 16)).astype(F32)
+    g = rng.standard_normal((4, 32, 48)).astype(F32)
+    graph = kn.jit(lambda a, b, g: dot((), (), (0, 1), (0, 1))(a + b, g), pipeline="").graph(a, b, g)
+    pipeline = "dot-operand-order{min_ratio=100.0 min_rows=1}"
+    assert _materialised(graph, pipeline)[1] == 1
+    module = importlib.import_module("kaun_ir.passes.dot_operand_order")
+    monkeypatch.setattr(module, "MAX_IDENTITY_ELEMENTS", 16 * 16 - 1)
+    out, made = _materialised(graph, pipeline)
+    assert made == 0 and not any(n.op == "constant" for n in out.nodes)
 
 
 def test_a_residual_stack_trains_like_jax_with_materialised_gradients():

@@ -63,6 +63,9 @@ CASES = {
     "3x3-stride3-nchw": ((2, 3, 4, 5), (4, 3, 3, 3), NCHW, NCHW, (3, 3), ((2, 2), (0, 1))),
     "5x2-mixed": ((1, 2, 6, 4), (3, 2, 5, 2), NCHW, NCHW, (2, 1), ((3, 0), (1, 1))),
     "negative-padding": ((2, 2, 5, 5), (2, 2, 3, 3), NCHW, NCHW, (2, 2), ((-1, 1), (2, -2))),
+    # a dilation above the kernel size: some output phases take no tap and stay zero
+    "stride3-kernel2": ((1, 2, 4, 5), (3, 2, 2, 2), NCHW, NCHW, (3, 3), ((1, 1), (0, 2))),
+    "stride4-kernel1-negative": ((1, 1, 6, 6), (2, 1, 1, 1), NCHW, NCHW, (4, 4), ((-3, -2), (-1, 3))),
 }
 
 
