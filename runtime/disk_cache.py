@@ -69,7 +69,11 @@ Loaded = TypeVar("Loaded")  # the loaded executable of whichever jaxlib compiled
 ENV = "KAUN_IR_CACHE_DIR"
 MAX_BYTES_ENV = "KAUN_IR_CACHE_MAX_BYTES"
 DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB
-OFF_VALUES = ("", "off")  # KAUN_IR_CACHE_DIR values that turn the cache off
+OFF_VALUES = (
+    "",
+    "off",
+    "0",
+)  # KAUN_IR_CACHE_DIR values that turn the cache off (like KAUN_IR_MALLOC_TUNING=0)
 _FORMAT = "kaun_ir-xla-cache-3"  # 2: entries carry a header (magic, key, checksum); 3: host CPU in the key
 _MAGIC = b"KAUN-IR-XLA-CACHE-2\n"
 _HEADER = len(_MAGIC) + 64  # the magic, then the key and the payload's SHA-256 (32 bytes each)
@@ -91,7 +95,7 @@ counters = Counters()
 
 def directory() -> str | None:
     """The cache directory, or None when the cache is off: ``KAUN_IR_CACHE_DIR`` when it is set
-    (``off`` or an empty string: off), else :func:`default_directory`."""
+    (``off``, ``0`` or an empty string: off), else :func:`default_directory`."""
     value = os.environ.get(ENV)
     if value is None:
         return default_directory()

@@ -144,7 +144,7 @@ def test_off_and_clear(tmp_path, monkeypatch):
     assert [p.name for p in (tmp_path / "c" / "ab").iterdir()] == ["keep.txt"]
 
 
-@pytest.mark.parametrize("value", ["", "   ", "off", " OFF "])
+@pytest.mark.parametrize("value", ["", "   ", "off", " OFF ", "0"])
 def test_off_or_blank_variable_means_off(monkeypatch, value):
     monkeypatch.setenv(disk_cache.ENV, value)
     assert disk_cache.directory() is None
