@@ -355,15 +355,21 @@ for _rule in SINK.rules():
 
 # ----------------------------------------------------------------------------- flatten before a dot
 #
-# Phase 2 only (defined after the loop above): the layout a convolution chain ends in is moved
-# from the activation it flattens onto the (smaller) dense weight. ``reshape(transpose(x, p))``
-# that merges the permuted axes into one is ``reshape(x)`` with that axis' entries permuted, so
+# FLATTEN: phase 2 with ``flatten=true`` (SINK plus the two rules below). The layout a
+# convolution chain ends in is moved from the activation it flattens onto the (smaller) dense
+# weight. ``reshape(transpose(x, p))`` that merges the permuted axes into one is
+# ``reshape(x)`` with that axis' entries permuted, so
 # a dot contracting the merged axis reads ``reshape(x)`` and a weight with its rows permuted the
 # same way; a dot keeping it as a free axis permutes its (smaller) result instead. The backward
 # image, ``transpose(reshape(dot(g, w)))`` splitting a free axis of the dot, becomes
 # ``reshape(dot(g, w'))``. Exactness: the dot of the gradients (contracting other axes) computes
 # the same products, summed in the same order, at other positions; a dot contracting the
 # merged axis sums the same products in another order (the permuted one).
+
+
+FLATTEN = RuleTable()
+for _rule in SINK.rules():
+    FLATTEN.add(_rule)
 
 
 def _run(perm) -> tuple[int, int] | None:
@@ -446,7 +452,7 @@ def _flatten_plan(node: Node, value: Value, a: int):
     return pos, "free", offset + free.index(a), node.outputs[0].type.size
 
 
-@SINK.rule("dot-absorb-flatten-transpose", "dot_general")
+@FLATTEN.rule("dot-absorb-flatten-transpose", "dot_general")
 def _dot_flatten(node: Node, rw: Rewriter):
     """dot_general(reshape(transpose(x, p)), w) -> dot_general(reshape(x), w') (w's rows permuted).
 
@@ -477,7 +483,7 @@ def _dot_flatten(node: Node, rw: Rewriter):
     return None
 
 
-@SINK.rule("dot-absorb-flatten-transpose", "transpose")
+@FLATTEN.rule("dot-absorb-flatten-transpose", "transpose")
 def _unflatten_dot(node: Node, rw: Rewriter):
     """transpose(reshape(dot_general(g, w)), q) -> reshape(dot_general(g, w')) (w permuted).
 

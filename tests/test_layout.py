@@ -429,13 +429,18 @@ def test_flatten_transpose_moves_onto_the_dense_weight(net):
         np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-12)
     fwd = kn.passes.run(kn.trace(cnn, params, x), pipeline)
     assert transposes(fwd) == 4  # input, two kernels, and the dense weight (not the activation)
+    off = kn.passes.run(graph, pipeline.replace("nhwc}", "nhwc flatten=false}"))
+    kept = [
+        n.outputs[0].shape for n in off.nodes if n.op == "transpose" and n.outputs[0].shape[0] == x.shape[0]
+    ]
+    assert sorted(kept) == [(32, 2, 2, 6), (32, 6, 2, 2), (32, 8, 8, 1)]  # flatten=false: as before
 
 
 @pytest.mark.parametrize("perm", [(0, 2, 3, 1), (0, 3, 1, 2), (0, 1, 3, 2), (0, 2, 1, 3)])
 def test_flatten_rules_against_numpy(perm):
     """The three shapes the rules rewrite, for several permutations, against NumPy float64:
     a dot contracting the flattened axis, one keeping it free, and the mirror image."""
-    from kaun_ir.passes.layout_rules import SINK, run_to_fixpoint  # noqa: PLC0415 - phase 2 table
+    from kaun_ir.passes.layout_rules import FLATTEN, run_to_fixpoint  # noqa: PLC0415 - phase 2 table
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal((16, 3, 4, 5))
@@ -455,7 +460,7 @@ def test_flatten_rules_against_numpy(perm):
 
     graph = build([TensorType(f64, x.shape), TensorType(f64, w.shape), TensorType(f64, g.shape)], body)
     counts: dict[str, int] = {}
-    out = run_to_fixpoint(graph, SINK, counts, "layout")
+    out = run_to_fixpoint(graph, FLATTEN, counts, "layout")
     assert counts.get("dot-absorb-flatten-transpose") == 3  # y, dw and dx
     assert all(n.outputs[0].type.size < x.size for n in out.nodes if n.op == "transpose")
     flat = np.transpose(x, perm).reshape(16, 60)
