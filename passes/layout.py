@@ -29,6 +29,15 @@ A pass result with more transposes than its input would be a pessimisation: the 
 returns its input unchanged (phase 1) or the phase-1 result (phase 2 must not add transposes
 inside a chain; transposes at the boundaries are what it is for, so phase 2 is not guarded).
 
+3. **Flatten** (``flatten=true``, phase 2 only): ``dot_general(reshape(transpose(x, p)), w)``
+   where the reshape merges the axes ``p`` moves (a chain re-laid out to NHWC, transposed back
+   to NCHW order and flattened into a dense layer) reads ``reshape(x)`` and ``w`` with its rows
+   permuted; a dot keeping the flattened axis free (the weight gradient) permutes its result;
+   ``transpose(reshape(dot(g, w)))`` (the input gradient) permutes ``w`` instead
+   (``dot-absorb-flatten-transpose``). Only where every user of the flatten is such a dot and
+   the permuted weights/results hold fewer elements than the activation. The gradient dots sum
+   the same products in the same order; the forward dot sums them in the permuted order.
+
 Statistics: ``transposes before``, ``transposes after``, ``convolutions re-laid out`` and the
 rewrite counters ``rewrites applied by <rule>``.
 """
@@ -36,7 +45,7 @@ rewrite counters ``rewrites applied by <rule>``.
 from __future__ import annotations
 
 from kaun_ir.ir.core import Graph, Node
-from kaun_ir.passes.layout_rules import ABSORB, SINK, inverse, run_to_fixpoint
+from kaun_ir.passes.layout_rules import ABSORB, FLATTEN, SINK, inverse, run_to_fixpoint
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable
 from kaun_ir.passes.target import backend
@@ -123,9 +132,15 @@ def resolve(prefer: str, target: str, training: bool = False) -> str:
             "none (only absorb and cancel transposes)",
         ),
         "target": (str, "auto", "backend to choose for when prefer=auto: cpu, gpu, or auto (the runtime's)"),
+        "flatten": (
+            bool,
+            True,
+            "move a re-laid-out chain's last transpose, before a flatten into a dense layer, onto the "
+            "dense weight (phase 2)",
+        ),
     },
 )
-def layout(graph: Graph, prefer: str, target: str) -> Graph:
+def layout(graph: Graph, prefer: str, target: str, flatten: bool = True) -> Graph:
     """Absorb and cancel transposes; put convolution chains in one layout (NCHW/NHWC)."""
     if prefer not in ("auto", "nchw", "nhwc", "none"):
         raise ValueError(f"layout: prefer must be auto, nchw, nhwc or none, got {prefer!r}")
@@ -143,7 +158,7 @@ def layout(graph: Graph, prefer: str, target: str) -> Graph:
         staged = run_to_fixpoint(result, _assign_table(chosen), assigned, "layout")
         if assigned:
             statistic("convolutions re-laid out", assigned.get("assign-layout", 0))
-            result = run_to_fixpoint(staged, SINK, counts, "layout")
+            result = run_to_fixpoint(staged, FLATTEN if flatten else SINK, counts, "layout")
     for name, n in counts.items():
         statistic(f"rewrites applied by {name}", n)
     statistic("transposes before", before)

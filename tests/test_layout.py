@@ -381,3 +381,89 @@ def test_deep_batch_norm_chain_converges():
     out = kn.passes.run(graph, "layout{prefer=nhwc}", instrumentations=[stats])
     assert stats.records[0].counters["convolutions re-laid out"] == 29
     assert_same(graph, out, kn_tree.flatten((ws, x))[0])
+
+
+# ----------------------------------------------------------------------------- flatten before a dense layer
+
+
+def _jax_loss(params, x):
+    """The conv net of ``cnn`` written in JAX (the float64 oracle)."""
+    import jax  # noqa: PLC0415 - the oracle only
+    import jax.numpy as jnp  # noqa: PLC0415 - the oracle only
+
+    def conv(h, w, b):
+        dn = ("NCHW", "OIHW", "NCHW")
+        out = jax.lax.conv_general_dilated(h, w, (1, 1), ((1, 1), (1, 1)), dimension_numbers=dn)
+        return out + b[None, :, None, None]
+
+    def pool(h):
+        return jax.lax.reduce_window(h, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+    h = pool(jnp.maximum(conv(x, params["c1"]["w"], params["c1"]["b"]), 0.0))
+    h = pool(jnp.maximum(conv(h, params["c2"]["w"], params["c2"]["b"]), 0.0))
+    out = h.reshape(h.shape[0], -1) @ params["fc"]["w"] + params["fc"]["b"]
+    return jnp.mean(out**2)
+
+
+def test_flatten_transpose_moves_onto_the_dense_weight(net):
+    """NHWC chains end in a flatten feeding the dense layer: the transpose back to NCHW order
+    moves onto the dense weight (forward and the input gradient) and onto the weight's gradient,
+    so no activation-sized transpose is left but the input's; float64 values match JAX."""
+    import jax  # noqa: PLC0415 - the oracle only
+
+    params, _, _ = net
+    params = {k: {n: np.asarray(a, np.float64) for n, a in v.items()} for k, v in params.items()}
+    x = np.random.default_rng(11).standard_normal((32, 1, 8, 8))  # activation larger than fc.w
+    pipeline = "canonicalize,cse,dce,layout{prefer=nhwc},cse,dce"
+    graph = kn.trace(kn.grad(loss), params, x)
+    stats = kn.passes.Statistics()
+    out = kn.passes.run(graph, pipeline, instrumentations=[stats], verify_each=True)
+    fired = [r.counters.get("rewrites applied by dot-absorb-flatten-transpose", 0) for r in stats.records]
+    assert sum(fired) == 3  # the forward dot, the weight-gradient dot, the input-gradient transpose
+    big = [n for n in out.nodes if n.op == "transpose" and n.outputs[0].shape[0] == x.shape[0]]
+    assert [n.outputs[0].shape for n in big] == [(32, 8, 8, 1)]
+    got = kn.jit(kn.grad(loss), pipeline=pipeline)(params, x)
+    with jax.enable_x64(True):
+        want = jax.grad(_jax_loss)(params, x)
+    for g, w in zip(kn_tree.flatten(got)[0], kn_tree.flatten(want)[0]):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-10, atol=1e-12)
+    fwd = kn.passes.run(kn.trace(cnn, params, x), pipeline)
+    assert transposes(fwd) == 4  # input, two kernels, and the dense weight (not the activation)
+    off = kn.passes.run(graph, pipeline.replace("nhwc}", "nhwc flatten=false}"))
+    kept = [
+        n.outputs[0].shape for n in off.nodes if n.op == "transpose" and n.outputs[0].shape[0] == x.shape[0]
+    ]
+    assert sorted(kept) == [(32, 2, 2, 6), (32, 6, 2, 2), (32, 8, 8, 1)]  # flatten=false: as before
+
+
+@pytest.mark.parametrize("perm", [(0, 2, 3, 1), (0, 3, 1, 2), (0, 1, 3, 2), (0, 2, 1, 3)])
+def test_flatten_rules_against_numpy(perm):
+    """The three shapes the rules rewrite, for several permutations, against NumPy float64:
+    a dot contracting the flattened axis, one keeping it free, and the mirror image."""
+    from kaun_ir.passes.layout_rules import FLATTEN, run_to_fixpoint  # noqa: PLC0415 - phase 2 table
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((16, 3, 4, 5))
+    w = rng.standard_normal((60, 2))
+    g = rng.standard_normal((16, 2))
+    f64 = np.dtype(np.float64)
+    shape = np.transpose(x, perm).shape
+
+    def body(xv, wv, gv):
+        flat = apply("transpose", xv, permutation=perm).reshape(16, 60)
+        dims = {"lhs_batch": (), "rhs_batch": ()}
+        y = apply("dot_general", flat, wv, lhs_contracting=(1,), rhs_contracting=(0,), **dims)
+        dw = apply("dot_general", flat, gv, lhs_contracting=(0,), rhs_contracting=(0,), **dims)
+        dflat = apply("dot_general", gv, wv, lhs_contracting=(1,), rhs_contracting=(1,), **dims)
+        dx = apply("transpose", dflat.reshape(*shape), permutation=tuple(np.argsort(perm)))
+        return [y, dw, dx]
+
+    graph = build([TensorType(f64, x.shape), TensorType(f64, w.shape), TensorType(f64, g.shape)], body)
+    counts: dict[str, int] = {}
+    out = run_to_fixpoint(graph, FLATTEN, counts, "layout")
+    assert counts.get("dot-absorb-flatten-transpose") == 3  # y, dw and dx
+    assert all(n.outputs[0].type.size < x.size for n in out.nodes if n.op == "transpose")
+    flat = np.transpose(x, perm).reshape(16, 60)
+    want = [flat @ w, flat.T @ g, np.transpose((g @ w.T).reshape(shape), np.argsort(perm))]
+    for got, ref in zip(interpret(out, x, w, g), want):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-12)
