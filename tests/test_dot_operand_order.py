@@ -153,12 +153,16 @@ def test_a_sum_read_out_of_order_is_materialised_exactly_for_all_its_uses():
         return dot((), (), (0, 1), (0, 1))(s, g), s
 
     graph = kn.jit(f, pipeline="").graph(a, b, g)
-    out, made = _materialised(graph, "dot-operand-order{min_ratio=100.0 min_rows=1}")
+    out, made = _materialised(graph, "dot-operand-order{merge_contracting=none min_ratio=100.0 min_rows=1}")
     assert made == 1 and out.op_counts()["dot_general"] == 2
     assert all(v.node.op == "dot_general" for v in out.outputs)  # both uses read the product
-    _, none = _materialised(graph, "dot-operand-order{min_ratio=100.0 materialize=false min_rows=1}")
+    _, none = _materialised(
+        graph, "dot-operand-order{merge_contracting=none min_ratio=100.0 materialize=false min_rows=1}"
+    )
     assert none == 0
-    product, s = kn.jit(f, pipeline="dot-operand-order{min_ratio=100.0 min_rows=1}")(a, b, g)
+    product, s = kn.jit(f, pipeline="dot-operand-order{merge_contracting=none min_ratio=100.0 min_rows=1}")(
+        a, b, g
+    )
     want = a + b  # float32 addition: the identity product must reproduce it bit for bit
     np.testing.assert_array_equal(np.abs(np.asarray(s)), np.abs(want))
     ss, gg = want.astype(np.float64), g.astype(np.float64)
@@ -175,12 +179,12 @@ def test_no_materialisation_when_the_identity_product_would_cost_too_much():
         return dot((), (), (0,), (0,))(a * b, g)
 
     graph = kn.jit(f, pipeline="").graph(a, b, g)
-    _, made = _materialised(graph, "dot-operand-order{min_ratio=100.0 min_rows=1}")
+    _, made = _materialised(graph, "dot-operand-order{merge_contracting=none min_ratio=100.0 min_rows=1}")
     assert made == 0
     # an operand already in order (the input gradient's dy @ w^T) is left alone as well
     h = rng.standard_normal((32, 48)).astype(F32)
     graph = kn.jit(lambda a, b, h: (a + b) @ h, pipeline="").graph(a, b, h)
-    assert _materialised(graph, "dot-operand-order{min_rows=1}")[1] == 0
+    assert _materialised(graph, "dot-operand-order{merge_contracting=none min_rows=1}")[1] == 0
 
 
 def test_a_residual_stack_trains_like_jax_with_materialised_gradients():
@@ -199,9 +203,9 @@ def test_a_residual_stack_trains_like_jax_with_materialised_gradients():
     n = len(ws)
     grad = kn.grad(lambda *a: loss(a[:n], a[n], kn), argnums=tuple(range(n)))
     args = [w.astype(F32) for w in ws] + [x.astype(F32)]
-    got = kn.jit(grad, pipeline="canonicalize,cse,dce,dot-operand-order{min_rows=64}")
+    got = kn.jit(grad, pipeline="canonicalize,cse,dce,dot-operand-order{merge_contracting=none min_rows=64}")
     graph = kn.jit(grad, pipeline="canonicalize,cse,dce").graph(*args)
-    assert _materialised(graph, "dot-operand-order{min_rows=64}")[1] >= 2
+    assert _materialised(graph, "dot-operand-order{merge_contracting=none min_rows=64}")[1] >= 2
     # a strided walk over 64 rows stays in cache: at the default (512) nothing is materialised
     assert _materialised(graph, "dot-operand-order")[1] == 0
     with jax.enable_x64(True):
