@@ -155,12 +155,16 @@ def test_a_sum_read_out_of_order_is_materialised_exactly_for_all_its_uses():
         return dot((), (), (0, 1), (0, 1))(s, g), s
 
     graph = kn.jit(f, pipeline="").graph(a, b, g)
-    out, made = _materialised(graph, "dot-operand-order{min_ratio=100.0 min_rows=1}")
+    out, made = _materialised(graph, "dot-operand-order{merge_contracting=none min_ratio=100.0 min_rows=1}")
     assert made == 1 and out.op_counts()["dot_general"] == 2
     assert all(v.node.op == "dot_general" for v in out.outputs)  # both uses read the product
-    _, none = _materialised(graph, "dot-operand-order{min_ratio=100.0 materialize=false min_rows=1}")
+    _, none = _materialised(
+        graph, "dot-operand-order{merge_contracting=none min_ratio=100.0 materialize=false min_rows=1}"
+    )
     assert none == 0
-    product, s = kn.jit(f, pipeline="dot-operand-order{min_ratio=100.0 min_rows=1}")(a, b, g)
+    product, s = kn.jit(f, pipeline="dot-operand-order{merge_contracting=none min_ratio=100.0 min_rows=1}")(
+        a, b, g
+    )
     want = a + b  # float32 addition: the identity product must reproduce it bit for bit
     np.testing.assert_array_equal(np.abs(np.asarray(s)), np.abs(want))
     ss, gg = want.astype(np.float64), g.astype(np.float64)
@@ -177,12 +181,12 @@ def test_no_materialisation_when_the_identity_product_would_cost_too_much():
         return dot((), (), (0,), (0,))(a * b, g)
 
     graph = kn.jit(f, pipeline="").graph(a, b, g)
-    _, made = _materialised(graph, "dot-operand-order{min_ratio=100.0 min_rows=1}")
+    _, made = _materialised(graph, "dot-operand-order{merge_contracting=none min_ratio=100.0 min_rows=1}")
     assert made == 0
     # an operand already in order (the input gradient's dy @ w^T) is left alone as well
     h = rng.standard_normal((32, 48)).astype(F32)
     graph = kn.jit(lambda a, b, h: (a + b) @ h, pipeline="").graph(a, b, h)
-    assert _materialised(graph, "dot-operand-order{min_rows=1}")[1] == 0
+    assert _materialised(graph, "dot-operand-order{merge_contracting=none min_rows=1}")[1] == 0
 
 
 def test_no_identity_constant_over_the_size_bound(monkeypatch):
@@ -192,7 +196,7 @@ def test_no_identity_constant_over_the_size_bound(monkeypatch):
     a, b = rng.standard_normal((4, 32, 16)).astype(F32), rng.standard_normal((4, 32, 16)).astype(F32)
     g = rng.standard_normal((4, 32, 48)).astype(F32)
     graph = kn.jit(lambda a, b, g: dot((), (), (0, 1), (0, 1))(a + b, g), pipeline="").graph(a, b, g)
-    pipeline = "dot-operand-order{min_ratio=100.0 min_rows=1}"
+    pipeline = "dot-operand-order{merge_contracting=none min_ratio=100.0 min_rows=1}"
     assert _materialised(graph, pipeline)[1] == 1
     module = importlib.import_module("kaun_ir.passes.dot_operand_order")
     monkeypatch.setattr(module, "MAX_IDENTITY_ELEMENTS", 16 * 16 - 1)
@@ -216,12 +220,82 @@ def test_a_residual_stack_trains_like_jax_with_materialised_gradients():
     n = len(ws)
     grad = kn.grad(lambda *a: loss(a[:n], a[n], kn), argnums=tuple(range(n)))
     args = [w.astype(F32) for w in ws] + [x.astype(F32)]
-    got = kn.jit(grad, pipeline="canonicalize,cse,dce,dot-operand-order{min_rows=64}")
+    got = kn.jit(grad, pipeline="canonicalize,cse,dce,dot-operand-order{merge_contracting=none min_rows=64}")
     graph = kn.jit(grad, pipeline="canonicalize,cse,dce").graph(*args)
-    assert _materialised(graph, "dot-operand-order{min_rows=64}")[1] >= 2
+    assert _materialised(graph, "dot-operand-order{merge_contracting=none min_rows=64}")[1] >= 2
     # a strided walk over 64 rows stays in cache: at the default (512) nothing is materialised
     assert _materialised(graph, "dot-operand-order")[1] == 0
     with jax.enable_x64(True):
         want = jax.grad(lambda ws: loss(ws, jnp.asarray(x), jnp))([jnp.asarray(w) for w in ws])
     for g, w in zip(got(*args), want, strict=True):
         np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w), rtol=2e-4, atol=2e-3)
+
+
+@pytest.mark.parametrize("merge", ["swapped", "all"])
+def test_weight_gradient_products_over_merged_contracting_axes(merge):
+    rng = np.random.default_rng(8)
+    x, y = rng.standard_normal((4, 6, 64)).astype(F32), rng.standard_normal((4, 6, 8)).astype(F32)
+    small = rng.standard_normal((4, 6, 16)).astype(F32)  # x smaller than y: not swapped
+    for lhs, rhs, merged in (
+        (x, y, 1),
+        (small, rng.standard_normal((4, 6, 32)).astype(F32), int(merge == "all")),
+    ):
+        f = dot((), (), (0, 1), (0, 1))
+        graph = kn.jit(f, pipeline="").graph(lhs, rhs)
+        pipeline = f"dot-operand-order{{merge_contracting={merge}}}"
+        stats = passes.Statistics()
+        out = passes.run(graph, pipeline, instrumentations=[stats], verify_each=True)
+        assert stats.records[0].counters.get("contracting axes merged", 0) == merged
+        if merged:  # every product left contracts one axis
+            assert all(len(n.attr("lhs_contracting")) == 1 for n in out.walk() if n.op == "dot_general")
+        want, scale = einsum_ref(lhs, rhs, (), (), (0, 1), (0, 1))
+        got = np.asarray(kn.jit(f, pipeline=pipeline)(lhs, rhs), np.float64)
+        assert got.shape == want.shape
+        assert np.all(np.abs(got - want) <= 1e-6 * scale + 1e-30)
+    # batch axes, or contracting axes that are not the leading ones, are left as they were
+    for xs, ys, lb, rb, lc, rc in (
+        ((3, 20, 16), (3, 20, 4), (0,), (0,), (1,), (1,)),
+        (
+            (6, 4, 64),
+            (6, 4, 8),
+            (),
+            (),
+            (1, 0),
+            (1, 0),
+        ),
+    ):
+        graph = kn.jit(dot(lb, rb, lc, rc), pipeline="").graph(np.zeros(xs, F32), np.zeros(ys, F32))
+        stats = passes.Statistics()
+        passes.run(graph, f"dot-operand-order{{merge_contracting={merge}}}", instrumentations=[stats])
+        assert "contracting axes merged" not in stats.records[0].counters
+
+
+def test_merged_weight_gradients_of_a_gelu_mlp_match_jax_in_float64():
+    jax = pytest.importorskip("jax")
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 32, 16))
+    w1, w2 = rng.standard_normal((16, 64)) / 4, rng.standard_normal((64, 16)) / 8
+
+    def loss(w1, w2, x, fn):
+        return (fn(x @ w1) @ w2).sum()
+
+    grad = kn.grad(lambda w1, w2, x: loss(w1, w2, x, kn.fn.gelu), argnums=(0, 1))
+    args = [a.astype(F32) for a in (w1, w2, x)]
+    graph = kn.jit(grad, pipeline="canonicalize,cse,dce").graph(*args)
+    stats = passes.Statistics()
+    passes.run(graph, "dot-operand-order{merge_contracting=all}", instrumentations=[stats], verify_each=True)
+    assert stats.records[0].counters["contracting axes merged"] == 2  # both weight gradients
+    got = kn.jit(grad, pipeline="canonicalize,cse,dce,dot-operand-order{merge_contracting=all},cse,dce")(
+        *args
+    )
+    with jax.enable_x64(True):
+        gelu = lambda v: jax.nn.gelu(v, approximate=False)  # noqa: E731
+        want = jax.grad(loss, argnums=(0, 1))(w1, w2, jax.numpy.asarray(x), gelu)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(np.asarray(g, np.float64), np.asarray(w), rtol=1e-4, atol=1e-4)
+
+
+def test_bad_merge_contracting_option():
+    graph = kn.jit(dot((), (), (0,), (0,)), pipeline="").graph(np.zeros((3, 2), F32), np.zeros((3, 4), F32))
+    with pytest.raises(kn.errors.PassOptionError, match="merge_contracting"):
+        passes.run(graph, "dot-operand-order{merge_contracting=some}")
