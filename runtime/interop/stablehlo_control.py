@@ -48,7 +48,8 @@ def while_loop(imp, op, xs, env):
 
 
 def _with_captures(imp, op, index, types, n, captured, name):
-    """A region graph whose first ``n`` arguments are the block's and the rest the captures."""
+    """A region graph whose first ``n`` arguments are the block's and the rest the captures (a
+    ``while`` body, named ``body``, passes the captures on as carried values)."""
     block = region_block(op, index)
     saved = imp.builder
     builder = Builder(record_source=False)
@@ -59,23 +60,14 @@ def _with_captures(imp, op, index, types, n, captured, name):
         outputs = imp.block(block, args[:n], outer)
     finally:
         imp.builder = saved
-    if index == 1:
+    if name == "body":
         outputs = list(outputs) + args[n:]
     return builder.finish(outputs, name=name)
 
 
 def _branch(imp, op, index, captured, types):
     """Branch ``index`` of a ``case`` / ``if`` as a graph taking the captured values."""
-    block = region_block(op, index)
-    saved = imp.builder
-    builder = Builder(record_source=False)
-    imp.builder = builder
-    try:
-        args = [builder.add_input(t) for t in types]
-        outputs = imp.block(block, [], dict(zip(captured, args)))
-    finally:
-        imp.builder = saved
-    return builder.finish(outputs, name=f"branch{index}")
+    return _with_captures(imp, op, index, types, 0, captured, f"branch{index}")
 
 
 def _branches(imp, op, env):

@@ -226,7 +226,7 @@ class KaunBlockRunner:
         return _kaun_memory_analysis(self.trainer.cache.block)
 
 
-class UserLoopRunner:
+class UserLoopRunner(KaunRunner):
     """The loop a user writes, public API only: the batches as ``jax.Array`` s
     (``jax.device_put``; the workload's batches twice over, 16 distinct arrays cycled, the same
     data sequence as the other rows) and ``train.step(trainer, st, x, y)`` (``user``) or, with
@@ -260,10 +260,3 @@ class UserLoopRunner:
         else:
             value, self.state = self._step(self.trainer, self.state, x, y)
         return value
-
-    @staticmethod
-    def last_loss(value) -> float:
-        return float(np.asarray(value))
-
-    def memory_analysis(self) -> dict | None:
-        return _kaun_memory_analysis(self.trainer.cache.step)
