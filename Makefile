@@ -25,18 +25,19 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --ignore=tests/test_interop_torch.py \
 		--ignore=tests/test_interop_torch_programs.py
 
-# The tests that need the `interop` extra (PyTorch, transformers) and the long import tests;
-# installs the extra into the same virtual environment on first use. Never touches the network
-# at test time (the Hugging Face offline switches are set).
+# The tests that need the `interop` extra (PyTorch, transformers, flatbuffers) and the long tests:
+# the two PyTorch files and every test marked `interop` or `long` (pyproject.toml), so nothing that
+# `make test` ran runs again. Installs the extra into the same virtual environment on first use.
+# Never touches the network at test time (the Hugging Face offline switches are set).
 $(INTEROP_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,interop]"
 	@touch $(INTEROP_STAMP)
 
 test-interop: $(INTEROP_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
-		tests/test_interop_torch.py tests/test_interop_torch_programs.py tests/test_stablehlo_import.py \
-		tests/test_export_ops.py tests/test_recurrent.py \
-		tests/test_demo.py::test_demo_lm_trains_and_prints_a_sample
+		tests/test_interop_torch.py tests/test_interop_torch_programs.py
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
+		-m "long or interop" --ignore=tests/test_interop_torch.py --ignore=tests/test_interop_torch_programs.py
 
 # A long fuzzing campaign of the textual IR parser (100,000 mutated texts, seeded; FUZZ_SEED=n)
 FUZZ_INPUTS ?= 100000

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 import kaun_ir as kn
@@ -53,10 +51,7 @@ def test_no_command_prints_help_and_returns_2(capsys):
     assert "demo" in capsys.readouterr().out
 
 
-@pytest.mark.skipif(
-    not os.environ.get("KAUN_IR_LONG_TESTS"),
-    reason="long (three compilations): set KAUN_IR_LONG_TESTS=1 (make test-interop runs it)",
-)
+@pytest.mark.long  # three compilations
 def test_demo_lm_trains_and_prints_a_sample(capsys):
     rc = main(
         [

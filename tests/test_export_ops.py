@@ -63,6 +63,7 @@ def test_op_samples_through_a_portable_artifact(name, tmp_path):
     assert k == len(actual)
 
 
+@pytest.mark.interop  # the serialisation half needs flatbuffers
 def test_jax_calls_a_kaun_ir_graph():
     import jax
 

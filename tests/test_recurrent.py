@@ -134,6 +134,7 @@ def test_bad_input_errors():
         layer.rnn(IN, H, nonlinearity="sigmoid")
 
 
+@pytest.mark.interop
 @pytest.mark.parametrize("kind", ["gru", "lstm"])
 def test_outputs_and_gradients_equal_pytorch(kind):
     torch = pytest.importorskip("torch", reason="PyTorch is an optional extra (pip install -e '.[interop]')")

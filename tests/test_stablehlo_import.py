@@ -3,8 +3,6 @@ compiled and executed, and must equal what JAX itself computes."""
 
 from __future__ import annotations
 
-import os
-
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,10 +63,7 @@ def test_mlp_train_step_with_optax_adam():
 
 # XLA needs tens of seconds to compile these steps (for JAX and for us alike), so they run in
 # `make test-interop` (KAUN_IR_LONG_TESTS=1) rather than in the quick suite.
-_LONG = pytest.mark.skipif(
-    not os.environ.get("KAUN_IR_LONG_TESTS"),
-    reason="long: set KAUN_IR_LONG_TESTS=1 (make test-interop runs it)",
-)
+_LONG = pytest.mark.long
 
 
 @_LONG
