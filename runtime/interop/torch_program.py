@@ -195,6 +195,7 @@ class Program:
 
 
 def program_of(exported) -> Program:
+    """The :class:`Program` of an ExportedProgram, made once per program (kept while it lives)."""
     try:
         cached = _PROGRAMS.get(exported)
     except TypeError:
