@@ -144,81 +144,96 @@ def _horizontal(graph: Graph, max_group: int) -> Graph:
     return _rebuild(graph, removed, replacement, added)
 
 
-def _fuse(chains: list[Chain], replacement: dict[int, Value]) -> list[Node]:
-    """One chain over the concatenation of ``chains``' operands; maps their results to slices."""
-    first = chains[0]
-    template = first.nodes[0]
-    new_nodes: list[Node] = []
+class _Emitter:
+    """Builds the nodes of one fused chain, each typed by its op's shape rule and recorded with the
+    layer path and source of the original node it stands for (``like``, default ``template``)."""
 
-    def emit(op: str, inputs: list[Value], attrs: dict, like: Node) -> Value:
+    def __init__(self, template: Node):
+        self.template = template
+        self.nodes: list[Node] = []
+
+    def __call__(self, op: str, inputs: list[Value], attrs: dict, like: Node | None = None) -> Value:
+        like = self.template if like is None else like
         opdef = get(op)
         attrs = opdef.check_attrs(attrs)
         types = infer_or_raise(opdef, [v.type for v in inputs], attrs, like.path)
         node = Node(op, inputs, attrs, types, path=like.path, source=like.source, provenance=like.provenance)
-        new_nodes.append(node)
+        self.nodes.append(node)
         return node.outputs[0]
 
-    total = sum(c.size for c in chains)
-    flat_shape = (total,)
-
-    def flat(value: Value) -> Value:
+    def flat(self, value: Value) -> Value:
+        """``value`` as a vector."""
         if value.type.shape == (value.type.size,):
             return value
-        return emit("reshape", [value], {"shape": (value.type.size,)}, template)
+        return self("reshape", [value], {"shape": (value.type.size,)})
 
+
+class _Scalars:
+    """The fused chain's scalar operands (the first chain's, which all chains share), each made
+    once: as it is (``raw``) or broadcast to the concatenated length."""
+
+    def __init__(self, chain: Chain, emit: _Emitter, length: int):
+        self.chain, self.emit, self.length = chain, emit, length
+        self.raw: dict[Any, Value] = {}
+        self.broadcasts: dict[Any, Value] = {}
+
+    def scalar(self, key) -> Value:
+        if key not in self.raw:
+            source = self.chain.scalars[key]
+            if isinstance(source, Value):
+                self.raw[key] = source
+            else:
+                self.raw[key] = self.emit("constant", [], {"value": np.asarray(source)})
+        return self.raw[key]
+
+    def broadcast(self, key) -> Value:
+        if key not in self.broadcasts:
+            self.broadcasts[key] = self.emit(
+                "broadcast_in_dim", [self.scalar(key)], {"shape": (self.length,), "broadcast_dimensions": ()}
+            )
+        return self.broadcasts[key]
+
+
+def _fuse(chains: list[Chain], replacement: dict[int, Value]) -> list[Node]:
+    """One chain over the concatenation of ``chains``' operands; maps their results to slices."""
+    first = chains[0]
+    emit = _Emitter(first.nodes[0])
     tensors = [
-        emit("concatenate", [flat(c.externals[k]) for c in chains], {"dimension": 0}, template)
+        emit("concatenate", [emit.flat(c.externals[k]) for c in chains], {"dimension": 0})
         for k in range(len(first.externals))
     ]
-    scalars: dict[Any, Value] = {}
-    broadcasts: dict[Any, Value] = {}
-
-    def scalar(key) -> Value:
-        if key not in scalars:
-            source = first.scalars[key]
-            if isinstance(source, Value):
-                scalars[key] = source
-            else:
-                scalars[key] = emit("constant", [], {"value": np.asarray(source)}, template)
-        return scalars[key]
-
-    def broadcast(key) -> Value:
-        if key not in broadcasts:
-            broadcasts[key] = emit(
-                "broadcast_in_dim", [scalar(key)], {"shape": flat_shape, "broadcast_dimensions": ()}, template
-            )
-        return broadcasts[key]
-
+    scalars = _Scalars(first, emit, sum(c.size for c in chains))
     results: list[Value] = []
-    for (op, attrs, _, operands), node in zip(first.signature[0], first.nodes):
-        inputs = []
-        for operand in operands:
-            kind = operand[0]
-            if kind == "chain":
-                inputs.append(results[operand[1]])
-            elif kind == "tensor":
-                inputs.append(tensors[operand[1]])
-            elif kind == "raw":
-                inputs.append(scalar(operand[1]))
-            else:
-                inputs.append(broadcast(operand[1]))
-        results.append(emit(op, inputs, dict(attrs), node))
 
+    def operand(kind: str, key) -> Value:
+        if kind == "chain":
+            return results[key]
+        if kind == "tensor":
+            return tensors[key]
+        return scalars.scalar(key) if kind == "raw" else scalars.broadcast(key)
+
+    for (op, attrs, _, operands), node in zip(first.signature[0], first.nodes):
+        results.append(emit(op, [operand(o[0], o[1]) for o in operands], dict(attrs), node))
     for escaping_index in first.signature[1]:
-        fused = results[escaping_index]
-        offset = 0
-        for chain in chains:
-            part = emit(
-                "slice",
-                [fused],
-                {"start_indices": (offset,), "limit_indices": (offset + chain.size,), "strides": (1,)},
-                template,
-            )
-            if chain.shape != (chain.size,):
-                part = emit("reshape", [part], {"shape": chain.shape}, template)
-            replacement[id(chain.nodes[escaping_index].outputs[0])] = part
-            offset += chain.size
-    return new_nodes
+        _split_result(emit, chains, escaping_index, results[escaping_index], replacement)
+    return emit.nodes
+
+
+def _split_result(
+    emit: _Emitter, chains: list[Chain], index: int, fused: Value, replacement: dict[int, Value]
+) -> None:
+    """Map each chain's result ``index`` onto its slice of the fused result (reshaped back)."""
+    offset = 0
+    for chain in chains:
+        part = emit(
+            "slice",
+            [fused],
+            {"start_indices": (offset,), "limit_indices": (offset + chain.size,), "strides": (1,)},
+        )
+        if chain.shape != (chain.size,):
+            part = emit("reshape", [part], {"shape": chain.shape})
+        replacement[id(chain.nodes[index].outputs[0])] = part
+        offset += chain.size
 
 
 def _rebuild(
@@ -239,6 +254,33 @@ def _rebuild(
     def operands(node: Node) -> list[Value]:
         return [env.get(id(v), v) for v in node.inputs]
 
+    order = _stable_order(items, operands)
+
+    # ``env`` maps a value to its replacement, and that replacement may itself be replaced: a
+    # fused block's nodes are copied when one of its operands was (an operand computed from
+    # another fused block's results), so every value is followed to the end of its chain
+    def resolve(value: Value) -> Value:
+        while id(value) in env:
+            value = env[id(value)]
+        return value
+
+    nodes: list[Node] = []
+    for k in order:
+        node = items[k][1]
+        new = with_inputs(node, [resolve(v) for v in node.inputs])
+        if new is not node:
+            for old, fresh in zip(node.outputs, new.outputs):
+                env[id(old)] = fresh
+        nodes.append(new)
+    outputs = [resolve(v) for v in graph.outputs]
+    live = {id(n) for n in Graph.from_outputs(graph.inputs, outputs).nodes}
+    nodes = [n for n in nodes if id(n) in live]  # the unfused chains' leftovers (broadcasts)
+    return Graph(graph.inputs, outputs, nodes, graph.name, graph.input_names)
+
+
+def _stable_order(items: list[tuple[tuple, Node]], operands) -> list[int]:
+    """The indices of ``items`` in a topological order of their nodes (``operands(node)``: the
+    values a node reads), lowest priority first among the ready ones (Kahn's algorithm)."""
     producer_item = {}
     for k, (_, node) in enumerate(items):
         for out in node.outputs:
@@ -262,27 +304,7 @@ def _rebuild(
                 heapq.heappush(ready, (items[c][0], c))
     if len(order) != len(items):  # excluded by independent; a bug if it happens
         raise RuntimeError("fuse-optimizer: the fused graph has a cycle")
-
-    # ``env`` maps a value to its replacement, and that replacement may itself be replaced: a
-    # fused block's nodes are copied when one of its operands was (an operand computed from
-    # another fused block's results), so every value is followed to the end of its chain
-    def resolve(value: Value) -> Value:
-        while id(value) in env:
-            value = env[id(value)]
-        return value
-
-    nodes: list[Node] = []
-    for k in order:
-        node = items[k][1]
-        new = with_inputs(node, [resolve(v) for v in node.inputs])
-        if new is not node:
-            for old, fresh in zip(node.outputs, new.outputs):
-                env[id(old)] = fresh
-        nodes.append(new)
-    outputs = [resolve(v) for v in graph.outputs]
-    live = {id(n) for n in Graph.from_outputs(graph.inputs, outputs).nodes}
-    nodes = [n for n in nodes if id(n) in live]  # the unfused chains' leftovers (broadcasts)
-    return Graph(graph.inputs, outputs, nodes, graph.name, graph.input_names)
+    return order
 
 
 # ----------------------------------------------------------------------------- the pass

@@ -29,14 +29,15 @@ A pass result with more transposes than its input would be a pessimisation: the 
 returns its input unchanged (phase 1) or the phase-1 result (phase 2 must not add transposes
 inside a chain; transposes at the boundaries are what it is for, so phase 2 is not guarded).
 
-3. **Flatten** (``flatten=true``, phase 2 only): ``dot_general(reshape(transpose(x, p)), w)``
-   where the reshape merges the axes ``p`` moves (a chain re-laid out to NHWC, transposed back
-   to NCHW order and flattened into a dense layer) reads ``reshape(x)`` and ``w`` with its rows
-   permuted; a dot keeping the flattened axis free (the weight gradient) permutes its result;
-   ``transpose(reshape(dot(g, w)))`` (the input gradient) permutes ``w`` instead
-   (``dot-absorb-flatten-transpose``). Only where every user of the flatten is such a dot and
-   the permuted weights/results hold fewer elements than the activation. The gradient dots sum
-   the same products in the same order; the forward dot sums them in the permuted order.
+3. **Flatten** (``flatten=true``, phase 2 only; the rules of ``passes/layout_flatten.py``):
+   ``dot_general(reshape(transpose(x, p)), w)`` where the reshape merges the axes ``p`` moves
+   (a chain re-laid out to NHWC, transposed back to NCHW order and flattened into a dense layer)
+   reads ``reshape(x)`` and ``w`` with its rows permuted; a dot keeping the flattened axis free
+   (the weight gradient) permutes its result; ``transpose(reshape(dot(g, w)))`` (the input
+   gradient) permutes ``w`` instead (``dot-absorb-flatten-transpose``). Only where every user of
+   the flatten is such a dot and the permuted weights/results hold fewer elements than the
+   activation. The gradient dots sum the same products in the same order; the forward dot sums
+   them in the permuted order.
 
 Statistics: ``transposes before``, ``transposes after``, ``convolutions re-laid out`` and the
 rewrite counters ``rewrites applied by <rule>``.
@@ -45,7 +46,8 @@ rewrite counters ``rewrites applied by <rule>``.
 from __future__ import annotations
 
 from kaun_ir.ir.core import Graph, Node
-from kaun_ir.passes.layout_rules import ABSORB, FLATTEN, SINK, inverse, run_to_fixpoint
+from kaun_ir.passes.layout_flatten import FLATTEN
+from kaun_ir.passes.layout_rules import ABSORB, SINK, inverse, run_to_fixpoint
 from kaun_ir.passes.registry import register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable
 from kaun_ir.passes.target import backend

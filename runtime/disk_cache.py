@@ -48,33 +48,66 @@ So the directory must be one that only you can write. It is created private to t
 else may write, is not trusted: the cache is off for this process (the computation itself
 compiles as usual). A directory named by ``KAUN_IR_CACHE_DIR`` gets one warning naming it and the
 reason; the default directory, which the user never asked for, is skipped silently.
+
+Where the cache lives and whether it is trusted: :mod:`kaun_ir.runtime.cache_directory`; what the
+key holds: :mod:`kaun_ir.runtime.cache_key`; entries, loads, stores and eviction: here.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import platform
-import stat
-import sys
-import warnings
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from kaun_ir.fileio import atomic_write
-from kaun_ir.runtime.xla import backend
+
+# where the cache lives and the key of an entry have modules of their own; their public names are
+# this module's too (``disk_cache.directory()``, ``disk_cache.key(...)``)
+from kaun_ir.runtime.cache_directory import (
+    DEFAULT_MAX_BYTES,
+    ENV,
+    MAX_BYTES_ENV,
+    OFF_VALUES,
+    default_directory,
+    directory,
+    explicit,
+    max_bytes,
+    trusted_directory,
+    untrusted_reason,
+    warn_once,
+)
+from kaun_ir.runtime.cache_key import host_identity, key, key_parts, register_key_part
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "ENV",
+    "GRAPH_SUFFIX",
+    "MAX_BYTES_ENV",
+    "OFF_VALUES",
+    "Counters",
+    "after_store",
+    "clear",
+    "compile_cached",
+    "counters",
+    "default_directory",
+    "directory",
+    "evict",
+    "explicit",
+    "host_identity",
+    "key",
+    "key_parts",
+    "max_bytes",
+    "register_key_part",
+    "seal",
+    "touch",
+    "trusted_directory",
+    "unseal",
+    "untrusted_reason",
+]
 
 Loaded = TypeVar("Loaded")  # the loaded executable of whichever jaxlib compiled it
 
-ENV = "KAUN_IR_CACHE_DIR"
-MAX_BYTES_ENV = "KAUN_IR_CACHE_MAX_BYTES"
-DEFAULT_MAX_BYTES = 1 << 30  # 1 GiB
-OFF_VALUES = (
-    "",
-    "off",
-    "0",
-)  # KAUN_IR_CACHE_DIR values that turn the cache off (like KAUN_IR_MALLOC_TUNING=0)
-_FORMAT = "kaun_ir-xla-cache-3"  # 2: entries carry a header (magic, key, checksum); 3: host CPU in the key
 _MAGIC = b"KAUN-IR-XLA-CACHE-2\n"
 _HEADER = len(_MAGIC) + 64  # the magic, then the key and the payload's SHA-256 (32 bytes each)
 _SUFFIX = ".xlaexe"
@@ -91,164 +124,6 @@ class Counters:
 
 
 counters = Counters()
-
-
-def directory() -> str | None:
-    """The cache directory, or None when the cache is off: ``KAUN_IR_CACHE_DIR`` when it is set
-    (``off``, ``0`` or an empty string: off), else :func:`default_directory`."""
-    value = os.environ.get(ENV)
-    if value is None:
-        return default_directory()
-    path = value.strip()
-    if path.lower() in OFF_VALUES:
-        return None
-    return os.path.abspath(os.path.expanduser(path))
-
-
-def explicit() -> bool:
-    """Whether ``KAUN_IR_CACHE_DIR`` names the directory (rather than the default being used)."""
-    return os.environ.get(ENV) is not None
-
-
-def default_directory() -> str | None:
-    """The per-user cache folder of this system plus ``kaun_ir/compiled`` (None without a home)."""
-    if sys.platform == "win32":
-        base = os.environ.get("LOCALAPPDATA", "").strip()
-        return os.path.join(base, "kaun_ir", "compiled") if base else None
-    home = os.path.expanduser("~")
-    if sys.platform == "darwin":
-        return os.path.join(home, "Library", "Caches", "kaun_ir", "compiled") if os.path.isabs(home) else None
-    xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
-    if xdg and os.path.isabs(xdg):  # the XDG spec: a relative value is invalid and ignored
-        return os.path.join(xdg, "kaun_ir", "compiled")
-    return os.path.join(home, ".cache", "kaun_ir", "compiled") if os.path.isabs(home) else None
-
-
-def max_bytes() -> int:
-    """The size bound of the cache in bytes: ``KAUN_IR_CACHE_MAX_BYTES`` (an integer, or with a
-    ``K``/``M``/``G`` suffix for KiB/MiB/GiB; ``0``: no bound), default 1 GiB. A value that cannot
-    be read gives one warning and the default."""
-    text = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_BYTES
-    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1].upper(), 1)
-    try:
-        value = int(text[:-1] if scale > 1 else text) * scale
-        if value < 0:
-            raise ValueError(text)
-    except ValueError:
-        _warn_once(
-            "max-bytes",
-            f"kaun_ir: cannot read {MAX_BYTES_ENV}={text!r} (bytes, e.g. 500M or 2G; 0: no bound); "
-            f"using {DEFAULT_MAX_BYTES >> 30} GiB",
-        )
-        return DEFAULT_MAX_BYTES
-    return value
-
-
-def _uid() -> int | None:
-    getuid = getattr(os, "getuid", None)  # not on Windows, where modes mean little anyway
-    return getuid() if getuid is not None else None
-
-
-def untrusted_reason(root: str) -> str | None:
-    """Why the existing directory ``root`` cannot hold a cache (None when it can): it is not a
-    directory, another user owns it, or its group or others may write it."""
-    try:
-        info = os.stat(root)
-    except OSError as err:
-        return f"cannot stat it ({err.strerror or err})"
-    if not stat.S_ISDIR(info.st_mode):
-        return "it is not a directory"
-    uid = _uid()
-    if uid is not None and info.st_uid != uid:
-        return f"it is owned by user id {info.st_uid}, not by this user ({uid})"
-    if uid is not None and info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"its group or other users may write it (mode {stat.S_IMODE(info.st_mode):04o})"
-    return None
-
-
-def trusted_directory() -> str | None:
-    """The cache directory when the cache is on and the directory can be trusted, else None.
-
-    A missing directory is created private to the user (mode 0700); an existing one must pass
-    :func:`untrusted_reason`, else the cache stays off in this process: with one warning when
-    ``KAUN_IR_CACHE_DIR`` names the directory, silently for the default directory."""
-    root = directory()
-    if root is None:
-        return None
-    loud = explicit()
-    if not os.path.exists(root):
-        try:
-            os.makedirs(root, mode=0o700, exist_ok=True)
-        except OSError as err:
-            if loud:
-                _warn_once("mkdir", f"kaun_ir: cannot create {ENV}={root} ({err}); running without the cache")
-            return None
-    reason = untrusted_reason(root)
-    if reason is None and not os.access(root, os.W_OK | os.X_OK):
-        reason = "it is not writable"
-    if reason is not None:
-        if loud:
-            _warn_once(
-                "untrusted:" + root,
-                f"kaun_ir: not using the compilation cache {ENV}={root}: {reason}. Loading a cached "
-                "executable can run code, so the directory must be writable by you alone "
-                "(chmod 700 it, or point the variable at a new directory)",
-            )
-        return None
-    return root
-
-
-_KEY_PARTS: dict[str, str] = {}
-
-
-def register_key_part(name: str, value: str | bytes) -> None:
-    """Make ``value`` part of every cache key (of this cache and of
-    :mod:`kaun_ir.runtime.graph_cache`) from now on, under ``name``.
-
-    For whatever changes compiled code outside the StableHLO text: a library of custom-call
-    kernels registered with XLA registers a hash of its binary here, so that rebuilding it never
-    serves executables compiled against the old one. Registering the same name again replaces its
-    value."""
-    if isinstance(value, bytes):
-        value = hashlib.sha256(value).hexdigest()
-    _KEY_PARTS[str(name)] = str(value)
-
-
-def key_parts() -> list[str]:
-    """The registered key parts (:func:`register_key_part`) as ``name=value`` strings, sorted."""
-    return [f"{name}={value}" for name, value in sorted(_KEY_PARTS.items())]
-
-
-_HOST: list[str] = []
-
-
-def host_identity() -> str:
-    """The host CPU as the key sees it: the OS, the machine type, the CPU model and a SHA-256 of its
-    feature flags (from ``/proc/cpuinfo`` where there is one). Computed once per process."""
-    if not _HOST:
-        try:
-            with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as handle:
-                text = handle.read()
-        except OSError:
-            text = ""
-        fields: dict[str, str] = {}
-        for line in text.splitlines():
-            if not line.strip():
-                if fields:
-                    break  # the first processor is enough: the flags are the same for all
-                continue
-            name, _, value = line.partition(":")
-            fields.setdefault(name.strip().lower(), value.strip())
-        # x86: "model name" and "flags"; ARM: "cpu implementer"/"cpu part" and "features"
-        ident = [fields.get(k, "") for k in ("vendor_id", "model name", "cpu implementer", "cpu part")]
-        # platform.processor() may start a process (uname -p): only without /proc/cpuinfo
-        model = "/".join(ident) if any(ident) else platform.processor()
-        flags = fields.get("flags") or fields.get("features") or ""
-        features = hashlib.sha256(" ".join(sorted(flags.split())).encode()).hexdigest()[:16]
-        _HOST.append(f"{platform.system()}/{platform.machine()}/{model}/{features}")
-    return _HOST[0]
 
 
 def seal(cache_key: str, payload: bytes) -> bytes:
@@ -269,28 +144,6 @@ def unseal(cache_key: str, data: bytes) -> bytes:
     if hashlib.sha256(payload).digest() != digest:
         raise ValueError("checksum mismatch: the entry is damaged")
     return payload
-
-
-def key(module: str | bytes, devices, options_bytes: bytes) -> str:
-    """The hex cache key of compiling ``module`` for ``devices`` with serialised compile options."""
-    digest = hashlib.sha256()
-    for part in (
-        _FORMAT,
-        backend.jaxlib_version(),
-        backend.xla_extension_version(),
-        os.environ.get("XLA_FLAGS", ""),
-        os.environ.get("TF_XLA_FLAGS", ""),
-        os.environ.get("LIBTPU_INIT_ARGS", ""),
-        ",".join(f"{d.platform}/{d.device_kind}/{d.id}" for d in devices),
-        host_identity(),
-        *key_parts(),
-    ):
-        digest.update(str(part).encode())
-        digest.update(b"\0")
-    digest.update(options_bytes)
-    digest.update(b"\0")
-    digest.update(module.encode() if isinstance(module, str) else bytes(module))
-    return digest.hexdigest()
 
 
 def _entry(root: str, cache_key: str) -> str:
@@ -328,7 +181,7 @@ def compile_cached(
         atomic_write(path, data)
     except Exception as err:  # a full disk or a read-only directory must not fail a compilation
         counters.errors += 1
-        _warn_once(
+        warn_once(
             "store",
             f"kaun_ir: could not store a compiled executable in the compilation cache {root} "
             f"({type(err).__name__}: {err}); running without the cache for it ({ENV}=off turns it off)",
@@ -346,7 +199,7 @@ def _load(path: str, cache_key: str, load: Callable[[bytes], Loaded]) -> Loaded 
         return None
     except OSError as err:
         counters.errors += 1
-        _warn_once(
+        warn_once(
             "read", f"kaun_ir: cannot read the compilation cache entry {path} ({err}); compiling instead"
         )
         return None
@@ -354,7 +207,7 @@ def _load(path: str, cache_key: str, load: Callable[[bytes], Loaded]) -> Loaded 
         payload = unseal(cache_key, data)
     except ValueError as err:  # never hand jaxlib bytes that are not this key's executable
         counters.errors += 1
-        _warn_once(
+        warn_once(
             "damaged",
             f"kaun_ir: removed an unreadable compilation cache entry {path} ({err}); compiling instead",
         )
@@ -364,7 +217,7 @@ def _load(path: str, cache_key: str, load: Callable[[bytes], Loaded]) -> Loaded 
         loaded = load(payload)
     except Exception as err:  # jaxlib's own error types for foreign or truncated entries
         counters.errors += 1
-        _warn_once(
+        warn_once(
             "corrupt",
             f"kaun_ir: removed an unreadable compilation cache entry {path} "
             f"({type(err).__name__}); compiling instead",
@@ -445,15 +298,6 @@ def _remove(path: str) -> None:
         os.unlink(path)
     except OSError:
         pass
-
-
-_warned: set[str] = set()
-
-
-def _warn_once(kind: str, message: str) -> None:
-    if kind not in _warned:
-        _warned.add(kind)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def clear() -> int:

@@ -176,21 +176,52 @@ def analyse(
     or the rng) and read after that instruction; a buffer without ``op_name`` (a copy XLA
     added) is named after the first operand that has one."""
     header, body = _entry(hlo_text)
-    aliased_outputs = (
-        {
-            int(k)
-            for k, _ in _ALIAS.findall(
-                header.split("input_output_alias=", 1)[-1].split("entry_computation_layout")[0]
-            )
-        }
-        if "input_output_alias=" in header
-        else set()
+    buffers, owner, order, root_operands = _buffers(body, argument_kinds, argument_layers)
+    n = len(body)
+    loss_at = None
+    if loss_output is not None and loss_output < len(root_operands):
+        # the forward pass ends where the loss (output ``loss_output``) is computed
+        made = [buffers[b].start for b in owner.get(root_operands[loss_output], ())]
+        loss_at = max(made) if made else None
+    aliased_outputs = _aliased_outputs(header)
+    for k, operand in enumerate(root_operands):
+        for b in owner.get(operand, ()):
+            if buffers[b].parameter is None:
+                if k in aliased_outputs:  # written in place into a donated argument's buffer
+                    buffers[b].bytes = 0
+                buffers[b].end = n
+    timeline = _timeline(buffers.values(), n)
+    peak_pos = max(range(n), key=timeline.__getitem__) if n else 0
+    at_peak = [b for b in buffers.values() if b.bytes and max(b.start, 0) <= peak_pos <= b.end]
+    peak, by_kind = _group(at_peak, order, loss_at)
+    return MemoryReport(
+        stats=dict(stats),
+        timeline=timeline,
+        peak_bytes=timeline[peak_pos] if n else 0,
+        peak_position=peak_pos,
+        peak_instruction=order[peak_pos][0] if order and peak_pos < len(order) else "",
+        peak=peak,
+        by_kind=by_kind,
+        buffers=list(buffers.values()),
     )
+
+
+def _aliased_outputs(header: str) -> set[int]:
+    """The output indices the entry computation's ``input_output_alias`` writes into arguments."""
+    if "input_output_alias=" not in header:
+        return set()
+    aliases = header.split("input_output_alias=", 1)[-1].split("entry_computation_layout")[0]
+    return {int(k) for k, _ in _ALIAS.findall(aliases)}
+
+
+def _buffers(body: list[str], argument_kinds, argument_layers):
+    """One walk over the entry computation: ``(buffers, owner, order, root_operands)``, the
+    buffers by name with their live ranges, the buffers each value reads (a view reads those
+    of its operands), ``(name, op_name)`` per line, and the operands of the root."""
     buffers: dict[str, Buffer] = {}
     owner: dict[str, list[str]] = {}  # a view -> the buffers it reads
     order: list[tuple[str, str]] = []
     root_operands: list[str] = []
-    loss_at = None
     for pos, line in enumerate(body):
         m = _INSTR.match(line)
         if m is None:
@@ -216,8 +247,7 @@ def analyse(
             op_name = next(
                 (buffers[b].op_name for o in operands for b in owner.get(o, ()) if buffers[b].op_name), ""
             )
-        size = _shape_bytes(m.group("shape"))
-        buf = Buffer(name, size, pos, pos, op_name)
+        buf = Buffer(name, _shape_bytes(m.group("shape")), pos, pos, op_name)
         if op == "parameter":
             k = int(_PARAM.search(line).group(1))
             buf.parameter = k
@@ -226,29 +256,26 @@ def analyse(
             buf.start, buf.end = -1, len(body)
         buffers[name] = buf
         owner[name] = [name]
-    n = len(body)
-    if loss_output is not None and loss_output < len(root_operands):
-        # the forward pass ends where the loss (output ``loss_output``) is computed
-        made = [buffers[b].start for b in owner.get(root_operands[loss_output], ())]
-        loss_at = max(made) if made else None
-    for k, operand in enumerate(root_operands):
-        for b in owner.get(operand, ()):
-            if buffers[b].parameter is None:
-                if k in aliased_outputs:  # written in place into a donated argument's buffer
-                    buffers[b].bytes = 0
-                buffers[b].end = n
-    # live bytes after every instruction
+    return buffers, owner, order, root_operands
+
+
+def _timeline(buffers, n: int) -> list[int]:
+    """The live bytes after each of the ``n`` instructions."""
     delta = [0] * (n + 2)
-    for b in buffers.values():
-        start = max(b.start, 0)
-        delta[start] += b.bytes
+    for b in buffers:
+        delta[max(b.start, 0)] += b.bytes
         delta[min(b.end, n) + 1] -= b.bytes
     timeline, live = [], 0
     for pos in range(n):
         live += delta[pos]
         timeline.append(live)
-    peak_pos = max(range(n), key=timeline.__getitem__) if n else 0
-    at_peak = [b for b in buffers.values() if b.bytes and max(b.start, 0) <= peak_pos <= b.end]
+    return timeline
+
+
+def _group(at_peak: list, order: list, loss_at: int | None):
+    """``(peak, by_kind)``: the bytes live at the peak by (layer, kind), largest first, and by
+    kind. Sets each buffer's kind (activations saved for the backward pass: see :func:`analyse`);
+    a parameter goes to the layer whose top-level index its path starts with."""
     layers_by_index: dict[str, str] = {}
     for _, op_name in order:
         layer = layer_of(op_name)
@@ -256,28 +283,17 @@ def analyse(
     groups: dict[tuple[str, str], int] = {}
     by_kind: dict[str, int] = {}
     for b in at_peak:
-        kind = b.kind
         if (
             b.parameter is None
             and loss_at is not None
             and b.start < loss_at < b.end
             and layer_of(b.op_name) not in _NOT_LAYERS
         ):
-            kind = "activations saved for backward"
-        b.kind = kind
+            b.kind = "activations saved for backward"
         layer = layer_of(b.op_name) if b.parameter is None else b.op_name
         if b.parameter is not None and layer.split(".")[0] in layers_by_index:
             layer = layers_by_index[layer.split(".")[0]]
-        groups[(layer, kind)] = groups.get((layer, kind), 0) + b.bytes
-        by_kind[kind] = by_kind.get(kind, 0) + b.bytes
+        groups[(layer, b.kind)] = groups.get((layer, b.kind), 0) + b.bytes
+        by_kind[b.kind] = by_kind.get(b.kind, 0) + b.bytes
     peak = sorted(((layer, kind, size) for (layer, kind), size in groups.items()), key=lambda r: -r[2])
-    return MemoryReport(
-        stats=dict(stats),
-        timeline=timeline,
-        peak_bytes=timeline[peak_pos] if n else 0,
-        peak_position=peak_pos,
-        peak_instruction=order[peak_pos][0] if order and peak_pos < len(order) else "",
-        peak=peak,
-        by_kind=by_kind,
-        buffers=list(buffers.values()),
-    )
+    return peak, by_kind

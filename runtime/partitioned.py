@@ -13,7 +13,7 @@ from __future__ import annotations
 from kaun_ir.ir.core import Graph, Node, TensorType
 from kaun_ir.runtime import collectives
 from kaun_ir.runtime.lower import NODE_TAG, lower
-from kaun_ir.runtime.xla import mlir
+from kaun_ir.runtime.xla.shardings import propagated_shardings
 
 __all__ = ["partitioned_graph", "comm_table"]
 
@@ -42,7 +42,7 @@ def partitioned_graph(executable) -> Graph:
         out_specs=executable.out_specs,
         node_tags=True,
     )
-    found = mlir.propagated_shardings(text, NODE_TAG)
+    found = propagated_shardings(text, NODE_TAG)
     inputs_found = found["inputs"] + [None] * (len(graph.inputs) - len(found["inputs"]))
     inputs = Graph.arguments([_typed(v.type, layout) for v, layout in zip(graph.inputs, inputs_found)])
     env = {id(old): new for old, new in zip(graph.inputs, inputs)}

@@ -174,62 +174,109 @@ def corpus() -> dict[str, list]:
 # ------------------------------------------------------------------------ mutations
 
 
+# Each edit of MLIR text takes (text, a position in it, rng) and returns the edited text.
+
+
+def _delete_span(text: str, pos: int, rng: random.Random) -> str:
+    return text[:pos] + text[min(len(text), pos + rng.randint(1, 12)) :] if text else text
+
+
+def _insert_piece(text: str, pos: int, rng: random.Random) -> str:
+    return text[:pos] + rng.choice(TEXT_PIECES) + text[pos:]
+
+
+def _replace_character(text: str, pos: int, rng: random.Random) -> str:
+    if not text:
+        return text
+    char = chr(rng.choice([rng.randrange(32, 127), rng.randrange(0x80, 0x3000), rng.randrange(0, 32)]))
+    return text[:pos] + char + text[pos + 1 :]
+
+
+def _truncate(text: str, pos: int, rng: random.Random) -> str:
+    return text[:pos]
+
+
+def _shuffle_lines(text: str, pos: int, rng: random.Random) -> str:
+    """Duplicate, drop or swap lines."""
+    lines = text.split("\n")
+    i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
+    choice = rng.randrange(3)
+    if choice == 0:
+        lines.insert(i, lines[j])
+    elif choice == 1:
+        del lines[i]
+    else:
+        lines[i], lines[j] = lines[j], lines[i]
+    return "\n".join(lines)
+
+
+def _change_number(text: str, pos: int, rng: random.Random) -> str:
+    numbers = list(re.finditer(r"-?\d+", text))
+    if not numbers:
+        return text
+    m = rng.choice(numbers)
+    new = rng.choice(["0", "-1", "1", "2", "3", "64", "4294967296", "99999999999999999999"])
+    return text[: m.start()] + new + text[m.end() :]
+
+
+def _swap_names(text: str, pos: int, rng: random.Random) -> str:
+    """Swap two SSA names."""
+    names = sorted(set(re.findall(r"%[\w#]+", text)))
+    if len(names) < 2:
+        return text
+    a, b = rng.sample(names, 2)
+    text = re.sub(re.escape(a) + r"\b", "%TMP", text)
+    return re.sub(re.escape(b) + r"\b", a, text).replace("%TMP", b)
+
+
+def _change_element_type(text: str, pos: int, rng: random.Random) -> str:
+    types = list(re.finditer(r"x(f16|bf16|f32|f64|i1|i8|i32|i64|ui8|ui32)>", text))
+    if not types:
+        return text
+    m = rng.choice(types)
+    new = rng.choice(["f16", "bf16", "f32", "f64", "i1", "i32", "ui64", "f8E5M2", "complex<f32>"])
+    return text[: m.start(1)] + new + text[m.end(1) :]
+
+
+def _rename_op(text: str, pos: int, rng: random.Random) -> str:
+    ops = list(re.finditer(r"\b(stablehlo|func|chlo)\.[a-z_]+", text))
+    if not ops:
+        return text
+    m = rng.choice(ops)
+    return text[: m.start()] + rng.choice(OP_NAMES) + text[m.end() :]
+
+
+def _redirect_call(text: str, pos: int, rng: random.Random) -> str:
+    """A call of a function into itself or of main."""
+    calls = list(re.finditer(r"func\.func (?:public |private )?@(\w+)", text))
+    if not calls:
+        return text
+    name = rng.choice(calls).group(1)
+    return re.sub(r"call @\w+", f"call @{name}", text, count=1)
+
+
+# characters and lines first, then tokens (numbers, names, types, ops, calls)
+TEXT_EDITS = (
+    _delete_span,
+    _insert_piece,
+    _replace_character,
+    _truncate,
+    _shuffle_lines,
+    _change_number,
+    _swap_names,
+    _change_element_type,
+    _rename_op,
+    _redirect_call,
+)
+
+
 def mutate_text(text: str, rng: random.Random) -> str:
     """One to three edits of characters, tokens or lines of MLIR text."""
     for _ in range(rng.choice([1, 1, 1, 2, 3])):
-        # edits of tokens (numbers, names, types, ops, calls) keep the text parseable more often
+        # edits of tokens (the second half) keep the text parseable more often
         kind = rng.randrange(10) if rng.random() < 0.4 else rng.randrange(5, 10)
         pos = rng.randrange(len(text) + 1)
-        if kind == 0 and text:  # delete a span
-            text = text[:pos] + text[min(len(text), pos + rng.randint(1, 12)) :]
-        elif kind == 1:  # insert a piece
-            text = text[:pos] + rng.choice(TEXT_PIECES) + text[pos:]
-        elif kind == 2 and text:  # replace a character
-            char = chr(
-                rng.choice([rng.randrange(32, 127), rng.randrange(0x80, 0x3000), rng.randrange(0, 32)])
-            )
-            text = text[:pos] + char + text[pos + 1 :]
-        elif kind == 3:  # truncate
-            text = text[:pos]
-        elif kind == 4:  # duplicate, drop or swap lines
-            lines = text.split("\n")
-            i, j = rng.randrange(len(lines)), rng.randrange(len(lines))
-            choice = rng.randrange(3)
-            if choice == 0:
-                lines.insert(i, lines[j])
-            elif choice == 1:
-                del lines[i]
-            else:
-                lines[i], lines[j] = lines[j], lines[i]
-            text = "\n".join(lines)
-        elif kind == 5:  # change a number
-            numbers = list(re.finditer(r"-?\d+", text))
-            if numbers:
-                m = rng.choice(numbers)
-                new = rng.choice(["0", "-1", "1", "2", "3", "64", "4294967296", "99999999999999999999"])
-                text = text[: m.start()] + new + text[m.end() :]
-        elif kind == 6:  # swap two SSA names
-            names = sorted(set(re.findall(r"%[\w#]+", text)))
-            if len(names) >= 2:
-                a, b = rng.sample(names, 2)
-                text = re.sub(re.escape(a) + r"\b", "%TMP", text)
-                text = re.sub(re.escape(b) + r"\b", a, text).replace("%TMP", b)
-        elif kind == 7:  # change an element type
-            types = list(re.finditer(r"x(f16|bf16|f32|f64|i1|i8|i32|i64|ui8|ui32)>", text))
-            if types:
-                m = rng.choice(types)
-                new = rng.choice(["f16", "bf16", "f32", "f64", "i1", "i32", "ui64", "f8E5M2", "complex<f32>"])
-                text = text[: m.start(1)] + new + text[m.end(1) :]
-        elif kind == 8:  # rename an op
-            ops = list(re.finditer(r"\b(stablehlo|func|chlo)\.[a-z_]+", text))
-            if ops:
-                m = rng.choice(ops)
-                text = text[: m.start()] + rng.choice(OP_NAMES) + text[m.end() :]
-        else:  # a call of a function into itself or of main
-            calls = list(re.finditer(r"func\.func (?:public |private )?@(\w+)", text))
-            if calls:
-                name = rng.choice(calls).group(1)
-                text = re.sub(r"call @\w+", f"call @{name}", text, count=1)
+        text = TEXT_EDITS[kind](text, pos, rng)
     return text
 
 

@@ -13,7 +13,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from kaun_ir.runtime import disk_cache
+from kaun_ir.runtime import cache_directory, cache_key, disk_cache
 
 PROGRAM = textwrap.dedent("""
     import json
@@ -169,7 +169,7 @@ def cached(module, compiled):
 def cache_env(tmp_path, monkeypatch):
     root = tmp_path / "cache"
     monkeypatch.setenv(disk_cache.ENV, str(root))
-    monkeypatch.setattr(disk_cache, "_warned", set())
+    monkeypatch.setattr(cache_directory, "_warned", set())
     return root
 
 
@@ -189,11 +189,11 @@ def test_a_swapped_or_damaged_entry_is_a_miss_never_the_wrong_program(cache_env)
     damaged = bytearray(data_b)
     damaged[-1] ^= 0x20  # same length, one flipped bit in the executable
     open(path_b, "wb").write(bytes(damaged))
-    disk_cache._warned.clear()  # one warning per kind and process: let the next ones through
+    cache_directory._warned.clear()  # one warning per kind and process: let the next ones through
     with pytest.warns(RuntimeWarning, match="checksum mismatch"):
         assert cached("program B", "exe B") == ("exe B", True)
     open(path_b, "wb").write(data_b[len(disk_cache._MAGIC) + 64 :])  # a bare payload: no header
-    disk_cache._warned.clear()
+    cache_directory._warned.clear()
     with pytest.warns(RuntimeWarning, match="no cache header"):
         assert cached("program B", "exe B") == ("exe B", True)
     assert cached("program B", "unused") == ("exe B", False)
@@ -213,8 +213,8 @@ def test_a_directory_others_may_write_or_own_is_not_trusted(cache_env, monkeypat
     os.chmod(cache_env, 0o755)
     assert disk_cache.untrusted_reason(str(cache_env)) is None
 
-    monkeypatch.setattr(disk_cache, "_uid", lambda: os.stat(cache_env).st_uid + 1)
-    monkeypatch.setattr(disk_cache, "_warned", set())
+    monkeypatch.setattr(cache_directory, "_uid", lambda: os.stat(cache_env).st_uid + 1)
+    monkeypatch.setattr(cache_directory, "_warned", set())
     with pytest.warns(RuntimeWarning, match=r"owned by user id \d+, not by this user"):
         assert cached("program", "fresh") == ("fresh", True)
 
@@ -230,7 +230,7 @@ def home(tmp_path, monkeypatch):
     monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     monkeypatch.setenv("LOCALAPPDATA", str(tmp_path / "home" / "AppData" / "Local"))
-    monkeypatch.setattr(disk_cache, "_warned", set())
+    monkeypatch.setattr(cache_directory, "_warned", set())
     return tmp_path / "home"
 
 
@@ -277,7 +277,7 @@ def test_max_bytes(monkeypatch, text, expected):
 
 
 def test_an_unreadable_max_bytes_warns_and_uses_the_default(monkeypatch):
-    monkeypatch.setattr(disk_cache, "_warned", set())
+    monkeypatch.setattr(cache_directory, "_warned", set())
     monkeypatch.setenv(disk_cache.MAX_BYTES_ENV, "lots")
     with pytest.warns(RuntimeWarning, match="KAUN_IR_CACHE_MAX_BYTES"):
         assert disk_cache.max_bytes() == 1 << 30
@@ -307,10 +307,10 @@ def test_the_key_holds_the_host_cpu_and_registered_parts(monkeypatch):
     identity = disk_cache.host_identity()
     assert identity.split("/")[1] == __import__("platform").machine()
     base = disk_cache.key("module", [], b"")
-    monkeypatch.setattr(disk_cache, "_HOST", ["Linux/x86_64/another CPU/0123"])
+    monkeypatch.setattr(cache_key, "_HOST", ["Linux/x86_64/another CPU/0123"])
     assert disk_cache.key("module", [], b"") != base
-    monkeypatch.setattr(disk_cache, "_HOST", [identity])
-    monkeypatch.setattr(disk_cache, "_KEY_PARTS", {})
+    monkeypatch.setattr(cache_key, "_HOST", [identity])
+    monkeypatch.setattr(cache_key, "_KEY_PARTS", {})
     assert disk_cache.key("module", [], b"") == base
     disk_cache.register_key_part("custom-calls", b"library binary")
     with_lib = disk_cache.key("module", [], b"")
@@ -318,7 +318,7 @@ def test_the_key_holds_the_host_cpu_and_registered_parts(monkeypatch):
     disk_cache.register_key_part("custom-calls", b"rebuilt library")
     assert disk_cache.key("module", [], b"") not in (base, with_lib)
     monkeypatch.setenv("TF_XLA_FLAGS", "--tf_xla_some_flag")
-    monkeypatch.setattr(disk_cache, "_KEY_PARTS", {})
+    monkeypatch.setattr(cache_key, "_KEY_PARTS", {})
     assert disk_cache.key("module", [], b"") != base
 
 

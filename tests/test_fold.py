@@ -107,6 +107,47 @@ FLOAT_EDGES = [
 INT_EDGES = [0, 1, -1, 2, -7, 31, 32, 33, 64, np.iinfo(np.int32).min, np.iinfo(np.int32).max]
 
 
+def _compare_cases(dt, vals, pairs):
+    for direction in ("EQ", "NE", "LT", "LE", "GT", "GE"):
+        yield pairs, {"direction": direction}
+
+
+def _convert_cases(dt, vals, pairs):
+    for dst in (F32, F64, np.float16, dtypes.bfloat16, I32, np.uint32, np.int8, BOOL):
+        yield (vals,), {"dtype": np.dtype(dst)}
+
+
+def _bitcast_convert_cases(dt, vals, pairs):
+    if dt is not BOOL:
+        yield (vals,), {"dtype": np.dtype(f"u{np.dtype(dt).itemsize}")}
+
+
+def _reduce_precision_cases(dt, vals, pairs):
+    if np.dtype(dt).kind == "f":
+        for e, m in ((5, 10), (8, 7), (4, 3), (2, 0)):
+            yield (vals,), {"exponent_bits": e, "mantissa_bits": m}
+
+
+def _select_cases(dt, vals, pairs):
+    yield (np.arange(len(vals) ** 2) % 3 == 0,) + pairs, {}
+
+
+def _clamp_cases(dt, vals, pairs):
+    for lo, hi in ((vals[0], vals[1]), (vals[1], vals[0]), (vals[2 % len(vals)], vals[3 % len(vals)])):
+        yield (np.asarray(lo), vals, np.asarray(hi)), {}
+
+
+# ops whose operands or attributes need cases of their own
+_SPECIAL_CASES = {
+    "compare": _compare_cases,
+    "convert": _convert_cases,
+    "bitcast_convert": _bitcast_convert_cases,
+    "reduce_precision": _reduce_precision_cases,
+    "select": _select_cases,
+    "clamp": _clamp_cases,
+}
+
+
 def edge_cases(op):
     """Operands built from edge values (every pair, for binary ops) in each dtype the op takes."""
     opdef = TABLE[op]
@@ -115,40 +156,19 @@ def edge_cases(op):
         with np.errstate(all="ignore"):
             vals = base.astype(dt)
         pairs = (np.repeat(vals, len(vals)), np.tile(vals, len(vals)))
+        if op in _SPECIAL_CASES:
+            yield from _SPECIAL_CASES[op](dt, vals, pairs)
+            continue
         t = TensorType(dt, (len(vals),))
         t2 = TensorType(dt, (len(vals) ** 2,))
-        if op == "compare":
-            for direction in ("EQ", "NE", "LT", "LE", "GT", "GE"):
-                yield pairs, {"direction": direction}
-        elif op == "convert":
-            for dst in (F32, F64, np.float16, dtypes.bfloat16, I32, np.uint32, np.int8, BOOL):
-                yield (vals,), {"dtype": np.dtype(dst)}
-        elif op == "bitcast_convert":
-            if dt is not BOOL:
-                yield (vals,), {"dtype": np.dtype(f"u{np.dtype(dt).itemsize}")}
-        elif op == "reduce_precision":
-            if np.dtype(dt).kind == "f":
-                for e, m in ((5, 10), (8, 7), (4, 3), (2, 0)):
-                    yield (vals,), {"exponent_bits": e, "mantissa_bits": m}
-        elif op == "select":
-            yield (np.arange(len(vals) ** 2) % 3 == 0,) + pairs, {}
-        elif op == "clamp":
-            for lo, hi in (
-                (vals[0], vals[1]),
-                (vals[1], vals[0]),
-                (vals[2 % len(vals)], vals[3 % len(vals)]),
-            ):
-                yield (np.asarray(lo), vals, np.asarray(hi)), {}
-        else:
-            operands = (vals,) if opdef.arity == 1 else pairs
-            try:
-                opdef.infer_types([t] if opdef.arity == 1 else [t2, t2], {})
-            except (TypeError, ValueError):
-                continue
-            yield operands, {}
-            if op == "power" and np.dtype(dt).kind in "iu":  # exponents the guard accepts
-                with np.errstate(all="ignore"):
-                    yield (pairs[0], np.abs(pairs[1]) % 64), {}
+        try:
+            opdef.infer_types([t] if opdef.arity == 1 else [t2, t2], {})
+        except (TypeError, ValueError):
+            continue
+        yield ((vals,) if opdef.arity == 1 else pairs), {}
+        if op == "power" and np.dtype(dt).kind in "iu":  # exponents the guard accepts
+            with np.errstate(all="ignore"):
+                yield (pairs[0], np.abs(pairs[1]) % 64), {}
 
 
 @pytest.mark.parametrize("op", sorted(ELEMENTWISE))

@@ -14,7 +14,7 @@ import kaun_ir as kn
 from kaun_ir import passes
 from kaun_ir.ir import serialize
 from kaun_ir.ir.core import Node
-from kaun_ir.runtime import disk_cache, gc_pause, graph_cache
+from kaun_ir.runtime import cache_key, disk_cache, gc_pause, graph_cache
 
 
 def _model(w, x):
@@ -210,8 +210,8 @@ def test_gc_pause_nests_restores_and_respects_a_disabled_collector():
 def test_the_key_holds_the_host_cpu_and_registered_parts(monkeypatch):
     traced = kn.trace(_model, W, X)
     base = graph_cache.key(traced, "cse,dce")
-    monkeypatch.setattr(disk_cache, "_HOST", ["Linux/aarch64/another CPU/0123"])
+    monkeypatch.setattr(cache_key, "_HOST", ["Linux/aarch64/another CPU/0123"])
     assert graph_cache.key(traced, "cse,dce") != base
     monkeypatch.undo()
-    monkeypatch.setattr(disk_cache, "_KEY_PARTS", {"custom-calls": "0123abcd"})
+    monkeypatch.setattr(cache_key, "_KEY_PARTS", {"custom-calls": "0123abcd"})
     assert graph_cache.key(traced, "cse,dce") != base

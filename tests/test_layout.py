@@ -440,7 +440,8 @@ def test_flatten_transpose_moves_onto_the_dense_weight(net):
 def test_flatten_rules_against_numpy(perm):
     """The three shapes the rules rewrite, for several permutations, against NumPy float64:
     a dot contracting the flattened axis, one keeping it free, and the mirror image."""
-    from kaun_ir.passes.layout_rules import FLATTEN, run_to_fixpoint  # noqa: PLC0415 - phase 2 table
+    from kaun_ir.passes.layout_flatten import FLATTEN  # noqa: PLC0415 - phase 2 table
+    from kaun_ir.passes.layout_rules import run_to_fixpoint  # noqa: PLC0415 - its driver
 
     rng = np.random.default_rng(5)
     x = rng.standard_normal((16, 3, 4, 5))

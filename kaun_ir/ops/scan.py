@@ -152,25 +152,28 @@ def _scan_emit(em, node, *operands):
     c_types, h_types, x_types = split_operands(in_types, num_consts, num_carry)
     y_types = list(node.types[num_carry:])
     start = 1 if length and y_types and len(node.regions[0].nodes) <= _PEEL_MAX_OPS else 0
-    if start:
-        # the first iteration runs before the loop, and each stacked output starts as its
-        # first step's value broadcast along the steps (every other row is written again by
-        # the loop): XLA fills each buffer once, where zero-filled ones share one constant that
-        # every loop buffer copies, and the step's temporary memory shrinks
-        index = _constant(em, length - 1 if reverse else 0, dtypes.int32)
-        carry, firsts = _emit_step(em, node, index, consts, carry, xs, None)
-        ys = [
-            em.op(
-                "stablehlo.broadcast_in_dim",
-                [y],
-                [TensorType(t.dtype, t.shape[1:])],
-                [t],
-                {"broadcast_dimensions": i64_array(range(1, t.ndim))},
-            )[0]
-            for y, t in zip(firsts, y_types)
-        ]
-    else:
-        ys = [
+    carry, ys = _initial_outputs(em, node, start, consts, carry, xs, y_types)
+    trips = (length - start) // unroll
+    sizes = (len(c_types), len(h_types), len(x_types))
+    state = [_constant(em, start, dtypes.int32), *consts, *carry, *xs, *ys]
+    if trips:
+        state_types = [_I32] + c_types + h_types + x_types + y_types
+        state = _emit_loop(em, node, state, state_types, sizes, start, trips, unroll)
+    _, c, h, x, y = _unpack(list(state), sizes)
+    for t in range(start + trips * unroll, length):  # left over by unrolling, straight-line
+        index = _constant(em, length - 1 - t if reverse else t, dtypes.int32)
+        h, y = _emit_step(em, node, index, c, h, x, y)
+    return list(h) + list(y)
+
+
+def _initial_outputs(em, node, start, consts, carry, xs, y_types):
+    """``(carry, ys)`` before the loop: with ``start == 1`` the first iteration runs here, and each
+    stacked output starts as its first step's value broadcast along the steps (every other row
+    is written again by the loop): XLA fills each buffer once, where zero-filled ones share one
+    constant that every loop buffer copies, and the step's temporary memory shrinks. Otherwise
+    the stacked outputs start as zeros."""
+    if not start:
+        zeros = [
             em.op(
                 "stablehlo.constant",
                 [],
@@ -180,57 +183,68 @@ def _scan_emit(em, node, *operands):
             )[0]
             for t in y_types
         ]
-    trips = (length - start) // unroll
-    state_types = [_I32] + c_types + h_types + x_types + y_types
-    counter0 = _constant(em, start, dtypes.int32)
-    state = [counter0, *consts, *carry, *xs, *ys]
-    n_c, n_h, n_x = len(c_types), len(h_types), len(x_types)
+        return carry, zeros
+    length, reverse = node.attr("length"), node.attr("reverse")
+    index = _constant(em, length - 1 if reverse else 0, dtypes.int32)
+    carry, firsts = _emit_step(em, node, index, consts, carry, xs, None)
+    ys = [
+        em.op(
+            "stablehlo.broadcast_in_dim",
+            [y],
+            [TensorType(t.dtype, t.shape[1:])],
+            [t],
+            {"broadcast_dimensions": i64_array(range(1, t.ndim))},
+        )[0]
+        for y, t in zip(firsts, y_types)
+    ]
+    return carry, ys
 
-    def unpack(values):
-        i = values[0]
-        rest = values[1:]
-        return (
-            i,
-            rest[:n_c],
-            rest[n_c : n_c + n_h],
-            rest[n_c + n_h : n_c + n_h + n_x],
-            rest[n_c + n_h + n_x :],
+
+def _unpack(values, sizes):
+    """The loop state ``[i, consts, carry, xs, ys]`` as its five groups (``sizes``: how many
+    consts, carries and xs)."""
+    n_c, n_h, n_x = sizes
+    rest = values[1:]
+    return (
+        values[0],
+        rest[:n_c],
+        rest[n_c : n_c + n_h],
+        rest[n_c + n_h : n_c + n_h + n_x],
+        rest[n_c + n_h + n_x :],
+    )
+
+
+def _emit_loop(em, node, state, state_types, sizes, start, trips, unroll):
+    """The ``stablehlo.while`` that runs ``trips`` times ``unroll`` steps from step ``start``."""
+    length, reverse = node.attr("length"), node.attr("reverse")
+
+    def cond(inner, args):
+        bound = _constant(inner, start + trips * unroll, dtypes.int32)
+        return inner.op(
+            "stablehlo.compare",
+            [args[0], bound],
+            [_I32, _I32],
+            [TensorType(dtypes.bool_, ())],
+            {
+                "comparison_direction": "#stablehlo<comparison_direction LT>",
+                "compare_type": "#stablehlo<comparison_type SIGNED>",
+            },
         )
 
-    if trips:
+    def body(inner, args):
+        i, c, h, x, y = _unpack(args, sizes)
+        for k in range(unroll):
+            index = _step_index(inner, i, k, length, reverse)
+            h, y = _emit_step(inner, node, index, c, h, x, y)
+        step = _constant(inner, unroll, dtypes.int32)
+        i = inner.op("stablehlo.add", [i, step], [_I32, _I32], [_I32])[0]
+        return [i, *c, *h, *x, *y]
 
-        def cond(inner, args):
-            bound = _constant(inner, start + trips * unroll, dtypes.int32)
-            return inner.op(
-                "stablehlo.compare",
-                [args[0], bound],
-                [_I32, _I32],
-                [TensorType(dtypes.bool_, ())],
-                {
-                    "comparison_direction": "#stablehlo<comparison_direction LT>",
-                    "compare_type": "#stablehlo<comparison_type SIGNED>",
-                },
-            )
-
-        def body(inner, args):
-            i, c, h, x, y = unpack(args)
-            for k in range(unroll):
-                index = _step_index(inner, i, k, length, reverse)
-                h, y = _emit_step(inner, node, index, c, h, x, y)
-            step = _constant(inner, unroll, dtypes.int32)
-            i = inner.op("stablehlo.add", [i, step], [_I32, _I32], [_I32])[0]
-            return [i, *c, *h, *x, *y]
-
-        regions = [
-            em.region(state_types, cond, [TensorType(dtypes.bool_, ())]),
-            em.region(state_types, body, state_types),
-        ]
-        state = em.op("stablehlo.while", state, state_types, state_types, None, regions)
-    _, c, h, x, y = unpack(list(state))
-    for t in range(start + trips * unroll, length):  # left over by unrolling, straight-line
-        index = _constant(em, length - 1 - t if reverse else t, dtypes.int32)
-        h, y = _emit_step(em, node, index, c, h, x, y)
-    return list(h) + list(y)
+    regions = [
+        em.region(state_types, cond, [TensorType(dtypes.bool_, ())]),
+        em.region(state_types, body, state_types),
+    ]
+    return em.op("stablehlo.while", state, state_types, state_types, None, regions)
 
 
 def _scan_samples(rng):

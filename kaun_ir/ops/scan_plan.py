@@ -9,25 +9,33 @@ The body ``(consts, carry, x) -> (carry', y)`` is differentiated once, as a grap
 - *varying* forward nodes, which depend on the carry or on ``x`` (a new value every iteration);
 - *invariant* forward nodes, which depend on the consts only.
 
-The plan is made in named steps: find the differentiated positions (:func:`_positions`), sort
-the gradient graph's values into the groups (:func:`_groups`), walk back from the cotangents
-to select the backward body and its residuals (:class:`_Selection`), split each const's
-cotangent into loop and hoisted terms (:func:`_split_const_cotangents`), let cheap residuals
-be recomputed (:meth:`_Selection.recompute_cheap`), and build the backward body
-(:func:`_backward_body`).
+The plan is made in named steps: find the differentiated positions
+(:func:`~kaun_ir.ops.scan_residuals.positions`), sort the gradient graph's values into the groups
+(:func:`~kaun_ir.ops.scan_residuals.groups`), walk back from the cotangents to select the
+backward body and its residuals (:class:`~kaun_ir.ops.scan_residuals.Selection`), split each
+const's cotangent into loop and hoisted terms (:func:`_split_const_cotangents`), let cheap
+residuals be recomputed (:meth:`~kaun_ir.ops.scan_residuals.Selection.recompute_cheap`), and
+build the backward body (:func:`_backward_body`). The residual steps are in
+``scan_residuals``; the hoisting of const cotangents and the backward body are here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kaun_ir import dtypes
 from kaun_ir.ir import optable
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.clone import with_inputs
 from kaun_ir.ir.core import Graph, TensorType, Value
 from kaun_ir.ops.rules import gradient_graph
+from kaun_ir.ops.scan_residuals import (
+    Positions,
+    Selection,
+    groups,
+    positions,
+    shifted_carries,
+    stacked_anyway,
+)
 
 
 @dataclass
@@ -74,163 +82,6 @@ def _size(t: TensorType) -> int:
     return n
 
 
-#: how many ops (declared "cheap": element-wise work and the broadcasts of its operands) the
-#: backward body may recompute for one residual instead of loading it
-_CHEAP_NODES = 8
-
-
-def _cheap(op: str) -> bool:
-    """Whether the backward body may recompute ``op`` instead of loading a saved residual."""
-    opdef = optable.table().get(op)
-    return opdef is not None and opdef.has("cheap")
-
-
-def _recomputable(
-    grad: Graph, residual_ids: set, varying_ids: set, pinned: set, carry_idx: set, free: set = frozenset()
-) -> set:
-    """Ids of the residuals (and the varying values between them) that the backward body
-    recomputes with a few element-wise ops from the residuals it keeps or the ``free`` values
-    (stacked anyway: see :func:`_stacked_anyway`): ``1 - sigmoid(z)``, ``tanh(c)`` from the
-    gates and the carried ``c``, an RNN's ``1 - h * h`` from its ``h``. Later residuals go
-    first, so values derived from others are dropped in favour of their sources."""
-    kept = set(residual_ids) | set(free)
-    recompute: set[int] = set()
-
-    def chain(value: Value, found: list, budget: list) -> bool:
-        if id(value) in kept or id(value) in recompute:
-            return True
-        if value.node is None:
-            return value.index not in carry_idx  # a const or an x slice; a carry not kept is not
-        if id(value) not in varying_ids:
-            return True  # loop-invariant: the backward body recomputes those anyway
-        if not _cheap(value.node.op) or budget[0] == 0:
-            return False
-        budget[0] -= 1
-        found.append(id(value))
-        return all(chain(v, found, budget) for v in value.node.inputs)
-
-    for node in reversed(grad.nodes):
-        for out in node.outputs:
-            if id(out) not in residual_ids or id(out) in pinned or not _cheap(node.op):
-                continue
-            kept.discard(id(out))
-            found: list[int] = []
-            budget = [_CHEAP_NODES]
-            if all(chain(v, found, budget) for v in node.inputs):
-                recompute.add(id(out))
-                recompute.update(found)
-            else:
-                kept.add(id(out))
-    return recompute
-
-
-def _is_float(t: TensorType) -> bool:
-    return dtypes.is_float(t.dtype)
-
-
-@dataclass
-class _Positions:
-    """Where the body's operands and results sit, and which of them are differentiated (all as
-    positions among the body's inputs, or its outputs for ``float_ys``)."""
-
-    n_in: int
-    n_out: int
-    consts: range
-    carry: range
-    xs: range
-    float_carry: list[int]
-    diff_consts: list[int]
-    diff_xs: list[int]
-    float_ys: list[int]
-
-
-def _positions(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -> _Positions:
-    """Step 1: the body's operand groups, and which operands and results carry gradients."""
-    n_in, n_out = len(body.inputs), len(body.outputs)
-    types = body.input_types
-    consts = range(num_consts)
-    carry = range(num_consts, num_consts + num_carry)
-    xs = range(num_consts + num_carry, n_in)
-    return _Positions(
-        n_in=n_in,
-        n_out=n_out,
-        consts=consts,
-        carry=carry,
-        xs=xs,
-        float_carry=[i for i in carry if _is_float(types[i])],
-        diff_consts=[i for i in consts if wrt[i] and _is_float(types[i])],
-        diff_xs=[i for i in xs if wrt[i] and _is_float(types[i])],
-        float_ys=[k for k in range(num_carry, n_out) if _is_float(body.outputs[k].type)],
-    )
-
-
-def _groups(grad: Graph, pos: _Positions) -> tuple[set[int], set[int]]:
-    """Step 2: the ids of the *backward* values (they read a cotangent) and of the *varying*
-    forward values (they depend on the carry or on ``x``); every other value is invariant."""
-    backward_ids = {id(v) for v in grad.inputs[pos.n_in :]}
-    varying_ids = {id(grad.inputs[i]) for i in list(pos.carry) + list(pos.xs)}
-    for node in grad.nodes:
-        ins = [id(v) for v in node.inputs]
-        if any(i in backward_ids for i in ins):
-            backward_ids.update(id(o) for o in node.outputs)
-        elif any(i in varying_ids for i in ins):
-            varying_ids.update(id(o) for o in node.outputs)
-    return backward_ids, varying_ids
-
-
-@dataclass
-class _Selection:
-    """Step 3: what the backward body computes (``nodes``) and what the forward scan must hand
-    it (``residuals``: varying values and carries it reads), grown by walking back from the
-    values the backward body needs. Varying values in ``recompute`` are computed again instead
-    of saved."""
-
-    varying_ids: set[int]
-    carry: range
-    nodes: set[int] = field(default_factory=set)
-    residuals: set[int] = field(default_factory=set)
-    recompute: set[int] = field(default_factory=set)
-    _seen: set[int] = field(default_factory=set)
-    _roots: list[Value] = field(default_factory=list)
-
-    def walk(self, values: Iterable[Value]) -> None:
-        """Select what computing ``values`` in the backward body takes."""
-        stack: list[Value] = list(values)
-        self._roots.extend(stack)
-        while stack:
-            value = stack.pop()
-            if id(value) in self._seen:
-                continue
-            self._seen.add(id(value))
-            if value.node is None:
-                if value.index in self.carry:
-                    self.residuals.add(id(value))
-                continue
-            if id(value) in self.varying_ids and id(value) not in self.recompute:
-                self.residuals.add(id(value))
-                continue
-            if id(value.node) not in self.nodes:
-                self.nodes.add(id(value.node))
-                stack.extend(value.node.inputs)
-
-    def recompute_cheap(self, grad: Graph, pinned: set[int], free: set[int] = frozenset()) -> None:
-        """Step 5: drop the residuals a few cheap ops recompute from the others (``pinned`` ones
-        stay: hoisted terms read them stacked), and select again with their nodes."""
-        recompute = _recomputable(grad, self.residuals, self.varying_ids, pinned, set(self.carry), free)
-        if not recompute:
-            return
-        self.recompute.update(recompute)
-        roots = self._roots
-        self.nodes, self.residuals, self._seen, self._roots = set(), set(), set(), []
-        self.walk(roots)
-
-    def residual_values(self, grad: Graph) -> list[Value]:
-        """The residuals in a fixed order: the carried values first, then by node."""
-        residuals = [grad.inputs[i] for i in self.carry if id(grad.inputs[i]) in self.residuals]
-        residuals += [o for node in grad.nodes for o in node.outputs if id(o) in self.residuals]
-        return residuals
-
-
 @dataclass
 class _ConstCotangents:
     """Step 4: each differentiated const's cotangent as terms summed in the loop
@@ -265,7 +116,7 @@ class _ConstCotangents:
 
 
 def _split_const_cotangents(
-    grad: Graph, pos: _Positions, backward_ids: set[int], selection: _Selection
+    grad: Graph, pos: Positions, backward_ids: set[int], selection: Selection
 ) -> _ConstCotangents:
     """Step 4: hoist the ``dot_general`` and ``sum`` terms of the consts' cotangents whose
     operands are stacked anyway (or would newly stack no more than the term's size); the rest
@@ -314,8 +165,8 @@ def _split_const_cotangents(
 def _backward_body(
     body: Graph,
     grad: Graph,
-    pos: _Positions,
-    selection: _Selection,
+    pos: Positions,
+    selection: Selection,
     residuals: list[Value],
     split: _ConstCotangents,
     loop_consts: list[int],
@@ -359,20 +210,20 @@ def _backward_body(
 
 def plan_body(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...]) -> Plan:
     """How to differentiate the scan ``body`` with respect to the operands flagged in ``wrt``."""
-    pos = _positions(body, num_consts, num_carry, wrt)
+    pos = positions(body, num_consts, num_carry, wrt)
     of = [k - num_consts for k in pos.float_carry] + pos.float_ys
     grad = gradient_graph(
         body, wrt=pos.diff_consts + pos.float_carry + pos.diff_xs, of=of, seed_inputs=True, keep_outputs=True
     )
-    backward_ids, varying_ids = _groups(grad, pos)
-    selection = _Selection(varying_ids, pos.carry)
+    backward_ids, varying_ids = groups(grad, pos)
+    selection = Selection(varying_ids, pos.carry)
     # walk back from the carry's and the xs' cotangents first, then from the consts' terms
     selection.walk(grad.outputs[pos.n_out + len(pos.diff_consts) :])
     split = _split_const_cotangents(grad, pos, backward_ids, selection)
-    selection.recompute_cheap(grad, split.pinned(), _stacked_anyway(grad, pos))
+    selection.recompute_cheap(grad, split.pinned(), stacked_anyway(grad, pos))
     residuals = selection.residual_values(grad)
     loop_consts = [k for k in pos.diff_consts if k in split.loop_terms]
-    shifted = _shifted_carries(grad, pos, residuals)
+    shifted = shifted_carries(grad, pos, residuals)
     saved = [r for j, r in enumerate(residuals) if j not in shifted]
     forward = Graph.from_outputs(
         grad.inputs[: pos.n_in], list(grad.outputs[: pos.n_out]) + saved, name="body"
@@ -389,34 +240,3 @@ def plan_body(body: Graph, num_consts: int, num_carry: int, wrt: tuple[bool, ...
         split.resolved(residuals),
         shifted,
     )
-
-
-def _stacked_anyway(grad: Graph, pos: _Positions) -> set[int]:
-    """Ids of the varying values the forward scan stacks anyway: its ``y`` outputs, and each carry
-    entering an iteration whose new value is a ``y`` (see :func:`_shifted_carries`)."""
-    n_carry = len(pos.carry)
-    ys = {id(grad.outputs[y]) for y in range(n_carry, pos.n_out)}
-    entering = {id(grad.inputs[i]) for i in pos.carry if id(grad.outputs[i - pos.carry.start]) in ys}
-    return ys | entering
-
-
-def _shifted_carries(
-    grad: Graph, pos: _Positions, residuals: list[Value]
-) -> dict[int, tuple[int | None, int]]:
-    """The residuals the forward scan need not stack because a ``y`` stack holds them already:
-    a value the body returns as a ``y`` (an Elman RNN's ``h``, whose ``tanh`` derivative reads
-    it), and a carry as it enters an iteration when the body returns the carry's new value as a
-    ``y`` too (an RNN's ``h``, read by the weight gradient ``h_{t-1}^T @ dpre_t``): the stack of
-    the entering carry is that y's stack moved by one iteration, the initial carry first. Maps
-    residual index -> (carry position or None for the y itself, y position)."""
-    n_carry = len(pos.carry)
-    ys = {id(grad.outputs[y]): y - n_carry for y in range(pos.n_out - 1, n_carry - 1, -1)}
-    found: dict[int, tuple[int | None, int]] = {}
-    for j, r in enumerate(residuals):
-        if id(r) in ys:
-            found[j] = (None, ys[id(r)])
-        elif r.node is None and r.index in pos.carry:
-            k = r.index - pos.carry.start
-            if id(grad.outputs[k]) in ys:
-                found[j] = (k, ys[id(grad.outputs[k])])
-    return found

@@ -45,44 +45,20 @@ def getitem(x, index):
     if any(_is_advanced(i) for i in index):
         return advanced_getitem(x, index)
     shape = shape_of(x)
-    n_real = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
-    if n_real > len(shape):
-        raise IndexError(f"too many indices ({n_real}) for a tensor of rank {len(shape)}")
-    if builtins.sum(1 for i in index if i is Ellipsis) > 1:
-        raise IndexError("an index can only have a single ellipsis")
-    expanded = []
-    for i in index:
-        if i is Ellipsis:
-            expanded += [slice(None)] * (len(shape) - n_real)
-        else:
-            expanded.append(i)
     starts, limits, strides, flips, out_shape = [], [], [], [], []
     axis = 0
-    for item in expanded:
+    for item in _expand_ellipsis(index, len(shape)):
         if item is None:
             out_shape.append(1)
             continue
         if axis >= len(shape):
             break
-        size = shape[axis]
-        if isinstance(item, (int, np.integer)):
-            pos = int(item)
-            if not -size <= pos < size:
-                raise IndexError(f"index {pos} is out of bounds for axis {axis} with size {size}")
-            pos %= size
-            starts.append(pos), limits.append(pos + 1), strides.append(1)
-        elif isinstance(item, slice):
-            positions = range(*item.indices(size))
-            if len(positions) == 0:
-                starts.append(0), limits.append(0), strides.append(1)
-            elif positions.step > 0:
-                starts.append(positions[0]), limits.append(positions[-1] + 1), strides.append(positions.step)
-            else:
-                starts.append(positions[-1]), limits.append(positions[0] + 1), strides.append(-positions.step)
-                flips.append(axis)
-            out_shape.append(len(positions))
-        else:
-            raise IndexError(f"unsupported index {item!r} (use ints, slices, None, ..., or integer arrays)")
+        start, limit, stride, flipped, length = _basic_window(item, shape[axis], axis)
+        starts.append(start), limits.append(limit), strides.append(stride)
+        if flipped:
+            flips.append(axis)
+        if length is not None:
+            out_shape.append(length)
         axis += 1
     while axis < len(shape):
         starts.append(0), limits.append(shape[axis]), strides.append(1)
@@ -96,6 +72,43 @@ def getitem(x, index):
     if flips:
         y = apply("reverse", y, dimensions=tuple(flips))
     return reshape(y, out_shape)
+
+
+def _expand_ellipsis(index: tuple, rank: int) -> list:
+    """``index`` with its ``...`` replaced by full slices; IndexError for too many indices or
+    more than one ellipsis."""
+    n_real = builtins.sum(1 for i in index if i is not None and i is not Ellipsis)
+    if n_real > rank:
+        raise IndexError(f"too many indices ({n_real}) for a tensor of rank {rank}")
+    if builtins.sum(1 for i in index if i is Ellipsis) > 1:
+        raise IndexError("an index can only have a single ellipsis")
+    expanded = []
+    for i in index:
+        if i is Ellipsis:
+            expanded += [slice(None)] * (rank - n_real)
+        else:
+            expanded.append(i)
+    return expanded
+
+
+def _basic_window(item, size: int, axis: int) -> tuple[int, int, int, bool, int | None]:
+    """``(start, limit, stride, reversed, length)`` of an int or slice ``item`` on an axis of
+    ``size``, as the ``slice`` op reads it (a negative step becomes a positive one and a
+    ``reverse``); ``length`` is None for an int (the axis is dropped)."""
+    if isinstance(item, (int, np.integer)):
+        pos = int(item)
+        if not -size <= pos < size:
+            raise IndexError(f"index {pos} is out of bounds for axis {axis} with size {size}")
+        pos %= size
+        return pos, pos + 1, 1, False, None
+    if not isinstance(item, slice):
+        raise IndexError(f"unsupported index {item!r} (use ints, slices, None, ..., or integer arrays)")
+    positions = range(*item.indices(size))
+    if len(positions) == 0:
+        return 0, 0, 1, False, 0
+    if positions.step > 0:
+        return positions[0], positions[-1] + 1, positions.step, False, len(positions)
+    return positions[-1], positions[0] + 1, -positions.step, True, len(positions)
 
 
 # ---------------------------------------------------------------------- advanced indexing

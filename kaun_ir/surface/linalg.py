@@ -183,45 +183,57 @@ def _parse_einsum(subscripts: str, shapes: Sequence[tuple[int, ...]]):
             raise ValueError(f"einsum: invalid character {ch!r} in {subscripts!r}")
     explicit = set(inputs) - set(",.")
     pool = [c for c in string.ascii_uppercase + string.ascii_lowercase if c not in explicit]
-    max_ellipsis = 0
-    parsed = []
-    for term, shape in zip(terms, shapes):
-        if term.count("...") > 1 or term.replace("...", "").count(".") > 0:
-            raise ValueError(f"einsum: malformed term {term!r}")
-        named = len(term.replace("...", ""))
-        if "..." in term:
-            count = len(shape) - named
-            if count < 0:
-                raise ShapeError(
-                    f"einsum: term {term!r} has more letters than its operand's {len(shape)} axes"
-                )
-            max_ellipsis = max(max_ellipsis, count)
-        elif named != len(shape):
-            raise ShapeError(f"einsum: term {term!r} names {named} axes but its operand has {len(shape)}")
-        parsed.append(term)
+    max_ellipsis = max([0] + [_ellipsis_axes(term, shape) for term, shape in zip(terms, shapes)])
     ellipsis = pool[:max_ellipsis]
     letters = []
-    for term, shape in zip(parsed, shapes):
+    for term, shape in zip(terms, shapes):
         if "..." in term:
             head, tail = term.split("...")
             count = len(shape) - len(head) - len(tail)
             letters.append(list(head) + ellipsis[max_ellipsis - count :] + list(tail))
         else:
             letters.append(list(term))
-    if arrow:
-        if output.count("...") > 1 or output.replace("...", "").count(".") > 0:
-            raise ValueError(f"einsum: malformed output {output!r}")
-        head, _, tail = output.partition("...")
-        out = list(head) + (ellipsis if "..." in output else []) + list(tail)
-        if "..." not in output and ellipsis:
-            raise ValueError("einsum: the output must keep '...' when the inputs have it")
-    else:
-        counts = {}
+    out = _output_letters(output if arrow else None, letters, ellipsis)
+    _check_letters(subscripts, output, letters, out)
+    return letters, out, set(ellipsis)
+
+
+def _ellipsis_axes(term: str, shape: tuple[int, ...]) -> int:
+    """How many axes of ``shape`` the ``...`` of ``term`` stands for (0 without one); errors for
+    a malformed term or one whose letters do not fit the operand's axes."""
+    if term.count("...") > 1 or term.replace("...", "").count(".") > 0:
+        raise ValueError(f"einsum: malformed term {term!r}")
+    named = len(term.replace("...", ""))
+    if "..." not in term:
+        if named != len(shape):
+            raise ShapeError(f"einsum: term {term!r} names {named} axes but its operand has {len(shape)}")
+        return 0
+    if len(shape) < named:
+        raise ShapeError(f"einsum: term {term!r} has more letters than its operand's {len(shape)} axes")
+    return len(shape) - named
+
+
+def _output_letters(output: str | None, letters: list[list[str]], ellipsis: list[str]) -> list[str]:
+    """The output's letters: as written after ``->`` (``output``), else NumPy's implicit form
+    (the broadcast axes, then the letters that appear once, sorted)."""
+    if output is None:
+        counts: dict[str, int] = {}
         for term in letters:
             for c in term:
                 if c not in ellipsis:
                     counts[c] = counts.get(c, 0) + 1
-        out = ellipsis + sorted(c for c, n in counts.items() if n == 1)
+        return ellipsis + sorted(c for c, n in counts.items() if n == 1)
+    if output.count("...") > 1 or output.replace("...", "").count(".") > 0:
+        raise ValueError(f"einsum: malformed output {output!r}")
+    if "..." not in output and ellipsis:
+        raise ValueError("einsum: the output must keep '...' when the inputs have it")
+    head, _, tail = output.partition("...")
+    return list(head) + (ellipsis if "..." in output else []) + list(tail)
+
+
+def _check_letters(subscripts: str, output: str, letters: list[list[str]], out: list[str]) -> None:
+    """Errors for an output that repeats a letter or names one no operand has, and for a letter
+    repeated within one operand (a diagonal or trace)."""
     if len(set(out)) != len(out):
         raise ValueError(f"einsum: output {output!r} repeats a letter")
     every = {c for term in letters for c in term}
@@ -234,7 +246,6 @@ def _parse_einsum(subscripts: str, shapes: Sequence[tuple[int, ...]]):
                 f"einsum: a letter repeated within one operand ({subscripts!r}) takes a diagonal or "
                 "trace, which kaun_ir's einsum does not support"
             )
-    return letters, out, set(ellipsis)
 
 
 def _sum_out(x, letters: list[str], keep: set[str]):

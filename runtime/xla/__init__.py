@@ -6,12 +6,14 @@ upgrade touches this folder alone.
   processes of a distributed run, the library versions that cache keys record;
 - :mod:`~kaun_ir.runtime.xla.transfer`: host <-> device copies, DLPack, global arrays laid out
   over a mesh;
-- :mod:`~kaun_ir.runtime.xla.shardings`: jax's sharding objects of kaun_ir's meshes and specs, and
-  the specs XLA chose for a partitioned executable's results;
+- :mod:`~kaun_ir.runtime.xla.shardings`: jax's sharding objects of kaun_ir's meshes and specs,
+  the specs XLA chose for a partitioned executable's results, Shardy's propagated layouts;
 - :mod:`~kaun_ir.runtime.xla.compiler`: compile options, compiling, running executables, their
   HLO and memory / cost statistics;
 - :mod:`~kaun_ir.runtime.xla.mlir`: jaxlib's MLIR bindings: parsing StableHLO, portable
-  artifacts, and the attribute readers the StableHLO importer needs;
+  artifacts, and the attribute readers the StableHLO importer needs; untrusted modules are
+  checked by :mod:`~kaun_ir.runtime.xla.mlir_bytecode` and read first by the helper process of
+  :mod:`~kaun_ir.runtime.xla.mlir_helper`;
 - :mod:`~kaun_ir.runtime.xla.export`: the ``jax.export.Exported`` record;
 - :mod:`~kaun_ir.runtime.xla.profiler`: ``jax.profiler``'s traces (``kn.profile``).
 

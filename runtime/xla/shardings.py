@@ -1,5 +1,6 @@
 """jax's sharding objects for kaun_ir's meshes and partition specs, and the reverse: the spec of
-an array laid out over a mesh, and the specs XLA chose for a partitioned executable's results."""
+an array laid out over a mesh, the specs XLA chose for a partitioned executable's results, and
+the layouts Shardy's sharding propagation gives a partitioned module's values."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from collections.abc import Iterator, Sequence
 import numpy as np
 
 from kaun_ir.runtime.mesh import REPLICATED, Mesh, Spec
+from kaun_ir.runtime.xla.mlir import open_module
 
 # jax's Mesh of each kaun_ir Mesh, built once: a NamedSharding is made per result of every
 # partitioned executable and per argument placed on a mesh. Keyed weakly, so a mesh that is no
@@ -123,3 +125,84 @@ def _candidate_specs(mesh: Mesh, rank: int) -> Iterator[Spec]:
             if spec not in seen:
                 seen.add(spec)
                 yield spec
+
+
+# ----------------------------------------------------------------------- Shardy's propagation
+
+
+def propagated_shardings(text: str, tag: str) -> dict:
+    """Run Shardy's sharding propagation (the pipeline XLA's partitioner starts with) on a
+    partitioned module and read back the layout of every value of its main function.
+
+    Returns ``{"inputs": [...], "outputs": [...], "ops": {location: [...]}}``: one layout per
+    argument, per result and, for every op of the main function's body whose location starts
+    with ``tag``, per op result (the last op of a location wins). A layout is a tuple of mesh-axis
+    tuples, one per dimension, or None where Shardy left it open or it is not one the textual
+    IR writes (a sub-axis). Raises ``ValueError`` when the module does not parse or propagation
+    fails."""
+    from jaxlib.mlir import ir, passmanager  # noqa: PLC0415 - jaxlib loads only when a program compiles
+
+    with open_module(text) as module:
+        try:
+            passmanager.PassManager.parse("builtin.module(sdy-propagation-pipeline)").run(module.operation)
+        except Exception as err:  # MLIRError: diagnostics in the message
+            raise ValueError(f"Shardy's sharding propagation failed: {err}") from None
+        main = next(
+            op
+            for op in module.body.operations
+            if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == "main"
+        )
+        out = {
+            "inputs": _attr_layouts(main, "arg_attrs"),
+            "outputs": _attr_layouts(main, "res_attrs"),
+            "ops": {},
+        }
+        for op in main.regions[0].blocks[0].operations:
+            location = str(op.location)
+            start = location.find(tag)
+            if start < 0:
+                continue
+            end = start + len(tag)
+            while end < len(location) and location[end].isdigit():
+                end += 1
+            layouts = [None] * len(op.results)
+            if "sdy.sharding" in op.attributes:
+                layouts = _layouts(str(op.attributes["sdy.sharding"]))
+            elif op.operation.name in ("sdy.sharding_constraint", "sdy.reshard"):  # layout: the attribute
+                layouts = _layouts(str(op.attributes["sharding"]))
+            out["ops"][location[start:end]] = layouts
+        return out
+
+
+def _attr_layouts(func, name: str) -> list:
+    """The ``sdy.sharding`` layout of each argument / result of ``func`` (None: none)."""
+    from jaxlib.mlir import ir  # noqa: PLC0415 - jaxlib loads only when a program compiles
+
+    if name not in func.attributes:
+        return []
+    found = []
+    for entry in ir.ArrayAttr(func.attributes[name]):
+        entry = ir.DictAttr(entry)
+        found.append(_layouts(str(entry["sdy.sharding"]))[0] if "sdy.sharding" in entry else None)
+    return found
+
+
+def _layouts(text: str) -> list:
+    """The layouts in the text of a ``#sdy.sharding`` or ``#sdy.sharding_per_value`` attribute."""
+    import re  # noqa: PLC0415 - only the partitioned stage reads Shardy attributes
+
+    layouts = []
+    # each layout follows its mesh: a symbol (@mesh) or an inline mesh<["data"=2, ...]>
+    for head in re.finditer(r"(?:@[\w.$-]+|mesh<\[[^\]]*\]>)\s*,\s*\[", text):
+        open_ = head.end() - 1
+        close = text.index("]", open_)
+        dims = []
+        for body in text[open_ + 1 : close].split("}")[:-1]:
+            body = body[body.index("{") + 1 :]
+            names = [n.strip() for n in body.split(",") if n.strip() and n.strip() != "?"]
+            if any(not (n.startswith('"') and n.endswith('"')) for n in names):
+                dims = None  # a sub-axis ("x":(1)2): no textual-IR form
+                break
+            dims.append(tuple(n.strip('"') for n in names))
+        layouts.append(None if dims is None else tuple(dims))
+    return layouts

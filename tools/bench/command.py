@@ -102,6 +102,15 @@ def add_parser(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_workload_options(parser)
+    _add_measurement_options(parser)
+    # tiny sizes of every workload, for the tests (not a benchmark)
+    parser.add_argument("--small", action="store_true", help=argparse.SUPPRESS)
+    parser.set_defaults(run=run)
+
+
+def _add_workload_options(parser) -> None:
+    """What runs: the workloads, how many steps and rounds, and the extra kaun_ir rows."""
     parser.add_argument(
         "-w",
         "--workload",
@@ -129,12 +138,6 @@ def add_parser(sub) -> None:
         + ")",
     )
     parser.add_argument(
-        "--memory",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="measure peak memory (and first step) in a fresh child process per implementation (default: on)",
-    )
-    parser.add_argument(
         "--variant",
         action="append",
         default=None,
@@ -143,6 +146,16 @@ def add_parser(sub) -> None:
         "rematerialisation (train.make(remat=...)), the closure form of the loss (closure), "
         "the transformers' blocks rolled into a loop (roll: layer.sequential(roll=True)) or the "
         "loop as a user writes it over jax.Array batches (user, user-closure); repeatable",
+    )
+
+
+def _add_measurement_options(parser) -> None:
+    """What is measured besides the steps' speed, and how the results are printed."""
+    parser.add_argument(
+        "--memory",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="measure peak memory (and first step) in a fresh child process per implementation (default: on)",
     )
     parser.add_argument(
         "--matmul",
@@ -176,9 +189,6 @@ def add_parser(sub) -> None:
         metavar="N,N,..",
         help="with --compile: also the transformer at these depths (default: %(default)s; '' for none)",
     )
-    # tiny sizes of every workload, for the tests (not a benchmark)
-    parser.add_argument("--small", action="store_true", help=argparse.SUPPRESS)
-    parser.set_defaults(run=run)
 
 
 def parse_workloads(values: list[str] | None) -> list[str]:
