@@ -5,6 +5,8 @@ Dtypes are NumPy / ml_dtypes ``np.dtype`` objects; ``kn.float32`` etc. re-export
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import ml_dtypes
 import numpy as np
 
@@ -124,6 +126,30 @@ def result_type(*dtypes) -> np.dtype:
         if _rank(dt) > _rank(best):
             best = dt
     return best
+
+
+def is_weak(x) -> bool:
+    """Whether ``x`` is a Python scalar (bool, int, float): *weakly* typed, its dtype adapts to
+    the arrays it meets. NumPy scalars (``np.float16(1)``) have a dtype of their own."""
+    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
+
+
+def weak_result_type(strong: Sequence, weak: Sequence) -> np.dtype:
+    """The dtype a NumPy-style operation brings its operands to: ``strong`` are the dtypes of its
+    arrays, ``weak`` its Python scalars (see :func:`is_weak`).
+
+    The arrays decide (:func:`result_type`) and a scalar only lifts the kind: a float next to
+    integers or bools gives float32, an int next to bools int32 (``x_f16 * 2.0`` stays float16,
+    ``x_i8 + 1`` stays int8). Scalars alone promote by their default dtypes.
+    """
+    if not strong:
+        return result_type(*[dtype_of_scalar(w) for w in weak])
+    dtype = result_type(*strong)
+    if any(isinstance(w, float) for w in weak) and not is_float(dtype):
+        return float32
+    if any(isinstance(w, int) and not isinstance(w, bool) for w in weak) and is_bool(dtype):
+        return int32
+    return dtype
 
 
 def default_float() -> np.dtype:

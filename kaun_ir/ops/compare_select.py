@@ -38,25 +38,7 @@ def _compare_infer(a: TensorType, b: TensorType, direction: str) -> TensorType:
 
 
 def _compare_emit(em, node, a, b):
-    dt = node.inputs[0].dtype
-    kind = (
-        "FLOAT"
-        if dtypes.is_float(dt)
-        else "UNSIGNED"
-        if dtypes.is_unsigned(dt) or dtypes.is_bool(dt)
-        else "SIGNED"
-    )
-    direction = node.attr("direction")
-    return em.simple(
-        "stablehlo.compare",
-        node,
-        a,
-        b,
-        attrs={
-            "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
-            "compare_type": f"#stablehlo<comparison_type {kind}>",
-        },
-    )
+    return em.compare(a, b, node.inputs[0].type, node.attr("direction"))
 
 
 def _compare_samples(rng):

@@ -77,6 +77,24 @@ def padding_literal(pairs) -> str:
     return f"dense<[{rows}]> : tensor<{len(pairs)}x2xi64>" if pairs else "dense<> : tensor<0x2xi64>"
 
 
+def comparison_type(dtype) -> str:
+    """StableHLO's ``comparison_type`` for comparing elements of ``dtype``: ``FLOAT``, ``SIGNED``
+    for signed integers, ``UNSIGNED`` for unsigned integers and bool (an ``i1`` is unsigned in the
+    StableHLO spec, so ``false < true``)."""
+    if dtypes.is_float(dtype):
+        return "FLOAT"
+    return "SIGNED" if np.dtype(dtype) in dtypes.SIGNED else "UNSIGNED"
+
+
+def compare_attrs(direction: str, dtype) -> dict[str, str]:
+    """The attributes of a ``stablehlo.compare`` of ``dtype`` elements (``direction``: ``EQ``,
+    ``NE``, ``LT``, ``LE``, ``GT``, ``GE``)."""
+    return {
+        "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
+        "compare_type": f"#stablehlo<comparison_type {comparison_type(dtype)}>",
+    }
+
+
 class Emitter:
     """Collects StableHLO lines for one function body; ops write through :meth:`op`."""
 
@@ -190,6 +208,11 @@ class Emitter:
         return [names[id(v)] for v in graph.outputs]
 
     # Short forms for the common cases --------------------------------------------------------
+
+    def compare(self, a: str, b: str, t: TensorType, direction: str) -> str:
+        """``a <direction> b`` for two operands of type ``t``; a bool of ``t``'s shape."""
+        result = TensorType(dtypes.bool_, t.shape)
+        return self.op("stablehlo.compare", [a, b], [t, t], [result], compare_attrs(direction, t.dtype))[0]
 
     def simple(
         self,

@@ -1,11 +1,13 @@
 """What the indexing ops (``dynamic_slice``, ``gather``, ``scatter`` ...) share: StableHLO's clamping
 of start positions, index vectors, axis and dtype checks, the dimension-numbers attribute of the
-emission, and the random operands of their samples.
+emission, and the random operands of their samples; and the one ``gather`` that picks along an
+axis (``take_along_axis``, a sort's permutation applied to other arrays).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +49,46 @@ def along_index_vector(indices, index_vector_dim: int, values: Sequence[int]):
         bound = apply("constant", value=values)
         dims = (index_vector_dim,)
     return apply("broadcast_in_dim", bound, shape=indices.shape, broadcast_dimensions=dims)
+
+
+def gather_along_axis(
+    x: Any, indices: Any, axis: int, x_shape: Sequence[int] | None = None, emit: Callable = apply
+) -> Any:
+    """``out[..., j, ...] = x[..., indices[..., j, ...], ...]`` (``np.take_along_axis``) as one
+    ``gather`` node; also how a sort's permutation reorders other arrays along its axis.
+
+    ``indices``: an integer array of ``x``'s rank, the result's shape; off ``axis`` it matches
+    ``x`` or ``x`` has size 1 there (position 0 is read). Positions out of range are clamped, as
+    ``gather`` does. ``x_shape`` defaults to ``x.shape``; ``emit(op, *operands, **attrs)`` appends
+    one node and returns its output (``apply`` of the active trace unless given: the StableHLO
+    importer passes its own).
+    """
+    shape = tuple(x.shape if x_shape is None else x_shape)
+    out_shape, dtype = tuple(indices.shape), np.dtype(indices.dtype)
+    # the full coordinate of every result element: ``indices`` on ``axis``, the element's own
+    # position on every other axis (0 where ``x`` has size 1 there and broadcasts)
+    coords = []
+    for d in range(len(shape)):
+        if d == axis:
+            coords.append(indices)
+        elif shape[d] == 1:
+            zero = emit("constant", value=np.zeros((), dtype))
+            coords.append(emit("broadcast_in_dim", zero, shape=out_shape, broadcast_dimensions=()))
+        else:
+            coords.append(emit("iota", dtype=dtype, shape=out_shape, dimension=d))
+    columns = [emit("reshape", c, shape=out_shape + (1,)) for c in coords]
+    points = emit("concatenate", *columns, dimension=len(out_shape))
+    every = tuple(range(len(shape)))
+    return emit(
+        "gather",
+        x,
+        points,
+        offset_dims=(),
+        collapsed_slice_dims=every,
+        start_index_map=every,
+        index_vector_dim=len(out_shape),
+        slice_sizes=(1,) * len(shape),
+    )
 
 
 def clamp_start(start: int, size: int, window: int) -> int:

@@ -230,27 +230,6 @@ def _arg_reference(x, axis, index_dtype, largest: bool):
     return np.asarray(pick(values, axis=axis)).astype(index_dtype)
 
 
-def _compare(em, a, b, t: TensorType, direction: str):
-    kind = (
-        "FLOAT"
-        if dtypes.is_float(t.dtype)
-        else "SIGNED"
-        if dtypes.is_integer(t.dtype) and not dtypes.is_unsigned(t.dtype)
-        else "UNSIGNED"
-    )
-    pred = TensorType(dtypes.bool_, ())
-    return em.op(
-        "stablehlo.compare",
-        [a, b],
-        [t, t],
-        [pred],
-        {
-            "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
-            "compare_type": f"#stablehlo<comparison_type {kind}>",
-        },
-    )[0]
-
-
 def _arg_emit(largest: bool):
     """Variadic reduce over (values, iota): keeps the best value and its smallest index.
 
@@ -282,16 +261,16 @@ def _arg_emit(largest: bool):
             def logic(op, *xs):
                 return inner.op(op, list(xs), [pred_t] * len(xs), [pred_t])[0]
 
-            better = _compare(inner, a, b, val_t, "GT" if largest else "LT")
-            same = _compare(inner, a, b, val_t, "EQ")
+            better = inner.compare(a, b, val_t, "GT" if largest else "LT")
+            same = inner.compare(a, b, val_t, "EQ")
             if dtypes.is_float(in_type.dtype):
-                a_nan = _compare(inner, a, a, val_t, "NE")
-                b_nan = _compare(inner, b, b, val_t, "NE")
+                a_nan = inner.compare(a, a, val_t, "NE")
+                b_nan = inner.compare(b, b, val_t, "NE")
                 # a NaN beats any number; comparisons with NaN are false, so this is exclusive
                 only_a_nan = logic("stablehlo.and", a_nan, logic("stablehlo.not", b_nan))
                 better = logic("stablehlo.or", better, only_a_nan)
                 same = logic("stablehlo.or", same, logic("stablehlo.and", a_nan, b_nan))
-            first = _compare(inner, a_idx, b_idx, idx_t, "LT")
+            first = inner.compare(a_idx, b_idx, idx_t, "LT")
             take_a = logic("stablehlo.or", better, logic("stablehlo.and", same, first))
             value = inner.op("stablehlo.select", [take_a, a, b], [pred_t, val_t, val_t], [val_t])[0]
             index = inner.op("stablehlo.select", [take_a, a_idx, b_idx], [pred_t, idx_t, idx_t], [idx_t])[0]

@@ -116,15 +116,11 @@ def trace(fn: Callable, types: Sequence[TensorType], name: str, record_source: b
 # ------------------------------------------------------------------ types, dtypes and shapes
 
 
-def _is_weak(x: Any) -> bool:
-    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
-
-
 def type_of(x: Any) -> TensorType:
     """The type of a Tensor, a NumPy array or a Python scalar (which gets its default dtype)."""
     if is_tensor(x):
         return x.type
-    if _is_weak(x):
+    if dtypes.is_weak(x):
         return TensorType(dtypes.dtype_of_scalar(x), ())
     arr = np.asarray(x)
     return TensorType(arr.dtype, arr.shape)
@@ -160,18 +156,10 @@ def broadcast_to(x: Any, shape: Sequence[int]) -> Any:
 
 
 def promote(*xs: Any) -> list:
-    """Operands converted to one dtype and broadcast to one shape; Python scalars are weak (they
-    take the other operands' dtype, a float next to integers giving float32)."""
-    strong = [type_of(x).dtype for x in xs if not _is_weak(x)]
-    weak = [x for x in xs if _is_weak(x)]
-    if strong:
-        dtype = dtypes.result_type(*strong)
-        if any(isinstance(w, float) for w in weak) and not dtypes.is_float(dtype):
-            dtype = dtypes.float32
-        elif any(isinstance(w, int) and not isinstance(w, bool) for w in weak) and dtypes.is_bool(dtype):
-            dtype = dtypes.int32
-    else:
-        dtype = dtypes.result_type(*[dtypes.dtype_of_scalar(w) for w in weak])
+    """Operands converted to one dtype and broadcast to one shape; Python scalars are weak
+    (``dtypes.weak_result_type``)."""
+    strong = [type_of(x).dtype for x in xs if not dtypes.is_weak(x)]
+    dtype = dtypes.weak_result_type(strong, [x for x in xs if dtypes.is_weak(x)])
     shape = broadcast_shapes(*[type_of(x).shape for x in xs])
     return [broadcast_to(astype(x, dtype), shape) for x in xs]
 

@@ -63,27 +63,11 @@ def _ss_reference(x, source, init, window_dimensions, window_strides, padding):
 def _ss_emit(em, node, x, source, init):
     scalar = node.inputs[2].type
     flag = TensorType(dtypes.bool_, ())
-    kind = (
-        "FLOAT"
-        if dtypes.is_float(scalar.dtype)
-        else "UNSIGNED"
-        if dtypes.is_unsigned(scalar.dtype)
-        else "SIGNED"
-    )
     # select(current, candidate): keep the current choice unless the candidate is strictly larger,
     # so ties go to the first element of the window
     select = em.region(
         [scalar, scalar],
-        lambda inner, args: inner.op(
-            "stablehlo.compare",
-            args,
-            [scalar] * 2,
-            [flag],
-            attrs={
-                "comparison_direction": "#stablehlo<comparison_direction GE>",
-                "compare_type": f"#stablehlo<comparison_type {kind}>",
-            },
-        ),
+        lambda inner, args: [inner.compare(*args, scalar, "GE")],
         result_types=[flag],
     )
     scatter = em.region(

@@ -10,6 +10,7 @@ from kaun_ir.errors import ShapeError
 from kaun_ir.ir.core import TensorType
 from kaun_ir.ops.base import OpDef, Sample
 from kaun_ir.ops.batching import unary_leading
+from kaun_ir.ops.indexing_common import gather_along_axis
 from kaun_ir.ops.rules import apply, astype, full_like
 
 
@@ -19,8 +20,6 @@ def _infer(x: TensorType, axis, descending, index_dtype):
     idx = dtypes.canonical(index_dtype)
     if not dtypes.is_integer(idx):
         raise TypeError(f"index_dtype must be an integer dtype, got {dtypes.short_name(idx)}")
-    if dtypes.is_bool(x.dtype):
-        raise TypeError("sort of a bool operand: convert it to an integer dtype first")
     return TensorType(x.dtype, x.shape), TensorType(idx, x.shape)
 
 
@@ -32,7 +31,7 @@ def _row_order(row: np.ndarray, descending: bool) -> np.ndarray:
         nan = np.isnan(wide)
         # primary key: NaN first; secondary: the value, largest first; ties keep their order
         return np.lexsort((np.where(nan, 0.0, -wide), np.where(nan, 0, 1)))
-    wide = row.astype(np.int64) if row.dtype != np.uint64 else row
+    wide = row.astype(np.int64) if row.dtype != np.uint64 else row  # bool: False < True
     return np.argsort(-wide if descending else wide, kind="stable")
 
 
@@ -48,21 +47,6 @@ def _reference(x, axis, descending, index_dtype):
         order[i] = _row_order(row, descending)
     order = np.moveaxis(order.reshape(moved.shape), -1, axis)
     return np.take_along_axis(x, order, axis=axis), order.astype(index_dtype)
-
-
-def _compare(em, a, b, t: TensorType, direction: str):
-    kind = "FLOAT" if dtypes.is_float(t.dtype) else "UNSIGNED" if dtypes.is_unsigned(t.dtype) else "SIGNED"
-    pred = TensorType(dtypes.bool_, ())
-    return em.op(
-        "stablehlo.compare",
-        [a, b],
-        [t, t],
-        [pred],
-        {
-            "comparison_direction": f"#stablehlo<comparison_direction {direction}>",
-            "compare_type": f"#stablehlo<comparison_type {kind}>",
-        },
-    )[0]
 
 
 def _emit(em, node, x):
@@ -81,10 +65,10 @@ def _emit(em, node, x):
         def logic(op, *xs):
             return inner.op(op, list(xs), [pred_t] * len(xs), [pred_t])[0]
 
-        before = _compare(inner, a, b, val_s, "GT" if descending else "LT")
+        before = inner.compare(a, b, val_s, "GT" if descending else "LT")
         if dtypes.is_float(in_type.dtype):
-            a_nan = _compare(inner, a, a, val_s, "NE")
-            b_nan = _compare(inner, b, b, val_s, "NE")
+            a_nan = inner.compare(a, a, val_s, "NE")
+            b_nan = inner.compare(b, b, val_s, "NE")
             first, second = (a_nan, b_nan) if descending else (b_nan, a_nan)
             # descending: a NaN comes before any number; ascending: any number before a NaN
             only_first = logic("stablehlo.and", first, logic("stablehlo.not", second))
@@ -115,36 +99,12 @@ def _vjp(cts, outs, x, axis, descending, index_dtype):
 
 def _permute(x, permutation, axis: int):
     """``x`` reordered along ``axis``: ``out[..., j, ...] = x[..., permutation[..., j, ...], ...]``
-    (``np.take_along_axis`` for a permutation of ``x``'s shape, so every index is in range)."""
-    shape = tuple(x.shape)
-    if 0 in shape:
+    (``permutation`` has ``x``'s shape, so every index is in range)."""
+    if 0 in tuple(x.shape):
         return full_like(x, 0)
     wide = {dtypes.int64, dtypes.uint32, dtypes.uint64}
     dtype = dtypes.int64 if permutation.dtype in wide else dtypes.int32
-    permutation = astype(permutation, dtype)
-    # the full coordinate of every element: the permutation on ``axis``, its own position elsewhere
-    coords = []
-    for d in range(len(shape)):
-        if d == axis:
-            coords.append(permutation)
-        elif shape[d] == 1:
-            coords.append(full_like(permutation, 0))
-        else:
-            coords.append(apply("iota", dtype=dtype, shape=shape, dimension=d))
-    points = apply(
-        "concatenate", *[apply("reshape", c, shape=shape + (1,)) for c in coords], dimension=len(shape)
-    )
-    every = tuple(range(len(shape)))
-    return apply(
-        "gather",
-        x,
-        points,
-        offset_dims=(),
-        collapsed_slice_dims=every,
-        start_index_map=every,
-        index_vector_dim=len(shape),
-        slice_sizes=(1,) * len(shape),
-    )
+    return gather_along_axis(x, astype(permutation, dtype), axis)
 
 
 def _samples(rng):
@@ -162,6 +122,9 @@ def _samples(rng):
             (rng.integers(0, 9, size=(5, 2)).astype(np.uint32),),
             {"axis": 0, "descending": descending, "index_dtype": np.dtype(np.int64)},
         )
+        flags = rng.random((4, 7)) < 0.5
+        yield Sample((flags,), {"axis": 1, "descending": descending})
+        yield Sample((flags,), {"axis": 0, "descending": descending, "index_dtype": np.dtype(np.int64)})
         cube = rng.standard_normal((2, 3, 5)).astype(np.float64)
         yield Sample((cube,), {"axis": 2, "descending": descending})
     yield Sample((rng.standard_normal((5,)).astype(np.float32),), {"axis": 0, "descending": False})
@@ -185,7 +148,7 @@ OPS = [
             "``x`` sorted along ``axis`` (ascending, or ``descending``) and the permutation that sorts "
             "it, ``(values, indices)`` with ``values = take_along_axis(x, indices, axis)``. Stable: equal "
             "values keep their order in both directions. NaN sorts after every number ascending and "
-            "before every number descending. Lowered to ``stablehlo.sort``."
+            "before every number descending; ``False`` sorts before ``True``. Lowered to ``stablehlo.sort``."
         ),
     ),
 ]

@@ -1,9 +1,10 @@
 """Dtype promotion and broadcasting: how the operands of a NumPy-style function are brought to one
 dtype and one shape (``kn.promote``, ``kn.astype``, ``kn.broadcast_to`` ...).
 
-Dtypes promote along bool < int < float (see ``dtypes.result_type``), and Python scalars are
-*weak*: they take the dtype of the other operand (``x_f16 * 2.0`` stays float16), except that a
-float scalar next to an integer tensor gives float32.
+Dtypes promote along bool < int < float, and Python scalars are *weak*: they take the dtype of
+the other operand (``x_f16 * 2.0`` stays float16), except that a float scalar next to an integer
+tensor gives float32. The rule has one home, ``dtypes.weak_result_type``, which the op rules'
+``promote`` (``kaun_ir.ops.rules``) follows too.
 """
 
 from __future__ import annotations
@@ -15,16 +16,12 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
+from kaun_ir.dtypes import is_weak
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path
 from kaun_ir.surface.tensor import Tensor, apply, type_of
 
 __all__ = ["astype", "broadcast_shapes", "broadcast_to", "dtype_of", "promote", "shape_of"]
-
-
-def is_weak(x: Any) -> bool:
-    """A Python scalar (bool, int, float), whose dtype adapts to the other operands."""
-    return isinstance(x, (bool, int, float)) and not isinstance(x, np.generic)
 
 
 def shape_of(x: Any) -> tuple[int, ...]:
@@ -101,15 +98,7 @@ def promote(*xs: Any, op: str = "op", to_float: bool = False) -> list:
                         f"{op}: operand {i} is {type(x).__name__} {_short_repr(x)}, not an array or a number"
                     ) from None
         raise
-    weak = [x for x in xs if is_weak(x)]
-    if strong:
-        dtype = dtypes.result_type(*strong)
-        if any(isinstance(w, float) for w in weak) and not dtypes.is_float(dtype):
-            dtype = dtypes.float32
-        elif any(isinstance(w, int) and not isinstance(w, bool) for w in weak) and dtypes.is_bool(dtype):
-            dtype = dtypes.int32
-    else:
-        dtype = dtypes.result_type(*[dtypes.dtype_of_scalar(w) for w in weak])
+    dtype = dtypes.weak_result_type(strong, [x for x in xs if is_weak(x)])
     if to_float and not dtypes.is_float(dtype):
         dtype = dtypes.float32
     shape = broadcast_shapes(*[shape_of(x) for x in xs], op=op)

@@ -1,5 +1,6 @@
 """Sorting: ``kn.sort``, ``kn.argsort`` and ``kn.top_k`` (one ``sort`` primitive underneath,
-lowered to ``stablehlo.sort``; differentiable with respect to the values)."""
+lowered to ``stablehlo.sort``; differentiable with respect to the values). Bool arrays sort too,
+``False`` before ``True``, as in NumPy."""
 
 from __future__ import annotations
 
@@ -7,7 +8,6 @@ from typing import Any
 
 import numpy as np
 
-from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.surface.function import op_function
 from kaun_ir.surface.promotion import shape_of
@@ -70,8 +70,6 @@ def top_k(x: Any, k: int) -> tuple[Any, Any]:
     n = shape[axis]
     if isinstance(k, bool) or not isinstance(k, int) or not 0 <= k <= n:
         raise ValueError(f"kn.top_k: k must be an int in [0, {n}] (the size of the last axis), got {k!r}")
-    if dtypes.is_bool(x.dtype):
-        raise TypeError("kn.top_k: convert a bool operand to an integer dtype first")
     values, indices = apply("sort", x, axis=axis, descending=True)
     start = (0,) * len(shape)
     limit = tuple(shape[:-1]) + (k,)

@@ -10,7 +10,7 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
-from kaun_ir.surface.creation import zeros
+from kaun_ir.ops.indexing_common import gather_along_axis
 from kaun_ir.surface.elementwise import equal
 from kaun_ir.surface.function import op_function
 from kaun_ir.surface.index_arrays import (
@@ -22,7 +22,7 @@ from kaun_ir.surface.index_arrays import (
     wrap_negative,
 )
 from kaun_ir.surface.promotion import astype, broadcast_shapes, broadcast_to, dtype_of, shape_of
-from kaun_ir.surface.shapes import reshape, stack
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.tensor import apply
 
 __all__ = ["take", "take_along_axis", "one_hot"]
@@ -86,28 +86,7 @@ def take_along_axis(x, indices, axis):
         return empty_or_raise(out_shape, dtype_of(x), "take_along_axis", axis)
     dtype = index_dtype(indices)
     indices = broadcast_to(wrap_negative(indices, shape[axis], dtype), out_shape)
-    # The full coordinate of every result element: ``indices`` on ``axis`` and the element's own
-    # position on every other axis (0 where ``x`` has size 1 and broadcasts).
-    coords = []
-    for d in range(len(shape)):
-        if d == axis:
-            coords.append(indices)
-        elif shape[d] == 1:
-            coords.append(zeros(out_shape, dtype))
-        else:
-            coords.append(apply("iota", dtype=dtype, shape=out_shape, dimension=d))
-    points = stack(coords, axis=-1)
-    every = tuple(range(len(shape)))
-    return apply(
-        "gather",
-        x,
-        points,
-        offset_dims=(),
-        collapsed_slice_dims=every,
-        start_index_map=every,
-        index_vector_dim=len(out_shape),
-        slice_sizes=(1,) * len(shape),
-    )
+    return gather_along_axis(x, indices, axis, x_shape=shape)
 
 
 # ------------------------------------------------------------------------------ one_hot
