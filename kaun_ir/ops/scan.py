@@ -220,16 +220,7 @@ def _emit_loop(em, node, state, state_types, sizes, start, trips, unroll):
 
     def cond(inner, args):
         bound = _constant(inner, start + trips * unroll, dtypes.int32)
-        return inner.op(
-            "stablehlo.compare",
-            [args[0], bound],
-            [_I32, _I32],
-            [TensorType(dtypes.bool_, ())],
-            {
-                "comparison_direction": "#stablehlo<comparison_direction LT>",
-                "compare_type": "#stablehlo<comparison_type SIGNED>",
-            },
-        )
+        return [inner.compare(args[0], bound, _I32, "LT")]
 
     def body(inner, args):
         i, c, h, x, y = _unpack(args, sizes)

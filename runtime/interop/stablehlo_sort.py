@@ -24,6 +24,7 @@ from kaun_ir.errors import StableHLOImportError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import TensorType
 from kaun_ir.ir.interp import interpret
+from kaun_ir.ops.indexing_common import gather_along_axis
 from kaun_ir.runtime.interop.stablehlo_attrs import integer, region_block
 from kaun_ir.runtime.interop.stablehlo_control import free_values
 from kaun_ir.transforms.vmap import batch_graph
@@ -147,25 +148,7 @@ def _comparator_graph(imp, op, types):
 
 def take_along(imp, x, permutation, axis: int):
     """``x`` reordered along ``axis`` by ``permutation`` (an index array of ``x``'s shape)."""
-    shape = tuple(x.type.shape)
-    every = tuple(range(len(shape)))
-    index = permutation.dtype
-    coords = [
-        permutation if d == axis else imp.add1("iota", dtype=index, shape=shape, dimension=d) for d in every
-    ]
-    points = imp.add1(
-        "concatenate", *[imp.add1("reshape", c, shape=shape + (1,)) for c in coords], dimension=len(shape)
-    )
-    return imp.add1(
-        "gather",
-        x,
-        points,
-        offset_dims=(),
-        collapsed_slice_dims=every,
-        start_index_map=every,
-        index_vector_dim=len(shape),
-        slice_sizes=(1,) * len(shape),
-    )
+    return gather_along_axis(x, permutation, axis, emit=imp.add1)
 
 
 def sort(imp, op, xs, env):
@@ -187,8 +170,6 @@ def sort(imp, op, xs, env):
     permutation = None
     for k in reversed(range(len(directions))):
         key = xs[k] if permutation is None else take_along(imp, xs[k], permutation, axis)
-        if dtypes.is_bool(key.dtype):
-            key = imp.add1("convert", key, dtype=dtypes.int8)
         _, order = imp.add("sort", key, axis=axis, descending=directions[k], index_dtype=index)
         permutation = order if permutation is None else take_along(imp, permutation, order, axis)
     return [take_along(imp, x, permutation, axis) for x in xs]
