@@ -6,13 +6,24 @@ StableHLO and run by XLA. ``import kaun_ir as kn``; see README.md and docs/.
 Every ``kn.NAME`` is loaded on first use (PEP 562 ``__getattr__``): ``import kaun_ir`` itself
 imports nothing, so the ``kaun-ir`` command answers ``--help`` at once and a program pays only for
 what it touches. The tables below say where each public name is defined; the tree of the package
-is described in docs/architecture.md. The hooks by which upper layers serve lower ones are filled
-by :mod:`kaun_ir.wiring` when first needed.
+is described in docs/architecture.md. The slots by which upper layers serve lower ones are filled
+by :mod:`kaun_ir.wiring` when first needed; this file registers it with :mod:`kaun_ir.hooks`.
 """
 
 import importlib as _importlib
 
-__version__ = "0.1.0"
+from kaun_ir import hooks as _hooks
+from kaun_ir.version import __version__ as __version__
+
+
+def _install() -> None:
+    """Fill the lower layers' slots (kaun_ir.wiring); run by kaun_ir.hooks on first need."""
+    from kaun_ir import wiring  # noqa: PLC0415 - the composition root loads the runtime: only when needed
+
+    wiring.install()
+
+
+_hooks.set_installer(_install)
 
 # subpackages and modules: kn.NAME -> the module
 _MODULES = {

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kaun_ir import hooks
+
 _query: Callable[[], str] | None = None
 
 
@@ -22,7 +24,5 @@ def set_backend_query(query: Callable[[], str]) -> None:
 def backend() -> str:
     """The backend a pass with ``target=auto`` optimises for (asked at each call)."""
     if _query is None:
-        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
-
-        wiring.install()
+        hooks.ensure_installed()
     return _query()

@@ -43,8 +43,8 @@ LAYERS = (
     "passes",
     "runtime",
     "api",
-    "namespace",
     "tools",
+    "namespace",
 )
 
 LAYER_MEANING = {
@@ -56,8 +56,8 @@ LAYER_MEANING = {
     "passes": "Graph -> Graph passes and the pass manager",
     "runtime": "lowering to StableHLO, jaxlib, compile caches, kn.jit, devices, meshes, importers",
     "api": "user API: nn, layers, optimisers, training, data, checkpoints, sharding, models",
-    "namespace": "the kaun_ir package itself (`import kaun_ir as kn`) and its composition root",
     "tools": "the kaun-ir command line, the bench and the viewer",
+    "namespace": "the kaun_ir package itself (`import kaun_ir as kn`) and its composition root",
 }
 
 # A subpackage entry places every module inside it (a new file there needs no entry): the
@@ -89,6 +89,7 @@ MODULES = {
     "kaun_ir.errors": "foundation",
     "kaun_ir.dtypes": "foundation",
     "kaun_ir.fileio": "foundation",
+    "kaun_ir.hooks": "foundation",
     "kaun_ir.tree": "foundation",
     # user API
     "kaun_ir.ptree": "api",

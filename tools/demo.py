@@ -87,18 +87,17 @@ def _batches(x, y, batch_size, seed):
 
 
 def _train(name, model, splits, args, out):
-    import kaun_ir as kn
-    from kaun_ir import optim, rng, train
+    from kaun_ir import optim, ptree, rng, runtime, train
     from kaun_ir.nn import metric
 
     (x_train, y_train), (x_test, y_test) = splits
     trainer = train.make(model, optim.adam(3e-3))
     with rng.scope(args.seed):
         st = train.init(trainer)
-    compiles_before = kn.runtime.stats.compiles
+    compiles_before = runtime.stats.compiles
     start = time.perf_counter()
     accuracy = 0.0
-    print(f"{name}: {kn.ptree.count_parameters(st.vars.params):,} parameters")
+    print(f"{name}: {ptree.count_parameters(st.vars.params):,} parameters")
     for epoch in range(1, args.epochs + 1):
         losses = []
         st = train.fit(
@@ -111,7 +110,7 @@ def _train(name, model, splits, args, out):
         if epoch == 1 or epoch % 5 == 0 or epoch == args.epochs:
             print(f"  epoch {epoch:3d}  loss {np.mean(losses):.4f}  test accuracy {accuracy:.2%}")
     elapsed = time.perf_counter() - start
-    compiles = kn.runtime.stats.compiles - compiles_before
+    compiles = runtime.stats.compiles - compiles_before
     print(f"  trained in {elapsed:.1f} s, {st.step} steps, {compiles} XLA compilations")
 
     # the IR of every stage, for one batch
@@ -136,16 +135,16 @@ def run(args) -> int:
         from kaun_ir.tools import demo_lm
 
         return demo_lm.run(args)
-    import kaun_ir as kn
-    from kaun_ir import datasets, layer, rng, train
+    from kaun_ir import datasets, layer, rng, runtime, train
     from kaun_ir.checkpoint import core as checkpoint
+    from kaun_ir.version import __version__
 
     start = time.perf_counter()
     os.makedirs(args.out, exist_ok=True)
     splits = datasets.digits(seed=args.seed)
     (x_train, _), (x_test, _) = splits
     print(
-        f"kaun_ir {kn.__version__} on XLA '{kn.runtime.backend_name()}': digits, "
+        f"kaun_ir {__version__} on XLA '{runtime.backend_name()}': digits, "
         f"{len(x_train)} training and {len(x_test)} test images of 8x8\n"
     )
     results = {}

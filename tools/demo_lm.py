@@ -72,10 +72,11 @@ class _Windows:
 
 def run(args: argparse.Namespace) -> int:
     """Train the character-level GPT on Shakespeare for the time budget and print a sample."""
-    import kaun_ir as kn
+    from kaun_ir import datasets, layer, models, optim, ptree, rng, train
     from kaun_ir.models import DecoderConfig, decoder
+    from kaun_ir.nn import loss
 
-    text = kn.datasets.shakespeare()
+    text = datasets.shakespeare()
     vocab = Vocabulary(text)
     ids = vocab.encode(text)
     split = int(len(ids) * 0.95)
@@ -92,10 +93,10 @@ def run(args: argparse.Namespace) -> int:
         tie_embeddings=True,
     )
     model = decoder(cfg, "char_gpt")
-    trainer = kn.train.make(model, kn.optim.adamw(3e-3, weight_decay=0.01), loss=kn.loss.cross_entropy_sparse)
-    with kn.rng.scope(args.seed):
-        st = kn.train.init(trainer)
-    count = kn.ptree.count_parameters(kn.layer.params(kn.train.vars(st)))
+    trainer = train.make(model, optim.adamw(3e-3, weight_decay=0.01), loss=loss.cross_entropy_sparse)
+    with rng.scope(args.seed):
+        st = train.init(trainer)
+    count = ptree.count_parameters(layer.params(train.vars(st)))
     print(
         f"corpus: {len(text):,} characters of Shakespeare, {len(vocab.chars)} distinct; model: {count:,} "
         f"parameters ({args.layers} blocks, width {args.dim}, context {args.seq_len})"
@@ -105,12 +106,12 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     batches = _Windows(train_ids, args.lm_batch_size, args.seq_len, args.seconds, args.seed)
     # progress bar on a terminal (train.fit's own); the loop ends when the time budget is spent
-    st = kn.train.fit(trainer, st, batches, report=lambda step, loss, state: losses.append(loss))
+    st = train.fit(trainer, st, batches, report=lambda step, loss, state: losses.append(loss))
     elapsed = time.monotonic() - started
     evaluate = _Windows(held_out, 64, args.seq_len, float("inf"), args.seed + 1)
     x, y = next(iter(evaluate))
-    logits = kn.train.predict(trainer, st, x)
-    held = float(np.asarray(kn.loss.cross_entropy_sparse(logits, y)))
+    logits = train.predict(trainer, st, x)
+    held = float(np.asarray(loss.cross_entropy_sparse(logits, y)))
     first = float(np.mean(losses[:10])) if losses else float("nan")
     last = float(np.mean(losses[-10:])) if losses else float("nan")
     print(
@@ -119,13 +120,13 @@ def run(args: argparse.Namespace) -> int:
     )
     from kaun_ir.models import Pretrained
 
-    trained = Pretrained(model, kn.train.vars(st), cfg, "gpt2")
+    trained = Pretrained(model, train.vars(st), cfg, "gpt2")
     out = list(vocab.encode(args.prompt))
     remaining = args.sample_chars
     while remaining > 0:  # positions are learned up to seq_len: continue from the last half window
         window = out[-(args.seq_len // 2) :]
         take = min(remaining, args.seq_len - len(window))
-        generated = kn.models.generate(
+        generated = models.generate(
             trained, np.array(window, np.int32), take, temperature=0.8, top_k=10, seed=args.seed + len(out)
         )
         out.extend(generated[len(window) :].tolist())

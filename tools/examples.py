@@ -23,14 +23,15 @@ def _mlp_layer():
 
 def mlp() -> Model:
     """784 -> 256 -> ReLU -> 10 on a batch of 32."""
-    from kaun_ir import ShapeDtype
+    from kaun_ir.surface.trace import ShapeDtype
 
     return Model(_mlp_layer(), (ShapeDtype((32, 784)),))
 
 
 def cnn() -> Model:
     """conv3x3 16, ReLU, pool 2, conv3x3 32, ReLU, pool 2, dense 10 on ``[8, 1, 28, 28]`` (NCHW)."""
-    from kaun_ir import ShapeDtype, layer
+    from kaun_ir import layer
+    from kaun_ir.surface.trace import ShapeDtype
 
     model = layer.sequential(
         [
@@ -81,7 +82,7 @@ def _block(dim: int, heads: int, causal: bool = False):
 def transformer_block() -> Model:
     """Pre-LN: ``x + attn(ln1(x))``, then ``h + mlp(ln2(h))`` with a GELU MLP (4x expansion);
     ``[4, 16, 64]`` with 4 heads."""
-    from kaun_ir import ShapeDtype
+    from kaun_ir.surface.trace import ShapeDtype
 
     return Model(_block(64, 4), (ShapeDtype((4, 16, 64)),))
 
@@ -90,8 +91,10 @@ def transformer_train_step(layers: int = 2) -> TrainSetup:
     """A decoder-only language model trained with AdamW (1e-3, weight decay 0.01) on next-token
     cross-entropy: token ids ``i32[4, 16]`` -> embedding (vocab 256, dim 64) -> ``layers`` causal
     pre-LN blocks (4 heads) -> layer norm -> logits ``[4, 16, 256]``; labels ``i32[4, 16]``."""
-    from kaun_ir import ShapeDtype, int32, layer, optim
+    from kaun_ir import layer, optim
+    from kaun_ir.dtypes import int32
     from kaun_ir.nn import loss
+    from kaun_ir.surface.trace import ShapeDtype
 
     vocab, dim, heads, batch, seq = 256, 64, 4, 4, 16
     blocks = [_block(dim, heads, causal=True) for _ in range(layers)]
@@ -117,8 +120,10 @@ def transformer_train_step_12() -> TrainSetup:
 
 def train_step_mlp() -> TrainSetup:
     """The MLP trained with Adam on sparse cross-entropy (labels ``i32[32]``)."""
-    from kaun_ir import ShapeDtype, int32, optim
+    from kaun_ir import optim
+    from kaun_ir.dtypes import int32
     from kaun_ir.nn import loss
+    from kaun_ir.surface.trace import ShapeDtype
 
     def loss_fn_builder(x):
         labels = ShapeDtype((x.shape[0],), int32)  # an input of the step, like real labels
@@ -131,18 +136,21 @@ def sharded_mlp_grad():
     """The gradient of a 784 -> 256 -> 10 MLP's loss on 8 devices: the batch of 64 split over
     ``data`` (constrained on the input), the hidden layer split over ``model``
     (``kaun-ir dump kaun_ir.tools.examples:sharded_mlp_grad --stats --devices 8``)."""
-    import kaun_ir as kn
-    from kaun_ir import ShapeDtype
+    from kaun_ir import sharding
     from kaun_ir.sharding.placement import Spec
+    from kaun_ir.surface.elementwise import tanh
+    from kaun_ir.surface.reductions import mean
+    from kaun_ir.surface.trace import ShapeDtype
+    from kaun_ir.transforms.autodiff import grad
 
-    mesh = kn.sharding.mesh((4, 2), ("data", "model"))
+    mesh = sharding.mesh((4, 2), ("data", "model"))
 
     def loss_grad(w1, w2, x):
         def loss(w1, w2):
-            rows = kn.sharding.constrain(x, Spec("data"), mesh=mesh)
-            h = rows @ kn.sharding.constrain(w1, Spec(None, "model"), mesh=mesh)
-            return kn.mean((kn.tanh(h) @ w2) ** 2)
+            rows = sharding.constrain(x, Spec("data"), mesh=mesh)
+            h = rows @ sharding.constrain(w1, Spec(None, "model"), mesh=mesh)
+            return mean((tanh(h) @ w2) ** 2)
 
-        return kn.grad(loss, argnums=(0, 1))(w1, w2)
+        return grad(loss, argnums=(0, 1))(w1, w2)
 
     return loss_grad, (ShapeDtype((784, 256)), ShapeDtype((256, 10)), ShapeDtype((64, 784)))

@@ -175,17 +175,20 @@ class Subject:
 
     def _summed(self):
         """The function with its first output leaf summed to a scalar (what ``autodiff`` needs)."""
-        import kaun_ir as kn
         from kaun_ir import tree
+        from kaun_ir.dtypes import float32
+        from kaun_ir.surface import reductions
+        from kaun_ir.surface.promotion import astype
+        from kaun_ir.surface.trace import trace
 
         fn = self.fn
 
         def summed(*args):
             first = tree.flatten(fn(*args))[0][0]
-            return kn.sum(kn.astype(first, kn.float32) if not _float(first) else first)
+            return reductions.sum(astype(first, float32) if not _float(first) else first)
 
         summed.__name__ = getattr(fn, "__name__", "main")
-        return kn.trace(summed, *self.args)
+        return trace(summed, *self.args)
 
     def _trainer(self):
         from kaun_ir import train

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from kaun_ir import dtypes
+from kaun_ir import dtypes, hooks
 from kaun_ir.errors import IRError
 from kaun_ir.ir.provenance import Provenance
 
@@ -321,9 +321,7 @@ class Graph:
 
     def text(self, debug: bool = False) -> str:
         """The textual IR (see docs/ir.md); ``debug=True`` adds source lines to locations."""
-        from kaun_ir.ir.text import print_graph  # noqa: PLC0415 - ir.core and ir.text import each other
-
-        return print_graph(self, debug=debug)
+        return _view("printer")(self, debug=debug)
 
     def __str__(self) -> str:
         return self.text()
@@ -335,24 +333,35 @@ class Graph:
 
     def verify(self) -> Graph:
         """Re-derive every type from the op table and check SSA order; raises IRError."""
-        from kaun_ir.ir.verify import verify  # noqa: PLC0415 - ir.core and ir.verify import each other
-
-        verify(self)
+        _view("verifier")(self)
         return self
 
     def to_networkx(self):
         """A ``networkx.MultiDiGraph``: one node per argument, op and output, one edge per operand
         (see :func:`kaun_ir.ir.nx.to_networkx`)."""
-        from kaun_ir.ir.nx import to_networkx  # noqa: PLC0415 - ir.core and ir.nx import each other
-
-        return to_networkx(self)
+        return _view("networkx")(self)
 
     def _repr_svg_(self) -> str:  # notebooks: the built-in layered drawing (kaun-ir viz)
-        # lazily: the core stays free of tool imports (an allowed upward import, tests/test_layering.py)
-        from kaun_ir.tools.viz.svg import render_svg  # noqa: PLC0415
-
-        return render_svg(self)
+        return _view("svg")(self)
 
     def _repr_html_(self) -> str:  # notebooks
 
         return f"<pre>{html.escape(self.text())}</pre>"
+
+
+# What Graph's conveniences call: the printer, the verifier and the networkx view are filled by
+# the ir package itself (kaun_ir/ir/__init__.py: they are built on this module, which therefore
+# cannot import them), the SVG drawing by the composition root (the viewer is a tool).
+_VIEWS: dict[str, Callable] = {}
+
+
+def install_views(**views: Callable) -> None:
+    """Fill Graph's conveniences: ``printer(graph, debug=)``, ``verifier(graph)``,
+    ``networkx(graph)``, ``svg(graph)``."""
+    _VIEWS.update(views)
+
+
+def _view(name: str) -> Callable:
+    if name not in _VIEWS:
+        hooks.ensure_installed()
+    return _VIEWS[name]

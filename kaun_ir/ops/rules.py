@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from kaun_ir import dtypes
+from kaun_ir import dtypes, hooks
 from kaun_ir.ir.builder import Builder, current_builder
 from kaun_ir.ir.clone import copy_nodes
 from kaun_ir.ir.core import Graph, TensorType
@@ -54,9 +54,7 @@ def install(**hooks: Callable) -> None:
 def _hook(name: str) -> Callable:
     hook = _HOOKS.get(name)
     if hook is None:
-        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
-
-        wiring.install()
+        hooks.ensure_installed()
         hook = _HOOKS.get(name)
         if hook is None:
             raise RuntimeError(

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from kaun_ir import hooks
+
 
 class _Runtime:
     """What the runtime (a layer above this module) installs here: ``run_op(opdef, operands,
@@ -31,7 +33,5 @@ def install_runtime(run_op: Callable, from_dlpack: Callable) -> None:
 def runtime() -> _Runtime:
     """The installed entry points, installing them on first use."""
     if _RUNTIME.run_op is None:
-        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
-
-        wiring.install()
+        hooks.ensure_installed()
     return _RUNTIME

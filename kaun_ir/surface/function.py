@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+from kaun_ir import hooks
 from kaun_ir.ir.builder import current_builder
 
 _installed_jit: Callable | None = None
@@ -26,9 +27,7 @@ def jit(fn: Callable, **options) -> Callable:
     """``kn.jit(fn, **options)``, for the surface's concrete-array paths (``op_function``,
     ``grad``, ``vjp``, ``jvp`` ... called outside a trace)."""
     if _installed_jit is None:
-        from kaun_ir import wiring  # noqa: PLC0415 - the composition root, on first need
-
-        wiring.install()
+        hooks.ensure_installed()
     return _installed_jit(fn, **options)
 
 

@@ -63,8 +63,7 @@ def measure_here(workload: str, overrides: dict, impl: str, small: bool) -> dict
     """In this (fresh) process: the first step of ``impl`` on the workload, timed."""
     import jax
 
-    from kaun_ir import jit
-    from kaun_ir.runtime import stages
+    from kaun_ir.runtime import jit, stages
 
     # start XLA and both tracing machineries before timing (see the module docstring)
     jax.jit(jax.grad(lambda v: (v * v).sum()))(np.ones(2, np.float32)).block_until_ready()

@@ -53,7 +53,7 @@ def _median_seconds(call, block) -> float:
 def matmul_rates(n: int = MATMUL_N, torch: bool = True) -> dict:
     """GFLOP/s of an ``n x n`` float32 matmul: ``xla`` (XLA's dot through kaun_ir's runtime) and
     ``torch`` (``torch.mm``, None when not run); medians of MATMUL_CALLS blocking calls."""
-    from kaun_ir import jit
+    from kaun_ir.runtime import jit
     from kaun_ir.runtime.xla import backend, transfer
 
     r = np.random.default_rng(0)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 import time
 
-import kaun_ir as kn
+from kaun_ir import runtime
 from kaun_ir.runtime import disk_cache
 from kaun_ir.tools.bench import flops as bench_flops
 from kaun_ir.tools.bench.memory import measure_in_child, warm_first_step
@@ -110,7 +110,7 @@ def _compare(entries: dict, rounds: int, flops: int | None) -> None:
         entry["steps_per_s"] = statistics.median(entry["steps_per_s_rounds"]) if rounds else None
         entry["gflops"] = flops * entry["steps_per_s"] / 1e9 if flops and rounds else None
     ref = entries["jax"]
-    backend = kn.runtime.backend_name()
+    backend = runtime.backend_name()
     for impl, entry in entries.items():
         entry["ratio_vs_jax"] = entry["steps_per_s"] / ref["steps_per_s"] if rounds else None
         a, b = entry["loss_after_steps"], ref["loss_after_steps"]

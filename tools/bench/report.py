@@ -131,12 +131,12 @@ def format_footer(results: list[dict], matmul: dict | None = None) -> str:
 
 def print_json(results: list[dict], matmul: dict | None, ok: bool) -> None:
     """The whole run as one JSON document on stdout."""
-    import kaun_ir as kn
+    from kaun_ir import runtime
 
     print(
         json.dumps(
             {
-                "backend": kn.runtime.backend_name(),
+                "backend": runtime.backend_name(),
                 "loss_rtol": LOSS_RTOL,
                 "torch_loss_rtol": TORCH_LOSS_RTOL,
                 "torch": torch_status()[1],
@@ -151,10 +151,11 @@ def print_json(results: list[dict], matmul: dict | None, ok: bool) -> None:
 
 def print_text(results: list[dict], matmul: dict | None, rounds: int) -> None:
     """The heading, the workloads' descriptions, the table and its footer on stdout."""
-    import kaun_ir as kn
+    from kaun_ir import runtime
+    from kaun_ir.version import __version__
 
     print(
-        f"kaun_ir {kn.__version__} on XLA '{kn.runtime.backend_name()}': {rounds} alternating "
+        f"kaun_ir {__version__} on XLA '{runtime.backend_name()}': {rounds} alternating "
         f"rounds of N steps per implementation\n"
     )
     for r in results:

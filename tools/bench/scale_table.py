@@ -26,11 +26,11 @@ LAYOUTS = ("DP", "FSDP", "FSDP+TP")
 
 
 def _model(args):
-    import kaun_ir as kn
+    from kaun_ir import models
 
     # GPT-2 medium: 24 layers, width 1024, 16 heads; the vocabulary padded from 50257 to 50304
     # (a multiple of 64) so that the embedding splits evenly, as large-scale trainers do
-    return kn.models.gpt2(
+    return models.gpt2(
         vocab_size=args.vocab,
         dim=args.dim,
         num_layers=args.layers,
@@ -69,18 +69,18 @@ def _rng_run(fn):
 
 
 def _layout(name: str, model_axis: int):
-    import kaun_ir as kn
+    from kaun_ir import sharding
 
     if name == "DP":
         return None
     if name == "FSDP":
         return "fsdp"
     table = (
-        kn.sharding.attention_rules("*attn.")
-        + kn.sharding.mlp_rules("*mlp.fc", "*mlp.proj")
-        + [("embed.weight", kn.sharding.Spec("model", None))]
+        sharding.attention_rules("*attn.")
+        + sharding.mlp_rules("*mlp.fc", "*mlp.proj")
+        + [("embed.weight", sharding.Spec("model", None))]
     )
-    return kn.sharding.rules(table, fsdp=True)
+    return sharding.rules(table, fsdp=True)
 
 
 def _shard_bytes(tree_, specs, mesh) -> int:
@@ -97,8 +97,8 @@ def _shard_bytes(tree_, specs, mesh) -> int:
 
 def child(args) -> list[dict]:
     """The rows for ``args.child`` devices (runs in a process with that many CPU devices)."""
-    import kaun_ir as kn
-    from kaun_ir import optim, train
+    from kaun_ir import optim, ptree, sharding, train
+    from kaun_ir.dtypes import int32
     from kaun_ir.nn import loss
     from kaun_ir.runtime.collectives import collective_stats
     from kaun_ir.surface.trace import ShapeDtype
@@ -107,19 +107,19 @@ def child(args) -> list[dict]:
     rows = []
     for name in args.layouts:
         tp = 8 if name == "FSDP+TP" else 1
-        mesh = kn.sharding.mesh((count // tp, tp), ("data", "model"))
+        mesh = sharding.mesh((count // tp, tp), ("data", "model"))
         policy = _layout(name, tp)
         trainer = train.make(
             _model(args), optim.adamw(3e-4), loss=loss.cross_entropy_sparse, mesh=mesh, param_sharding=policy
         )
         st = _abstract_state(trainer)
         batch = args.batch_per_device * (count // tp)
-        ids = ShapeDtype((batch, args.seq), kn.int32)
+        ids = ShapeDtype((batch, args.seq), int32)
         start = time.perf_counter()
         exe = train.step_executable(trainer, st, ids, ids)
         seconds = time.perf_counter() - start
         params = train.vars(st).params
-        pspecs = kn.sharding.param_specs(params, mesh, policy)
+        pspecs = sharding.param_specs(params, mesh, policy)
         count_, trees = st.opt_state
         memory = exe.memory_analysis() or {}
         rows.append(
@@ -129,7 +129,7 @@ def child(args) -> list[dict]:
                 "mesh": dict(mesh.axes),
                 "global_batch": batch,
                 "seq": args.seq,
-                "parameters": sum(math.prod(leaf.shape) for leaf in kn.ptree.flatten(params)[0]),
+                "parameters": sum(math.prod(leaf.shape) for leaf in ptree.flatten(params)[0]),
                 "param_bytes": _shard_bytes(params, pspecs, mesh),
                 "opt_bytes": sum(_shard_bytes(t, pspecs, mesh) for t in trees),
                 "temp_bytes": memory.get("temp"),
