@@ -9,9 +9,10 @@ that places the arguments on the device and runs. Each step reports to ``runtime
 The caches, and what keys them (a key holds everything that changes the compiled result, so a
 hit is never stale):
 
-- XLA executables (:func:`compile_mlir`, one per process): SHA-256 of the StableHLO text (which
-  already holds the pipeline's work, donation, shardings and the finite-check probe), whether
-  the program is partitioned, and platform and id of every device it runs on;
+- XLA executables (:func:`compile_mlir`, kept in ``runtime.xla_cache``, one per process):
+  SHA-256 of the StableHLO text (which already holds the pipeline's work, donation, shardings
+  and the finite-check probe), whether the program is partitioned, and platform and id of every
+  device it runs on;
 - the persistent cache on disk (``runtime.disk_cache``, on unless ``KAUN_IR_CACHE_DIR=off``):
   the same, plus the serialised compile options, device kinds, the host CPU, jaxlib / XLA
   versions and ``XLA_FLAGS``;
@@ -30,23 +31,19 @@ functions whose routes live in their :class:`FunctionCache`.
 
 from __future__ import annotations
 
-import hashlib
-import os
-import re
 import threading
-import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from kaun_ir import passes
-from kaun_ir.errors import CompileError
-from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.ir.builder import infer_or_raise
 from kaun_ir.ir.core import Graph, Node
-from kaun_ir.runtime import disk_cache, finite, gc_pause, graph_cache, stages
+from kaun_ir.runtime import finite, gc_pause, graph_cache, stages
 from kaun_ir.runtime.dispatch import Route, RouteCache
+from kaun_ir.runtime.executable import Executable
 from kaun_ir.runtime.mesh import use
-from kaun_ir.runtime.xla import backend, compiler, transfer
+from kaun_ir.runtime.xla import backend, transfer
+from kaun_ir.runtime.xla_cache import compile_mlir, fingerprint, stats
 from kaun_ir.surface.tensor import type_of
 from kaun_ir.surface.trace import trace_flat
 
@@ -65,72 +62,6 @@ __all__ = [
     "stats",
 ]
 
-# ----------------------------------------------------------------------------- XLA executables
-
-
-class Stats:
-    """Counters for tests and benchmarks: how many XLA compilations happened in this process
-    (``compiles``) and how many were answered by the in-process cache (``cache_hits``)."""
-
-    compiles = 0
-    cache_hits = 0
-
-
-stats = Stats()
-
-_EXECUTABLES: dict[str, object] = {}
-
-
-def fingerprint(mlir_text: str, device, devices: Sequence = ()) -> str:
-    """The in-process key of compiling ``mlir_text`` for ``device`` (or partitioned over ``devices``)."""
-    digest = hashlib.sha256(mlir_text.encode())
-    digest.update(b"|partitioned" if devices else b"|single")
-    for d in devices or (device,):
-        digest.update(f"|{d.platform}:{d.id}".encode())
-    return digest.hexdigest()
-
-
-_MODULE_NAME = re.compile(r"^module @([\w$.-]+)", re.MULTILINE)
-
-
-def _unique_module_name(mlir_text: str, key: str) -> str:
-    """``mlir_text`` with its module renamed ``@<name>_<key prefix>``. XLA names the compiled
-    module, and every kernel event a profile records, by it: with one name per program text a
-    profile maps each kernel to the executable it came from (see ``runtime/profiling.py``)
-    instead of to whichever program of the same name is alive."""
-    return _MODULE_NAME.sub(lambda m: f"module @{m.group(1)}_{key[:12]}", mlir_text, count=1)
-
-
-def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence = ()) -> object:
-    """XLA-compile StableHLO text for ``device`` (or, partitioned, for ``devices`` in mesh order),
-    cached by :func:`fingerprint`; ``CompileError`` naming a repro file on failure."""
-    key = fingerprint(mlir_text, device, devices)
-    loaded = _EXECUTABLES.get(key)
-    if loaded is not None:
-        stats.cache_hits += 1
-        return loaded
-    named = _unique_module_name(mlir_text, key)
-    hits = disk_cache.counters.hits
-    start = time.perf_counter()
-    try:
-        loaded = compiler.compile_partitioned(named, devices) if devices else compiler.compile(named, device)
-    except Exception as err:  # jaxlib raises its own XlaRuntimeError / ValueError types
-        first_line = str(err).splitlines()[0] if str(err) else ""
-        path = os.path.join(repro_dir(), f"{key[:16]}.mlir")
-        header = (
-            f"// kaun_ir compile failure repro\n// pipeline: {pipeline or '(none)'}\n"
-            f"// device: {device.platform}\n// error: {first_line or repr(err)}\n"
-        )
-        atomic_write(path, header + mlir_text)
-        raise CompileError(
-            f"XLA could not compile the module ({type(err).__name__}: {first_line}); "
-            f"StableHLO written to {path}"
-        ) from None
-    stages.add("xla-load" if disk_cache.counters.hits > hits else "xla-compile", time.perf_counter() - start)
-    stats.compiles += 1
-    _EXECUTABLES[key] = loaded
-    return loaded
-
 
 def compile_graph(
     graph,
@@ -147,9 +78,6 @@ def compile_graph(
     ``device``: the device to run on (default: the first). ``mesh`` (a ``kn.sharding.mesh``):
     partition over the mesh instead, with ``in_specs`` / ``out_specs`` one partition spec (or
     None) per graph input / output: inputs default to replicated, outputs to XLA's choice."""
-    # imported here: runtime.compilation and runtime.executable import each other
-    from kaun_ir.runtime.executable import Executable  # noqa: PLC0415
-
     return Executable(
         graph,
         device=device,

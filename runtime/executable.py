@@ -1,4 +1,4 @@
-"""Compiled executables: a graph lowered and XLA-compiled (through ``compilation.compile_mlir``,
+"""Compiled executables: a graph lowered and XLA-compiled (through ``xla_cache.compile_mlir``,
 which caches the XLA program), run on arrays."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
 from kaun_ir.ir.core import Graph, TensorType
 from kaun_ir.runtime import finite, stages
-from kaun_ir.runtime.compilation import compile_mlir
 from kaun_ir.runtime.lower import lower
 from kaun_ir.runtime.mesh import REPLICATED, as_spec, check_graph_mesh, constraint_meshes, mesh_of_axes
 from kaun_ir.runtime.xla import backend, compiler, shardings, transfer
+from kaun_ir.runtime.xla_cache import compile_mlir
 
 # every executable alive, so that a profile can name the kernels of the ones that ran
 _LIVE: weakref.WeakSet = weakref.WeakSet()

@@ -99,7 +99,7 @@ def use_virtual_devices(count: int | None) -> None:
 def add_spec_arguments(parser) -> None:
     """The SPEC and ``--input`` arguments shared by dump, export and viz; ``--help`` explains SPEC
     and lists the bundled examples."""
-    parser.epilog = specs.SPEC_HELP + "\n" + specs.examples_help()
+    parser.epilog = specs.SPEC_HELP + "\n" + examples_help()
     parser.add_argument(
         "spec",
         metavar="SPEC",
@@ -274,3 +274,24 @@ def run(args: argparse.Namespace) -> int:
     else:
         write_atomic(args.output, text)
     return 0
+
+
+def examples_help() -> str:
+    """The bundled example models, one line each (for ``--help``)."""
+    import inspect
+
+    from kaun_ir.tools import examples
+    from kaun_ir.tools.cli import plain
+
+    lines = ["Bundled examples (try: kaun-ir dump kaun_ir.tools.examples:mlp --stage optimized):"]
+    for name, fn in inspect.getmembers(examples, inspect.isfunction):
+        if (
+            name.startswith("_")
+            or fn.__module__ != examples.__name__
+            or inspect.signature(fn).parameters
+            and any(p.default is inspect.Parameter.empty for p in inspect.signature(fn).parameters.values())
+        ):
+            continue
+        summary = plain((fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
+        lines.append(f"  kaun_ir.tools.examples:{name:26s} {summary}")
+    return "\n".join(lines) + "\n"

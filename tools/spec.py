@@ -56,27 +56,6 @@ Parameters are never materialised: naming a large model costs no XLA compilation
 """
 
 
-def examples_help() -> str:
-    """The bundled example models, one line each (for ``--help``)."""
-    import inspect
-
-    from kaun_ir.tools import examples
-    from kaun_ir.tools.cli import plain
-
-    lines = ["Bundled examples (try: kaun-ir dump kaun_ir.tools.examples:mlp --stage optimized):"]
-    for name, fn in inspect.getmembers(examples, inspect.isfunction):
-        if (
-            name.startswith("_")
-            or fn.__module__ != examples.__name__
-            or inspect.signature(fn).parameters
-            and any(p.default is inspect.Parameter.empty for p in inspect.signature(fn).parameters.values())
-        ):
-            continue
-        summary = plain((fn.__doc__ or "").strip().splitlines()[0] if fn.__doc__ else "")
-        lines.append(f"  kaun_ir.tools.examples:{name:26s} {summary}")
-    return "\n".join(lines) + "\n"
-
-
 @dataclass(frozen=True)
 class Model:
     """A layer with default example inputs (a tuple of arrays or ``kn.ShapeDtype``)."""

@@ -10,6 +10,8 @@ See :mod:`kaun_ir.layer.core` for the calling conventions and the ``ctx`` dict (
 dropout, attention masks).
 """
 
+from kaun_ir.layer import core as _core
+from kaun_ir.layer import show as _show
 from kaun_ir.layer.activation import gelu, relu, sigmoid, silu, tanh
 from kaun_ir.layer.attention import multi_head_attention
 from kaun_ir.layer.blocks import (
@@ -33,6 +35,14 @@ from kaun_ir.layer.pooling import avg_pool1d, avg_pool2d, flatten, max_pool1d, m
 from kaun_ir.layer.recurrent import from_torch as recurrent_from_torch
 from kaun_ir.layer.recurrent import gru, lstm, rnn
 from kaun_ir.layer.show import summary
+
+# Layer and Vars show themselves through layer.show, which is built on them: wired in here, once
+_core.install_views(
+    vars_repr=_show.vars_repr,
+    vars_html=_show.vars_html,
+    layer_repr=_show.layer_repr,
+    layer_html=_show.layer_html,
+)
 
 __all__ = [
     "Layer",

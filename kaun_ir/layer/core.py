@@ -62,16 +62,10 @@ class Vars:
         object.__setattr__(self, "dtype", dtypes.canonical(self.dtype))
 
     def __repr__(self) -> str:  # shapes and dtypes, never the arrays
-        # imported here: layer.core and layer.show import each other
-        from kaun_ir.layer.show import vars_repr  # noqa: PLC0415
-
-        return vars_repr(self)
+        return _VIEWS["vars_repr"](self)
 
     def _repr_html_(self) -> str:
-        # imported here: layer.core and layer.show import each other
-        from kaun_ir.layer.show import vars_html  # noqa: PLC0415
-
-        return vars_html(self)
+        return _VIEWS["vars_html"](self)
 
 
 class LayerCache:
@@ -111,16 +105,10 @@ class Layer:
     cache: LayerCache = field(default_factory=LayerCache, init=False, compare=False, hash=False, repr=False)
 
     def __repr__(self) -> str:  # the structure, not function addresses
-        # imported here: layer.core and layer.show import each other
-        from kaun_ir.layer.show import layer_repr  # noqa: PLC0415
-
-        return layer_repr(self)
+        return _VIEWS["layer_repr"](self)
 
     def _repr_html_(self) -> str:
-        # imported here: layer.core and layer.show import each other
-        from kaun_ir.layer.show import layer_html  # noqa: PLC0415
-
-        return layer_html(self)
+        return _VIEWS["layer_html"](self)
 
 
 def check_layer(model: Any, what: str) -> Layer:
@@ -156,3 +144,13 @@ def with_params(v: Vars, p: Any) -> Vars:
 def with_state(v: Vars, s: Any) -> Vars:
     """``v`` with its state replaced by ``s``."""
     return Vars(v.params, s, v.dtype)
+
+
+# How a Layer and its Vars show themselves (text and notebook HTML): drawn by layer.show, which is
+# built on this module, so the layer package fills the slot (kaun_ir/layer/__init__.py).
+_VIEWS: dict[str, Callable] = {}
+
+
+def install_views(**views: Callable) -> None:
+    """Called by ``kaun_ir.layer``: ``vars_repr``, ``vars_html``, ``layer_repr``, ``layer_html``."""
+    _VIEWS.update(views)

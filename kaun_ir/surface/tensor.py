@@ -21,32 +21,19 @@ from kaun_ir.ops import get as get_op
 from kaun_ir.surface.constant_hooks import replacement
 from kaun_ir.surface.eager import runtime
 
-_SURFACE: SimpleNamespace | None = None
+# The NumPy-style modules that Tensor's operators and methods are (``x + y`` is
+# ``elementwise.add``). They build on this module, so the surface package fills the slot when it
+# is imported (kaun_ir/surface/__init__.py), which Python does before this module is used.
+_SURFACE = SimpleNamespace()
+
+
+def bind_functions(**modules) -> None:
+    """Called by ``kaun_ir.surface``: the modules (``elementwise``, ``indexing``, ``linalg``,
+    ``promotion``, ``reductions``, ``shapes``) that Tensor's operators and methods call."""
+    vars(_SURFACE).update(modules)
 
 
 def _surface() -> SimpleNamespace:
-    """The NumPy-style modules that Tensor's operators and methods are (``x + y`` is
-    ``elementwise.add``). They build on this module, so they are imported on first use; the six
-    imports close cycles listed in tests/test_layering.py's CYCLE_EDGES."""
-    global _SURFACE
-    if _SURFACE is None:
-        from kaun_ir.surface import (  # noqa: PLC0415
-            elementwise,
-            indexing,
-            linalg,
-            promotion,
-            reductions,
-            shapes,
-        )
-
-        _SURFACE = SimpleNamespace(
-            elementwise=elementwise,
-            indexing=indexing,
-            linalg=linalg,
-            promotion=promotion,
-            reductions=reductions,
-            shapes=shapes,
-        )
     return _SURFACE
 
 

@@ -12,8 +12,55 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import StableHLOImportError
 from kaun_ir.ir.core import TensorType
-from kaun_ir.runtime.interop.stablehlo_import import tensor_type
 from kaun_ir.runtime.xla import mlir
+
+_MLIR_DTYPES = {
+    "f16": dtypes.float16,
+    "bf16": dtypes.bfloat16,
+    "f32": dtypes.float32,
+    "f64": dtypes.float64,
+    "i1": dtypes.bool_,
+    "i8": dtypes.int8,
+    "i16": dtypes.int16,
+    "i32": dtypes.int32,
+    "i64": dtypes.int64,
+    "ui8": dtypes.uint8,
+    "ui16": dtypes.uint16,
+    "ui32": dtypes.uint32,
+    "ui64": dtypes.uint64,
+}
+
+
+#: element types kaun_ir leaves out, by prefix, and why (docs/interop.md, "What stays out")
+OUT_OF_SCOPE = {
+    "complex": "complex numbers are not a kaun_ir dtype (complex tensors and real/imag/complex are refused)",
+    "f8": "8-bit floats are not kaun_ir dtypes",
+    "f6": "6-bit floats are not kaun_ir dtypes",
+    "f4": "4-bit floats are not kaun_ir dtypes",
+    "!quant": "quantized types are not kaun_ir dtypes (dequantize before exporting)",
+    "i2": "sub-byte integers are not kaun_ir dtypes",
+    "i4": "sub-byte integers are not kaun_ir dtypes",
+    "ui2": "sub-byte integers are not kaun_ir dtypes",
+    "ui4": "sub-byte integers are not kaun_ir dtypes",
+}
+
+
+def tensor_type(mlir_type) -> TensorType:
+    """kaun_ir's type of a ranked, static MLIR tensor type (ValueError otherwise)."""
+    if str(mlir_type).startswith("!stablehlo.token"):
+        raise ValueError("tokens (side-effect ordering: infeed, outfeed, send, recv) are not supported")
+    try:
+        element, shape = mlir.ranked_tensor(mlir_type)
+    except ValueError as err:
+        if "dynamic shape" in str(err):
+            raise ValueError(
+                f"{err}: only static shapes are supported (export with concrete shapes)"
+            ) from None
+        raise
+    if element not in _MLIR_DTYPES:
+        reason = next((why for prefix, why in OUT_OF_SCOPE.items() if element.startswith(prefix)), "")
+        raise ValueError(f"element type {element} is not supported" + (f": {reason}" if reason else ""))
+    return TensorType(_MLIR_DTYPES[element], shape)
 
 
 def ints(op, name: str, default=None) -> tuple[int, ...]:

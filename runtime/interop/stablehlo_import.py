@@ -21,28 +21,14 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from kaun_ir import dtypes
 from kaun_ir.errors import KaunError, StableHLOImportError
 from kaun_ir.ir.builder import Builder, infer_or_raise
 from kaun_ir.ir.core import Graph, Node, TensorType, Value
 from kaun_ir.ops import TABLE
+from kaun_ir.runtime.interop.stablehlo_attrs import OUT_OF_SCOPE, tensor_type
+from kaun_ir.runtime.interop.stablehlo_ops import HANDLERS
 from kaun_ir.runtime.xla import mlir
 
-_MLIR_DTYPES = {
-    "f16": dtypes.float16,
-    "bf16": dtypes.bfloat16,
-    "f32": dtypes.float32,
-    "f64": dtypes.float64,
-    "i1": dtypes.bool_,
-    "i8": dtypes.int8,
-    "i16": dtypes.int16,
-    "i32": dtypes.int32,
-    "i64": dtypes.int64,
-    "ui8": dtypes.uint8,
-    "ui16": dtypes.uint16,
-    "ui32": dtypes.uint32,
-    "ui64": dtypes.uint64,
-}
 # A quoted location name not followed by ":line" (that form is a file location).
 _LOC_NAME = re.compile(r'"((?:[^"\\]|\\.)*)"(?!:\d)')
 # How deeply func.call may nest (each level is inlined recursively).
@@ -105,20 +91,6 @@ def _op_names(module) -> set[str]:
     return names
 
 
-#: element types kaun_ir leaves out, by prefix, and why (docs/interop.md, "What stays out")
-OUT_OF_SCOPE = {
-    "complex": "complex numbers are not a kaun_ir dtype (complex tensors and real/imag/complex are refused)",
-    "f8": "8-bit floats are not kaun_ir dtypes",
-    "f6": "6-bit floats are not kaun_ir dtypes",
-    "f4": "4-bit floats are not kaun_ir dtypes",
-    "!quant": "quantized types are not kaun_ir dtypes (dequantize before exporting)",
-    "i2": "sub-byte integers are not kaun_ir dtypes",
-    "i4": "sub-byte integers are not kaun_ir dtypes",
-    "ui2": "sub-byte integers are not kaun_ir dtypes",
-    "ui4": "sub-byte integers are not kaun_ir dtypes",
-}
-
-
 def _check_legalisable(module) -> None:
     """StableHLOImportError for CHLO ops whose legalisation in the jaxlib we run would compute
     something else: a reverse ``chlo.scan`` is legalised as a forward one."""
@@ -138,24 +110,6 @@ def _check_legalisable(module) -> None:
                     walk(inner)
 
     walk(module.operation)
-
-
-def tensor_type(mlir_type) -> TensorType:
-    """kaun_ir's type of a ranked, static MLIR tensor type (ValueError otherwise)."""
-    if str(mlir_type).startswith("!stablehlo.token"):
-        raise ValueError("tokens (side-effect ordering: infeed, outfeed, send, recv) are not supported")
-    try:
-        element, shape = mlir.ranked_tensor(mlir_type)
-    except ValueError as err:
-        if "dynamic shape" in str(err):
-            raise ValueError(
-                f"{err}: only static shapes are supported (export with concrete shapes)"
-            ) from None
-        raise
-    if element not in _MLIR_DTYPES:
-        reason = next((why for prefix, why in OUT_OF_SCOPE.items() if element.startswith(prefix)), "")
-        raise ValueError(f"element type {element} is not supported" + (f": {reason}" if reason else ""))
-    return TensorType(_MLIR_DTYPES[element], shape)
 
 
 def location_name(location) -> str:
@@ -248,9 +202,6 @@ class _Importer:
         raise self.error(block.owner, "block without a return")
 
     def op(self, op, operands: list[Value], env: dict) -> list[Value]:
-        # imported here: runtime.interop.stablehlo_import and runtime.interop.stablehlo_ops import each other
-        from kaun_ir.runtime.interop.stablehlo_ops import HANDLERS  # noqa: PLC0415
-
         handler = HANDLERS.get(op.name)
         if handler is None:
             raise self.error(op, "unsupported op (kaun_ir has no equivalent)")

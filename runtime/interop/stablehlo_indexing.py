@@ -4,8 +4,8 @@ batched gather is imported as a plain one whose index vectors also name the batc
 
 from __future__ import annotations
 
+from kaun_ir.errors import StableHLOImportError
 from kaun_ir.runtime.interop.stablehlo_attrs import combiner, flag, ints
-from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError
 from kaun_ir.runtime.xla import mlir
 
 # the op a scatter's update region applies -> the scatter kind of the op table

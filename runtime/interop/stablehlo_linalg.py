@@ -4,8 +4,8 @@ dimension numbers become the op table's attributes."""
 from __future__ import annotations
 
 from kaun_ir import dtypes
+from kaun_ir.errors import StableHLOImportError
 from kaun_ir.runtime.interop.stablehlo_attrs import enum, flag, integer, ints, pairs, result_type
-from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError
 from kaun_ir.runtime.xla import mlir
 
 

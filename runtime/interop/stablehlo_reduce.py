@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from kaun_ir.errors import StableHLOImportError
 from kaun_ir.ops.reduce import init_value
 from kaun_ir.runtime.interop.stablehlo_attrs import combiner, enum, ints, pairs, region_block
-from kaun_ir.runtime.interop.stablehlo_import import StableHLOImportError
 
 # the op a combiner region applies -> reduce kind
 _REDUCE_KINDS = {

@@ -29,7 +29,7 @@ import re
 from collections import defaultdict
 
 from kaun_ir.ir.core import path_components
-from kaun_ir.tools.viz.svg import describe
+from kaun_ir.tools.viz.svg import describe, node_costs
 
 #: more graph inputs (outputs) than this are gathered into one group "(inputs)" ("(outputs)")
 IO_GROUP_LIMIT = 16
@@ -50,13 +50,6 @@ def _asset(name: str) -> str:
 
 
 # ------------------------------------------------------------------ the page's graph model
-
-
-def node_costs(graph) -> dict[str, tuple[int, int]]:
-    """``{node id: (flops, bytes)}`` for the op nodes (``n<k>``) under :func:`dump.node_cost`."""
-    from kaun_ir.tools.dump import node_cost
-
-    return {f"n{k}": node_cost(node) for k, node in enumerate(graph.nodes)}
 
 
 def comm_costs(graph, hlo_text: str) -> dict[str, float]:

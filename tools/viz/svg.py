@@ -14,6 +14,7 @@ from __future__ import annotations
 import html
 
 from kaun_ir.ir.core import path_components
+from kaun_ir.ir.cost import node_cost
 
 _PALETTE = (
     "#dbeafe",
@@ -192,14 +193,17 @@ def is_dark(color: str) -> bool:
     return 0.299 * r + 0.587 * g + 0.114 * b < 120
 
 
+def node_costs(graph) -> dict[str, tuple[int, int]]:
+    """``{node id: (flops, bytes)}`` for the op nodes (``n<k>``) under :func:`kaun_ir.ir.cost.node_cost`."""
+    return {f"n{k}": node_cost(node) for k, node in enumerate(graph.nodes)}
+
+
 def cost_overlay(graph, metric: str) -> dict:
-    """Node colours by estimated cost (:func:`kaun_ir.tools.dump.node_cost`) on a log scale.
+    """Node colours by estimated cost (:func:`kaun_ir.ir.cost.node_cost`) on a log scale.
 
     ``{"fills": {node id: colour}, "values": {node id: cost}, "title": ..., "legend": [(colour,
     label), ...]}`` for ``metric`` ``"flops"`` or ``"bytes"``; graph inputs and outputs cost 0.
     """
-    from kaun_ir.tools.viz.html import node_costs
-
     if metric not in ("flops", "bytes"):
         raise ValueError(f"unknown overlay {metric!r}; choose from flops, bytes")
     which = 0 if metric == "flops" else 1
