@@ -18,6 +18,8 @@ slot (layer)              filled with                         why it points up
 ``surface.function``      ``runtime.jit``                     ``kn.*`` functions compile
                                                               concrete calls
 ``passes.target``         ``runtime``'s backend               ``layout{target=auto}``
+``checkpoint.core``       ``train.io``                        ``checkpoint.save(path, state)``
+                                                              saves a whole ``train.State``
 ========================  ==================================  ===============================
 
 :func:`install` fills all of them; it is idempotent and cheap after the first call. Nothing calls
@@ -32,6 +34,7 @@ from __future__ import annotations
 import threading
 
 from kaun_ir import ops
+from kaun_ir.checkpoint import core as checkpoint
 from kaun_ir.ir import core as ir_core
 from kaun_ir.ir import importers, optable
 from kaun_ir.ops import rules as op_rules
@@ -42,6 +45,8 @@ from kaun_ir.runtime.pipelines import backend_in_use
 from kaun_ir.runtime.xla import transfer
 from kaun_ir.surface import eager, function, tensor
 from kaun_ir.tools.viz.svg import render_svg
+from kaun_ir.train import io as train_io
+from kaun_ir.train.state import State
 from kaun_ir.transforms import autodiff, vmap
 
 _LOCK = threading.Lock()
@@ -61,6 +66,7 @@ def install() -> None:
             torch_inputs=torch_import.torch_inputs,
         )
         ir_core.install_views(svg=render_svg)
+        checkpoint.install_whole_state_io(checkpoint.WholeStateIO(State, train_io.save, train_io.load_like))
         op_rules.install(
             apply=tensor.apply,
             tensor=tensor.Tensor,

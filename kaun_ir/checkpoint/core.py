@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
-from kaun_ir import ptree
+from kaun_ir import hooks, ptree
 from kaun_ir.checkpoint.mapping import MappedSource, state_dict_arrays
 from kaun_ir.checkpoint.reader import Reader, decoding
 from kaun_ir.checkpoint.storable import check_storable
@@ -119,6 +120,31 @@ def _write_bytes(handle, data: bytes) -> None:
         handle.write(view[start : start + _CHUNK])
 
 
+class WholeStateIO(NamedTuple):
+    """How a whole training state (``kn.train.State``) is saved and read back: ``save(path,
+    state, metadata)`` and ``load_like(path, like)``, which check its optimiser."""
+
+    kind: type
+    save: Callable
+    load_like: Callable
+
+
+# The training state's saver, filled by the composition root: kn.train builds on this package, so
+# the checkpoint never imports it.
+_WHOLE_STATE: list[WholeStateIO] = []
+
+
+def install_whole_state_io(io: WholeStateIO) -> None:
+    """Called by the composition root: the saver and loader of ``kn.train.State``."""
+    _WHOLE_STATE[:] = [io]
+
+
+def _whole_state_io(tree: Any) -> WholeStateIO | None:
+    if not _WHOLE_STATE:
+        hooks.ensure_installed()
+    return next((io for io in _WHOLE_STATE if isinstance(tree, io.kind)), None)
+
+
 def save(path: str | os.PathLike, tree: Any, metadata: dict[str, str] | None = None) -> str:
     """Write ``tree`` (arrays, Python numbers, nested dicts/lists/tuples) to ``path`` as
     SafeTensors, atomically. Returns ``path`` as a string.
@@ -138,13 +164,9 @@ def save(path: str | os.PathLike, tree: Any, metadata: dict[str, str] | None = N
     # imported here: safetensors loads only when a file is read or written
     from safetensors.numpy import save as st_save  # noqa: PLC0415
 
-    from kaun_ir.train import State  # noqa: PLC0415 - checkpoint.core and train import each other
-
-    if isinstance(tree, State):
-        # imported here: checkpoint.core and train import each other
-        from kaun_ir.train import io as train_io  # noqa: PLC0415
-
-        return train_io.save(path, tree, metadata)
+    whole = _whole_state_io(tree)
+    if whole is not None:
+        return whole.save(path, tree, metadata)
     path = os.fspath(path)
     extra = dict(metadata or {})
     for key, value in extra.items():
@@ -214,13 +236,9 @@ def load(path: str | os.PathLike, like: Any = None, rename=None, transpose=None)
     are stored with reversed axes (``[out, in]`` linear weights); see
     :mod:`kaun_ir.checkpoint.mapping` and docs/interop.md for the convention table.
     """
-    from kaun_ir.train import State  # noqa: PLC0415 - checkpoint.core and train import each other
-
-    if isinstance(like, State):  # a whole training state: kn.train's loader checks the optimiser
-        # imported here: checkpoint.core and train import each other
-        from kaun_ir.train import io as train_io  # noqa: PLC0415
-
-        return train_io.load_like(os.fspath(path), like)
+    whole = _whole_state_io(like)
+    if whole is not None:  # a whole training state: kn.train's loader checks the optimiser
+        return whole.load_like(os.fspath(path), like)
     if rename is not None or transpose is not None:
         reader = Reader(os.fspath(path))
         mapped = MappedSource(reader.keys, reader.get, rename, transpose, where=os.fspath(path))

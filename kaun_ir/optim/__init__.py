@@ -21,12 +21,11 @@ schedule evaluated on the traced step count so the compiled step never retraces)
 
 from kaun_ir.optim import schedule
 from kaun_ir.optim.algorithms import adagrad, adam, adamw, rmsprop, sgd
-from kaun_ir.optim.compose import chain
+from kaun_ir.optim.compose import chain, clip_by_global_norm
 from kaun_ir.optim.core import (
     Algorithm,
     State,
     apply_updates,
-    clip_by_global_norm,
     clip_grads_by_global_norm,
     global_norm,
     init,

@@ -12,9 +12,9 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
-from kaun_ir.optim.core import Algorithm, _clip
+from kaun_ir.optim.core import Algorithm, _clip, clip_grads_by_global_norm
 
-__all__ = ["chain", "clip_by_global_norm_transform"]
+__all__ = ["chain", "clip_by_global_norm", "clip_by_global_norm_transform"]
 
 
 def chain(*transforms: Algorithm) -> Algorithm:
@@ -73,3 +73,21 @@ def clip_by_global_norm_transform(max_norm: Any) -> Algorithm:
         return _clip(max_norm, updates), ()
 
     return Algorithm(init, step, "clip_by_global_norm", {"max_norm": max_norm}, ())
+
+
+_NO_GRADS = object()
+
+
+def clip_by_global_norm(max_norm: Any, grads: Any = _NO_GRADS) -> Any:
+    """The gradient *transformation* (an :class:`Algorithm`) that clips by global norm, for
+    ``optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(3e-4))`` (optax's name).
+
+    Deprecated form: ``clip_by_global_norm(max_norm, grads)`` still clips a gradient tree
+    directly; spell it :func:`clip_grads_by_global_norm(grads, max_norm)
+    <clip_grads_by_global_norm>`, which is unambiguous.
+    """
+    if grads is _NO_GRADS:
+        return clip_by_global_norm_transform(max_norm)
+    if isinstance(max_norm, (int, float)) and not max_norm > 0:
+        raise ValueError(f"optim.clip_by_global_norm: max_norm must be > 0, got {max_norm}")
+    return clip_grads_by_global_norm(grads, max_norm)

@@ -38,7 +38,6 @@ __all__ = [
     "update",
     "apply_updates",
     "global_norm",
-    "clip_by_global_norm",
     "clip_grads_by_global_norm",
     "state_to_trees",
     "state_of_trees",
@@ -268,27 +267,6 @@ def global_norm(grads: Any) -> Any:
     """``sqrt(sum of g**2 over every element of every leaf)``: a float32 scalar (float64 if a
     leaf is float64)."""
     return _global_norm(grads)
-
-
-_NO_GRADS = object()
-
-
-def clip_by_global_norm(max_norm: Any, grads: Any = _NO_GRADS) -> Any:
-    """The gradient *transformation* (an :class:`Algorithm`) that clips by global norm, for
-    ``optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(3e-4))`` (optax's name).
-
-    Deprecated form: ``clip_by_global_norm(max_norm, grads)`` still clips a gradient tree
-    directly; spell it :func:`clip_grads_by_global_norm(grads, max_norm)
-    <clip_grads_by_global_norm>`, which is unambiguous.
-    """
-    if grads is _NO_GRADS:
-        # imported here: optim.core and optim.compose import each other
-        from kaun_ir.optim.compose import clip_by_global_norm_transform  # noqa: PLC0415
-
-        return clip_by_global_norm_transform(max_norm)
-    if isinstance(max_norm, (int, float)) and not max_norm > 0:
-        raise ValueError(f"optim.clip_by_global_norm: max_norm must be > 0, got {max_norm}")
-    return _clip_grads(max_norm, grads)
 
 
 def clip_grads_by_global_norm(grads: Any, max_norm: Any) -> Any:
