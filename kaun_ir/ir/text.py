@@ -157,35 +157,10 @@ def _parse_graph(toks: Tokens, depth: int = 0) -> Graph:
         raise toks.error(f"regions nested deeper than {MAX_REGION_DEPTH} levels")
     toks.expect("graph")
     name = toks.expect_kind("symbol", "a graph name such as @main")[1:]
-    toks.expect("(")
     env: dict[str, Value] = {}
-    inputs: list[Value] = []
-    input_names: list[str] = []
-    if not toks.accept(")"):
-        while True:
-            tok = toks.peek()
-            vname = toks.expect_kind("value", "an argument name such as %0")
-            toks.expect(":")
-            ttype = tensor_type(toks, "a tensor type such as f32[2,3]")
-            if vname in env:
-                raise toks.error(f"argument {vname} defined twice", tok)
-            label = string(toks, toks.next()) if toks.peek()[0] == "string" else ""
-            value = Value(None, len(inputs), ttype)
-            env[vname] = value
-            inputs.append(value)
-            input_names.append(label)
-            if toks.accept(")"):
-                break
-            toks.expect(",")
+    inputs, input_names = _parse_arguments(toks, env)
     toks.expect("->")
-    toks.expect("(")
-    out_types: list[TensorType] = []
-    if not toks.accept(")"):
-        while True:
-            out_types.append(tensor_type(toks, "a tensor type"))
-            if toks.accept(")"):
-                break
-            toks.expect(",")
+    out_types = _parse_list(toks, lambda: tensor_type(toks, "a tensor type"))
     toks.expect("{")
     nodes: list[Node] = []
     while True:
@@ -207,6 +182,40 @@ def _parse_graph(toks: Tokens, depth: int = 0) -> Graph:
         raise toks.error(f"graph returns {len(outputs)} value(s) but the signature lists {len(out_types)}")
     names = input_names if any(input_names) else None
     return Graph(inputs, outputs, nodes, name, names)
+
+
+def _parse_list(toks: Tokens, item) -> list:
+    """``( item, item, ... )``: the items ``item()`` reads, in order (none for ``()``)."""
+    toks.expect("(")
+    items: list = []
+    if not toks.accept(")"):
+        while True:
+            items.append(item())
+            if toks.accept(")"):
+                break
+            toks.expect(",")
+    return items
+
+
+def _parse_arguments(toks: Tokens, env: dict[str, Value]) -> tuple[list[Value], list[str]]:
+    """A graph's ``(%0: f32[2] "label", ...)``: its input values (entered in ``env``) and labels."""
+    inputs: list[Value] = []
+    labels: list[str] = []
+
+    def argument():
+        tok = toks.peek()
+        vname = toks.expect_kind("value", "an argument name such as %0")
+        toks.expect(":")
+        ttype = tensor_type(toks, "a tensor type such as f32[2,3]")
+        if vname in env:
+            raise toks.error(f"argument {vname} defined twice", tok)
+        labels.append(string(toks, toks.next()) if toks.peek()[0] == "string" else "")
+        value = Value(None, len(inputs), ttype)
+        env[vname] = value
+        inputs.append(value)
+
+    _parse_list(toks, argument)
+    return inputs, labels
 
 
 def _lookup(toks: Tokens, env: dict[str, Value]) -> Value:

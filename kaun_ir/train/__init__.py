@@ -27,7 +27,8 @@ the optimiser's step counter, so every step draws fresh masks without recompilin
 The modules: :mod:`.state` (``Trainer``, ``State``, ``make``, ``init``), :mod:`.capture` (the
 three ways a loss is called), :mod:`.builder` (what a step traces into and its compiled
 functions), :mod:`.dispatch` (repeated steps through ``kaun_ir.runtime``'s routes), :mod:`.stepping`
-(``step``, ``steps``, ``predict``), :mod:`.loop` (``fit``), :mod:`.inspection` (a step's graphs
+(``step``, ``steps``, ``predict``), :mod:`.loop` (``fit``, with :mod:`.fit_options` its
+``FitOptions`` and :mod:`.progress` its progress bar), :mod:`.inspection` (a step's graphs
 and executable), :mod:`.io` (saving and restoring a state), :mod:`.callbacks` (``fit``'s callbacks
 and the JSON-lines, CSV and TensorBoard metric writers, with :mod:`.tfevents`), :mod:`.evaluation`
 (``evaluate``), :mod:`.checkpointing` (``fit``'s background checkpoints and resuming) and
@@ -45,6 +46,7 @@ _LAZY = {
     "kaun_ir.train.callbacks": "Callback CsvWriter JsonlWriter MetricWriter TensorBoardWriter",
     "kaun_ir.train.checkpointing": "checkpoint_steps latest_checkpoint",
     "kaun_ir.train.evaluation": "evaluate",
+    "kaun_ir.train.fit_options": "FitOptions",
     "kaun_ir.train.inspection": "forward_graph step_executable step_graph",
     "kaun_ir.train.io": "load save state_of_tree state_to_tree",
     "kaun_ir.train.loop": "EarlyStop fit",
@@ -77,6 +79,7 @@ __all__ = [
     "step",
     "steps",
     "fit",
+    "FitOptions",
     "evaluate",
     "Callback",
     "MetricWriter",

@@ -35,151 +35,23 @@ from kaun_ir import tree
 from kaun_ir.ir.builder import Builder
 from kaun_ir.surface.constant_hooks import constant_hook
 from kaun_ir.surface.tensor import Tensor, to_value, type_of
-from kaun_ir.surface.trace import ShapeDtype, is_array_leaf, leaf_type
+from kaun_ir.surface.trace import ShapeDtype, leaf_type
+from kaun_ir.train.closure_key import (
+    SCALARS,
+    Opaque,
+    function_parts,
+    liftable,
+    named_globals,
+    quick_key,
+    remember,
+    static_key,
+)
 
 __all__ = ["Explicit", "LossSpec", "Probed", "Unlifted", "probe", "quick_key", "remember", "warn_opaque"]
-
-# Objects from these packages are taken to be fixed code (functions, modules, classes); a user
-# function is looked into instead (its closure, defaults and the globals it names).
-_LIBRARY_ROOTS = frozenset(
-    {
-        "kaun_ir",
-        "numpy",
-        "jax",
-        "jaxlib",
-        "ml_dtypes",
-        "math",
-        "operator",
-        "functools",
-        "builtins",
-        "optax",
-        "typing",
-        "itertools",
-        "collections",
-    }
-)
-_SCALARS = (type(None), bool, int, float, complex, str, bytes)
-_MAX_DEPTH = 6
-
-
-class Opaque(Exception):
-    """The loss reaches data that cannot be lifted (the message says through what)."""
 
 
 class Unlifted(Exception):
     """Raised while tracing a :class:`LossSpec` step when the loss turned an array into a constant."""
-
-
-def _is_library(obj: Any) -> bool:
-    name = obj.__name__ if isinstance(obj, types.ModuleType) else getattr(obj, "__module__", None)
-    return isinstance(name, str) and name.partition(".")[0] in _LIBRARY_ROOTS
-
-
-def _code_names(code: types.CodeType) -> set:
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= _code_names(const)
-    return names
-
-
-@functools.lru_cache(maxsize=4096)
-def _sorted_code_names(code: types.CodeType) -> tuple:
-    """The global (and attribute) names ``code`` and the functions defined inside it may read,
-    sorted; computed once per code object."""
-    return tuple(sorted(_code_names(code)))
-
-
-def _named_globals(fn: types.FunctionType) -> tuple[tuple, list]:
-    namespace = fn.__globals__
-    names = tuple(name for name in _sorted_code_names(fn.__code__) if name in namespace)
-    return names, [namespace[name] for name in names]
-
-
-def _function_parts(fn: types.FunctionType) -> list:
-    try:
-        cells = [cell.cell_contents for cell in (fn.__closure__ or ())]
-    except ValueError:
-        raise ValueError("loss_fn closes over a variable that is not assigned yet") from None
-    names, values = _named_globals(fn)
-    return [cells, fn.__defaults__, fn.__kwdefaults__, names, values]
-
-
-_CODE_TYPES = (
-    types.ModuleType,
-    type,
-    types.FunctionType,
-    types.BuiltinFunctionType,
-    types.MethodType,
-    functools.partial,
-)
-
-
-def _liftable(value: Any) -> bool:
-    """An array the closure holds (not a module or function that happens to have ``shape`` and
-    ``dtype`` attributes, like the ``numpy`` module)."""
-    return not isinstance(value, (Tensor, *_CODE_TYPES)) and is_array_leaf(value)
-
-
-def _static(value: Any, depth: int, seen: set) -> Any:
-    """A hashable key for a value the loss reaches but that is not lifted; ``Opaque`` when the
-    value may hold data that would go stale (an array below the top level, a mutable object)."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return (kind, "nan") if value != value else (kind, value)
-    if isinstance(value, Tensor):
-        raise Opaque("a symbolic Tensor of another trace")
-    if _liftable(value):
-        raise Opaque("an array inside a function or container it calls")
-    if kind in (list, tuple) and not hasattr(value, "_fields"):
-        return (kind, tuple(_static(v, depth, seen) for v in value))
-    if kind is dict:
-        try:
-            keys = sorted(value)
-        except TypeError:
-            raise Opaque("a dict whose keys do not sort") from None
-        return (dict, tuple(keys), tuple(_static(value[k], depth, seen) for k in keys))
-    if isinstance(value, np.dtype):
-        return ("dtype", value)
-    if isinstance(value, type):
-        return ("type", value)
-    if isinstance(value, types.ModuleType):
-        if _is_library(value):
-            return ("module", value)
-        raise Opaque(f"module {value.__name__!r} (its attributes can change)")
-    if isinstance(value, types.FunctionType):
-        if _is_library(value):
-            return ("function", value)
-        if id(value) in seen:
-            return ("recursive", value.__code__)
-        if depth >= _MAX_DEPTH:
-            raise Opaque("functions nested too deeply to inspect")
-        seen.add(id(value))
-        parts = _function_parts(value)
-        return ("function", value.__code__, id(value.__globals__), _static(parts, depth + 1, seen))
-    if isinstance(value, types.BuiltinFunctionType):
-        owner = getattr(value, "__self__", None)
-        if owner is None or isinstance(owner, types.ModuleType):
-            return ("builtin", value)
-        raise Opaque(f"the bound method {value.__qualname__} of a {type(owner).__name__}")
-    if isinstance(value, functools.partial) and depth < _MAX_DEPTH:
-        return (
-            "partial",
-            _static(value.func, depth + 1, seen),
-            _static(value.args, depth + 1, seen),
-            _static(value.keywords, depth + 1, seen),
-        )
-    if _is_library(kind) and _hashable(value):  # e.g. a kn.layer.Layer or an optimiser record
-        return ("object", value)
-    raise Opaque(f"a {kind.__name__} object (its attributes can change)")
-
-
-def _hashable(value: Any) -> bool:
-    try:
-        hash(value)
-    except TypeError:
-        return False
-    return True
 
 
 class Explicit:
@@ -224,11 +96,11 @@ class LossSpec:
     def _inspect(self, fn: Callable) -> None:
         if isinstance(fn, functools.partial):
             self.kind = "partial"
-            static = ("partial", _static(fn.func, 1, set()))
+            static = ("partial", static_key(fn.func, 1, set()))
             contents = [fn.args, fn.keywords]
         elif isinstance(fn, types.FunctionType):
             self.kind = "function"
-            contents = _function_parts(fn)
+            contents = function_parts(fn)
             static = ("function", fn.__code__, id(fn.__globals__), contents.pop(3))
         elif isinstance(fn, types.MethodType):
             raise Opaque(f"the bound method {fn.__qualname__} (it reads attributes of its object)")
@@ -240,25 +112,25 @@ class LossSpec:
             raise Opaque("a dict whose keys do not sort") from None
         arrays, statics, seen = [], [], {id(fn)}
         for leaf in leaves:
-            if _liftable(leaf):
+            if liftable(leaf):
                 arrays.append(leaf)
                 statics.append(None)
             else:
-                statics.append(_static(leaf, 1, seen))
+                statics.append(static_key(leaf, 1, seen))
         self.leaves, self.treedef, self.arrays = leaves, treedef, arrays
         self.key = (static, treedef, tuple(statics))
 
     def rebuild(self, arrays: list) -> Callable:
         """The loss function with its lifted arrays replaced (by traced inputs)."""
         it = iter(arrays)
-        leaves = [next(it) if _liftable(leaf) else leaf for leaf in self.leaves]
+        leaves = [next(it) if liftable(leaf) else leaf for leaf in self.leaves]
         contents = tree.unflatten(self.treedef, leaves)
         if self.kind == "partial":
             args, keywords = contents
             return functools.partial(self.fn.func, *args, **keywords)
         cells, defaults, kwdefaults, globals_ = contents
         namespace = self.fn.__globals__
-        names = _named_globals(self.fn)[0]
+        names = named_globals(self.fn)[0]
         if any(isinstance(leaf, Tensor) for leaf in tree.flatten(globals_)[0]):
             namespace = dict(namespace)  # a copy of the module namespace with the traced arrays in it
             namespace.update(zip(names, globals_))
@@ -286,111 +158,12 @@ class LossSpec:
         return isinstance(other, LossSpec) and self.key == other.key
 
 
-# ------------------------------------------------------------------ repeated closures, quickly
-#
-# A user's loop makes a new closure of the same code every step (``lambda out: loss(out, y)``
-# over the batch's labels). Once one closure of a code object has been inspected, and it held
-# nothing but arrays and fixed atoms (library functions and modules, classes, Python scalars)
-# in its cells and named only such atoms as globals, the next closure of that code has the same
-# key when its cells hold arrays at the same places and the very same atoms, and its globals
-# are the same objects: checked in a few identity comparisons instead of a full inspection.
-
-_ARRAY = object()  # marks a cell that held a lifted array
-_MISSING = object()  # marks a global name the code reads that the module does not define
-
-
-def _atom(value: Any) -> bool:
-    """A value whose identity (scalars: type and value) determines its part of the key."""
-    kind = type(value)
-    if kind in _SCALARS:
-        return value == value  # a NaN is keyed by kind, not value: leave it to the full path
-    if kind is types.FunctionType or kind is types.ModuleType:
-        return _is_library(value)
-    if kind is types.BuiltinFunctionType:
-        owner = getattr(value, "__self__", None)
-        return owner is None or isinstance(owner, types.ModuleType)
-    return isinstance(value, type)
-
-
-class _Known:
-    """What the quick check of a code object's closures compares with (see above)."""
-
-    __slots__ = ("globals_id", "cells", "names", "values", "key")
-
-    def __init__(self, globals_id: int, cells: tuple, names: tuple, values: tuple, key: Any):
-        self.globals_id, self.cells, self.names, self.values, self.key = globals_id, cells, names, values, key
-
-
-_KNOWN: dict = {}
-_KNOWN_MAX = 256
-
-
-def remember(spec: LossSpec, array_types: tuple) -> None:
-    """File a liftable closure's layout for :func:`quick_key`, when it qualifies."""
-    fn = spec.fn
-    if spec.opaque is not None or type(fn) is not types.FunctionType:
-        return
-    if fn.__defaults__ is not None or fn.__kwdefaults__ is not None:
-        return
-    try:
-        cells = [cell.cell_contents for cell in (fn.__closure__ or ())]
-    except ValueError:
-        return
-    layout = []
-    for value in cells:
-        if type(value) in array_types:
-            layout.append(_ARRAY)
-        elif _atom(value):
-            layout.append(value)
-        else:
-            return
-    namespace = fn.__globals__
-    names = _sorted_code_names(fn.__code__)
-    values = tuple(namespace.get(name, _MISSING) for name in names)
-    if not all(v is _MISSING or _atom(v) for v in values):
-        return
-    if len(_KNOWN) >= _KNOWN_MAX:
-        _KNOWN.clear()
-    _KNOWN[fn.__code__] = _Known(id(namespace), tuple(layout), names, values, spec.key)
-
-
-def quick_key(fn: Any, array_types: tuple) -> tuple[Any, list] | None:
-    """``(key, arrays)`` of a closure whose code was :func:`remember` ed, equal to what
-    ``LossSpec(fn)`` would find; None when it cannot be told quickly."""
-    if type(fn) is not types.FunctionType:
-        return None
-    known = _KNOWN.get(fn.__code__)
-    if known is None or known.globals_id != id(fn.__globals__):
-        return None
-    if fn.__defaults__ is not None or fn.__kwdefaults__ is not None:
-        return None
-    arrays = []
-    try:
-        for cell, held in zip(fn.__closure__ or (), known.cells):
-            value = cell.cell_contents
-            if held is _ARRAY:
-                if type(value) not in array_types:
-                    return None
-                arrays.append(value)
-            elif value is not held and not (
-                type(value) is type(held) and type(value) in _SCALARS and value == held
-            ):
-                return None
-    except ValueError:  # a cell not assigned yet: the full path says so
-        return None
-    namespace = fn.__globals__
-    for name, value in zip(known.names, known.values):
-        if namespace.get(name, _MISSING) is not value:
-            return None
-    return known.key, arrays
-
-
 def _is_data(x: Any) -> bool:
     """Concrete operands that are data rather than literals of the code: NumPy arrays of rank >= 1
     and device arrays of any rank (scalars stay constants; their values are part of the key)."""
     if isinstance(x, np.ndarray):
         return x.ndim >= 1
-    return not isinstance(x, (np.generic, *_SCALARS)) and hasattr(x, "shape") and hasattr(x, "dtype")
+    return not isinstance(x, (np.generic, *SCALARS)) and hasattr(x, "shape") and hasattr(x, "dtype")
 
 
 def _refuse_data(x: Any) -> None:

@@ -13,16 +13,15 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from kaun_ir import tree
 from kaun_ir.train import checkpointing
-from kaun_ir.train.callbacks import Callback
 from kaun_ir.train.evaluation import evaluate
+from kaun_ir.train.fit_options import FitOptions
 from kaun_ir.train.io import load
+from kaun_ir.train.progress import Progress, batch_sizes, learning_rate, length
 from kaun_ir.train.state import State, Trainer, check_state
 from kaun_ir.train.stepping import block_step, step
 
@@ -32,77 +31,6 @@ __all__ = ["EarlyStop", "fit"]
 class EarlyStop(Exception):
     """Raise inside ``fit``'s ``report`` (or a callback's ``on_log``) to end training; ``fit``
     returns the state."""
-
-
-class _Progress:
-    """A one-line progress bar on a terminal (stderr); silent otherwise."""
-
-    def __init__(self, total: int | None, enabled: bool):
-        self.total, self.enabled = total, enabled
-        self.start = self.last = time.perf_counter()
-
-    def update(
-        self,
-        count: int,
-        loss_value: Callable[[], float],
-        final: bool = False,
-        extra: Callable[[], str] | None = None,
-    ) -> None:
-        if not self.enabled:
-            return
-        now = time.perf_counter()
-        if not final and now - self.last < 0.1:
-            return
-        self.last = now
-        sys.stderr.write(
-            f"\r{progress_line(count, self.total, loss_value(), count / max(now - self.start, 1e-9))}"
-        )
-        if extra is not None:
-            sys.stderr.write(extra())
-        if final:
-            sys.stderr.write("\n")
-        sys.stderr.flush()
-
-
-def progress_line(count: int, total: int | None, loss: float, steps_per_s: float) -> str:
-    """The progress bar's text: ``[####....] 12/40  loss 0.5213  31.2 steps/s``."""
-    if total:
-        width = 24
-        filled = min(width, int(width * count / total))
-        bar = f"[{'#' * filled}{'.' * (width - filled)}] {count}/{total}"
-    else:
-        bar = f"step {count}"
-    return f"{bar}  loss {loss:.4f}  {steps_per_s:.1f} steps/s"
-
-
-def learning_rate(optimizer: Any, t: int) -> float | None:
-    """The learning rate ``optimizer`` uses at the 1-based step ``t`` (its ``lr`` hyper-parameter,
-    a schedule evaluated at ``t``; searched through chains), or None when it has none."""
-    hyper = getattr(optimizer, "hyperparams", None) or {}
-    for key in ("lr", "learning_rate"):
-        if key in hyper:
-            lr = hyper[key]
-            return float(np.asarray(lr(np.int32(t)) if callable(lr) else lr))
-    for value in hyper.values():
-        for inner in value if isinstance(value, (list, tuple)) else [value]:
-            if hasattr(inner, "hyperparams"):
-                found = learning_rate(inner, t)
-                if found is not None:
-                    return found
-    return None
-
-
-def _sizes(x: Any) -> tuple[int, int | None]:
-    """Examples and tokens in a batch's inputs: the first axis of the first array, and the
-    element count of integer inputs of rank >= 2 (token ids ``[batch, time]``), else None."""
-    leaves = [leaf for leaf in tree.flatten(x)[0] if hasattr(leaf, "shape") and len(leaf.shape)]
-    if not leaves:
-        return 0, None
-    first = leaves[0]
-    examples = int(first.shape[0])
-    dtype = np.dtype(getattr(first, "dtype", np.float32))
-    tokens = int(np.prod(first.shape)) if dtype.kind in "iu" and len(first.shape) >= 2 else None
-    return examples, tokens
 
 
 def _checked_batch(trainer: Trainer, item: Any) -> tuple:
@@ -122,44 +50,10 @@ def _checked_batch(trainer: Trainer, item: Any) -> tuple:
     return item
 
 
-def _check_count(value: Any, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"train.fit: {name} must be an int >= 1, got {value!r}")
-    return value
-
-
-def _length(data: Iterable) -> int | None:
-    try:
-        return len(data)  # type: ignore[arg-type]
-    except TypeError:
-        return None
-
-
-@dataclass(frozen=True)
-class _Options:
-    """What one ``fit`` call was asked to do besides stepping (see :func:`fit`)."""
-
-    report: Any
-    ctx: Any
-    progress: Any
-    steps_per_call: Any
-    report_every: Any
-    epochs: Any
-    callbacks: Any
-    eval_data: Any
-    eval_metrics: Any
-    eval_every: Any
-    checkpoint_dir: Any
-    checkpoint_every: Any
-    keep_last: Any
-    resume: Any
-    profiler: Any
-
-
 class _FitRun:
     """One call of :func:`fit`: the state being trained and what the run has done so far."""
 
-    def __init__(self, trainer: Trainer, st: State, options: _Options, bar: _Progress):
+    def __init__(self, trainer: Trainer, st: State, options: FitOptions, bar: Progress):
         self.trainer, self.st, self.bar, self.o = trainer, st, bar, options
         self.ctx = options.ctx
         self.count = 0  # steps run by this call
@@ -175,6 +69,12 @@ class _FitRun:
             else None
         )
         self.last_eval: dict[str, float] = {}
+        self.profiler = None
+        if options.profile_steps is not None:
+            # loads the profiler only when asked
+            from kaun_ir.train.profiling import StepProfiler  # noqa: PLC0415
+
+            self.profiler = StepProfiler(options.profile_steps, options.profile_dir)
         self.resumed = False  # the pipeline was placed by a checkpoint: do not reset it first
         self.pass_index: int | None = None  # batches of this pass run (data without position())
         self._just_ran = 0  # steps run by the last single step or block
@@ -186,13 +86,13 @@ class _FitRun:
         self.all_tokens: int | None = 0  # tokens since the start (for the progress bar)
 
     @classmethod
-    def start(cls, trainer: Trainer, st: State, data: Iterable, options: _Options) -> tuple[_FitRun, int]:
+    def start(cls, trainer: Trainer, st: State, data: Iterable, options: FitOptions) -> tuple[_FitRun, int]:
         """Set up the run: resume from a checkpoint when asked (the state, the finished passes and
         the data's position), and the progress bar. Returns the run and the number of leading
         elements of the first pass to skip (for data that is not a ``kn.data`` pipeline)."""
-        length = _length(data)
-        total = None if length is None else length * options.epochs
-        bar = _Progress(total, sys.stderr.isatty() if options.progress is None else options.progress)
+        passes = length(data)
+        total = None if passes is None else passes * options.epochs
+        bar = Progress(total, sys.stderr.isatty() if options.progress is None else options.progress)
         path = checkpointing.resolve(options.resume, options.checkpoint_dir)
         skip = 0
         epoch = 0
@@ -251,7 +151,7 @@ class _FitRun:
             callback.on_log(global_step, logs, self.st)
 
     def _count_batch(self, batch: tuple) -> None:
-        examples, tokens = _sizes(batch[0])
+        examples, tokens = batch_sizes(batch[0])
         self.examples += examples
         self.tokens = None if tokens is None or self.tokens is None else self.tokens + tokens
         self.all_tokens = None if tokens is None or self.all_tokens is None else self.all_tokens + tokens
@@ -259,8 +159,8 @@ class _FitRun:
     def _after_steps(self, data: Iterable) -> bool:
         """Checkpoint, evaluate and profile after the steps that just ran; ``False`` to stop."""
         step_now = self.st.step
-        if self.o.profiler is not None:
-            self.o.profiler.after(step_now, self.st)
+        if self.profiler is not None:
+            self.profiler.after(step_now, self.st)
         every = self.o.checkpoint_every
         if (
             self.checkpointer is not None
@@ -309,8 +209,8 @@ class _FitRun:
 
     def single(self, batch: tuple, data: Iterable) -> bool:
         """One step; ``False`` when ``report`` or a callback asked to stop."""
-        if self.o.profiler is not None:
-            self.o.profiler.before(self.st.step + 1)
+        if self.profiler is not None:
+            self.profiler.before(self.st.step + 1)
         self._count_batch(batch)
         self.last_loss, self.st = step(self.trainer, self.st, batch[0], *batch[1:], ctx=self.ctx)
         self.count += 1
@@ -326,8 +226,8 @@ class _FitRun:
     def block(self, batches: list, data: Iterable) -> bool:
         """``len(batches)`` steps in one executable (single steps when the batches cannot share
         one); every step of the block runs even when ``report`` asks to stop part-way."""
-        if self.o.profiler is not None:
-            self.o.profiler.before(self.st.step + 1)
+        if self.profiler is not None:
+            self.profiler.before(self.st.step + 1)
         result = block_step(self.trainer, self.st, batches, self.ctx)
         if result is None:
             return all(self.single(batch, data) for batch in batches)
@@ -433,21 +333,10 @@ class _FitRun:
             if self.checkpointer is not None:
                 self.checkpointer.wait()
         finally:
-            if self.o.profiler is not None:
-                self.o.profiler.close(self.st if not failed else None)
+            if self.profiler is not None:
+                self.profiler.close(self.st if not failed else None)
             for callback in self.o.callbacks:
                 callback.on_fit_end(self.st.step, self.st)
-
-
-def _check_callbacks(callbacks: Any) -> list:
-    callbacks = list(callbacks or ())
-    for callback in callbacks:
-        if not isinstance(callback, Callback):
-            raise TypeError(
-                f"train.fit: callbacks must be train.Callback objects (e.g. train.JsonlWriter(path)), "
-                f"got {type(callback).__name__}"
-            )
-    return callbacks
 
 
 def fit(
@@ -456,115 +345,43 @@ def fit(
     data: Iterable,
     report: Callable | None = None,
     ctx: dict | None = None,
-    progress: bool | None = None,
-    steps_per_call: int = 1,
-    report_every: int = 1,
-    *,
-    epochs: int = 1,
-    callbacks: Iterable[Callback] = (),
-    eval_data: Iterable | None = None,
-    eval_metrics: dict[str, Callable] | None = None,
-    eval_every: int | None = None,
-    checkpoint_dir: str | None = None,
-    checkpoint_every: int | None = None,
-    keep_last: int | None = None,
-    resume: bool | str = False,
-    profile_steps: tuple[int, int] | None = None,
-    profile_dir: str | None = None,
+    options: FitOptions | None = None,
+    **keywords: Any,
 ) -> State:
     """Run :func:`step` over ``data`` and return the final state. ``data`` is an iterable (e.g. a
     ``kn.data`` pipeline) of ``(x, *targets)`` tuples for a trainer made with ``loss=``, or of
     ``(x, loss_fn)`` pairs in the closure form.
 
+    What else the run does is one :class:`~kaun_ir.train.FitOptions` record: ``options=``, or
+    its fields as keyword arguments (``epochs=3``, ``callbacks=[...]``, ``checkpoint_dir=``,
+    ``resume=True``, ``profile_steps=(a, b)`` ...), laid over ``options`` when both are given;
+    ``report`` and ``ctx`` are its first two fields, also accepted in position. Everything is
+    checked before the first step.
+
     A ``kn.data`` pipeline is ``reset()`` before each pass, so calling ``fit`` once per epoch
-    works; ``epochs=E`` makes ``E`` passes in one call.
-    ``report(step=, loss=, state=)`` is called after every ``report_every``-th step and after
-    the last one (1-based ``step`` counts the steps of this call). ``loss`` is the step's loss
-    as a 0-d device array: nothing waits for the device until the report reads it
-    (``float(loss)``, formatting, a comparison), so a report that logs every 100th step does
-    not stall the other 99. Raising :class:`EarlyStop` inside it ends training and returns the
-    state at that point. A progress bar with the running loss, learning rate, throughput and
-    last evaluation is shown when stderr is a terminal (``progress=`` forces it on or off; it
-    reads the loss at most ten times a second).
+    works. ``report(step=, loss=, state=)`` gets the step's loss as a 0-d device array: nothing
+    waits for the device until the report reads it. Raising :class:`EarlyStop` inside it (or in
+    a callback's ``on_log``) ends training and returns the state at that point. Callbacks get
+    ``on_log(state.step, logs, state)`` with ``loss``, ``lr`` (schedules evaluated),
+    ``steps_per_s``, ``examples_per_s``, ``tokens_per_s`` (when ``x`` holds integer token ids
+    ``[batch, time]``), ``epoch`` and the ``eval/<name>`` results, as Python floats.
 
-    ``callbacks``: :class:`~kaun_ir.train.Callback` objects, e.g. the metric writers
-    :class:`~kaun_ir.train.JsonlWriter`, :class:`~kaun_ir.train.CsvWriter` and
-    :class:`~kaun_ir.train.TensorBoardWriter`. On the steps ``report`` is due they get
-    ``on_log(state.step, logs, state)`` with ``loss``, ``lr`` (the optimiser's learning rate
-    at that step, schedules evaluated), ``steps_per_s``, ``examples_per_s``, ``tokens_per_s``
-    (when ``x`` holds integer token ids ``[batch, time]``) and ``epoch``, as Python floats
-    (logging reads the loss, so it waits for the device on those steps).
-
-    ``eval_data``: run :func:`~kaun_ir.train.evaluate` (the trainer's loss and
-    ``eval_metrics``) at the end of every pass, or every ``eval_every`` steps; the results go
-    to the callbacks as ``eval/<name>`` (and show on the progress bar). ``eval_data`` is read
-    from its start each time, so with ``eval_every`` it must not be the ``data`` pipeline object
-    itself (``ValueError``).
-
-    ``checkpoint_dir`` with ``checkpoint_every=N``: save the state every ``N`` global steps (and
-    after the last step) as ``checkpoint_dir/step_XXXXXXXX.safetensors``, with the data
-    pipeline's position, keeping the newest ``keep_last`` files (all when None). Files are
-    written from a background thread after a copy to host memory; ``fit`` waits for the last
-    one before returning. ``resume=True`` continues from the newest checkpoint in
-    ``checkpoint_dir`` (a fresh start when there is none; ``resume=PATH`` names a file or
-    directory): the state, the passes finished, and the pipeline's position (a ``kn.data``
-    pipeline built the same way, with the same ``seed``, yields the batch that would have come
-    next), so the resumed run is the same as one that never stopped; ``st`` then only gives the
-    structure, dtypes and layout.
-
-    ``profile_steps=(a, b)`` records a profile of global steps ``a`` to ``b`` (inclusive) into
-    ``profile_dir`` (see :func:`kaun_ir.profile`) and prints the per-layer time table.
-
-    ``steps_per_call=K > 1`` fuses training: ``K`` consecutive batches with the same shapes (and
-    in the closure form the same loss code) are stacked and ``K`` steps run inside ONE
-    executable (:func:`steps`), giving the same result as ``K`` single steps. ``report`` is then
-    called for each of the ``K`` steps afterwards, in order, with that step's loss and the
-    state *after the whole block*; :class:`EarlyStop` is honoured at block granularity: the
-    steps of the block already ran and stay applied (no roll-back), and the remaining reports
-    of the block are skipped. A final partial block (fewer than ``K`` batches left), or a
-    block whose batches differ, runs as single steps. (A block's losses arrive on the host
-    together, as NumPy scalars.) Checkpoints, evaluations and profile boundaries fall on block
-    boundaries.
+    Checkpoints are written from a background thread after a copy to host memory, with the data
+    pipeline's position, and ``fit`` waits for the last one before returning; a resumed run (a
+    ``kn.data`` pipeline built the same way, with the same ``seed``) is the same as one that
+    never stopped, and ``st`` then only gives the structure, dtypes and layout. With
+    ``steps_per_call=K > 1`` the ``K`` reports of a block come after the block, each with its
+    own loss and the state after the whole block; :class:`EarlyStop` is honoured at block
+    granularity (the block's steps stay applied). A final partial block, or a block whose
+    batches differ, runs as single steps.
     """
     check_state(st, "fit")
-    steps_per_call = _check_count(steps_per_call, "steps_per_call")
-    report_every = _check_count(report_every, "report_every")
-    epochs = _check_count(epochs, "epochs")
-    for name, value in (
-        ("eval_every", eval_every),
-        ("checkpoint_every", checkpoint_every),
-        ("keep_last", keep_last),
-    ):
-        if value is not None:
-            _check_count(value, name)
-    if eval_data is not None and eval_data is data and eval_every is not None:
-        raise ValueError("train.fit: eval_data is the training pipeline; evaluating mid-pass would rewind it")
-    if checkpoint_every is not None and checkpoint_dir is None:
-        raise ValueError(
-            "train.fit: checkpoint_every= needs checkpoint_dir= (where to write the checkpoints)"
-        )
-    profiler = None
-    if profile_steps is not None:
-        from kaun_ir.train.profiling import StepProfiler  # noqa: PLC0415 - loads the profiler only when asked
-
-        profiler = StepProfiler(profile_steps, profile_dir)
-    options = _Options(
-        report=report,
-        ctx=ctx,
-        progress=progress,
-        steps_per_call=steps_per_call,
-        report_every=report_every,
-        epochs=epochs,
-        callbacks=_check_callbacks(callbacks),
-        eval_data=eval_data,
-        eval_metrics=eval_metrics,
-        eval_every=eval_every,
-        checkpoint_dir=checkpoint_dir,
-        checkpoint_every=checkpoint_every,
-        keep_last=keep_last,
-        resume=resume,
-        profiler=profiler,
-    )
+    if report is not None:
+        keywords["report"] = report
+    if ctx is not None:
+        keywords["ctx"] = ctx
+    options = FitOptions.of(options, keywords)
+    options.check_data(data)
     run, skip = _FitRun.start(trainer, st, data, options)
     for callback in options.callbacks:
         callback.on_fit_start(trainer, run.st)

@@ -150,6 +150,40 @@ def successor(
     return new
 
 
+def _check_pieces(model: Any, optimizer: Any, loss: Any) -> None:
+    """``TypeError`` unless ``train.make`` got a layer, an optimiser and a callable loss (or None)."""
+    if not isinstance(model, layer.Layer):
+        raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
+    if not isinstance(optimizer, optim.Algorithm):
+        raise TypeError(f"train.make: optimizer must be a kn.optim algorithm, got {type(optimizer).__name__}")
+    if loss is not None and not callable(loss):
+        raise TypeError(
+            f"train.make: loss must be a function loss(outputs, *targets) -> scalar, got "
+            f"{type(loss).__name__}"
+        )
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"train.make: {name} must be a positive int, got {value!r}")
+    return value
+
+
+def _check_accumulate(accumulate: int, loss: Any, stages: Any) -> None:
+    """Gradient accumulation splits the targets, so it needs ``loss=``, and no pipeline schedule
+    that splits the batch itself."""
+    if accumulate > 1 and loss is None:
+        raise ValueError(
+            "train.make: accumulate= splits the targets into micro-batches, so it needs the explicit "
+            "form: train.make(model, optimizer, loss=fn, accumulate=N)"
+        )
+    if accumulate > 1 and stages is not None:
+        raise ValueError(
+            "train.make: accumulate= and a pipeline-parallel pipeline= both split the batch into "
+            "micro-batches; give the pipeline more microbatches instead"
+        )
+
+
 def make(
     model: layer.Layer,
     optimizer: optim.Algorithm,
@@ -193,24 +227,14 @@ def make(
     dynamic loss scaling (the trainer's optimizer then keeps two more slots, ``loss_scale`` and
     ``finite_steps``; a step with a non-finite gradient only halves the scale). See docs/memory.md.
 
-    ``accumulate=N``: gradient accumulation inside the compiled step. Each step's batch (``x`` and
-    every target, leading size a multiple of ``N``) is split into ``N`` micro-batches that run one
-    after the other in a loop on the device (one executable, no host round trips); their
-    gradients are averaged and the optimiser updates once. For a loss that is a mean over the
-    batch this equals the step on the whole batch up to float rounding, with the activation
-    memory of one micro-batch. The reported loss is the mean of the micro-batch losses; layer
-    state (batch-norm statistics) is threaded through the micro-batches; dropout draws from
-    ``fold_in(step key, i)`` for micro-batch ``i``. Needs the explicit form (``loss=``).
+    ``accumulate=N``: gradient accumulation inside the compiled step (explicit form only). The
+    batch (``x`` and every target, leading size a multiple of ``N``) is split into ``N``
+    micro-batches run in a loop on the device; their gradients are averaged and the optimiser
+    updates once: for a mean loss the whole-batch step up to rounding, with one micro-batch's
+    activation memory. The loss reported is the micro-batches' mean; layer state is threaded
+    through them; dropout draws from ``fold_in(step key, i)`` for micro-batch ``i``.
     """
-    if not isinstance(model, layer.Layer):
-        raise TypeError(f"train.make: model must be a kn.layer.Layer, got {type(model).__name__}")
-    if not isinstance(optimizer, optim.Algorithm):
-        raise TypeError(f"train.make: optimizer must be a kn.optim algorithm, got {type(optimizer).__name__}")
-    if loss is not None and not callable(loss):
-        raise TypeError(
-            f"train.make: loss must be a function loss(outputs, *targets) -> scalar, got "
-            f"{type(loss).__name__}"
-        )
+    _check_pieces(model, optimizer, loss)
     stages = None
     if isinstance(pipeline, Pipeline):
         stages, pipeline = pipeline, None
@@ -221,25 +245,12 @@ def make(
     elif param_sharding is not None:
         raise ValueError("train.make: param_sharding needs a mesh= to lay parameters out on")
     if remat is not None:
-        if isinstance(remat_depth, bool) or not isinstance(remat_depth, int) or remat_depth < 1:
-            raise ValueError(f"train.make: remat_depth must be a positive int, got {remat_depth!r}")
-        remat = (as_remat_policy(remat), remat_depth)
+        remat = (as_remat_policy(remat), _positive_int(remat_depth, "remat_depth"))
     if precision is not None:
         precision = as_precision_policy(precision)
         if precision.loss_scale is not None:
             optimizer = loss_scaled(optimizer, precision)
-    if isinstance(accumulate, bool) or not isinstance(accumulate, int) or accumulate < 1:
-        raise ValueError(f"train.make: accumulate must be a positive int, got {accumulate!r}")
-    if accumulate > 1 and loss is None:
-        raise ValueError(
-            "train.make: accumulate= splits the targets into micro-batches, so it needs the explicit "
-            "form: train.make(model, optimizer, loss=fn, accumulate=N)"
-        )
-    if accumulate > 1 and stages is not None:
-        raise ValueError(
-            "train.make: accumulate= and a pipeline-parallel pipeline= both split the batch into "
-            "micro-batches; give the pipeline more microbatches instead"
-        )
+    _check_accumulate(_positive_int(accumulate, "accumulate"), loss, stages)
     return Trainer(
         model,
         optimizer,
