@@ -132,8 +132,9 @@ class PipelineError(KaunError, ValueError):
     """A malformed pipeline string, an unknown pass or option, or a badly typed option value."""
 
 
-class PassOptionError(KaunError, ValueError):
-    """A pass option with a value the pass does not accept (a user error, not a crash)."""
+class PassOptionError(PipelineError):
+    """A pass option with a value the pass does not accept: of another type, out of its declared
+    bounds or not one of its choices (a user error, found when the pipeline is read, not a crash)."""
 
 
 class PassCrash(KaunError):

@@ -8,7 +8,7 @@ after each pass, stop-after bisection and crash reproducers. See docs/passes.md.
 """
 
 # the built-in passes (importing a module registers its passes)
-from kaun_ir.errors import PassCrash, PassVerificationError, PipelineError
+from kaun_ir.errors import PassCrash, PassOptionError, PassVerificationError, PipelineError
 from kaun_ir.passes import (  # noqa: F401
     autodiff,
     canonicalize,
@@ -41,13 +41,15 @@ from kaun_ir.passes.instrumentation import (
 )
 from kaun_ir.passes.manager import VERIFY_EACH_ENV, PassManager, run
 from kaun_ir.passes.pipeline import PassStep, Pipeline, parse_pipeline
-from kaun_ir.passes.registry import REGISTRY, PassInfo, PassOption, available, register, statistic
+from kaun_ir.passes.registry import REGISTRY, Option, PassInfo, PassOption, available, register, statistic
 
 __all__ = [
     "Instrumentation",
     "PassCrash",
+    "PassOptionError",
     "PassInfo",
     "PassManager",
+    "Option",
     "PassOption",
     "PassRun",
     "PassStatistics",

@@ -62,11 +62,10 @@ import math
 
 import numpy as np
 
-from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.ops import get as get_op
-from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.registry import Option, register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 
@@ -252,14 +251,21 @@ def _materialize(graph: Graph, min_inputs: int, min_rows: int) -> Graph:
 @register(
     "dot-operand-order",
     options={
-        "min_ratio": (float, 2.0, "swap only when the swapped product copies this many times fewer elements"),
+        "min_ratio": Option(
+            float, 2.0, "swap only when the swapped product copies this many times fewer elements", min=1.0
+        ),
         "materialize": (bool, True, "compute a sum read out of order once, as a product with the identity"),
-        "min_inputs": (int, 2, "materialise only sums that XLA would recompute from this many large inputs"),
-        "min_rows": (int, 512, "materialise only where the out-of-order product contracts this many rows"),
-        "merge_contracting": (
+        "min_inputs": Option(
+            int, 2, "materialise only sums that XLA would recompute from this many large inputs", min=1
+        ),
+        "min_rows": Option(
+            int, 512, "materialise only where the out-of-order product contracts this many rows", min=0
+        ),
+        "merge_contracting": Option(
             str,
             "all",
             "weight-gradient products over merged contracting axes: none, swapped or all",
+            choices=("none", "swapped", "all"),
         ),
     },
 )
@@ -268,12 +274,6 @@ def dot_operand_order(
 ) -> Graph:
     """Swap dot_general operands (and transpose the result back) where XLA CPU then copies less;
     materialise the sums a product still reads out of order."""
-    if not min_ratio >= 1.0:
-        raise PassOptionError(f"dot-operand-order: min_ratio must be >= 1, got {min_ratio}")
-    if merge_contracting not in ("none", "swapped", "all"):
-        raise PassOptionError(
-            f"dot-operand-order: merge_contracting must be none, swapped or all, got {merge_contracting!r}"
-        )
     if not any(node.op == "dot_general" for node in graph.walk()):
         return graph
     table = RuleTable()

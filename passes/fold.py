@@ -55,7 +55,7 @@ from kaun_ir import dtypes
 from kaun_ir.errors import IRError
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.ops import TABLE, with_trait
-from kaun_ir.passes.registry import register
+from kaun_ir.passes.registry import Option, register
 from kaun_ir.passes.rewrite import Rewriter, Rule, RuleTable, apply_rules, splat_of
 
 DEFAULT_MAX_ELEMENTS = 1 << 16
@@ -354,15 +354,17 @@ def _evaluate(node: Node, arrays: list[np.ndarray], scalar_outputs: bool = False
 @register(
     "fold",
     options={
-        "max_elements": (
+        "max_elements": Option(
             int,
             DEFAULT_MAX_ELEMENTS,
             "fold only when the results have at most this many elements",
+            min=0,
         ),
-        "max_splat_elements": (
+        "max_splat_elements": Option(
             int,
             DEFAULT_MAX_SPLAT_ELEMENTS,
             "larger all-equal results stay a broadcast of a scalar constant",
+            min=0,
         ),
     },
 )

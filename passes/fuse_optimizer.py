@@ -47,7 +47,7 @@ from kaun_ir.ir.clone import with_inputs
 from kaun_ir.ir.core import Graph, Node, Value
 from kaun_ir.ops import get
 from kaun_ir.passes.optimizer_chains import ELEMENTWISE, Chain, find_chains, independent, on_optimizer_path
-from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.registry import Option, register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules, splat_of
 
 # ----------------------------------------------------------------------------- 1. donation
@@ -318,13 +318,11 @@ def _stable_order(items: list[tuple[tuple, Node]], operands) -> list[int]:
             False,
             "fuse the isomorphic per-parameter update chains into one chain on concatenated flat vectors",
         ),
-        "max_group": (int, 0, "at most this many chains per fused chain (0: no limit)"),
+        "max_group": Option(int, 0, "at most this many chains per fused chain (0: no limit)", min=0),
     },
 )
 def fuse_optimizer(graph: Graph, horizontal: bool, max_group: int) -> Graph:
     """Check donation of the optimiser update, hoist scalar work, optionally fuse horizontally."""
-    if max_group < 0:
-        raise ValueError(f"fuse-optimizer: max_group must be >= 0, got {max_group}")
     statistic("optimizer nodes", sum(1 for n in graph.nodes if on_optimizer_path(n)))
     donatable, undonatable = _donation_counts(graph)
     statistic("donatable buffers", donatable)

@@ -48,7 +48,7 @@ from __future__ import annotations
 from kaun_ir.ir.core import Graph, Node
 from kaun_ir.passes.layout_flatten import FLATTEN
 from kaun_ir.passes.layout_rules import ABSORB, SINK, inverse, run_to_fixpoint
-from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.registry import Option, register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable
 from kaun_ir.passes.target import backend
 
@@ -127,13 +127,19 @@ def resolve(prefer: str, target: str, training: bool = False) -> str:
 @register(
     "layout",
     options={
-        "prefer": (
+        "prefer": Option(
             str,
             "auto",
             "layout of convolution chains: auto (fastest measured on target), nchw, nhwc, "
             "none (only absorb and cancel transposes)",
+            choices=("auto", "nchw", "nhwc", "none"),
         ),
-        "target": (str, "auto", "backend to choose for when prefer=auto: cpu, gpu, or auto (the runtime's)"),
+        "target": Option(
+            str,
+            "auto",
+            "backend to choose for when prefer=auto: cpu, gpu, tpu, or auto (the runtime's)",
+            choices=("auto", "cpu", "gpu", "tpu"),
+        ),
         "flatten": (
             bool,
             True,
@@ -144,10 +150,6 @@ def resolve(prefer: str, target: str, training: bool = False) -> str:
 )
 def layout(graph: Graph, prefer: str, target: str, flatten: bool = True) -> Graph:
     """Absorb and cancel transposes; put convolution chains in one layout (NCHW/NHWC)."""
-    if prefer not in ("auto", "nchw", "nhwc", "none"):
-        raise ValueError(f"layout: prefer must be auto, nchw, nhwc or none, got {prefer!r}")
-    if target not in ("auto", "cpu", "gpu", "tpu"):
-        raise ValueError(f"layout: target must be auto, cpu or gpu, got {target!r}")
     before = _transposes(graph)
     counts: dict[str, int] = {}
     result = run_to_fixpoint(graph, ABSORB, counts, "layout")

@@ -40,9 +40,8 @@ import math
 
 import numpy as np
 
-from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.core import Graph, Node, Value
-from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.registry import Option, register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 
@@ -169,27 +168,28 @@ def _lower(node: Node, rw: Rewriter, max_slices: int, max_features: int):
 @register(
     "lower-conv",
     options={
-        "mode": (
+        "mode": Option(
             str,
             "im2col",
             "im2col: small convolutions as slices + dot_general; native: leave them alone",
+            choices=("im2col", "native"),
         ),
-        "max_slices": (
+        "max_slices": Option(
             int,
             9,
             "lower only when the slices (kernel or output positions, the fewer) are at most this many",
+            min=0,
         ),
-        "max_features": (
+        "max_features": Option(
             int,
             0,
             "lower only convolutions contracting at most this many input features (0: any)",
+            min=0,
         ),
     },
 )
 def lower_conv(graph: Graph, mode: str, max_slices: int, max_features: int) -> Graph:
     """Small convolutions as strided slices + one dot_general (im2col); exact up to summation order."""
-    if mode not in ("im2col", "native"):
-        raise PassOptionError(f"lower-conv: mode must be im2col or native, got {mode!r}")
     if mode == "native" or not any(node.op == "convolution" for node in graph.walk()):
         return graph
     table = RuleTable()

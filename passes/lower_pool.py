@@ -37,9 +37,8 @@ import math
 import numpy as np
 
 from kaun_ir import dtypes
-from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.core import Graph, Node, Value
-from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.registry import Option, register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 _COMBINE = {"max": "maximum", "min": "minimum", "sum": "add"}
@@ -198,13 +197,11 @@ def _rules(forward: bool, gradient: bool, max_window: int) -> RuleTable:
     options={
         "forward": (bool, True, "lower reduce_window (pooling) over tiling windows to strided slices"),
         "gradient": (bool, True, "lower select_and_scatter_add (max-pool gradient) over tiling windows"),
-        "max_window": (int, 16, "largest window (in elements) to unroll; 0: no limit"),
+        "max_window": Option(int, 16, "largest window (in elements) to unroll; 0: no limit", min=0),
     },
 )
 def lower_pool(graph: Graph, forward: bool, gradient: bool, max_window: int) -> Graph:
     """Pooling over non-overlapping windows as strided slices and fusable elementwise ops (bit-exact)."""
-    if max_window < 0:
-        raise PassOptionError(f"lower-pool: max_window must be >= 0, got {max_window}")
     rules = _rules(forward, gradient, max_window)
     if not any(rules.for_op(node.op) for node in graph.walk()):
         return graph  # nothing to lower: not even a sweep (which would also drop dead nodes)

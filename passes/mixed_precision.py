@@ -6,7 +6,7 @@ from kaun_ir import dtypes
 from kaun_ir.ir.builder import Builder, at
 from kaun_ir.ir.clone import copy_node
 from kaun_ir.ir.core import Graph, Value
-from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.registry import Option, register, statistic
 from kaun_ir.surface.tensor import Tensor, apply
 
 _PRODUCTS = ("dot_general", "convolution")
@@ -15,16 +15,19 @@ _PRODUCTS = ("dot_general", "convolution")
 @register(
     "mixed-precision",
     options={
-        "compute": (str, "bfloat16", "the dtype of the matrix products: bfloat16 or float16"),
+        "compute": Option(
+            str,
+            "bfloat16",
+            "the dtype of the matrix products: bfloat16 or float16",
+            choices=("bfloat16", "float16"),
+        ),
     },
 )
 def mixed_precision(graph: Graph, compute: str) -> Graph:
     """Cast the operands of every float32 ``dot_general`` / ``convolution`` to ``compute``;
     ``dot_general`` keeps a float32 result (``preferred_dtype``), a convolution's result is cast
     back to float32. Layer paths and source lines are kept."""
-    low = dtypes.canonical(compute)
-    if low not in (dtypes.bfloat16, dtypes.float16):
-        raise ValueError(f"mixed-precision: compute must be bfloat16 or float16, got {compute!r}")
+    low = dtypes.canonical(compute)  # one of the option's choices (checked with the pipeline)
     graph, rewritten = _rewrite(graph, low)
     statistic("products cast", rewritten)
     return graph

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from kaun_ir.errors import PipelineError
+from kaun_ir.errors import PassOptionError, PipelineError
 from kaun_ir.passes.registry import REGISTRY, PassInfo
 
 _SPECIAL = set(',{}="\\') | {" ", "\t", "\n"}
@@ -31,9 +31,16 @@ class PassStep:
         return REGISTRY[self.name]
 
     def resolved_options(self) -> dict[str, Any]:
-        """Every declared option: the given value or the default."""
-        values = {name: opt.default for name, opt in self.info.options.items()}
-        values.update(self.options)
+        """Every declared option: the given value (checked against its declaration, for a step
+        built in Python rather than parsed) or the default."""
+        info = self.info
+        values = {name: opt.default for name, opt in info.options.items()}
+        for name, value in self.options:
+            if name not in info.options:
+                raise PassOptionError(
+                    f"unknown option {name!r} of pass {self.name!r}; {describe_options(info)}"
+                )
+            values[name] = info.options[name].check(value, self.name)
         return values
 
     def __str__(self) -> str:
@@ -199,7 +206,7 @@ def describe_options(info: PassInfo) -> str:
     """``"its options: factor (int, default 4), ..."`` or ``"it takes no options"``."""
     if not info.options:
         return "it takes no options"
-    parts = [f"{o.name} ({o.type.__name__}, default {o.spell(o.default)})" for o in info.options.values()]
+    parts = [f"{o.name} ({o.allowed()}, default {o.spell(o.default)})" for o in info.options.values()]
     return "its options: " + ", ".join(parts)
 
 

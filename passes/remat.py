@@ -1,7 +1,7 @@
 """``remat``: recompute forward values in the backward pass, segment by segment (kaun_ir.transforms.remat)."""
 
 from kaun_ir.ir.core import Graph
-from kaun_ir.passes.registry import register
+from kaun_ir.passes.registry import Option, register
 from kaun_ir.transforms.remat import rematerialize
 
 
@@ -9,7 +9,9 @@ from kaun_ir.transforms.remat import rematerialize
     "remat",
     options={
         "policy": (str, "nothing", "which residuals are saved: nothing, dots, or paths:<pattern>|<pattern>"),
-        "depth": (int, 1, "layers whose layer paths share this many leading components form one segment"),
+        "depth": Option(
+            int, 1, "layers whose layer paths share this many leading components form one segment", min=1
+        ),
     },
 )
 def remat(graph: Graph, policy: str, depth: int) -> Graph:

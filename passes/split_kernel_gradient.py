@@ -28,9 +28,8 @@ import math
 
 import numpy as np
 
-from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.core import Graph, Node, Value
-from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.registry import Option, register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 
@@ -89,21 +88,17 @@ def _split(node: Node, rw: Rewriter, max_bytes: int, max_chunks: int):
 @register(
     "split-kernel-gradient",
     options={
-        "max_bytes": (
+        "max_bytes": Option(
             int,
             1 << 20,
             "split kernel gradients whose cotangent operand holds more bytes than this",
+            min=1,
         ),
-        "max_chunks": (int, 16, "never cut the batch into more chunks than this"),
+        "max_chunks": Option(int, 16, "never cut the batch into more chunks than this", min=2),
     },
 )
 def split_kernel_gradient(graph: Graph, max_bytes: int, max_chunks: int) -> Graph:
     """Kernel-gradient convolutions with a large cotangent as a sum over batch chunks."""
-    if max_bytes < 1 or max_chunks < 2:
-        raise PassOptionError(
-            f"split-kernel-gradient: max_bytes must be >= 1 and max_chunks >= 2, "
-            f"got {max_bytes} and {max_chunks}"
-        )
     if not any(node.op == "convolution" for node in graph.walk()):
         return graph
     table = RuleTable()

@@ -2,17 +2,18 @@
 
 from kaun_ir.errors import BatchingError
 from kaun_ir.ir.core import Graph
-from kaun_ir.passes.registry import register
+from kaun_ir.passes.registry import Option, register
 from kaun_ir.transforms.vmap import batch_graph
 
 
 @register(
     "vmap",
     options={
-        "size": (
+        "size": Option(
             int,
             2,
             "the batch size: every mapped input and every output gains a leading axis of this size",
+            min=0,
         ),
         "unmapped": (
             str,
@@ -24,8 +25,6 @@ from kaun_ir.transforms.vmap import batch_graph
 def vmap(graph: Graph, size: int, unmapped: str) -> Graph:
     """Batching: every input (but those listed in ``unmapped``) and every output gains a leading
     batch axis of ``size``; each op is rewritten by its batching rule."""
-    if size < 0:
-        raise BatchingError(f"vmap: size must be non-negative, got {size}")
     try:
         shared = {int(part) for part in unmapped.split("+") if part}
     except ValueError:

@@ -44,7 +44,7 @@ from __future__ import annotations
 import numpy as np
 
 from kaun_ir.ir.core import Graph, Node, Value
-from kaun_ir.passes.registry import register, statistic
+from kaun_ir.passes.registry import Option, register, statistic
 from kaun_ir.passes.rewrite import Rewriter, RuleTable, apply_rules
 
 #: Relative error bound (against |x| * |w| summed the same way) that the tests check for float32.
@@ -291,10 +291,11 @@ def _rewrite(node: Node, rw: Rewriter, min_features: int, forward: bool, kernel_
 @register(
     "winograd-conv",
     options={
-        "min_features": (
+        "min_features": Option(
             int,
             8,
             "rewrite only when both sides of the matrix products have this many features",
+            min=0,
         ),
         "forward": (bool, True, "rewrite convolutions with 3x3 kernels (forward, input gradients)"),
         "kernel_gradient": (bool, True, "rewrite convolutions with 3x3 outputs (kernel gradients)"),

@@ -445,7 +445,9 @@ def test_lower_conv_leaves_other_convolutions_alone():
     assert passes.run(graph, "lower-conv{mode=native}") is graph
     assert passes.run(graph, "lower-conv{max_slices=8}").op_counts()["convolution"] == 4  # 9 > 8
     assert passes.run(graph, "lower-conv{max_features=3}").op_counts()["convolution"] == 4  # 4 > 3
-    with pytest.raises(ValueError, match="mode must be"):
+    with pytest.raises(
+        kn.errors.PassOptionError, match="'mode' of pass 'lower-conv' must be one of im2col, native"
+    ):
         passes.run(graph, "lower-conv{mode=fast}")
 
 

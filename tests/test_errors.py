@@ -200,7 +200,7 @@ def test_bad_scope_names():
 # the user to stop ``fit``), never reported as a failure, so they stay beside the code they steer.
 SIGNALS = {
     "kaun_ir.train.loop.EarlyStop": "raised by the user's report callback to end train.fit",
-    "kaun_ir.train.capture.Opaque": "the closure inspection gives up on a value; caught in capture",
+    "kaun_ir.train.closure_key.Opaque": "the closure inspection gives up on a value; caught in capture",
     "kaun_ir.train.capture.Unlifted": "a traced loss baked an array in; caught by train.loop",
 }
 

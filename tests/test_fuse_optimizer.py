@@ -176,8 +176,11 @@ def test_max_group(max_group, fused, groups):
         assert_bit_identical(a, b)
 
 
-def test_negative_max_group_is_an_error():
-    with pytest.raises(passes.PassCrash, match="max_group must be >= 0"):
+def test_negative_max_group_is_an_option_error_not_a_crash():
+    with pytest.raises(
+        kn.errors.PassOptionError,
+        match="option 'max_group' of pass 'fuse-optimizer' must be int >= 0, got -1",
+    ):
         passes.PassManager("fuse-optimizer{max_group=-1}", reproducer_dir=False).run(parse(SGD3))
 
 

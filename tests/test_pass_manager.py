@@ -136,7 +136,10 @@ def test_passes_without_options_are_called_with_the_graph_alone(scratch):
         ({"n": (list, [], "")}, "type must be one of bool, int, float, str"),
         ({"n": (int, "3", "")}, "default '3' is not a int"),
         ({"n": (bool, 0, "")}, "default 0 is not a bool"),
-        ({"n": (int, 1)}, r"expected \(type, default, help\)"),
+        ({"n": (int, 1)}, r"expected Option\(type, default, help, ...\)"),
+        ({"n": passes.Option(int, -1, "", min=0)}, "default -1 .*must be int >= 0"),
+        ({"n": passes.Option(str, "a", "", min=0)}, "min= / max= bound int and float options only"),
+        ({"n": passes.Option(int, 1, "", choices=("1",))}, "choices= lists the values of a str option"),
     ],
 )
 def test_register_rejects_bad_option_declarations(options, message):

@@ -79,7 +79,8 @@ def list_passes(out) -> None:
         out.write(f"{name:24s} {info.description}\n")
         for option in info.options.values():
             spelled = f"{option.name}=<{option.type.__name__}>"
-            out.write(f"    {spelled:20s} {option.help} (default: {option.spell(option.default)})\n")
+            allowed = "" if option.allowed() == option.type.__name__ else f"{option.allowed()}; "
+            out.write(f"    {spelled:20s} {option.help} ({allowed}default: {option.spell(option.default)})\n")
 
 
 def load_module(spec: str):

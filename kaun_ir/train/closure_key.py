@@ -79,12 +79,14 @@ def _sorted_code_names(code: types.CodeType) -> tuple:
 
 
 def named_globals(fn: types.FunctionType) -> tuple[tuple, list]:
+    """The module globals ``fn``'s code may read that its module defines: ``(names, values)``."""
     namespace = fn.__globals__
     names = tuple(name for name in _sorted_code_names(fn.__code__) if name in namespace)
     return names, [namespace[name] for name in names]
 
 
 def function_parts(fn: types.FunctionType) -> list:
+    """What a user function reaches: ``[cells, defaults, kwdefaults, global names, their values]``."""
     try:
         cells = [cell.cell_contents for cell in (fn.__closure__ or ())]
     except ValueError:
