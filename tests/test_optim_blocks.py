@@ -104,6 +104,24 @@ def test_adam_and_adamw_are_their_chains():
     _compare(a, _run_optax(optax.adamw(1e-2, weight_decay=0.1, mask=mask), 3))
 
 
+def test_lion_and_its_block_match_optax():
+    # the sign makes Lion's updates exactly +-lr (plus decay): compare them and the moment tightly
+    ours, _ = _run_ours(optim.scale_by_lion(b1=0.8, b2=0.95), 4)
+    _compare(ours, _run_optax(optax.scale_by_lion(b1=0.8, b2=0.95), 4))
+    mask = {"embed": {"weight": False}, "head": {"bias": False, "weight": True}}
+    lion = optim.lion(3e-3, weight_decay=0.1, mask=lambda path, p: p.ndim >= 2 and "head" in path)
+    ours, state = _run_ours(lion, 4)
+    _compare(ours, _run_optax(optax.lion(3e-3, weight_decay=0.1, mask=mask), 4))
+    assert lion.slots == ("mu",) and repr(lion).startswith("optim.lion(")
+    # the state holds one moment, mu = (1-b2) g + b2 mu, for every parameter: NumPy's own sum
+    mu = np.zeros((4, 3), np.float32)
+    for t in range(4):
+        mu = 0.01 * _grads(t)["head"]["weight"] + 0.99 * mu
+    np.testing.assert_allclose(np.asarray(state.trees[0]["head"]["weight"]), mu, rtol=1e-5)
+    with pytest.raises(ValueError, match="optim.lion: b2"):
+        optim.lion(1e-3, b2=1.5)
+
+
 def test_apply_every_matches_optax():
     ours, _ = _run_ours(optim.chain(optim.apply_every(3), optim.scale(-0.1)), 7)
     _compare(ours, _run_optax(optax.chain(optax.apply_every(3), optax.scale(-0.1)), 7))

@@ -9,8 +9,9 @@ params, state = optim.update(alg, state, params, grads)   # or step + apply_upda
 Optimisers compose: ``optim.chain(optim.clip_by_global_norm(1.0), optim.adamw(3e-4,
 weight_decay=0.1, mask=lambda path, p: p.ndim >= 2))`` is an optimiser too. For float16 /
 bfloat16 parameters the optimiser state and its arithmetic are float32 (``state_dtype=``).
-``adam`` and ``adamw`` are themselves chains of optax-style building blocks (``scale_by_adam``,
-``add_decayed_weights``, ``scale_by_learning_rate``); the others are ``scale``, ``ema``,
+``adam``, ``adamw`` and ``lion`` are themselves chains of optax-style building blocks
+(``scale_by_adam`` / ``scale_by_lion``, ``add_decayed_weights``, ``scale_by_learning_rate``); the
+others are ``scale``, ``ema``,
 ``apply_every``, ``multi_steps`` and ``freeze``.
 
 An :class:`Algorithm` is a record ``(init, step, name, hyperparams, slots)``; a :class:`State`
@@ -20,7 +21,7 @@ schedule evaluated on the traced step count so the compiled step never retraces)
 """
 
 from kaun_ir.optim import schedule
-from kaun_ir.optim.algorithms import adagrad, adam, adamw, rmsprop, sgd
+from kaun_ir.optim.algorithms import adagrad, adam, adamw, lion, rmsprop, sgd
 from kaun_ir.optim.compose import chain, clip_by_global_norm
 from kaun_ir.optim.core import (
     Algorithm,
@@ -45,6 +46,7 @@ from kaun_ir.optim.transforms import (
     scale,
     scale_by_adam,
     scale_by_learning_rate,
+    scale_by_lion,
 )
 
 __all__ = [
@@ -61,6 +63,7 @@ __all__ = [
     "scale",
     "scale_by_learning_rate",
     "scale_by_adam",
+    "scale_by_lion",
     "add_decayed_weights",
     "ema",
     "ema_params",
@@ -73,6 +76,7 @@ __all__ = [
     "sgd",
     "adam",
     "adamw",
+    "lion",
     "rmsprop",
     "adagrad",
     "schedule",

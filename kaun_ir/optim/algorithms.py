@@ -1,4 +1,4 @@
-"""The optimisers: ``sgd``, ``adam``, ``adamw``, ``rmsprop``, ``adagrad``.
+"""The optimisers: ``sgd``, ``adam``, ``adamw``, ``lion``, ``rmsprop``, ``adagrad``.
 
 Each constructor returns an :class:`~kaun_ir.optim.core.Algorithm`. The update rules follow
 optax exactly (same formulas, same order of the momentum and learning-rate scaling); where
@@ -29,10 +29,10 @@ from kaun_ir.optim.leafwise import (
     _state_dtype_arg,
 )
 from kaun_ir.optim.masks import decay_mask
-from kaun_ir.optim.transforms import add_decayed_weights, scale_by_adam, scale_by_learning_rate
+from kaun_ir.optim.transforms import add_decayed_weights, scale_by_adam, scale_by_learning_rate, scale_by_lion
 from kaun_ir.surface.elementwise import add, greater, multiply, rsqrt, where
 
-__all__ = ["sgd", "adam", "adamw", "rmsprop", "adagrad"]
+__all__ = ["sgd", "adam", "adamw", "lion", "rmsprop", "adagrad"]
 
 
 # ------------------------------------------------------------------------ optimisers
@@ -78,6 +78,28 @@ def sgd(lr: Any, momentum: float = 0.0, nesterov: bool = False, state_dtype: Any
     return Algorithm(init, step, "sgd", hyper, ("trace",) if momentum else ())
 
 
+def _named_chain(name: str, members: list, hyper: dict, state_dtype: Any, slots: tuple) -> Algorithm:
+    """``chain(*members)`` under one optimiser's name and hyper-parameters, its updates cast to
+    the parameters' dtypes (the members compute in the slot dtype)."""
+    inner = chain(*members)
+
+    def step(t, trees, params, grads):
+        updates, trees = inner.step(t, trees, params, grads)
+        return ptree.map2(_out, params, updates), trees
+
+    if state_dtype is not None:
+        hyper["state_dtype"] = dtypes.short_name(state_dtype)
+    return Algorithm(inner.init, step, name, hyper, slots)
+
+
+def _decayed_chain(direction: Algorithm, lr: Any, weight_decay: float, mask: Any) -> list:
+    """optax's order: the direction, then ``add_decayed_weights(wd, mask)``, then the learning rate."""
+    members = [direction]
+    if weight_decay:
+        members.append(add_decayed_weights(weight_decay, mask))
+    return members + [scale_by_learning_rate(lr)]
+
+
 def _adam_like(
     name: str,
     lr: Any,
@@ -95,29 +117,13 @@ def _adam_like(
     weight_decay = _number(name, "weight_decay", weight_decay)
     state_dtype = _state_dtype_arg(name, state_dtype)
     decay_mask(name, mask)  # a bad mask fails here
-    # the chain optax defines them as: scale_by_adam, [add_decayed_weights], scale_by_learning_rate
-    # optax's chain: scale_by_adam, [add_decayed_weights(wd, mask)], scale_by_learning_rate(lr)
-    members = [scale_by_adam(b1, b2, eps, state_dtype)]
-    if weight_decay:
-        members.append(add_decayed_weights(weight_decay, mask))
-    members.append(scale_by_learning_rate(lr))
-    inner = chain(*members)
-
-    def init(params):
-        return inner.init(params)
-
-    def step(t, trees, params, grads):
-        updates, trees = inner.step(t, trees, params, grads)
-        return ptree.map2(_out, params, updates), trees  # in the parameters' dtypes
-
     hyper = {"lr": lr, "b1": b1, "b2": b2, "eps": eps}
     if name == "adamw":
         hyper["weight_decay"] = weight_decay
         if mask is not None:
             hyper["mask"] = mask
-    if state_dtype is not None:
-        hyper["state_dtype"] = dtypes.short_name(state_dtype)
-    return Algorithm(init, step, name, hyper, ("mu", "nu"))
+    members = _decayed_chain(scale_by_adam(b1, b2, eps, state_dtype), lr, weight_decay, mask)
+    return _named_chain(name, members, hyper, state_dtype, ("mu", "nu"))
 
 
 def adam(
@@ -158,6 +164,32 @@ def adamw(
     or a tree of bools shaped like the parameters (optax's form). ``state_dtype``: as in
     :func:`adam`."""
     return _adam_like("adamw", lr, b1, b2, eps, weight_decay, mask, state_dtype)
+
+
+def lion(
+    lr: Any,
+    b1: float = 0.9,
+    b2: float = 0.99,
+    weight_decay: float = 1e-3,
+    mask: Any = None,
+    state_dtype: Any = None,
+) -> Algorithm:
+    """Lion (optax ``lion``; Chen et al. 2023, "Symbolic Discovery of Optimization Algorithms"):
+    the chain ``scale_by_lion(b1, b2)``, ``add_decayed_weights(weight_decay, mask)``,
+    ``scale_by_learning_rate(lr)``, named ``lion``: ``update = -lr * (sign((1-b1)*g + b1*mu) +
+    weight_decay * param)``, then ``mu = (1-b2)*g + b2*mu``. One slot, ``mu`` (half Adam's
+    state). ``mask`` and ``state_dtype`` as in :func:`adamw`; optax's defaults."""
+    lr = _learning_rate_arg("lion", lr)
+    b1 = _number("lion", "b1", b1, 0.0, 1.0)
+    b2 = _number("lion", "b2", b2, 0.0, 1.0)
+    weight_decay = _number("lion", "weight_decay", weight_decay)
+    state_dtype = _state_dtype_arg("lion", state_dtype)
+    decay_mask("lion", mask)  # a bad mask fails here
+    hyper = {"lr": lr, "b1": b1, "b2": b2, "weight_decay": weight_decay}
+    if mask is not None:
+        hyper["mask"] = mask
+    members = _decayed_chain(scale_by_lion(b1, b2, state_dtype), lr, weight_decay, mask)
+    return _named_chain("lion", members, hyper, state_dtype, ("mu",))
 
 
 def rmsprop(

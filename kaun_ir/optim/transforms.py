@@ -50,6 +50,7 @@ from kaun_ir.surface.elementwise import (
     multiply,
     power,
     remainder,
+    sign,
     sqrt,
     subtract,
     where,
@@ -61,6 +62,7 @@ __all__ = [
     "scale",
     "scale_by_learning_rate",
     "scale_by_adam",
+    "scale_by_lion",
     "add_decayed_weights",
     "ema",
     "ema_params",
@@ -141,6 +143,32 @@ def scale_by_adam(
     if state_dtype is not None:
         hyper["state_dtype"] = dtypes.short_name(state_dtype)
     return Algorithm(init, step, "scale_by_adam", hyper, ("mu", "nu"))
+
+
+def scale_by_lion(b1: float = 0.9, b2: float = 0.99, state_dtype: Any = None) -> Algorithm:
+    """Lion's direction (optax ``scale_by_lion``; Chen et al. 2023): one slot ``mu``; output
+    ``sign((1-b1)*g + b1*mu)``, then ``mu = (1-b2)*g + b2*mu``. Every output element is -1, 0 or
+    1, so Lion wants a learning rate 3-10x smaller than Adam's. ``state_dtype`` as in
+    :func:`scale_by_adam`."""
+    b1 = _number("scale_by_lion", "b1", b1, 0.0, 1.0)
+    b2 = _number("scale_by_lion", "b2", b2, 0.0, 1.0)
+    state_dtype = _state_dtype_arg("scale_by_lion", state_dtype)
+
+    def init(params):
+        return (filled_like(params, 0.0, state_dtype),)
+
+    def step(t, trees, params, grads):
+        def leaf(p, g, mu):
+            g = _in(mu, g)
+            return sign(_ema(b1, g, mu)), _ema(b2, g, mu)
+
+        updates, mu = _map_leaves("scale_by_lion", leaf, params, grads, trees, 2)
+        return updates, (mu,)
+
+    hyper = {"b1": b1, "b2": b2}
+    if state_dtype is not None:
+        hyper["state_dtype"] = dtypes.short_name(state_dtype)
+    return Algorithm(init, step, "scale_by_lion", hyper, ("mu",))
 
 
 def add_decayed_weights(weight_decay: Any, mask: Any = None) -> Algorithm:
