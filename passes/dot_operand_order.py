@@ -9,7 +9,8 @@ produces exactly such products: the weight gradient of ``x @ w`` over activation
 activation ``x`` (``[F, B*T]``), and when ``x`` is the output of an element-wise chain (the
 transformer's GELU) the copy is fused with it into a loop that walks the input with a stride of
 one row and runs far below memory speed (6-7 ms of CPU time per block at the ``transformer``
-workload's sizes, a quarter of the step's; docs/performance.md, "Third round: the step per XLA kernel").
+workload's sizes, a quarter of the step's; docs/performance-results.md, "Third round: the step per
+XLA kernel").
 
 The same product is ``transpose(dot_general(dy, x))``: then XLA transposes ``dy`` instead, and
 the (small) result. This pass counts, for each ``dot_general``, the elements XLA would copy in
@@ -37,7 +38,7 @@ half as many multiply-adds as the largest product reading the value out of order
 would recompute the value from at least ``min_inputs`` (int, default 2) values of its size, and
 where that product contracts at least ``min_rows`` (int, default 512) elements: the length of
 the copy's strided walk. Over 256 rows (the ``transformer12`` workload) the walk stays in cache
-and the identity products cost more than they save (docs/performance.md). The identity matrix
+and the identity products cost more than they save (docs/performance-results.md). The identity matrix
 is a constant of the program, so a last axis over 2048 (``MAX_IDENTITY_ELEMENTS``) is left
 alone. Exact for
 finite values (every other term is an exact zero; ``-0.0`` becomes ``+0.0``); an infinity or a

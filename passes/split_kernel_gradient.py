@@ -8,7 +8,7 @@ far more than the work grows: the ``cnn`` workload's second kernel gradient (bat
 14x14x32 -> 64, a 3.2 MB cotangent) takes 14.0 ms of CPU time, the same at batch 16 1.5 ms.
 Split along the contracted batch into chunks whose cotangent is at most ``max_bytes`` (4 chunks
 of 0.8 MB there), each chunk's partial gradient is a convolution in the fast regime, and their
-sum is the gradient: 5.7 ms (docs/performance.md, CNN section).
+sum is the gradient: 5.7 ms (docs/performance-results.md, CNN section).
 
 The rewrite applies to 2-d or n-d convolutions without groups, lhs dilation or negative padding
 whose ``rhs`` spatial window is larger than their output (the shape of kernel gradients; forward

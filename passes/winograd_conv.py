@@ -32,7 +32,7 @@ of 1: all overhead).
 **Accuracy.** Not bit-exact: the sums are reassociated and the transforms add and subtract
 neighbouring values. Against a float64 direct convolution, float32 results stay within
 ``TOLERANCE`` x (the same sum taken over absolute values) elementwise, the bound the tests check
-(docs/performance.md, CNN section, gives the measured errors and speeds).
+(docs/performance-results.md, CNN section, gives the measured errors and speeds).
 
 Options: ``min_features`` (default 8), ``forward`` / ``kernel_gradient`` turn the two rewrites on
 or off. Statistics: ``convolutions rewritten (3x3 kernel)``, ``convolutions rewritten (3x3

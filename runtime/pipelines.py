@@ -24,12 +24,12 @@ DEFAULT_JIT_PIPELINE = "canonicalize,fold,cse,dce"
 DEFAULT_TRAIN_PIPELINE = "canonicalize,fold,cse,dce"
 #: Appended to the defaults on XLA CPU: convolution chains in NHWC, tiling pooling windows as
 #: slices + elementwise ops (``kaun-ir bench -w cnn``: about 3x the steps/s; docs/passes.md),
-#: kernel gradients with a large cotangent split by batch (about 1.3x more; docs/performance.md),
+#: kernel gradients with a large cotangent split by batch (about 1.3x more; docs/performance-results.md),
 #: input-dilated convolutions (strided convolutions' input gradients) as one convolution per phase.
 CPU_CONVOLUTION_PASSES = "layout{prefer=nhwc},lower-pool,split-kernel-gradient,polyphase-conv,cse,dce"
 #: Appended after those on XLA CPU: small products sharing an operand (attention's q/k/v and their
 #: gradients) merged into larger ones, and products whose larger operand XLA would transpose
-#: computed the other way round (docs/performance.md, "Third round: the step per XLA kernel").
+#: computed the other way round (docs/performance-results.md, "Third round: the step per XLA kernel").
 CPU_DOT_PASSES = "merge-dots,cse,dce,dot-operand-order,cse,dce"
 #: The defaults per backend (``kaun_ir.runtime.backend_name()``); others get the DEFAULT_* above.
 BACKEND_JIT_PIPELINES = {"cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}"}

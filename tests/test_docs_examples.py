@@ -8,7 +8,15 @@ import re
 import pytest
 
 DOCS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs")
-PAGES = ["loops.md", "debugging.md", "interop.md", "memory.md", "passes.md", "errors.md", "performance.md"]
+PAGES = [
+    "loops.md",
+    "debugging.md",
+    "interop.md",
+    "memory.md",
+    "passes.md",
+    "errors.md",
+    "performance.md",
+]
 _BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 

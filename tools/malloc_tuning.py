@@ -5,7 +5,7 @@ default, a large allocation is a fresh memory mapping, touched page by page: the
 transformer took ~16,800 minor page faults per step, ~30 ms of system time in a ~140 ms step.
 glibc's ``glibc.malloc.hugetlb=1`` tunable makes malloc ask for transparent huge pages
 (``madvise``) for its heap and its mappings, so the same buffers fault in 2 MiB at a time (~440
-faults per step, docs/performance.md). A tunable is read once, when the process starts:
+faults per step, docs/performance-results.md). A tunable is read once, when the process starts:
 :func:`restart_with_tunables` re-executes the command with it set in ``GLIBC_TUNABLES`` (once:
 the new process finds it set). ``KAUN_IR_MALLOC_TUNING=0`` turns it off; other systems than
 glibc Linux are left alone. Programs that import kaun_ir set it themselves at their start

@@ -41,7 +41,7 @@ __all__ = ["ROLL_ENV", "MIN_ROLL", "resolve_roll", "unrolled", "rolling_allowed"
 #: number ``N >= 2`` runs of N or more
 ROLL_ENV = "KAUN_IR_ROLL"
 #: the shortest run ``roll="auto"`` rolls: on XLA CPU the bench transformer's first training
-#: step takes less time rolled than unrolled from about 12 blocks on (docs/performance.md)
+#: step takes less time rolled than unrolled from about 12 blocks on (docs/performance-results.md)
 MIN_ROLL = 12
 
 

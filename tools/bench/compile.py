@@ -124,7 +124,7 @@ def summarise(label: str, ours: dict, theirs: dict) -> dict:
 
 
 def format_report(rows: list[dict]) -> str:
-    """The rows of a compile-time run as a Markdown table (the one in docs/performance.md)."""
+    """The rows of a compile-time run as a Markdown table (the one in docs/performance-results.md)."""
     head = (
         "| case | nodes traced → kept | trace s | passes s | lower s | XLA s | own nodes/s | "
         "first step s | JAX first step s | ratio | CPU s (ours / JAX) | CPU ratio | "
