@@ -321,11 +321,11 @@ def loss_call(trainer: Trainer, targets: tuple, where: str) -> tuple[Callable, t
     return spec, tuple(spec.arrays)
 
 
-def output_types(trainer: Trainer, st: State, x: Any, training: bool, ctx: dict | None) -> list:
-    """The model's outputs for this input signature as ShapeDtype leaves with their treedef
-    (traced once per signature, nothing executed)."""
+def output_types(trainer: Trainer, st: State, x_types: Any, training: bool, ctx: dict | None) -> list:
+    """The model's outputs for the input signature ``x_types`` (``x`` as ShapeDtype leaves) as
+    ShapeDtype leaves with their treedef (traced once per signature, nothing executed)."""
     v = st.vars
-    leaves, treedef = tree.flatten((v.params, v.state, x, dict(ctx or {})))
+    leaves, treedef = tree.flatten((v.params, v.state, x_types, dict(ctx or {})))
     sig = (
         treedef,
         tuple((tuple(np.shape(a)), np.dtype(getattr(a, "dtype", np.asarray(a).dtype))) for a in leaves),
@@ -343,17 +343,18 @@ def output_types(trainer: Trainer, st: State, x: Any, training: bool, ctx: dict 
                 trainer.model, layer.Vars(params, state, v.dtype), x, training=training, ctx=ctx
             )[0]
 
-        traced = trace_flat(forward, (v.params, v.state, x, dict(ctx or {})), {})
+        traced = trace_flat(forward, (v.params, v.state, x_types, dict(ctx or {})), {})
         out_leaves = [ShapeDtype(o.type.shape, o.type.dtype) for o in traced.graph.outputs]
         cached = trainer.cache.output_types[sig] = tree.unflatten(traced.out_treedef, out_leaves)
     return cached
 
 
 def probe_call(
-    trainer: Trainer, st: State, x: Any, fn: Callable, training: bool, ctx: dict | None
+    trainer: Trainer, st: State, x_types: Any, fn: Callable, training: bool, ctx: dict | None
 ) -> tuple[Probed, tuple]:
-    """The probing path of a closure that cannot be lifted (see :mod:`.capture`)."""
-    probed = probe(fn, output_types(trainer, st, x, training, ctx))
+    """The probing path of a closure that cannot be lifted (see :mod:`.capture`): the loss
+    traced alone on the model's output types for the input signature ``x_types``."""
+    probed = probe(fn, output_types(trainer, st, x_types, training, ctx))
     return probed, tuple(probed.arrays)
 
 

@@ -18,6 +18,7 @@ from kaun_ir import optim, tree
 from kaun_ir.runtime import compilation
 from kaun_ir.surface.trace import is_array_leaf
 from kaun_ir.train import capture
+from kaun_ir.train.call import StepCall
 from kaun_ir.train.capture import Explicit, LossSpec
 from kaun_ir.train.state import State, Trainer, successor
 
@@ -86,13 +87,14 @@ def record(
     new.cache.flat = (out_struct, flat)
 
 
-def fast_step(trainer: Trainer, st: State, flat: tuple, x: Any, targets: tuple, training: bool):
+def fast_step(trainer: Trainer, st: State, call: StepCall):
     """``(loss, new_state)`` for a signature seen before on a state returned by ``step``; None
     when anything differs (the general path then runs)."""
     compiled = trainer.cache.step
     if compiled is None:
         return None
-    struct, leaves = flat
+    x, targets, training = call.x, call.targets, call.training
+    struct, leaves = st.cache.flat
     if leaves and leaves[0].is_deleted():
         return None  # the general path raises the clear error
     array_types = compilation.array_types()

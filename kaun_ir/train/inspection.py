@@ -9,6 +9,7 @@ from typing import Any
 from kaun_ir import layer
 from kaun_ir.surface.trace import trace, trace_flat
 from kaun_ir.train import builder
+from kaun_ir.train.call import StepCall
 from kaun_ir.train.capture import Unlifted
 from kaun_ir.train.state import State, Trainer, check_state
 from kaun_ir.train.stepping import prepare_call
@@ -22,13 +23,14 @@ def _inspect(
     """``use(args)`` on the compiled step's arguments for these inputs (as :func:`step` would
     choose them, including the fall-back for closures that read data they do not hold)."""
     check_state(st, where)
-    loss, arrays = prepare_call(trainer, st, x, targets, training, ctx, where)
+    call = StepCall.at_the_door(trainer, x, targets, training, ctx)
+    loss, arrays = prepare_call(trainer, st, call, where)
     try:
-        return use(builder.step_args(st, x, arrays, loss, training, ctx))
+        return use(builder.step_args(st, call.x, arrays, loss, training, ctx))
     except Unlifted:
         trainer.cache.opaque.add(loss.key)
-        loss, arrays = prepare_call(trainer, st, x, targets, training, ctx, where)
-        return use(builder.step_args(st, x, arrays, loss, training, ctx))
+        loss, arrays = prepare_call(trainer, st, call, where)
+        return use(builder.step_args(st, call.x, arrays, loss, training, ctx))
 
 
 def step_graph(

@@ -14,6 +14,7 @@ from kaun_ir.runtime.xla import backend
 from kaun_ir.sharding.placement import Spec
 from kaun_ir.surface.shapes import stack
 from kaun_ir.train import builder, dispatch
+from kaun_ir.train.call import StepCall
 from kaun_ir.train.capture import LossSpec, Probed, Unlifted, warn_opaque
 from kaun_ir.train.diagnose import raise_if_foreign_state
 from kaun_ir.train.state import State, Trainer, check_state
@@ -34,14 +35,14 @@ def _new_state(trainer: Trainer, st: State, params, state, opt_state, steps_take
     )
 
 
-def prepare_call(trainer: Trainer, st: State, x: Any, targets: tuple, training: bool, ctx, where: str):
+def prepare_call(trainer: Trainer, st: State, call: StepCall, where: str):
     """``(loss, arrays)`` for a single step: explicit, lifted closure, or probed closure (``where``
-    names the public function in messages)."""
-    loss, arrays = builder.loss_call(trainer, targets, where)
+    names the public function in messages); the lifted arrays made global in a mesh run."""
+    loss, arrays = builder.loss_call(trainer, call.targets, where)
     if isinstance(loss, LossSpec) and not builder.is_liftable(trainer, loss):
         warn_opaque(loss.fn, loss.opaque or _NOT_HELD)
-        return builder.probe_call(trainer, st, x, loss.fn, training, ctx)
-    return loss, arrays
+        loss, arrays = builder.probe_call(trainer, st, call.input_types(), loss.fn, call.training, call.ctx)
+    return loss, builder.global_lifted(trainer, arrays, call.rows)
 
 
 def step(
@@ -57,35 +58,34 @@ def step(
     ``kaun_ir.train.capture``). One executable per input signature either way. The ``State``
     passed in is consumed (its buffers are donated to XLA): use the returned one.
     """
-    rows = None  # this process's batch size when a closure's arrays must be made global
-    if trainer.mesh is not None:
-        rows = builder.local_rows(trainer, x)
-        x, targets = builder.global_batch(trainer, x, targets)
-    if not ctx and type(st) is State and rows is None:
-        flat = st.cache.flat
-        if flat is not None:
-            result = dispatch.fast_step(trainer, st, flat, x, targets, training)
-            if result is not None:
-                return result
+    call = StepCall.at_the_door(trainer, x, targets, training, ctx)
+    if call.may_take_the_fast_path(st):
+        result = dispatch.fast_step(trainer, st, call)
+        if result is not None:
+            return result
+    return _general_step(trainer, st, call)
+
+
+def _general_step(trainer: Trainer, st: State, call: StepCall) -> tuple[Any, State]:
+    """A step through ``kn.jit``'s signature cache: traced and compiled on a new signature; its
+    route is filed for the fast path of the state it returns."""
     check_state(st, "step")
-    loss, arrays = prepare_call(trainer, st, x, targets, training, ctx, "step")
-    arrays = builder.global_lifted(trainer, arrays, rows)
+    loss, arrays = prepare_call(trainer, st, call, "step")
     compiled = builder.compiled_step(trainer)
     try:
-        route, flat = compiled.route(*builder.step_args(st, x, arrays, loss, training, ctx))
+        route, flat = compiled.route(*builder.step_args(st, call.x, arrays, loss, call.training, call.ctx))
     except Unlifted:  # the closure reached arrays the inspection missed: never bake them in
         trainer.cache.opaque.add(loss.key)
-        loss, arrays = prepare_call(trainer, st, x, targets, training, ctx, "step")
-        arrays = builder.global_lifted(trainer, arrays, rows)
-        route, flat = compiled.route(*builder.step_args(st, x, arrays, loss, training, ctx))
+        loss, arrays = prepare_call(trainer, st, call, "step")
+        route, flat = compiled.route(*builder.step_args(st, call.x, arrays, loss, call.training, call.ctx))
     except (ValueError, TypeError) as err:  # a state of another model fails inside some layer
         raise_if_foreign_state(trainer, st, "step", err)
         raise
     outs = route.run(route.place(flat))
     loss_value, params, state, opt_state = route.unflatten(outs)
     new = _new_state(trainer, st, params, state, opt_state, 1)
-    if not ctx and not isinstance(loss, Probed):
-        dispatch.record(trainer, route, st, new, loss, x, arrays, training, outs)
+    if not call.ctx and not isinstance(loss, Probed):
+        dispatch.record(trainer, route, st, new, loss, call.x, arrays, call.training, outs)
     return loss_value, new
 
 
