@@ -93,10 +93,9 @@ def _run_block(
     trainer: Trainer, st: State, xs: Any, loss, stacked: tuple, training: bool, ctx: dict | None
 ) -> tuple[Any, State]:
     compiled = builder.compiled_block(trainer)
-    if trainer.mesh is not None:
-        rows = builder.local_rows(trainer, xs, block=True)
-        xs, stacked = builder.global_batch(trainer, xs, stacked, block=True)
-        stacked = builder.global_lifted(trainer, stacked, rows, block=True)
+    if trainer.mesh is not None:  # the block's batches made global as a single step's are
+        call = StepCall.at_the_door(trainer, xs, stacked, training, ctx, block=True)
+        xs, stacked = call.x, builder.global_lifted(trainer, call.targets, call.rows, block=True)
     losses, params, state, opt_state = compiled(*builder.step_args(st, xs, stacked, loss, training, ctx))
     return losses, _new_state(trainer, st, params, state, opt_state, int(xs.shape[0]))
 
