@@ -27,7 +27,7 @@ import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from kaun_ir.errors import PassOptionError
 from kaun_ir.ir.core import Graph
@@ -35,22 +35,6 @@ from kaun_ir.ir.core import Graph
 _NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _OPTION_NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 OPTION_TYPES = (bool, int, float, str)
-
-
-class Option(NamedTuple):
-    """The declaration of one pass option: ``Option(int, 4, "help", min=1)``.
-
-    ``type``: bool, int, float or str; ``default``: a value of that type within the bounds;
-    ``min`` / ``max``: inclusive bounds of an int or float option (None: unbounded);
-    ``choices``: the values a str option may take (None: any string).
-    """
-
-    type: type
-    default: Any
-    help: str = ""
-    min: float | None = None
-    max: float | None = None
-    choices: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -129,6 +113,25 @@ class PassOption:
         return repr(value) if self.type is float else str(value)
 
 
+def Option(
+    type: type,
+    default: Any,
+    help: str = "",
+    *,
+    min: float | None = None,
+    max: float | None = None,
+    choices: tuple[str, ...] | None = None,
+) -> PassOption:
+    """The declaration of one pass option, ``Option(int, 4, "help", min=1)``: a
+    :class:`PassOption` whose name :func:`register` fills in from its key.
+
+    ``type``: bool, int, float or str; ``default``: a value of that type within the bounds;
+    ``min`` / ``max``: inclusive bounds of an int or float option (None: unbounded);
+    ``choices``: the values a str option may take (None: any string).
+    """
+    return PassOption("", type, default, help, min, max, None if choices is None else tuple(choices))
+
+
 @dataclass(frozen=True)
 class PassInfo:
     """A registered pass: its name, the function, a one-line description and declared options."""
@@ -157,7 +160,7 @@ def _check_options(name: str, options: dict | None) -> dict[str, PassOption]:
         where = f"option {opt_name!r} of pass {name!r}"
         if not isinstance(opt_name, str) or not _OPTION_NAME.match(opt_name):
             raise ValueError(f"{where}: option names must be snake_case identifiers")
-        if not isinstance(spec, Option):
+        if not isinstance(spec, PassOption):
             if not (isinstance(spec, tuple) and len(spec) == 3):
                 raise ValueError(f"{where}: expected Option(type, default, help, ...), got {spec!r}")
             spec = Option(*spec)
@@ -167,17 +170,9 @@ def _check_options(name: str, options: dict | None) -> dict[str, PassOption]:
             raise ValueError(f"{where}: min= / max= bound int and float options only")
         if spec.choices is not None and spec.type is not str:
             raise ValueError(f"{where}: choices= lists the values of a str option")
-        option = PassOption(
-            opt_name,
-            spec.type,
-            spec.default,
-            spec.help,
-            spec.min,
-            spec.max,
-            None if spec.choices is None else tuple(spec.choices),
-        )
         if not (type(spec.default) is spec.type or (spec.type is float and type(spec.default) is int)):
             raise ValueError(f"{where}: default {spec.default!r} is not a {spec.type.__name__}")
+        option = dataclasses.replace(spec, name=opt_name)
         try:
             option = dataclasses.replace(option, default=option.check(spec.default, name))
         except ValueError as err:
