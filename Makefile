@@ -25,12 +25,13 @@ test: $(STAMP)
 	$(PY) -m pytest -q -n $(JOBS) --dist loadfile --ignore=tests/test_interop_torch.py \
 		--ignore=tests/test_interop_torch_programs.py
 
-# The tests that need the `interop` extra (PyTorch, transformers, flatbuffers) and the long tests:
+# The tests that need the `interop` extra (PyTorch, transformers, flatbuffers), the `iree` extra
+# (IREE's compiler and runtime: the tests of the IREE backend, which `make test` skips without it) and the long tests:
 # the two PyTorch files and every test marked `interop` or `long` (pyproject.toml), so nothing that
 # `make test` ran runs again. Installs the extra into the same virtual environment on first use.
 # Never touches the network at test time (the Hugging Face offline switches are set).
 $(INTEROP_STAMP): $(STAMP) pyproject.toml
-	$(PY) -m pip install --quiet -e ".[test,interop]"
+	$(PY) -m pip install --quiet -e ".[test,interop,iree]"
 	@touch $(INTEROP_STAMP)
 
 test-interop: $(INTEROP_STAMP)

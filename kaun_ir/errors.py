@@ -33,6 +33,7 @@ __all__ = [
     "ProfilerError",
     "DistributedError",
     "TorchImportError",
+    "BackendError",
 ]
 
 
@@ -179,3 +180,9 @@ class DistributedError(KaunError, RuntimeError):
 
 class TorchImportError(KaunError, ValueError):
     """A PyTorch program that cannot be imported: the message names the ATen op and the module path."""
+
+
+class BackendError(KaunError, ValueError):
+    """A compiler backend (IREE beside XLA) that cannot take the program or is not there: an
+    unknown backend name, a device the runtime does not find, the extra not installed, or an op or
+    feature the backend does not support (the message names the op or feature and the backend)."""

@@ -38,7 +38,7 @@ from typing import Any
 from kaun_ir import passes
 from kaun_ir.ir.builder import infer_or_raise
 from kaun_ir.ir.core import Graph, Node
-from kaun_ir.runtime import finite, gc_pause, graph_cache, stages
+from kaun_ir.runtime import backends, finite, gc_pause, graph_cache, stages
 from kaun_ir.runtime.dispatch import Route, RouteCache
 from kaun_ir.runtime.executable import Executable
 from kaun_ir.runtime.mesh import use
@@ -71,13 +71,21 @@ def compile_graph(
     mesh=None,
     in_specs: Sequence | None = None,
     out_specs: Sequence | None = None,
+    backend: str | None = None,
 ):
     """Lower and XLA-compile ``graph`` into an :class:`~kaun_ir.runtime.Executable` (the XLA
     program is shared by every graph with the same StableHLO and devices).
 
     ``device``: the device to run on (default: the first). ``mesh`` (a ``kn.sharding.mesh``):
     partition over the mesh instead, with ``in_specs`` / ``out_specs`` one partition spec (or
-    None) per graph input / output: inputs default to replicated, outputs to XLA's choice."""
+    None) per graph input / output: inputs default to replicated, outputs to XLA's choice.
+    ``backend``: ``"xla"``, ``"iree"``, ``"iree-cpu"``... (``kaun_ir.runtime.backends``; None:
+    ``$KAUN_IR_BACKEND``, else XLA); an IREE backend gives an ``IreeExecutable``."""
+    backend = backends.resolve(backend)
+    if backends.is_iree(backend):
+        from kaun_ir.runtime.iree.executable import IreeExecutable  # noqa: PLC0415 - IREE is optional
+
+        return IreeExecutable(graph, backend, donate=donate, pipeline=pipeline, mesh=mesh)
     return Executable(
         graph,
         device=device,
@@ -180,12 +188,13 @@ def compile_function(
     donated_positions: Callable[[list], list[int]] | None = None,
     shardings: Callable[[Any, int, int], dict] | None = None,
     cache: FunctionCache | None = None,
+    backend: str | None = None,
 ) -> Route:
     """Trace ``f(*args, **kwargs)``, run ``pipeline`` (a ``kn.passes.Pipeline`` or its text) on
     the graph, lower, compile: the route of this call signature. ``donated_positions(array
     positions) -> flat input indices`` picks the inputs XLA may reuse; ``shardings(traced,
     n_inputs, n_outputs)`` gives the partition specs of the graph's inputs and outputs on
-    ``mesh``; ``cache`` (the function's) counts the trace."""
+    ``mesh``; ``cache`` (the function's) counts the trace; ``backend``: see :func:`compile_graph`."""
     parsed = passes.Pipeline.parse(pipeline)  # unknown passes fail before tracing
     # the collector's sweeps of the growing graphs cost more the larger the model (gc_pause)
     with gc_pause.paused():
@@ -199,7 +208,9 @@ def compile_function(
         graph = graph_cache.run_pipeline(traced.graph, parsed, instrumentations) if parsed else traced.graph
         donate = donated_positions(traced.array_positions) if donated_positions else []
         specs = shardings(traced, len(graph.inputs), len(graph.outputs)) if mesh is not None else {}
-        exe = compile_graph(graph, device=device, donate=donate, pipeline=str(parsed), mesh=mesh, **specs)
+        exe = compile_graph(
+            graph, device=device, donate=donate, pipeline=str(parsed), mesh=mesh, backend=backend, **specs
+        )
     return Route(exe, traced.out_treedef, [v.type.dtype for v in graph.inputs])
 
 

@@ -91,7 +91,7 @@ class Route:
         input dtypes laid out as the executable takes them (on its device, or sharded over its
         mesh); device arrays already right pass through, others are moved."""
         exe = self.executable
-        if exe.mesh is not None:
+        if self._sharding is None:  # over a mesh, or another compiler's executable (IREE)
             return [exe.put(start + i, a) for i, a in enumerate(arrays)]
         device_type, device, placed, equal = self._device_type, self.device, self._sharding, self._equal
         dtypes = self.in_dtypes[start : start + len(arrays)] if start else self.in_dtypes

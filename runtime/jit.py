@@ -8,7 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from kaun_ir import passes, tree
-from kaun_ir.runtime import explain, partitioned, sharding_args
+from kaun_ir.runtime import backends, explain, partitioned, sharding_args
 from kaun_ir.runtime.compilation import FunctionCache, compile_function
 from kaun_ir.runtime.dispatch import Route
 from kaun_ir.runtime.executable import Executable
@@ -66,6 +66,7 @@ class Jitted:
         mesh=None,
         in_shardings=None,
         out_shardings=None,
+        backend: str | None = None,
     ):
         if not callable(f):
             raise TypeError(
@@ -92,6 +93,9 @@ class Jitted:
         self.device = device
         self.mesh = mesh
         self.in_shardings, self.out_shardings = in_shardings, out_shardings
+        if backend is not None:  # an unknown name fails here; None reads $KAUN_IR_BACKEND when compiling
+            backend = backends.resolve(backend, "kn.jit: backend")
+        self._backend = backend
         #: the compiled routes by signature, and (``routes``) by fast-path key: calls whose
         #: arguments are all plain arrays (no containers, no kwargs) skip tree flattening, keyed
         #: by ``(type, shape, dtype)`` per argument; other callers (``kn.train``) file routes
@@ -192,7 +196,13 @@ class Jitted:
     def pipeline(self) -> str:
         """The pipeline the next compilation runs (the environment is read at compile time)."""
         requested = self._pipeline() if callable(self._pipeline) else self._pipeline
-        return jit_pipeline(None if requested is None else str(requested))
+        return jit_pipeline(None if requested is None else str(requested), self.backend)
+
+    @property
+    def backend(self) -> str:
+        """The compiler the next compilation uses: ``"xla"``, ``"iree-cpu"``... (the ``backend=``
+        given, else ``$KAUN_IR_BACKEND`` read now, else ``"xla"``)."""
+        return self._backend or backends.resolve(None)
 
     def _entry(self, args, kwargs, key) -> Route:
         """The route of signature ``key``, compiled by exactly one thread; the others wait for it."""
@@ -225,6 +235,7 @@ class Jitted:
             donated_positions=lambda positions: self._donated_inputs(args, positions),
             shardings=resolve,
             cache=self._compiled,
+            backend=self.backend,
         )
 
     def _donated_inputs(self, args, positions) -> list[int]:
@@ -273,6 +284,7 @@ def jit(
     mesh=None,
     in_shardings=None,
     out_shardings=None,
+    backend: str | None = None,
 ):
     """Compile ``f`` with kaun_ir: trace per input signature, optimise, lower, XLA-compile, cache.
 
@@ -294,7 +306,12 @@ def jit(
     every array leaf of that argument, or a tree of specs/None shaped like the argument.
     ``out_shardings``: a spec for every output, or a tree of specs/None shaped like the result
     (None: XLA's choice). Results are global ``jax.Array``s with ``NamedSharding``s.
+
+    ``backend``: the compiler, ``"xla"`` (default) or ``"iree"`` / ``"iree-cpu"`` / ``"iree-vulkan"``
+    / ``"iree-cuda"`` (the extra ``iree``; results are then NumPy arrays, no buffer is donated,
+    no mesh); None: ``$KAUN_IR_BACKEND`` when compiling, else XLA (``kaun_ir.runtime.backends``).
     """
+    args = (donate_argnums, pipeline, device, mesh, in_shardings, out_shardings, backend)
     if f is None:
-        return lambda g: Jitted(g, donate_argnums, pipeline, device, mesh, in_shardings, out_shardings)
-    return Jitted(f, donate_argnums, pipeline, device, mesh, in_shardings, out_shardings)
+        return lambda g: Jitted(g, *args)
+    return Jitted(f, *args)

@@ -56,16 +56,21 @@ def default_train_pipeline(backend: str | None = None) -> str:
     return BACKEND_TRAIN_PIPELINES.get(_backend(backend), DEFAULT_TRAIN_PIPELINE)
 
 
-def jit_pipeline(explicit: str | None = None) -> str:
+def jit_pipeline(explicit: str | None = None, compiler: str | None = None) -> str:
     """The pipeline ``kn.jit`` uses: ``explicit`` if given, else ``$KAUN_IR_PIPELINE``, else
-    :func:`default_jit_pipeline` for the runtime's backend."""
-    return _choose(explicit, JIT_PIPELINE_ENV, default_jit_pipeline)
+    :func:`default_jit_pipeline` for the runtime's backend (for ``compiler`` when it is an IREE
+    backend: XLA CPU's tuned passes are XLA's business)."""
+    return _choose(explicit, JIT_PIPELINE_ENV, lambda: default_jit_pipeline(_iree_or_none(compiler)))
 
 
-def train_pipeline(explicit: str | None = None) -> str:
+def train_pipeline(explicit: str | None = None, compiler: str | None = None) -> str:
     """The pipeline ``kn.train`` uses: ``explicit``, else ``$KAUN_IR_TRAIN_PIPELINE``, else
-    :func:`default_train_pipeline` for the runtime's backend."""
-    return _choose(explicit, TRAIN_PIPELINE_ENV, default_train_pipeline)
+    :func:`default_train_pipeline` for the runtime's backend (or the IREE backend ``compiler``)."""
+    return _choose(explicit, TRAIN_PIPELINE_ENV, lambda: default_train_pipeline(_iree_or_none(compiler)))
+
+
+def _iree_or_none(compiler: str | None) -> str | None:
+    return compiler if compiler is not None and compiler.startswith("iree") else None
 
 
 def backend_in_use() -> str:

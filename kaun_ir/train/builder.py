@@ -19,6 +19,7 @@ from kaun_ir import dtypes, layer, optim, ptree, tree
 from kaun_ir.ir.builder import scope as ir_scope
 from kaun_ir.precision import loss_scale_of
 from kaun_ir.runtime import jit
+from kaun_ir.runtime.backends import resolve as resolve_backend
 from kaun_ir.runtime.pipelines import train_pipeline
 from kaun_ir.runtime.xla import backend
 from kaun_ir.sharding.pipeline import apply as pipeline_apply
@@ -197,7 +198,7 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
         # resolved at each compilation, so $KAUN_IR_TRAIN_PIPELINE is read at compile time
         pipeline = functools.partial(_step_pipeline, trainer)
         if trainer.mesh is None:
-            compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline)
+            compiled = jit(traced, donate_argnums=(0, 1, 2), pipeline=pipeline, backend=trainer.backend)
         else:  # one SPMD program over the mesh: batch split, parameters laid out by the policy
             ins, outs = step_shardings(
                 trainer.mesh, trainer.param_sharding, trainer.data_axis, block=attr == "block"
@@ -209,6 +210,7 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
                 mesh=trainer.mesh,
                 in_shardings=ins,
                 out_shardings=outs,
+                backend=trainer.backend,
             )
         setattr(trainer.cache, attr, compiled)
     return compiled
@@ -218,7 +220,7 @@ def _step_pipeline(trainer: Trainer) -> str:
     """The step's pipeline: ``trainer.pipeline`` (or the default), after the ``remat`` pass when
     the trainer rematerialises (it needs the step's forward/backward structure, before fusion)
     and the ``mixed-precision`` pass when it has a precision policy."""
-    pipeline = train_pipeline(trainer.pipeline)
+    pipeline = train_pipeline(trainer.pipeline, trainer.backend or resolve_backend(None))
     if trainer.precision is not None:  # before the default passes, which clean up the casts
         pipeline = f"mixed-precision{{compute={trainer.precision.name}}},{pipeline}"
     if trainer.remat is None:

@@ -95,7 +95,8 @@ def fast_step(trainer: Trainer, st: State, call: StepCall):
         return None
     x, targets, training = call.x, call.targets, call.training
     struct, leaves = st.cache.flat
-    if leaves and leaves[0].is_deleted():
+    is_deleted = getattr(leaves[0], "is_deleted", None) if leaves else None  # NumPy (IREE): never
+    if is_deleted is not None and is_deleted():
         return None  # the general path raises the clear error
     array_types = compilation.array_types()
     if trainer.loss is not None:

@@ -11,6 +11,7 @@ from kaun_ir import dtypes, layer, optim, passes, ptree, rng, tree
 from kaun_ir.errors import ShapeError
 from kaun_ir.precision import as_policy as as_precision_policy
 from kaun_ir.precision import loss_scaled
+from kaun_ir.runtime.backends import resolve as resolve_backend
 from kaun_ir.sharding.pipeline import Pipeline
 from kaun_ir.sharding.policy import check_training_layout, place_state
 from kaun_ir.surface import random
@@ -84,6 +85,7 @@ class Trainer:
     accumulate: int = 1
     #: the ``kn.sharding.pipeline(...)`` layout when the step is pipeline parallel, else None
     stages: Any = None
+    backend: str | None = None  #: the step's compiler (None: $KAUN_IR_BACKEND, else XLA), "iree-cpu"...
     cache: TrainerCache = field(default_factory=TrainerCache, init=False, repr=False, compare=False)
 
 
@@ -197,6 +199,7 @@ def make(
     remat_depth: int = 1,
     precision: Any = None,
     accumulate: int = 1,
+    backend: str | None = None,
 ) -> Trainer:
     """A trainer for ``model`` with ``optimizer`` (e.g. ``optim.adam(1e-3)``).
 
@@ -233,6 +236,8 @@ def make(
     updates once: for a mean loss the whole-batch step up to rounding, with one micro-batch's
     activation memory. The loss reported is the micro-batches' mean; layer state is threaded
     through them; dropout draws from ``fold_in(step key, i)`` for micro-batch ``i``.
+
+    ``backend``: the step's compiler, as ``kn.jit``'s (``"iree"``: IREE on this CPU; no mesh).
     """
     _check_pieces(model, optimizer, loss)
     stages = None
@@ -251,19 +256,9 @@ def make(
         if precision.loss_scale is not None:
             optimizer = loss_scaled(optimizer, precision)
     _check_accumulate(_positive_int(accumulate, "accumulate"), loss, stages)
-    return Trainer(
-        model,
-        optimizer,
-        loss,
-        pipeline,
-        mesh,
-        data_axis,
-        param_sharding,
-        remat,
-        precision,
-        accumulate,
-        stages,
-    )
+    backend = None if backend is None else resolve_backend(backend, "train.make: backend")
+    fields = (pipeline, mesh, data_axis, param_sharding, remat, precision, accumulate, stages, backend)
+    return Trainer(model, optimizer, loss, *fields)
 
 
 def _base_key():

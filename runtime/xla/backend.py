@@ -27,11 +27,14 @@ def jax_module():
 
 
 def backend_name() -> str:
-    """The platform in use: ``KAUN_IR_BACKEND`` if set (cpu/gpu/tpu), else the best available."""
+    """The platform in use: ``KAUN_IR_BACKEND`` if set (cpu/gpu/tpu), else the best available
+    (also when it names an IREE backend, ``iree-cpu``...: eager ops and arrays stay on XLA)."""
     wanted = os.environ.get(_BACKEND_ENV, "").strip().lower()
-    if wanted:
+    if wanted and not wanted.startswith("iree"):
         if wanted not in _PREFERENCE:
-            raise ValueError(f"{_BACKEND_ENV}={wanted!r}: expected one of cpu, gpu, tpu")
+            raise ValueError(
+                f"{_BACKEND_ENV}={wanted!r}: expected one of cpu, gpu, tpu, iree-cpu, iree-vulkan, iree-cuda"
+            )
         return wanted
     return _best_available()
 

@@ -1,0 +1,111 @@
+""":class:`IreeExecutable`: a graph lowered to StableHLO (as for XLA) and compiled by IREE.
+
+It answers to what :class:`kaun_ir.runtime.dispatch.Route`, ``kn.jit`` and ``kn.train`` ask of an
+executable (``run``, ``put``, ``graph``, ``mlir``, ``device``, ``mesh``, ``donate``, ``pipeline``).
+Arguments go in as NumPy arrays (device arrays are copied to the host) and results come back as
+NumPy arrays. What IREE cannot take is refused before compiling (:func:`check_supported`), with a
+:class:`kaun_ir.BackendError` naming the op or feature and the backend.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kaun_ir.errors import BackendError
+from kaun_ir.ir.core import Graph
+from kaun_ir.ir.provenance import backward_op, describe
+from kaun_ir.passes.check_finite import Site
+from kaun_ir.runtime import finite, stages
+from kaun_ir.runtime.iree import compiler
+from kaun_ir.runtime.lower import lower
+
+__all__ = ["REFUSED_OPS", "IreeExecutable", "check_supported", "describe_node"]
+
+#: ops an IREE program may not hold, with the reason (docs/performance.md, "IREE")
+REFUSED_OPS = {
+    "sharding_constraint": "sharded programs run on XLA only (kaun_ir partitions through XLA's "
+    "SPMD partitioner, which IREE's compiler does not take)",
+}
+
+
+def describe_node(node) -> str:
+    """``node`` for a message: its op, forward or backward pass, layer path and source line."""
+    return Site(node.op, node.path, describe(node) or "", backward_op(node)).describe()
+
+
+def _ops(graph: Graph):
+    for node in graph.nodes:
+        yield node
+        for region in node.regions:
+            yield from _ops(region)
+
+
+def check_supported(graph: Graph, backend: str, mesh=None) -> None:
+    """``BackendError`` naming the first op or feature of ``graph`` IREE cannot run on ``backend``."""
+    if mesh is not None:
+        raise BackendError(
+            f"backend={backend!r}: @{graph.name} is partitioned over a device mesh ({mesh}); "
+            "sharded programs run on XLA only: drop mesh= or use backend='xla'"
+        )
+    for node in _ops(graph):
+        reason = REFUSED_OPS.get(node.op)
+        if reason is not None:
+            raise BackendError(
+                f"backend={backend!r}: @{graph.name} holds {describe_node(node)}, "
+                f"which IREE cannot run: {reason}; use backend='xla'"
+            )
+
+
+class IreeExecutable:
+    """``graph`` compiled by IREE for ``backend`` (``"iree-cpu"``, ...); ``exe(*arrays)`` returns
+    a tuple of NumPy arrays. ``donate`` is always empty: IREE gets copies of host arrays, so no
+    caller's buffer is ever reused (``donate_argnums`` is accepted and has no effect)."""
+
+    mesh = None
+    in_specs = out_specs = None
+
+    def __init__(self, graph: Graph, backend: str, donate=(), pipeline: str = "", mesh=None):
+        check_supported(graph, backend, mesh)
+        self.graph, self.backend, self.pipeline = graph, backend, pipeline
+        self.donate = ()
+        self.requested_donate = tuple(sorted(set(donate)))
+        self._dtypes = [np.dtype(v.type.dtype) for v in graph.inputs]
+        self.device = compiler.IreeDevice(backend, compiler.IREE_BACKENDS[backend][0])
+        checking = finite.enabled()
+        compiled = finite.checked_graph(graph) if checking else graph
+        with stages.stage("lower"):
+            self.mlir = lower(compiled)
+        self.program = compiler.compile_program(self.mlir, backend, pipeline)
+        self.run = self.program
+        if checking:
+            self.run = finite.checked_run(self.run, graph, self._build_unchecked)
+
+    def _build_unchecked(self, graph: Graph):
+        return compiler.compile_program(lower(graph), self.backend, self.pipeline)
+
+    def put(self, i: int, array) -> np.ndarray:
+        """Input ``i`` as the host array IREE takes."""
+        return np.asarray(array, dtype=self._dtypes[i])
+
+    def __call__(self, *arrays) -> tuple:
+        if len(arrays) != len(self._dtypes):
+            raise TypeError(
+                f"IREE executable for @{self.graph.name} takes {len(self._dtypes)} argument(s), "
+                f"got {len(arrays)}"
+            )
+        for i, (array, value) in enumerate(zip(arrays, self.graph.inputs)):
+            if tuple(np.shape(array)) != value.type.shape:
+                raise TypeError(f"argument {i}: expected shape {value.type.shape}, got {np.shape(array)}")
+        return tuple(self.run([self.put(i, a) for i, a in enumerate(arrays)]))
+
+    def hlo_text(self) -> str:
+        """The StableHLO IREE compiled (IREE keeps no XLA HLO)."""
+        return self.mlir
+
+    def memory_analysis(self) -> None:
+        """None: IREE keeps no memory statistics kaun_ir can read."""
+        return None
+
+    def cost_analysis(self) -> dict:
+        """Empty: IREE publishes no cost estimate."""
+        return {}
