@@ -32,6 +32,10 @@ COMMANDS = {
         "memory_cmd",
         "explain a compiled step's memory: live bytes, the peak by layer and kind, remat's savings",
     ),
+    "diff-backends": (
+        "diff_backends_cmd",
+        "run a model's program on XLA and on IREE and compare the values, naming the op that diverges",
+    ),
 }
 
 

@@ -23,7 +23,7 @@ __all__ = ["FLAGS_ENV", "IreeDevice", "Program", "available", "compile_program",
 FLAGS_ENV = "KAUN_IR_IREE_FLAGS"
 #: target flags per compiler target: CPU code is generated for the host's own features (the disk
 #: cache key records the host CPU, so a shared cache never serves code for another CPU)
-_TARGET_FLAGS = {"llvm-cpu": ("--iree-llvmcpu-target-cpu=host",)}
+_TARGET_FLAGS = {"llvm-cpu": ("--iree-llvmcpu-target-cpu=host", "--iree-input-demote-f64-to-f32=false")}
 _INSTALL = "install the optional extra: pip install 'kaun-ir[iree]'"
 
 

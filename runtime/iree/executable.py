@@ -19,12 +19,24 @@ from kaun_ir.runtime import finite, stages
 from kaun_ir.runtime.iree import compiler
 from kaun_ir.runtime.lower import lower
 
-__all__ = ["REFUSED_OPS", "IreeExecutable", "check_supported", "describe_node"]
+__all__ = ["REFUSED_F64_ON_CPU", "REFUSED_OPS", "IreeExecutable", "check_supported", "describe_node"]
 
 #: ops an IREE program may not hold, with the reason (docs/performance.md, "IREE")
 REFUSED_OPS = {
     "sharding_constraint": "sharded programs run on XLA only (kaun_ir partitions through XLA's "
     "SPMD partitioner, which IREE's compiler does not take)",
+    "triangular_solve": "IREE 3.13 does not legalise stablehlo.triangular_solve",
+    "select_and_scatter_add": "IREE 3.13 does not legalise stablehlo.select_and_scatter "
+    "(max-pooling's gradient; the lower-pool pass rewrites pooling without it)",
+}
+#: ops IREE's CPU target cannot link in float64 (no f64 libm: sin, cos, tanh, atan2, fmod; cbrt
+#: is not legalised), with the reason
+REFUSED_F64_ON_CPU = {
+    **dict.fromkeys(
+        ("sine", "cosine", "tan", "tanh", "atan2", "remainder"),
+        "IREE's CPU code links no float64 math library (undefined symbol at link time)",
+    ),
+    "cbrt": "IREE 3.13 does not legalise math.cbrt on float64",
 }
 
 
@@ -49,6 +61,9 @@ def check_supported(graph: Graph, backend: str, mesh=None) -> None:
         )
     for node in _ops(graph):
         reason = REFUSED_OPS.get(node.op)
+        if reason is None and backend == "iree-cpu" and node.op in REFUSED_F64_ON_CPU:
+            if any(np.dtype(v.type.dtype) == np.float64 for v in (*node.inputs, *node.outputs)):
+                reason = f"{REFUSED_F64_ON_CPU[node.op]}; compute it in float32"
         if reason is not None:
             raise BackendError(
                 f"backend={backend!r}: @{graph.name} holds {describe_node(node)}, "
