@@ -21,6 +21,10 @@ on the same fixed synthetic batches (8, cycled step by step) with the same optim
   ``layer.sequential(..., roll=True)``, their decoder blocks one ``scan`` over stacked
   parameters (docs/loops.md); loss within ``LOSS_RTOL``. Workloads without repeated blocks
   train exactly as ``kaun_ir``;
+- ``kaun_ir[iree]`` (``--backend iree``, or ``--variant iree``): the ``kaun_ir`` step compiled by
+  IREE for this CPU (``train.make(..., backend="iree")``, the extra ``iree``) instead of XLA: its
+  first step is IREE's compile time, its loss must agree with JAX's within ``FUSED_LOSS_RTOL``
+  (other kernels, other rounding);
 - ``kaun_ir[user]``, ``kaun_ir[user-closure]`` (``--variant user`` / ``user-closure``): the loop
   as a user writes it, public API only: ``jax.Array`` batches (``jax.device_put``, 16 distinct
   arrays cycled) and ``train.step`` with explicit targets or a new loss closure every step;
@@ -145,7 +149,16 @@ def _add_workload_options(parser) -> None:
         help="add a kaun_ir[VARIANT] row: mixed precision (train.make(precision=...)), "
         "rematerialisation (train.make(remat=...)), the closure form of the loss (closure), "
         "the transformers' blocks rolled into a loop (roll: layer.sequential(roll=True)) or the "
-        "loop as a user writes it over jax.Array batches (user, user-closure); repeatable",
+        "loop as a user writes it over jax.Array batches (user, user-closure), or the step "
+        "compiled by IREE (iree); repeatable",
+    )
+    parser.add_argument(
+        "--backend",
+        action="append",
+        default=None,
+        choices=("xla", "iree"),
+        help="compilers of the kaun_ir rows: xla (always) and iree, which adds the kaun_ir[iree] "
+        "row beside XLA's (needs the extra iree); repeatable",
     )
 
 
@@ -252,7 +265,7 @@ def _run_plan(args, plan: list[tuple[str, int, int]]) -> list[dict]:
                 steps_per_call=k,
                 memory=args.memory,
                 order=i,
-                variants=tuple(args.variant or ()),
+                variants=_variants(args),
                 torch_compile=args.torch_compile,
                 warm=args.warm_cache,
             )
@@ -260,6 +273,14 @@ def _run_plan(args, plan: list[tuple[str, int, int]]) -> list[dict]:
     if sys.stderr.isatty():
         sys.stderr.write("\r\033[K")
     return results
+
+
+def _variants(args) -> tuple:
+    """The ``--variant`` rows, plus ``iree`` when ``--backend iree`` asks for IREE's row."""
+    variants = list(args.variant or ())
+    if "iree" in (args.backend or ()) and "iree" not in variants:
+        variants.append("iree")
+    return tuple(variants)
 
 
 def run(args) -> int:

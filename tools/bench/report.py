@@ -95,7 +95,7 @@ def format_footer(results: list[dict], matmul: dict | None = None) -> str:
     lines.append(
         f"relative loss tolerances: kaun_ir {LOSS_RTOL:.0e}, kaun_ir[K] {FUSED_LOSS_RTOL:.0e}, "
         f"torch {TORCH_LOSS_RTOL:.0e}, kaun_ir[bfloat16|float16] {MIXED_LOSS_RTOL:.0e}, "
-        f"kaun_ir[remat=...|closure] {LOSS_RTOL:.0e}. "
+        f"kaun_ir[remat=...|closure] {LOSS_RTOL:.0e}, kaun_ir[iree] {FUSED_LOSS_RTOL:.0e}. "
         "steps/s: median of the rounds; ratio: steps/s over JAX's."
     )
     where = (

@@ -16,7 +16,17 @@ from kaun_ir.tools.bench.workloads import NUM_BATCHES, Setup
 
 #: ``--variant`` rows: kaun_ir trained with ``train.make(..., precision=...)`` or ``remat=...``,
 #: the closure form, or the model's repeated blocks rolled into a loop (``roll``)
-VARIANTS = ("bfloat16", "float16", "remat=nothing", "remat=dots", "closure", "roll", "user", "user-closure")
+VARIANTS = (
+    "bfloat16",
+    "float16",
+    "remat=nothing",
+    "remat=dots",
+    "closure",
+    "roll",
+    "user",
+    "user-closure",
+    "iree",
+)
 #: the user-loop rows: ``train.step`` called as a user's loop calls it (see :class:`UserLoopRunner`)
 USER_VARIANTS = ("user", "user-closure")
 
@@ -99,6 +109,8 @@ def _kaun_trainer(setup: Setup, variant: str | None = None):
         return train.make(setup.workload.kaun_model(setup.cfg), _kaun_optimizer(setup.workload.optimizer))
     if variant in ("bfloat16", "float16"):
         options["precision"] = variant
+    elif variant == "iree":  # the same step compiled by IREE (its CPU target) instead of XLA
+        options["backend"] = "iree"
     elif variant is not None:
         options["remat"] = variant.split("=", 1)[1]
     # explicit targets: the labels are an input of the one shared executable
