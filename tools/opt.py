@@ -68,6 +68,21 @@ def add_parser(sub) -> None:
         help="run only the first N passes of the pipeline (bisection)",
     )
     parser.add_argument("-o", "--output", default="-", help="output file ('-' for stdout)")
+    parser.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="compile the graph before and after the pipeline on this backend (xla, iree, "
+        "iree-cpu...) and report both run times on stderr; repeatable",
+    )
+    parser.add_argument(
+        "--time",
+        type=int,
+        default=20,
+        metavar="N",
+        help="with --backend: calls timed per graph and backend (default: %(default)s)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -158,7 +173,7 @@ def _optimize(args: argparse.Namespace, text: str | bytes, pipeline):
         manager = passes.PassManager(
             pipeline, instrumentations, verify_each=args.verify_each or None, stop_after=args.stop_after
         )
-        return manager.run(graph)
+        return graph, manager.run(graph)
     finally:  # reports of the passes that ran, also when a later one failed
         for report in reports:
             sys.stderr.write(report.report())
@@ -211,7 +226,11 @@ def run(args: argparse.Namespace) -> int:
             + (" (not a UTF-8 text file)" if isinstance(err, UnicodeDecodeError) else "")
         )
     try:
-        graph = _optimize(args, text, pipeline)
+        before, graph = _optimize(args, text, pipeline)
+        if args.backend:
+            from kaun_ir.tools import opt_timing
+
+            sys.stderr.write(opt_timing.report(before, graph, args.backend, max(1, args.time)))
     except (KaunError, ValueError, TypeError) as err:
         return _error(err)
     if args.stop_after is not None and args.stop_after < len(pipeline):
