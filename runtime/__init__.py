@@ -6,7 +6,7 @@ Imported as ``kaun_ir.runtime``; jaxlib is only touched through the adapter pack
 from __future__ import annotations
 
 from kaun_ir.fileio import atomic_write
-from kaun_ir.runtime import compilation, disk_cache, dispatch, partitioned, pipelines, stages
+from kaun_ir.runtime import backends, compilation, disk_cache, dispatch, partitioned, pipelines, stages
 from kaun_ir.runtime.compilation import compile_graph as compile
 from kaun_ir.runtime.compilation import stats
 from kaun_ir.runtime.dispatch import Route, RouteCache
@@ -52,6 +52,7 @@ __all__ = [
     "RouteCache",
     "Spec",
     "backend_name",
+    "backends",
     "compilation",
     "compile",
     "devices",

@@ -8,7 +8,7 @@ differs. ``kn.jit(f, backend=...)``, ``train.make(..., backend=...)`` and the en
   XLA's platform): XLA through PJRT;
 - ``"iree"`` / ``"iree-cpu"``: IREE's ``llvm-cpu`` target for this host, run by its ``local-task``
   driver; ``"iree-vulkan"`` / ``"iree-cuda"``: IREE on a Vulkan or CUDA device, when the runtime
-  finds one (otherwise :class:`kaun_ir.BackendError` names the backend). IREE comes from the
+  finds one (otherwise :class:`kaun_ir.errors.BackendError` names the backend). IREE comes from the
   optional extra ``iree`` (``pip install 'kaun-ir[iree]'``).
 """
 
@@ -17,16 +17,11 @@ from __future__ import annotations
 import os
 
 from kaun_ir.errors import BackendError
+from kaun_ir.runtime.iree import IREE_BACKENDS
 
-__all__ = ["ENV", "IREE_BACKENDS", "NAMES", "is_iree", "resolve"]
+__all__ = ["ENV", "IREE_BACKENDS", "NAMES", "available", "is_iree", "resolve"]
 
 ENV = "KAUN_IR_BACKEND"
-#: the IREE backends: name -> (compiler target, runtime driver)
-IREE_BACKENDS = {
-    "iree-cpu": ("llvm-cpu", "local-task"),
-    "iree-vulkan": ("vulkan-spirv", "vulkan"),
-    "iree-cuda": ("cuda", "cuda"),
-}
 #: every name ``backend=`` accepts
 NAMES = ("xla", "iree", *IREE_BACKENDS)
 _XLA_PLATFORMS = ("cpu", "gpu", "tpu")
@@ -54,3 +49,18 @@ def resolve(backend: str | None = None, what: str = "backend") -> str:
 def is_iree(backend: str | None) -> bool:
     """Whether the (resolved) backend name is one of IREE's."""
     return backend is not None and backend.startswith("iree")
+
+
+def available(backend: str) -> bool:
+    """Whether ``backend`` can compile here: XLA always; an IREE backend when IREE is installed
+    and its runtime driver finds a device."""
+    name = resolve(backend)
+    if not is_iree(name):
+        return True
+    from kaun_ir.runtime.iree import compiler  # noqa: PLC0415 - IREE is optional, loaded on first use
+
+    try:
+        compiler.check_device(name)
+    except BackendError:
+        return False
+    return True

@@ -10,5 +10,12 @@ XLA, ``kaun_ir.runtime.xla``): only this package imports ``iree.compiler`` and `
 
 IREE is optional (the extra ``iree``) and imported inside the functions that need it: without it
 ``import kaun_ir`` works and only choosing an IREE backend fails, with a
-:class:`kaun_ir.BackendError` saying how to install it.
+:class:`kaun_ir.errors.BackendError` saying how to install it.
 """
+
+#: the IREE backends: name -> (compiler target, runtime driver)
+IREE_BACKENDS = {
+    "iree-cpu": ("llvm-cpu", "local-task"),
+    "iree-vulkan": ("vulkan-spirv", "vulkan"),
+    "iree-cuda": ("cuda", "cuda"),
+}

@@ -15,9 +15,19 @@ import numpy as np
 from kaun_ir.errors import BackendError, CompileError
 from kaun_ir.fileio import atomic_write, repro_dir
 from kaun_ir.runtime import disk_cache, stages
-from kaun_ir.runtime.backends import IREE_BACKENDS
+from kaun_ir.runtime.iree import IREE_BACKENDS
 
-__all__ = ["FLAGS_ENV", "IreeDevice", "Program", "available", "compile_program", "flags", "run", "version"]
+__all__ = [
+    "FLAGS_ENV",
+    "IreeDevice",
+    "Program",
+    "available",
+    "check_device",
+    "compile_program",
+    "flags",
+    "run",
+    "version",
+]
 
 #: extra IREE compiler flags (space-separated), part of every cache key
 FLAGS_ENV = "KAUN_IR_IREE_FLAGS"
@@ -92,6 +102,11 @@ def _config(driver: str, backend: str):
     if not found:
         raise BackendError(f"backend={backend!r}: IREE's {driver} driver finds no device on this machine")
     return ireert.Config(driver)
+
+
+def check_device(backend: str) -> None:
+    """``BackendError`` when IREE is missing or ``backend``'s driver finds no device."""
+    _config(IREE_BACKENDS[backend][1], backend)
 
 
 class Program:

@@ -4,7 +4,7 @@ It answers to what :class:`kaun_ir.runtime.dispatch.Route`, ``kn.jit`` and ``kn.
 executable (``run``, ``put``, ``graph``, ``mlir``, ``device``, ``mesh``, ``donate``, ``pipeline``).
 Arguments go in as NumPy arrays (device arrays are copied to the host) and results come back as
 NumPy arrays. What IREE cannot take is refused before compiling (:func:`check_supported`), with a
-:class:`kaun_ir.BackendError` naming the op or feature and the backend.
+:class:`kaun_ir.errors.BackendError` naming the op or feature and the backend.
 """
 
 from __future__ import annotations
