@@ -31,9 +31,19 @@ CPU_CONVOLUTION_PASSES = "layout{prefer=nhwc},lower-pool,split-kernel-gradient,p
 #: gradients) merged into larger ones, and products whose larger operand XLA would transpose
 #: computed the other way round (docs/performance-results.md, "Third round: the step per XLA kernel").
 CPU_DOT_PASSES = "merge-dots,cse,dce,dot-operand-order,cse,dce"
-#: The defaults per backend (``kaun_ir.runtime.backend_name()``); others get the DEFAULT_* above.
-BACKEND_JIT_PIPELINES = {"cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}"}
-BACKEND_TRAIN_PIPELINES = {"cpu": f"{DEFAULT_TRAIN_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}"}
+#: Appended to the defaults on IREE: max pooling's gradient (``select_and_scatter_add``, which IREE
+#: 3.13 does not compile) as slices and elementwise ops where the windows tile the input
+IREE_PASSES = "lower-pool,cse,dce"
+#: The defaults per backend (``kaun_ir.runtime.backend_name()``, or an IREE backend's name);
+#: others get the DEFAULT_* above.
+BACKEND_JIT_PIPELINES = {
+    "cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}",
+    **dict.fromkeys(("iree-cpu", "iree-vulkan", "iree-cuda"), f"{DEFAULT_JIT_PIPELINE},{IREE_PASSES}"),
+}
+BACKEND_TRAIN_PIPELINES = {
+    "cpu": f"{DEFAULT_TRAIN_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}",
+    **dict.fromkeys(("iree-cpu", "iree-vulkan", "iree-cuda"), f"{DEFAULT_TRAIN_PIPELINE},{IREE_PASSES}"),
+}
 #: Environment variables that override the defaults (read each time something is compiled).
 JIT_PIPELINE_ENV = "KAUN_IR_PIPELINE"
 TRAIN_PIPELINE_ENV = "KAUN_IR_TRAIN_PIPELINE"
@@ -94,6 +104,7 @@ __all__ = [
     "CPU_DOT_PASSES",
     "DEFAULT_JIT_PIPELINE",
     "DEFAULT_TRAIN_PIPELINE",
+    "IREE_PASSES",
     "JIT_PIPELINE_ENV",
     "TRAIN_PIPELINE_ENV",
     "backend_in_use",
