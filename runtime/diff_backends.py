@@ -84,7 +84,8 @@ def compare(name: str, a, b, rtol: float, atol: float) -> OutputDiff:
     else:
         a64, b64 = a.astype(np.float64), b.astype(np.float64)
         same_nan = np.isnan(a64) == np.isnan(b64)
-        diff = np.where(np.isnan(a64) | np.isnan(b64), 0.0, np.abs(a64 - b64))
+        with np.errstate(invalid="ignore"):  # inf - inf: equal infinities are zeroed below
+            diff = np.where(np.isnan(a64) | np.isnan(b64), 0.0, np.abs(a64 - b64))
         diff = np.where(np.isinf(a64) & (a64 == b64), 0.0, diff)
         ok = bool(same_nan.all() and (diff <= atol + rtol * np.abs(np.nan_to_num(a64))).all())
         a = a64

@@ -258,3 +258,26 @@ def test_bench_workloads_train_on_iree(name):
     result = measure.bench_workload(name, steps=3, rounds=0, small=True, variants=("iree",))
     losses = {impl: entry["loss_after_steps"] for impl, entry in result["implementations"].items()}
     np.testing.assert_allclose(losses["kaun_ir[iree]"], losses["jax"], rtol=measure.FUSED_LOSS_RTOL)
+
+
+def test_runtime_compile_on_iree_checks_its_arguments():
+    graph = kn.trace(
+        lambda x, n: x * 2.0 + kn.astype(n, kn.float32), np.ones(3, np.float32), np.ones(3, np.int32)
+    )
+    exe = kn.runtime.compile(graph, backend="iree")
+    (out,) = exe(np.arange(3, dtype=np.float32), np.array([1, 2, 3], np.int32))
+    np.testing.assert_array_equal(out, [1.0, 4.0, 7.0])
+    with pytest.raises(TypeError, match="argument 1: expected i32"):
+        exe(np.ones(3, np.float32), np.ones(3, np.float32))  # never a silent f32 -> i32
+    with pytest.raises(TypeError, match="takes 2 argument"):
+        exe(np.ones(3, np.float32))
+
+
+def test_compare_counts_nans_and_infinities_where_both_have_them():
+    a = np.array([1.0, np.nan, np.inf, 2.0], np.float32)
+    same = diff_backends.compare("x", a, a.copy(), 1e-6, 0.0)
+    assert same.ok and same.max_abs == 0.0
+    moved = diff_backends.compare("x", a, np.array([1.0, 0.0, np.inf, 2.5], np.float32), 1e-6, 0.0)
+    assert not moved.ok and moved.max_abs == 0.5 and moved.max_rel == 0.25
+    ints = diff_backends.compare("i", np.array([1, 2]), np.array([1, 3]), 1.0, 1.0)
+    assert not ints.ok  # integers compare exactly, whatever the tolerance

@@ -109,8 +109,12 @@ class IreeExecutable:
                 f"got {len(arrays)}"
             )
         for i, (array, value) in enumerate(zip(arrays, self.graph.inputs)):
-            if tuple(np.shape(array)) != value.type.shape:
-                raise TypeError(f"argument {i}: expected shape {value.type.shape}, got {np.shape(array)}")
+            given = getattr(array, "dtype", None)
+            if tuple(np.shape(array)) != value.type.shape or (given is not None and given != self._dtypes[i]):
+                raise TypeError(
+                    f"argument {i}: expected {value.type}, got {getattr(given, 'name', given)} "
+                    f"of shape {tuple(np.shape(array))}"
+                )
         return tuple(self.run([self.put(i, a) for i, a in enumerate(arrays)]))
 
     def hlo_text(self) -> str:
