@@ -85,7 +85,10 @@ class MemoryReport:
     remat: list = field(default_factory=list)
 
     def text(self, rows: int = 12) -> str:
-        """The report as a table (MiB), as ``kaun-ir memory`` prints it."""
+        """The report as a table (MiB), as ``kaun-ir memory`` prints it, with at most ``rows``
+        layer rows (an int >= 0)."""
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ValueError(f"MemoryReport.text: rows must be an int >= 0, got {rows!r}")
         mib = 1 << 20
         s = self.stats
         lines = [

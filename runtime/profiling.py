@@ -130,7 +130,13 @@ def profile(logdir: str | os.PathLike, print_table: bool = True) -> Iterator[Pro
     :meth:`Profile.table` returns it). The work must finish inside the block: results read
     after it are not in the trace.
     """
+    if not isinstance(logdir, str | os.PathLike):
+        raise TypeError(f"kn.profile: logdir must be a directory path (str or os.PathLike), got {logdir!r}")
+    if not isinstance(print_table, bool):
+        raise TypeError(f"kn.profile: print_table must be True or False, got {print_table!r}")
     logdir = os.fspath(logdir)
+    if os.path.exists(logdir) and not os.path.isdir(logdir):
+        raise NotADirectoryError(f"kn.profile: logdir {logdir!r} exists and is not a directory")
     os.makedirs(logdir, exist_ok=True)
     result = Profile(logdir)
     before = set(profiler.trace_files(logdir))

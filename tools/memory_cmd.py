@@ -18,6 +18,14 @@ import sys
 from kaun_ir.tools.dump import add_spec_arguments, error
 
 
+def _row_count(text: str) -> int:
+    """``--rows``: an int >= 0 (argparse turns the ValueError into a usage error)."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
+    return value
+
+
 def add_parser(sub) -> None:
     """Add the ``memory`` command to the ``kaun-ir`` sub-parsers ``sub``."""
     parser = sub.add_parser(
@@ -34,7 +42,9 @@ def add_parser(sub) -> None:
         metavar="POLICY",
         help="remat policies to measure on a training step (default: nothing dots; none: skip)",
     )
-    parser.add_argument("--rows", type=int, default=12, help="layer rows to print (default: %(default)s)")
+    parser.add_argument(
+        "--rows", type=_row_count, default=12, help="layer rows to print, >= 0 (default: %(default)s)"
+    )
     parser.set_defaults(run=run)
 
 

@@ -8,13 +8,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kaun_ir import dtypes, layer, optim, passes, ptree, rng, tree
-from kaun_ir.errors import ShapeError
+from kaun_ir.layer.given import check_given, expected_vars
 from kaun_ir.precision import as_policy as as_precision_policy
 from kaun_ir.precision import loss_scaled
 from kaun_ir.sharding.pipeline import Pipeline
 from kaun_ir.sharding.policy import check_training_layout, place_state
 from kaun_ir.surface import random
-from kaun_ir.surface.trace import ShapeDtype, trace_flat
 from kaun_ir.transforms.remat import as_policy as as_remat_policy
 
 __all__ = [
@@ -299,82 +298,58 @@ def init(trainer: Trainer, dtype=dtypes.float32, example=None, vars: Any = None)
     ``checkpoint.load``, another framework ...; the layer state is then the model's fresh one).
     They are checked against the tree the model's ``init`` makes (traced abstractly, nothing
     runs): a missing or extra path, or a shape that differs, is a ``kn.ShapeError`` naming the
-    path and both shapes. The given arrays are used as they are (``dtype`` is theirs); the
-    optimiser state is fresh and the step count 0."""
+    path and both shapes; a leaf that is not a float array where the model has one, or a host
+    array holding NaN or inf, is refused too. The given arrays are used as they are (``dtype`` is
+    theirs; a float64 tree needs ``dtype=kn.float64``, so NumPy's default float type never turns
+    the whole step into float64 unasked); the optimiser state is fresh and the step count 0."""
     if vars is None:
         return make_state(trainer, layer.init(trainer.model, example, dtype))
-    return make_state(trainer, _given_vars(trainer, vars, example))
+    return make_state(trainer, _given_vars(trainer, vars, example, dtype))
 
 
-def _expected_vars(model: layer.Layer, example: Any, dtype: Any) -> tuple[Any, Any]:
-    """``(params, state)`` of ``layer.init(model, example)`` as ``kn.ShapeDtype`` trees (an abstract
-    trace; the current rng scope is not advanced)."""
-
-    def make():
-        with rng.scope(0):
-            v = layer.init(model, example, dtype)
-        return v.params, v.state
-
-    traced = trace_flat(make, (), {})
-    leaves = [ShapeDtype(v.type.shape, v.type.dtype) for v in traced.graph.outputs]
-    return tree.unflatten(traced.out_treedef, leaves)
-
-
-def _shape_text(shape) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
-
-
-def _check_tree(model: layer.Layer, what: str, expected: Any, given: Any) -> None:
-    want = dict(ptree.flatten_with_paths(expected))
-    have = dict(ptree.flatten_with_paths(given))
-    name = f"model {model.name!r}"
-    missing = [path for path in want if path not in have]
-    if missing:
-        raise ShapeError(
-            f"train.init(vars=...): the given {what} lack {missing[:5]} (shape "
-            f"{_shape_text(want[missing[0]].shape)}), which {name} has"
-        )
-    extra = [path for path in have if path not in want]
-    if extra:
-        raise ShapeError(
-            f"train.init(vars=...): the given {what} have {extra[:5]}, which {name} does not have"
-        )
-    for path, spec in want.items():
-        shape = tuple(getattr(have[path], "shape", ()))
-        if shape != tuple(spec.shape):
-            raise ShapeError(
-                f"train.init(vars=...): the {what} at {path!r} have shape "
-                f"{_shape_text(shape)}, {name} expects {_shape_text(spec.shape)}"
-            )
-    if not ptree.structure_equal(expected, given):  # same paths, other containers (list vs dict)
-        try:
-            ptree.map2(lambda a, b: None, expected, given)
-        except ValueError as err:
-            raise ShapeError(f"train.init(vars=...): the given {what} do not match {name}: {err}") from None
-
-
-def _given_vars(trainer: Trainer, given: Any, example: Any) -> layer.Vars:
+def _given_vars(trainer: Trainer, given: Any, example: Any, requested: Any) -> layer.Vars:
     if not isinstance(given, layer.Vars) and isinstance(getattr(given, "vars", None), layer.Vars):
         given = given.vars  # e.g. kn.models.from_pretrained(...)
     if isinstance(given, layer.Vars):
         params, state, dtype = given.params, given.state, given.dtype
+    elif isinstance(given, (dict, list, tuple)):
+        params, state, dtype = given, None, _float_dtype_of(given, requested)
     else:
-        params, state, dtype = given, None, _float_dtype_of(given)
-    want_params, want_state = _expected_vars(trainer.model, example, dtype)
-    _check_tree(trainer.model, "parameters", want_params, params)
+        raise TypeError(
+            "train.init: vars must be a layer.Vars, a parameter tree (dict / list of arrays) or a "
+            f"model from kn.models.from_pretrained, got {type(given).__name__}"
+        )
+    want_params, want_state = expected_vars(trainer.model, example, dtype)
+    check_given(trainer.model, WHO, "parameters", want_params, params)
     if state is None:
         state = layer.init(trainer.model, example, dtype).state if tree.flatten(want_state)[0] else want_state
     else:
-        _check_tree(trainer.model, "layer state", want_state, state)
+        check_given(trainer.model, WHO, "layer state", want_state, state)
     return layer.Vars(params, state, dtype)
 
 
-def _float_dtype_of(params: Any) -> Any:
-    for leaf in tree.flatten(params)[0]:
+WHO = "train.init(vars=...)"
+
+
+def _float_dtype_of(params: Any, requested: Any) -> Any:
+    """The one float dtype of the given parameters. float64 only when asked for with ``dtype=``
+    (a NumPy float64 tree is a common accident: it would turn the whole step into float64)."""
+    found = {}
+    for path, leaf in ptree.flatten_with_paths(params):
         dt = getattr(leaf, "dtype", None)
         if dt is not None and dtypes.is_float(dtypes.canonical(dt)):
-            return dtypes.canonical(dt)
-    return dtypes.float32
+            found.setdefault(dtypes.canonical(dt), path)
+    if len(found) > 1:
+        named = ", ".join(f"{dtypes.short_name(d)} at {p!r}" for d, p in found.items())
+        raise TypeError(f"{WHO}: the parameters mix float dtypes ({named}); convert them to one")
+    dtype = next(iter(found), dtypes.float32)
+    if dtype == dtypes.float64 and dtypes.canonical(requested) != dtypes.float64:
+        raise TypeError(
+            f"{WHO}: the parameters are float64 (e.g. {found[dtype]!r}) but the state would be "
+            f"{dtypes.short_name(requested)}; convert them (np.asarray(w, np.float32)) or ask for "
+            "float64 training with train.init(trainer, dtype=kn.float64, vars=...)"
+        )
+    return dtype
 
 
 def vars(st: State) -> layer.Vars:  # noqa: A001 - the API's name
