@@ -536,3 +536,72 @@ add(K, "save-path-int", lambda: checkpoint.save_sharded(3, {"w": X}), TypeError,
 D = "data"
 add(D, "seek-bogus-position", lambda: data.of_array(X).seek("zz"), ValueError, r"data\.seek")
 add(D, "seek-negative", lambda: data.of_array(X).seek({"pass": 0, "index": -1}), ValueError, r"data\.seek")
+
+
+# ------------------------------------------------------------------ PyTorch programs (the interop extra)
+def torch_cases() -> list[Case]:
+    """The PyTorch-program cases (torch is an optional extra: built only when it is installed).
+    Every failure must come when the module is imported, naming the construct and the module's
+    line, never at the first call."""
+    import torch  # noqa: PLC0415 - optional
+
+    x = torch.ones(2, 4)
+
+    class Cond(torch.nn.Module):
+        def forward(self, x):
+            return torch.cond(x.sum() > 0, lambda x: x * 2, lambda x: x - 1, (x,))
+
+    class DataDependent(torch.nn.Module):
+        def forward(self, x):
+            if x.sum() > 0:
+                return x * 2
+            return x
+
+    class ItemLoop(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(int(x.sum())):
+                x = x + 1
+            return x
+
+    class Spectrum(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.rfft(x).abs()
+
+    dropout = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Dropout(0.5)).train()
+    narrow = torch.nn.Linear(3, 2)
+    tf, ir = kn.interop.torch_function, kn.ir
+    cases = []
+
+    def case(name, call, error, pattern):
+        cases.append(Case("torch", name, call, error, pattern))
+
+    bad = kn.ir.TorchImportError
+    case(
+        "cond", lambda: tf(Cond(), x), bad, r"torch\.cond in the top-level module at catalogue_round3\.py:\d+"
+    )
+    case(
+        "data-dependent-if",
+        lambda: tf(DataDependent(), x),
+        bad,
+        r"catalogue_round3\.py:\d+: if x\.sum\(\) > 0:\): data-dependent",
+    )
+    case("data-dependent-int", lambda: tf(ItemLoop(), x), bad, r"cannot export ItemLoop.*data-dependent")
+    case("fft", lambda: tf(Spectrum(), x), bad, r"aten\._fft_r2c.* no mapping")
+    case("train-mode-dropout", lambda: tf(dropout, x), bad, r"native_dropout in train mode.*module\.eval\(\)")
+    case(
+        "wrong-example-shape",
+        lambda: tf(narrow, x),
+        bad,
+        r"cannot export Linear at example input shapes \[\[2, 4\]\]",
+    )
+    case("not-a-module", lambda: tf(lambda x: x, x), TypeError, r"torch\.nn\.Module")
+    case("from-torch-not-program", lambda: ir.from_torch(3), TypeError, r"ExportedProgram")
+    case("torch-inputs-not-program", lambda: ir.torch_inputs("p", x), TypeError, r"ExportedProgram")
+    program = torch.export.export(narrow, (torch.ones(2, 3),))
+    case("torch-inputs-too-few", lambda: ir.torch_inputs(program), bad, r"takes 1 user inputs, got 0")
+    case("int64-overflow", lambda: ir.torch_inputs(program, torch.tensor([2**40])), bad, r"would wrap")
+    fn, params = tf(narrow, torch.ones(2, 3))
+    case("call-wrong-shape", lambda: fn(params, np.ones((2, 4), F32)), bad, r"exported for \[2, 3\]")
+    case("call-too-few", lambda: fn(params), bad, r"fewer inputs")
+    case("call-missing-param", lambda: fn({}, np.ones((2, 3), F32)), (KeyError, bad), r"weight")
+    return cases

@@ -64,6 +64,27 @@ def test_round3_bad_input_gets_our_error(case):
     assert outcome == "clean", f"{outcome}: {said}; expected {case.error} matching {case.pattern!r}"
 
 
+def _torch_cases() -> list:
+    try:
+        import torch  # noqa: F401, PLC0415 - optional
+    except ImportError:
+        return []
+    from catalogue_round3 import torch_cases  # noqa: PLC0415
+
+    return torch_cases()
+
+
+TORCH = _torch_cases()
+
+
+@pytest.mark.interop
+@pytest.mark.skipif(not TORCH, reason="PyTorch is not installed (the interop extra)")
+@pytest.mark.parametrize("case", TORCH or [None], ids=[c.name for c in TORCH] or ["torch"])
+def test_round3_torch_bad_input_fails_at_import_with_our_error(case):
+    outcome, said = verdict(case)
+    assert outcome == "clean", f"{outcome}: {said}; expected {case.error} matching {case.pattern!r}"
+
+
 def test_round3_multi_device_cases_in_a_child_process():
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
     here = os.path.dirname(os.path.abspath(__file__))
@@ -78,7 +99,7 @@ def main(argv=None) -> int:
     parser.add_argument("--family", action="append", help="only this family (repeatable)")
     parser.add_argument("--strict", action="store_true", help="exit 1 unless every case is clean")
     args = parser.parse_args(argv)
-    cases = [c for c in CASES if not args.family or c.family in args.family]
+    cases = [c for c in CASES + _torch_cases() if not args.family or c.family in args.family]
     counts = {"clean": 0, "raw": 0, "wrong": 0}
     for case in cases:
         outcome, said = verdict(case)

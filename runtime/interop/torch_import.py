@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from kaun_ir import dtypes
+from kaun_ir import dtypes, ptree
 from kaun_ir.errors import TorchImportError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph
+from kaun_ir.runtime.interop.torch_export import export
 from kaun_ir.runtime.interop.torch_ops import ATEN
 from kaun_ir.runtime.interop.torch_program import Program, program_of
 from kaun_ir.runtime.interop.torch_program import load_torch as _torch
 from kaun_ir.surface.tensor import Tensor, to_value, type_of
+from kaun_ir.surface.trace import ShapeDtype, trace_flat
 from kaun_ir.tree import nested as nested_tree
 
 __all__ = ["TorchFunction", "covered_ops", "from_torch", "torch_function", "torch_inputs"]
@@ -204,7 +206,7 @@ def torch_function(module, *example_args) -> tuple[TorchFunction, dict]:
     example = tuple(
         a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a)) for a in example_args
     )
-    program = Program(torch.export.export(module, example))
+    program = Program(export(torch, module, example))
     kind = program.kinds[0]
     entries = module.state_dict(keep_vars=True)
     # a tensor under several names (tied weights) goes by its first name, as in named_parameters()
@@ -225,4 +227,15 @@ def torch_function(module, *example_args) -> tuple[TorchFunction, dict]:
             params[names[spec.target]] = value
         else:
             constants[spec.target] = value
-    return TorchFunction(program, names, constants, module.training), nested_tree(params)
+    fn, params = TorchFunction(program, names, constants, module.training), nested_tree(params)
+    _check_coverage(fn, params, example)
+    return fn, params
+
+
+def _check_coverage(fn: TorchFunction, params: dict, example: tuple) -> None:
+    """Walk the program once abstractly (nothing runs): an op without a mapping, a construct the
+    importer refuses (torch.cond, dropout in train mode ...) raises here, when the module is
+    imported, not at the first call after a trainer and a data pipeline were built."""
+    abstract = [ShapeDtype(tuple(a.shape), _to_numpy(a.reshape(-1)[:0]).dtype) for a in example]
+    abstract_params = ptree.map(lambda v: ShapeDtype(v.shape, v.dtype), params)
+    trace_flat(fn, (abstract_params, *abstract), {})

@@ -25,6 +25,14 @@ from kaun_ir.surface.tensor import type_of
 
 __all__ = ["Program", "load_torch", "program_of"]
 
+#: the user-facing names of the higher-order ops torch.export records
+HIGHER_ORDER = {
+    "cond": "torch.cond",
+    "while_loop": "torch.while_loop",
+    "map_impl": "torch.map",
+    "scan": "torch.scan",
+    "associative_scan": "torch.associative_scan",
+}
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -55,7 +63,7 @@ def _module_path(node) -> str:
 def _source(node, skip: str) -> str:
     """``file:line`` of the innermost frame of the node's stack trace outside torch itself."""
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    outside = [f for f in frames if not os.path.realpath(f[0]).startswith(skip)] or frames
+    outside = [f for f in frames if not f[0].startswith("<") and not os.path.realpath(f[0]).startswith(skip)]
     if not outside:
         return ""
     filename, line = outside[-1]
@@ -126,6 +134,9 @@ class Program:
             if node.op == "output":
                 outs = self._resolve(node.args[0], env, "the program's output")
                 return list(outs)
+            if node.op == "get_attr":  # a subgraph of a higher-order op: named by the op that uses it
+                env[node] = _Missing(f"subgraph {node.name}", "")
+                continue
             if node.op != "call_function":
                 raise TorchImportError(f"FX node {node.name} ({node.op}) is not supported")
             env[node] = self._call(node, env, prefix)
@@ -160,6 +171,12 @@ class Program:
             return env[container][i]
         name = str(node.target)
         handler = ATEN.get(name)
+        if handler is None and isinstance(node.target, load_torch()._ops.HigherOrderOperator):
+            construct = HIGHER_ORDER.get(node.target.name(), f"torch.ops.higher_order.{node.target.name()}")
+            raise TorchImportError(
+                f"{construct} in {where}: higher-order control flow is not supported by the PyTorch "
+                "importer; compute both branches and select with torch.where, or unroll the loop"
+            )
         if handler is None:
             raise TorchImportError(f"{name} in {where}: this ATen op has no mapping in kaun_ir's op table")
         args = self._resolve(node.args, env, f"{name} in {where}")
