@@ -195,9 +195,9 @@ def _read_index(root: str) -> tuple[IndexFile, dict]:
     """The validated index of the checkpoint at ``root``: ``(index file, {key: entry})``, every
     array entry with integer ``shape``, a dtype, and ``pieces`` that name files inside ``root``
     and cover each element of the array exactly once."""
-    if not os.path.exists(root):
+    where = resolve_directory(root, INDEX)  # the directory set aside by a save in progress, if any
+    if not os.path.exists(where):
         raise FileNotFoundError(f"checkpoint.load_sharded: no such checkpoint directory {root!r}")
-    where = resolve_directory(root, INDEX)
     path = os.path.join(where, INDEX)
     if not os.path.isfile(path):
         raise ValueError(f"checkpoint.load_sharded: {root} is not a sharded checkpoint (no {INDEX})")

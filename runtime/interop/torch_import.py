@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kaun_ir import dtypes, ptree
+from kaun_ir import dtypes, tree
 from kaun_ir.errors import TorchImportError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph
@@ -237,5 +237,6 @@ def _check_coverage(fn: TorchFunction, params: dict, example: tuple) -> None:
     importer refuses (torch.cond, dropout in train mode ...) raises here, when the module is
     imported, not at the first call after a trainer and a data pipeline were built."""
     abstract = [ShapeDtype(tuple(a.shape), _to_numpy(a.reshape(-1)[:0]).dtype) for a in example]
-    abstract_params = ptree.map(lambda v: ShapeDtype(v.shape, v.dtype), params)
+    leaves, treedef = tree.flatten(params)
+    abstract_params = tree.unflatten(treedef, [ShapeDtype(v.shape, v.dtype) for v in leaves])
     trace_flat(fn, (abstract_params, *abstract), {})
