@@ -148,6 +148,31 @@ add(
     r"accumulate=3.*\[4, 3\]",
 )
 
+# ------------------------------------------------------------------ the round-3 optimiser pieces
+OP = "optim"
+add(
+    OP,
+    "scale-nan",
+    lambda: optim.scale(math.nan),
+    ValueError,
+    r"optim\.scale: factor must be a number, got nan",
+)
+add(OP, "scale-str", lambda: optim.scale("2"), TypeError, r"optim\.scale: factor")
+add(OP, "adam-b1", lambda: optim.scale_by_adam(b1=1.5), ValueError, r"b1")
+add(OP, "adam-eps-nan", lambda: optim.scale_by_adam(eps=math.nan), ValueError, r"eps")
+add(OP, "decay-nan", lambda: optim.add_decayed_weights(math.nan), ValueError, r"weight_decay")
+add(
+    OP,
+    "decay-mask-int",
+    lambda: optim.add_decayed_weights(0.1, mask=3),
+    TypeError,
+    r"mask must be a predicate",
+)
+add(OP, "freeze-mask-int", lambda: optim.freeze(optim.sgd(0.1), 3), TypeError, r"optim\.freeze: mask")
+add(OP, "freeze-not-optimizer", lambda: optim.freeze("adam", layer.lora_frozen), TypeError, r"optim\.freeze")
+add(OP, "apply-every-0", lambda: optim.apply_every(0), ValueError, r"apply_every")
+add(OP, "multi-steps-0", lambda: optim.multi_steps(optim.sgd(0.1), 0), ValueError, r"multi_steps")
+
 # ------------------------------------------------------------------ EMA
 E = "ema"
 for bad in (math.nan, 1.5, -0.1):
