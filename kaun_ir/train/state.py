@@ -208,8 +208,7 @@ def make(
     ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
     ``kn.runtime.pipelines.default_train_pipeline()``. ``pipeline=kn.sharding.pipeline(stages=S,
     microbatches=M, schedule=...)`` instead makes the step pipeline parallel: the model's run of
-    identical blocks (a ``kn.models`` decoder's, a ``sequential``'s) split over the mesh's
-    ``stage`` axis (see ``kaun_ir.sharding.pipeline``); a mesh of stages alone needs no data axis.
+    identical blocks split over the mesh's ``stage`` axis (see ``kaun_ir.sharding.stages``).
 
     ``mesh`` (``kn.sharding.mesh``): train on every device of the mesh, one SPMD program
     partitioned by XLA. The batch (``x`` and the targets) is split along its first dimension
