@@ -13,6 +13,7 @@ from kaun_ir.precision import as_policy as as_precision_policy
 from kaun_ir.precision import loss_scaled
 from kaun_ir.sharding.pipeline import Pipeline
 from kaun_ir.sharding.policy import check_training_layout, place_state
+from kaun_ir.sharding.stages import locate as locate_run
 from kaun_ir.surface import random
 from kaun_ir.transforms.remat import as_policy as as_remat_policy
 
@@ -71,8 +72,8 @@ class Trainer:
     pipeline: str | None = None
     #: the device mesh the step is partitioned over (``kn.sharding.mesh``), or None: one device
     mesh: Any = None
-    #: the mesh axis the batch is split over (data parallelism)
-    data_axis: str = "data"
+    #: the mesh axis the batch is split over (data parallelism); None on a mesh of stages alone
+    data_axis: str | None = "data"
     #: how parameters and optimiser state are laid out on the mesh (see ``kn.sharding_policy``)
     param_sharding: Any = None
     #: ``(RematPolicy, depth)`` when the step rematerialises (``make(remat=...)``), else None
@@ -206,7 +207,7 @@ def make(
     ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
     ``kn.runtime.pipelines.default_train_pipeline()``. ``pipeline=kn.sharding.pipeline(stages=S,
     microbatches=M, schedule=...)`` instead makes the step pipeline parallel: the model's run of
-    identical blocks split over the mesh's ``stage`` axis (see ``kaun_ir.sharding.pipeline``).
+    identical blocks split over the mesh's ``stage`` axis (see ``kaun_ir.sharding.stages``).
 
     ``mesh`` (``kn.sharding.mesh``): train on every device of the mesh, one SPMD program
     partitioned by XLA. The batch (``x`` and the targets) is split along its first dimension
@@ -239,8 +240,8 @@ def make(
         stages, pipeline = pipeline, None
     if pipeline is not None:
         pipeline = str(passes.Pipeline.parse(pipeline))  # a bad pipeline fails here, not mid-training
-    if mesh is not None:
-        check_training_layout(mesh, data_axis, param_sharding)
+    if mesh is not None:  # a mesh of pipeline stages alone has no data axis: data_axis becomes None
+        data_axis = check_training_layout(mesh, data_axis, param_sharding, stages)
     elif param_sharding is not None:
         raise ValueError("train.make: param_sharding needs a mesh= to lay parameters out on")
     if remat is not None:
@@ -279,6 +280,8 @@ def make_state(trainer: Trainer, vars: layer.Vars) -> State:
     """A fresh training state around existing (e.g. loaded) variables: new optimiser state,
     step 0, and a base key from the current ``kn.rng`` scope (seed 0 outside any scope). On a
     trainer's mesh, parameters and optimiser state are laid out as the trainer says."""
+    if trainer.stages is not None:  # a model the pipeline cannot split is refused here, not mid-step
+        locate_run(trainer.stages.stages, trainer.model, vars.params, vars.state)
     opt_state = optim.init(trainer.optimizer, vars.params)
     if trainer.mesh is not None:
         params, opt_state = place_state(
