@@ -396,10 +396,10 @@ add(
 )
 add(
     PP,
-    "no-mesh",
-    lambda: train.make(blocks(2), optim.sgd(0.1), loss=loss.mse, pipeline=kn.sharding.pipeline(2, 2)),
+    "more-stages-than-blocks",
+    pipelined(blocks(2), 4, {"stage": 4}),
     ValueError,
-    r"mesh",
+    r"2 .*block.*4 stages|divid",
 )
 add(PP, "mesh-no-stage-axis", pipelined(blocks(2), 2, {"data": 2}), ValueError, r"stage")
 add(PP, "mesh-stage-size", pipelined(blocks(4), 4, {"stage": 2}), ValueError, r"stage.*2.*4|4.*stage.*2")

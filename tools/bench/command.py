@@ -91,7 +91,7 @@ from kaun_ir.tools.bench.measure import bench_workload
 from kaun_ir.tools.bench.reference import torch_status
 from kaun_ir.tools.bench.report import print_json, print_text
 from kaun_ir.tools.bench.runners import VARIANTS
-from kaun_ir.tools.bench.workloads import WORKLOADS
+from kaun_ir.tools.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS
 
 
 def add_parser(sub) -> None:
@@ -116,7 +116,8 @@ def _add_workload_options(parser) -> None:
         "--workload",
         action="append",
         default=None,
-        help=f"workload(s), repeatable or comma-separated: {', '.join(WORKLOADS)} (default: all)",
+        help=f"workload(s), repeatable or comma-separated: {', '.join(WORKLOADS)} (default: all but the "
+        "real-size gpt2_small rows)",
     )
     parser.add_argument(
         "--steps",
@@ -192,9 +193,10 @@ def _add_measurement_options(parser) -> None:
 
 
 def parse_workloads(values: list[str] | None) -> list[str]:
-    """``["mlp,cnn", "transformer"]`` -> ``["mlp", "cnn", "transformer"]``; None -> all."""
+    """``["mlp,cnn", "transformer"]`` -> ``["mlp", "cnn", "transformer"]``; None -> the default
+    workloads (all but the real-size GPT-2 rows, which are named with ``-w``)."""
     if not values:
-        return list(WORKLOADS)
+        return list(DEFAULT_WORKLOADS)
     names = [name.strip() for value in values for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in WORKLOADS]
     if unknown:
