@@ -175,7 +175,7 @@ add(OP, "multi-steps-0", lambda: optim.multi_steps(optim.sgd(0.1), 0), ValueErro
 
 # ------------------------------------------------------------------ EMA
 E = "ema"
-for bad in (math.nan, 1.5, -0.1):
+for bad in (math.nan, 1.5, -0.1, 1.0):
     add(E, f"decay-{bad!r}", lambda bad=bad: optim.ema(bad), ValueError, r"optim\.ema: decay")
 for bad in ("0.9", None):
     add(E, f"decay-{bad!r}", lambda bad=bad: optim.ema(bad), TypeError, r"optim\.ema: decay")
@@ -340,6 +340,7 @@ add(
     r"eval_metrics",
 )
 add(FO, "eval-every-no-data", fit(eval_every=2), ValueError, r"eval_every.*eval_data")
+add(FO, "eval-data-int", fit(eval_data=3), TypeError, r"eval_data must be an iterable")
 add(FO, "progress-str", fit(progress="yes"), TypeError, r"progress")
 add(FO, "data-int", lambda: train.fit(trainer(), state(), 3), TypeError, r"data")
 add(FO, "state-not-state", lambda: train.fit(trainer(), "st", [(X, Y)]), TypeError, r"train\.State")

@@ -221,7 +221,7 @@ def ema(decay: float = 0.999, state_dtype: Any = None) -> Algorithm:
     averages of timm and Flax). Kept in the optimiser state, so it is saved with checkpoints;
     :func:`ema_params` reads it and ``train.predict(trainer, st, x, ema=True)`` predicts with it.
     """
-    decay = _number("ema", "decay", decay, 0.0, 1.0, high_open=False)
+    decay = _number("ema", "decay", decay, 0.0, 1.0)  # 1.0 would keep the initial weights forever
     state_dtype = _state_dtype_arg("ema", state_dtype)
 
     def init(params):

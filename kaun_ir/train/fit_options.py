@@ -45,6 +45,10 @@ def _eval_options(options: FitOptions) -> None:
                 raise TypeError(
                     f"train.fit: eval_metrics[{name!r}] must be a function, got {type(fn).__name__}"
                 )
+    if options.eval_data is not None and not isinstance(options.eval_data, Iterable):
+        raise TypeError(
+            f"train.fit: eval_data must be an iterable of batches, got {type(options.eval_data).__name__}"
+        )
     if options.eval_data is None and (options.eval_every is not None or metrics):
         raise ValueError("train.fit: eval_every= / eval_metrics= need eval_data= (the data to evaluate on)")
 
