@@ -85,6 +85,7 @@ import os
 import sys
 
 from kaun_ir.runtime import disk_cache
+from kaun_ir.tools.bench import categories as bench_categories
 from kaun_ir.tools.bench import compile as bench_compile
 from kaun_ir.tools.bench import flops as bench_flops
 from kaun_ir.tools.bench.measure import bench_workload
@@ -176,6 +177,13 @@ def _add_measurement_options(parser) -> None:
         action="store_true",
         help="with --memory: also each kaun_ir row's first step with a warm persistent compilation "
         "cache (two more child processes sharing a new cache directory; JSON first_step_warm_s)",
+    )
+    parser.add_argument(
+        "--categories",
+        action="store_true",
+        help="instead of throughput: profile kaun_ir's step and PyTorch's (eager, and compiled with "
+        "--torch-compile) side by side and print ms per step by category (products, attention, "
+        "softmax, norms, element-wise, copies, optimiser, idle); see kaun_ir.tools.bench.categories",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
@@ -278,6 +286,16 @@ def run(args) -> int:
         os.environ[disk_cache.ENV] = "off"
     if args.compile:
         return _run_compile(args, names)
+    if args.categories:
+        for name in names:
+            steps = args.steps or WORKLOADS[name].steps
+            print(
+                bench_categories.table(
+                    name, bench_categories.run(name, steps, args.small, args.torch_compile)
+                )
+            )
+            print()
+        return 0
     try:
         plan = [plan_workload(args, name) for name in names]
     except ValueError as err:
