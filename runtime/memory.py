@@ -23,9 +23,11 @@ is live, XLA's statistics for *how much* is allocated.
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 
 from kaun_ir.runtime.collectives import _shape_bytes
+from kaun_ir.runtime.memory_advice import advice
 
 __all__ = ["Buffer", "MemoryReport", "analyse", "KINDS"]
 
@@ -47,6 +49,8 @@ _OPERAND = re.compile(r"%([\w.\-]+)")
 _OP_NAME = re.compile(r'op_name="([^"]*)"')
 _PARAM = re.compile(r"parameter\((\d+)\)")
 _ALIAS = re.compile(r"\{(\d*)\}:\s*\((\d+),")
+_CALLS = re.compile(r"calls=%?([\w.\-]+)")
+_COMPUTATION = re.compile(r"^%?([\w.\-]+)\s+\(.*\{\s*$")
 _NOT_LAYERS = ("loss", "optimizer", "rng", "(other)")
 _VIEWS = ("get-tuple-element", "bitcast", "tuple", "while", "opt-barrier")
 
@@ -63,6 +67,8 @@ class Buffer:
     op_name: str
     kind: str = "temporaries"
     parameter: int | None = None
+    #: the top-level layers whose ops a fusion computing this buffer holds (empty: not a fusion)
+    fused: tuple = ()
 
 
 @dataclass
@@ -105,12 +111,13 @@ class MemoryReport:
         for kind in KINDS:
             if self.by_kind.get(kind):
                 lines.append(f"  {kind:<32} {self.by_kind[kind] / mib:10.3f} MiB")
-        lines += ["", "at the peak, by layer:", f"  {'layer':<28} {'kind':<32} {'MiB':>10}"]
+        width = max([28] + [len(layer) for layer, _, _ in self.peak[:rows]])
+        lines += ["", "at the peak, by layer:", f"  {'layer':<{width}} {'kind':<32} {'MiB':>10}"]
         for layer, kind, size in self.peak[:rows]:
-            lines.append(f"  {layer:<28} {kind:<32} {size / mib:10.3f}")
+            lines.append(f"  {layer:<{width}} {kind:<32} {size / mib:10.3f}")
         if len(self.peak) > rows:
             rest = sum(size for _, _, size in self.peak[rows:])
-            lines.append(f"  {'(' + str(len(self.peak) - rows) + ' more)':<61} {rest / mib:10.3f}")
+            lines.append(f"  {'(' + str(len(self.peak) - rows) + ' more)':<{width + 33}} {rest / mib:10.3f}")
         if self.remat:
             lines += ["", "rematerialisation, measured by compiling each policy:"]
             lines.append(
@@ -125,7 +132,19 @@ class MemoryReport:
                     f"  {policy!r:<12} {stats['temp'] / mib:16.2f} {stats['temp'] / max(s['temp'], 1):8.2f} "
                     f"{peak / mib:18.2f} {peak / max(self.peak_bytes, 1):8.2f}"
                 )
+        lines += ["", "advice:"]
+        lines += [
+            textwrap.fill(
+                sentence, 100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+            )
+            for sentence in self.advice()
+        ]
         return "\n".join(lines)
+
+    def advice(self) -> list[str]:
+        """What to try, in words: what the peak is made of, and whether rematerialisation helps
+        (from the measured ``remat`` rows) or why it cannot."""
+        return advice(self)
 
     def __str__(self) -> str:
         return self.text()
@@ -159,6 +178,37 @@ def layer_of(op_name: str) -> str:
     return tokens[0]
 
 
+def fusion_layers(hlo_text: str) -> dict[str, tuple]:
+    """``{computation: top-level layers of the ops it holds}`` for every computation of an HLO
+    text, the computations it calls included, in the order the ops appear: what a fusion made of
+    that computation computes, layer by layer (XLA names the fusion itself after one of them)."""
+    ops: dict[str, list] = {}
+    calls: dict[str, list] = {}
+    current = None
+    for line in hlo_text.splitlines():
+        head = _COMPUTATION.match(line)
+        if head and not line.startswith(" "):
+            current = head.group(1)
+            ops[current], calls[current] = [], []
+            continue
+        if current is None or line.startswith("}"):
+            current = None
+            continue
+        op_name = _OP_NAME.search(line)
+        if op_name:
+            ops[current].append(layer_of(op_name.group(1)))
+        calls[current] += _CALLS.findall(line)
+
+    def layers(name: str, seen: frozenset) -> list:
+        found = list(ops.get(name, ()))
+        for inner in calls.get(name, ()):
+            if inner not in seen:
+                found += layers(inner, seen | {inner})
+        return found
+
+    return {name: tuple(dict.fromkeys(layers(name, frozenset({name})))) for name in ops}
+
+
 def analyse(
     hlo_text: str,
     stats: dict,
@@ -177,6 +227,9 @@ def analyse(
     added) is named after the first operand that has one."""
     header, body = _entry(hlo_text)
     buffers, owner, order, root_operands = _buffers(body, argument_kinds, argument_layers)
+    fusions = fusion_layers(hlo_text)
+    for b in buffers.values():
+        b.fused = fusions.get(b.fused[0], ()) if b.fused else ()
     n = len(body)
     loss_at = None
     if loss_output is not None and loss_output < len(root_operands):
@@ -193,7 +246,7 @@ def analyse(
     timeline = _timeline(buffers.values(), n)
     peak_pos = max(range(n), key=timeline.__getitem__) if n else 0
     at_peak = [b for b in buffers.values() if b.bytes and max(b.start, 0) <= peak_pos <= b.end]
-    peak, by_kind = _group(at_peak, order, loss_at)
+    peak, by_kind = _group(at_peak, order, loss_at, fusions)
     return MemoryReport(
         stats=dict(stats),
         timeline=timeline,
@@ -248,6 +301,9 @@ def _buffers(body: list[str], argument_kinds, argument_layers):
                 (buffers[b].op_name for o in operands for b in owner.get(o, ()) if buffers[b].op_name), ""
             )
         buf = Buffer(name, _shape_bytes(m.group("shape")), pos, pos, op_name)
+        called = _CALLS.search(rest) if op == "fusion" else None
+        if called:  # the fused computation's name, resolved to its layers by analyse
+            buf.fused = (called.group(1),)
         if op == "parameter":
             k = int(_PARAM.search(line).group(1))
             buf.parameter = k
@@ -272,14 +328,38 @@ def _timeline(buffers, n: int) -> list[int]:
     return timeline
 
 
-def _group(at_peak: list, order: list, loss_at: int | None):
+def _sort_key(layer: str) -> tuple:
+    head = layer.split(".")[0]
+    return (0, int(head), layer) if head.isdigit() else (1, 0, layer)
+
+
+def label(b: Buffer, layers_by_index: dict[str, str]) -> str:
+    """The layer a buffer is charged to: its ``op_name``'s top-level layer, a bare index (a
+    parameter's path, or a copy XLA made of one) completed to the layer's name (``"3"`` ->
+    ``"3.conv2d"``), and a fusion whose ops come from several layers named by all of them
+    (``"fused: 3.conv2d + 4.relu + 5.avg_pool2d"``), since XLA names it after one of them."""
+    layer = layer_of(b.op_name) if b.parameter is None else b.op_name
+    head, _, rest = layer.partition(".")
+    if head in layers_by_index and (b.parameter is not None or not rest or rest.split(".")[0].isdigit()):
+        layer = layers_by_index[head]  # a parameter path ("3.weight", "1.2.bias") or a copy of one
+    fused = sorted({name for name in b.fused if name != "(other)"}, key=_sort_key)
+    if len(fused) == 1:
+        return fused[0]  # what the fusion computes, whatever op XLA named it after
+    if len(fused) > 1:
+        shown = " + ".join(fused[:3]) + (f" + {len(fused) - 3} more" if len(fused) > 3 else "")
+        return f"fused: {shown}"
+    return layer
+
+
+def _group(at_peak: list, order: list, loss_at: int | None, fusions: dict):
     """``(peak, by_kind)``: the bytes live at the peak by (layer, kind), largest first, and by
-    kind. Sets each buffer's kind (activations saved for the backward pass: see :func:`analyse`);
-    a parameter goes to the layer whose top-level index its path starts with."""
+    kind. Sets each buffer's kind (activations saved for the backward pass: see :func:`analyse`)
+    and charges it to a layer (see :func:`label`)."""
     layers_by_index: dict[str, str] = {}
-    for _, op_name in order:
-        layer = layer_of(op_name)
-        layers_by_index.setdefault(layer.split(".")[0], layer)
+    every = [layer_of(op_name) for _, op_name in order] + [n for f in fusions.values() for n in f]
+    for layer in every:
+        if layer.split(".")[0].isdigit() and "." in layer:
+            layers_by_index.setdefault(layer.split(".")[0], layer)
     groups: dict[tuple[str, str], int] = {}
     by_kind: dict[str, int] = {}
     for b in at_peak:
@@ -290,9 +370,7 @@ def _group(at_peak: list, order: list, loss_at: int | None):
             and layer_of(b.op_name) not in _NOT_LAYERS
         ):
             b.kind = "activations saved for backward"
-        layer = layer_of(b.op_name) if b.parameter is None else b.op_name
-        if b.parameter is not None and layer.split(".")[0] in layers_by_index:
-            layer = layers_by_index[layer.split(".")[0]]
+        layer = label(b, layers_by_index)
         groups[(layer, b.kind)] = groups.get((layer, b.kind), 0) + b.bytes
         by_kind[b.kind] = by_kind.get(b.kind, 0) + b.bytes
     peak = sorted(((layer, kind, size) for (layer, kind), size in groups.items()), key=lambda r: -r[2])
