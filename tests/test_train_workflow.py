@@ -132,7 +132,8 @@ def test_fit_writes_jsonl_csv_and_tensorboard_logs_with_lr_and_throughput(tmp_pa
         progress=False,
     )
     rows = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
-    train_rows = [r for r in rows if "loss" in r]
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    assert all("loss" in r for r in train_rows) and all("loss" not in r for r in rows if r["kind"] == "eval")
     assert [r["step"] for r in train_rows] == [2, 4, 6]
     assert [r["loss"] for r in train_rows] == pytest.approx(losses)
     # the learning rate at step t, computed here from the schedule's formula
@@ -142,7 +143,8 @@ def test_fit_writes_jsonl_csv_and_tensorboard_logs_with_lr_and_throughput(tmp_pa
         assert r["lr"] == pytest.approx(want, rel=1e-5)
         assert r["steps_per_s"] > 0 and r["examples_per_s"] == pytest.approx(8 * r["steps_per_s"])
     assert "tokens_per_s" not in train_rows[0]  # float inputs are not tokens
-    assert set(rows[-1]) == {"step", "eval/loss", "eval/accuracy"} and rows[-1]["step"] == 6
+    assert set(rows[-1]) == {"step", "kind", "eval/loss", "eval/accuracy"} and rows[-1]["step"] == 6
+    assert rows[-1]["kind"] == "eval"
     with open(tmp_path / "log.csv", newline="") as handle:
         table = list(csv.DictReader(handle))
     assert list(table[0]) == [

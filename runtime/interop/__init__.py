@@ -13,3 +13,8 @@ from kaun_ir.runtime.interop.torch_import import (
 )
 
 __all__ = ["TorchFunction", "covered_ops", "from_torch", "torch_function", "torch_inputs"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
