@@ -51,6 +51,22 @@ _PARAM = re.compile(r"parameter\((\d+)\)")
 _ALIAS = re.compile(r"\{(\d*)\}:\s*\((\d+),")
 _CALLS = re.compile(r"calls=%?([\w.\-]+)")
 _COMPUTATION = re.compile(r"^%?([\w.\-]+)\s+\(.*\{\s*$")
+#: ops that move, reshape or broadcast values without computing: they do not make a layer a part of
+#: a fusion's work
+_MOVES = frozenset(
+    (
+        "broadcast",
+        "constant",
+        "iota",
+        "reshape",
+        "bitcast",
+        "transpose",
+        "copy",
+        "convert",
+        "slice",
+        "parameter",
+    )
+)
 _NOT_LAYERS = ("loss", "optimizer", "rng", "(other)")
 _VIEWS = ("get-tuple-element", "bitcast", "tuple", "while", "opt-barrier")
 
@@ -181,7 +197,8 @@ def layer_of(op_name: str) -> str:
 def fusion_layers(hlo_text: str) -> dict[str, tuple]:
     """``{computation: top-level layers of the ops it holds}`` for every computation of an HLO
     text, the computations it calls included, in the order the ops appear: what a fusion made of
-    that computation computes, layer by layer (XLA names the fusion itself after one of them)."""
+    that computation computes, layer by layer (XLA names the fusion itself after one of them).
+    Layers that only move or broadcast values in it are left out unless no other layer is in it."""
     ops: dict[str, list] = {}
     calls: dict[str, list] = {}
     current = None
@@ -196,7 +213,9 @@ def fusion_layers(hlo_text: str) -> dict[str, tuple]:
             continue
         op_name = _OP_NAME.search(line)
         if op_name:
-            ops[current].append(layer_of(op_name.group(1)))
+            instruction = _INSTR.match(line)
+            moves = instruction is not None and instruction.group("op") in _MOVES
+            ops[current].append((layer_of(op_name.group(1)), moves))
         calls[current] += _CALLS.findall(line)
 
     def layers(name: str, seen: frozenset) -> list:
@@ -206,7 +225,14 @@ def fusion_layers(hlo_text: str) -> dict[str, tuple]:
                 found += layers(inner, seen | {inner})
         return found
 
-    return {name: tuple(dict.fromkeys(layers(name, frozenset({name})))) for name in ops}
+    def computing(name: str) -> tuple:
+        found = layers(name, frozenset({name}))
+        # a layer whose only ops here move or broadcast values (a constant that common-subexpression
+        # elimination shares between layers, named after the first) computes nothing here
+        named = [layer for layer, moves in found if not moves] or [layer for layer, _ in found]
+        return tuple(dict.fromkeys(named))
+
+    return {name: computing(name) for name in ops}
 
 
 def analyse(
