@@ -105,6 +105,8 @@ class MemoryReport:
     by_kind: dict
     buffers: list = field(repr=False, default_factory=list)
     remat: list = field(default_factory=list)
+    #: a training step (``analyse`` was told where its loss is): the advice speaks of a backward pass
+    training: bool = False
 
     def text(self, rows: int = 12) -> str:
         """The report as a table (MiB), as ``kaun-ir memory`` prints it."""
@@ -282,6 +284,7 @@ def analyse(
         peak=peak,
         by_kind=by_kind,
         buffers=list(buffers.values()),
+        training=loss_output is not None,
     )
 
 

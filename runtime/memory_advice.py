@@ -41,6 +41,12 @@ def _composition(report) -> str:
 
 def _not_activations(report) -> str:
     """What to try when the peak is not saved activations."""
+    if not report.training:
+        return (
+            "most of it is the inputs and the temporaries of the computation (no backward pass "
+            "here, so remat does not apply): a smaller batch lowers the batch-sized buffers, and "
+            "bfloat16 inputs and weights halve them"
+        )
     weights = _share(report, "parameters") + _share(report, "optimiser state")
     if weights >= 0.5:
         return (
@@ -108,5 +114,6 @@ def advice(report) -> list[str]:
             "--remat nothing dots before choosing a policy."
         )
     else:
-        lines.append(_not_activations(report).capitalize() + ".")
+        text = _not_activations(report)
+        lines.append(text[0].upper() + text[1:] + ".")
     return lines
