@@ -29,7 +29,7 @@ from kaun_ir.errors import TorchImportError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph
 from kaun_ir.runtime.interop.torch_ops import ATEN
-from kaun_ir.runtime.interop.torch_program import Program, program_of
+from kaun_ir.runtime.interop.torch_program import Program, program_of, quiet_torch_warnings
 from kaun_ir.runtime.interop.torch_program import load_torch as _torch
 from kaun_ir.surface.tensor import Tensor, to_value, type_of
 from kaun_ir.tree import nested as nested_tree
@@ -155,6 +155,7 @@ class TorchFunction:
         kind, out_kind = self._program.kinds
         user = iter(_leaves(args))
         inputs = []
+        inputs_seen: list = []  # the user inputs so far, for the error's position
         for spec, expected in zip(self._program.input_specs, self._program.input_types):
             if spec.kind == kind.USER_INPUT:
                 try:
@@ -164,11 +165,13 @@ class TorchFunction:
                         "the function was called with fewer inputs than it was exported with"
                     ) from None
                 leaf = leaf if isinstance(leaf, Tensor) else _to_numpy(leaf)
+                inputs_seen.append(leaf)
                 if tuple(type_of(leaf).shape) != expected.shape:
                     raise TorchImportError(
-                        f"input {spec.arg.name} has shape {list(type_of(leaf).shape)}, but the program was "
-                        f"exported for {list(expected.shape)}: "
-                        "export with inputs of the shape it is called with"
+                        f"torch_function: input {len(inputs_seen)} ({spec.arg.name!r} in the program) "
+                        f"has shape {list(type_of(leaf).shape)}, but the program was exported for "
+                        f"{list(expected.shape)}: export it with example inputs of the shape it is "
+                        "called with"
                     )
                 inputs.append(leaf)
             elif spec.target in self._names:
@@ -204,7 +207,9 @@ def torch_function(module, *example_args) -> tuple[TorchFunction, dict]:
     example = tuple(
         a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a)) for a in example_args
     )
-    program = Program(torch.export.export(module, example))
+    with quiet_torch_warnings():
+        exported = torch.export.export(module, example)
+    program = Program(exported)
     kind = program.kinds[0]
     entries = module.state_dict(keep_vars=True)
     # a tensor under several names (tied weights) goes by its first name, as in named_parameters()
