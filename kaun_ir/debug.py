@@ -20,6 +20,12 @@ from kaun_ir.runtime import finite, jit
 
 __all__ = ["check_finite", "checking", "NonFiniteError", "ENV"]
 
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 ENV = "KAUN_IR_CHECK_FINITE"
 
 

@@ -1165,3 +1165,10 @@ add(
     r"does not parse|cannot read",
 )
 add(SI, "ir-parse-none", lambda: kn.ir.parse(None), TypeError, r"takes the textual IR as a str, got NoneType")
+
+# -- kn.linalg and kn.profile --------------------------------------------------------------------------
+LA = "linalg"
+add(LA, "det-not-square", lambda: kn.linalg.det(A23), kn.ShapeError, r"square matrices .* got shape \[2, 3\]")
+add(LA, "norm-matrix-ord-2", lambda: kn.linalg.norm(np.eye(2, dtype=F32), 2), ValueError, r"ord=2 .*singular")
+add(LA, "qr-mode", lambda: kn.linalg.qr(A23, mode="full"), ValueError, r"mode must be .* got 'full'")
+add("profile", "steps-zero", lambda: kn.profile("unused", steps=0).__enter__(), ValueError, r"steps .* got 0")

@@ -81,3 +81,8 @@ __all__ = [
     "adagrad",
     "schedule",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

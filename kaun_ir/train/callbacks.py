@@ -103,9 +103,16 @@ def _file_path(who: str, path: Any) -> str:
 
 
 class JsonlWriter(MetricWriter):
-    """One JSON object per line, ``{"step": 10, "loss": 0.52, "lr": 0.001, ...}``, appended to
-    ``path`` (NaN and infinities are written as ``NaN`` / ``Infinity``, as Python's ``json``
-    reads them)."""
+    """One JSON object per line, appended to ``path`` (NaN and infinities are written as ``NaN``
+    / ``Infinity``, as Python's ``json`` reads them). Two kinds of rows, told apart by ``kind``:
+
+    * ``{"step": 10, "kind": "train", "loss": 0.52, "lr": 0.001, "steps_per_s": ...,
+      "examples_per_s": ..., "epoch": ...}`` (and ``tokens_per_s`` for token inputs) on every
+      step ``report`` is due;
+    * ``{"step": 12, "kind": "eval", "eval/loss": 0.61, "eval/<metric>": ...}`` after every
+      evaluation (``eval_data=``).
+
+    So the last training loss is ``[r for r in rows if r["kind"] == "train"][-1]["loss"]``."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = _file_path("JsonlWriter", path)
@@ -116,7 +123,8 @@ class JsonlWriter(MetricWriter):
         step, scalars = self.checked(step, scalars)
         if self._handle is None:
             self._handle = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - closed by close()
-        row = {"step": step, **scalars}
+        kind = "eval" if scalars and all(key.startswith("eval/") for key in scalars) else "train"
+        row = {"step": step, "kind": kind, **scalars}
         self._handle.write(json.dumps(row) + "\n")
         self._handle.flush()
 

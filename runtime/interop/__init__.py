@@ -16,3 +16,8 @@ from kaun_ir.runtime.interop.torch_import import (
 from kaun_ir.runtime.interop.torch_layer import torch_layer
 
 __all__ = ["TorchFunction", "covered_ops", "from_torch", "torch_function", "torch_inputs", "torch_layer"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

@@ -14,6 +14,7 @@ import sys
 import traceback
 
 from kaun_ir.errors import TorchImportError
+from kaun_ir.runtime.interop.torch_program import quiet_torch_warnings
 
 __all__ = ["export"]
 
@@ -79,7 +80,12 @@ def export(torch, module, example: tuple):
     # own forward printed is passed on
     out, err_text = io.StringIO(), io.StringIO()
     try:
-        with _quiet_loggers(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err_text):
+        with (
+            quiet_torch_warnings(),
+            _quiet_loggers(),
+            contextlib.redirect_stdout(out),
+            contextlib.redirect_stderr(err_text),
+        ):
             program = torch.export.export(module, example)
         sys.stdout.write(out.getvalue())
         sys.stderr.write(err_text.getvalue())

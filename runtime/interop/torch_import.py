@@ -157,6 +157,7 @@ class TorchFunction:
         kind, out_kind = self._program.kinds
         user = iter(_leaves(args))
         inputs = []
+        inputs_seen: list = []  # the user inputs so far, for the error's position
         for spec, expected in zip(self._program.input_specs, self._program.input_types):
             if spec.kind == kind.USER_INPUT:
                 try:
@@ -166,11 +167,13 @@ class TorchFunction:
                         "the function was called with fewer inputs than it was exported with"
                     ) from None
                 leaf = leaf if isinstance(leaf, Tensor) else _to_numpy(leaf)
+                inputs_seen.append(leaf)
                 if tuple(type_of(leaf).shape) != expected.shape:
                     raise TorchImportError(
-                        f"input {spec.arg.name} has shape {list(type_of(leaf).shape)}, but the program was "
-                        f"exported for {list(expected.shape)}: "
-                        "export with inputs of the shape it is called with"
+                        f"torch_function: input {len(inputs_seen)} ({spec.arg.name!r} in the program) "
+                        f"has shape {list(type_of(leaf).shape)}, but the program was exported for "
+                        f"{list(expected.shape)}: export it with example inputs of the shape it is "
+                        "called with"
                     )
                 inputs.append(leaf)
             elif spec.target in self._names:

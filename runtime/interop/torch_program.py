@@ -9,9 +9,11 @@ torch is imported only when a program is walked (it is an optional extra).
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import re
+import warnings
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -23,7 +25,7 @@ from kaun_ir.runtime.interop.torch_ops import ATEN, dtype_of_torch
 from kaun_ir.surface.promotion import astype
 from kaun_ir.surface.tensor import type_of
 
-__all__ = ["Program", "load_torch", "program_of"]
+__all__ = ["Program", "load_torch", "program_of", "quiet_torch_warnings"]
 
 #: the user-facing names of the higher-order ops torch.export records
 HIGHER_ORDER = {
@@ -42,6 +44,20 @@ def load_torch():
     import torch  # noqa: PLC0415 - optional package (the interop extra), loaded on first use
 
     return torch
+
+
+#: the one FutureWarning torch (2.10 and later) prints from its own code when a program is exported
+#: or decomposed (its pytree's deprecated ``LeafSpec``): nothing a user of kaun_ir can act on
+_TORCH_TREESPEC_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
+@contextlib.contextmanager
+def quiet_torch_warnings():
+    """Silence exactly torch's internal ``LeafSpec`` FutureWarning while kaun_ir calls into
+    ``torch.export``; every other warning (and this one outside the block) is shown as usual."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_TORCH_TREESPEC_WARNING, category=FutureWarning)
+        yield
 
 
 class _Missing:
@@ -93,7 +109,8 @@ class Program:
                 f"from_torch takes a torch.export.ExportedProgram (torch.export.export(module, args)), "
                 f"got {type(exported).__name__}"
             )
-        self.program = exported.run_decompositions()
+        with quiet_torch_warnings():
+            self.program = exported.run_decompositions()
         self.torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
         signature = self.program.graph_signature
         self.input_specs = list(signature.input_specs)
