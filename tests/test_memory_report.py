@@ -72,3 +72,14 @@ def test_cli_memory(capsys):
     assert cli.main(["memory", "kaun_ir.tools.examples:train_step_mlp", "--remat"]) == 0
     out = capsys.readouterr().out
     assert "XLA's buffer assignment" in out and "at the peak, by layer" in out
+
+
+@pytest.mark.parametrize("policy", ["none", "Dots", "paths:", 'paths:a"b'])
+def test_cli_memory_rejects_unknown_remat_policy(capsys, policy):
+    # a usage error (exit status 2) naming the value and the valid policies, before any compiling
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["memory", "kaun_ir.tools.examples:train_step_mlp", "--remat", "dots", policy])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"invalid remat policy {policy!r}" in err
+    assert "nothing, dots and paths:<pattern>|<pattern>" in err and "crashed" not in err
