@@ -53,30 +53,47 @@ FLOATS = {DTYPES[name] for name in ("f16", "bf16", "f32", "f64")}
 # a documented limit of kaun_ir (docs/interop.md, "What stays out") or a feature of the reference
 # interpreter itself rather than of StableHLO programs.
 EXCLUSIONS = [
-    (r"interpreter\.run_parallel|stablehlo\.(all_gather|all_reduce|all_to_all|collective_\w+|reduce_scatter"
-     r"|replica_id|partition_id)\b",
-     "collectives and process ids: the interpreter runs a grid of processes (interpreter.run_parallel)"),
-    (r"!stablehlo\.token|stablehlo\.(after_all|create_token|infeed|outfeed|send|recv)\b",
-     "tokens (after_all, infeed, outfeed, send, recv): side-effect ordering, not in kaun_ir graphs"),
-    (r"interpreter\.probe|check\.expect_serialized_eq",
-     "interpreter.probe: the interpreter's instrumentation writes tensors to files"),
+    (
+        r"interpreter\.run_parallel|stablehlo\.(all_gather|all_reduce|all_to_all|collective_\w+|reduce_scatter"
+        r"|replica_id|partition_id)\b",
+        "collectives and process ids: the interpreter runs a grid of processes (interpreter.run_parallel)",
+    ),
+    (
+        r"!stablehlo\.token|stablehlo\.(after_all|create_token|infeed|outfeed|send|recv)\b",
+        "tokens (after_all, infeed, outfeed, send, recv): side-effect ordering, not in kaun_ir graphs",
+    ),
+    (
+        r"interpreter\.probe|check\.expect_serialized_eq",
+        "interpreter.probe: the interpreter's instrumentation writes tensors to files",
+    ),
     (r"interpreter\.print", "interpreter.print: checks the interpreter's printing with FileCheck"),
     (r"!quant\.|uniform_quantize|uniform_dequantize", "quantized types are not kaun_ir dtypes"),
     (r"complex<|stablehlo\.(complex|real|imag|fft)\b", "complex numbers are not a kaun_ir dtype"),
     (r"[<x](u?i2|u?i4)>", "sub-byte integers (i2, i4, ui2, ui4) are not kaun_ir dtypes"),
     (r"[<x]f(8|6|4)E\w+>", "f8 / f6 / f4 floats are not kaun_ir dtypes"),
     (r"tensor<[^>]*\?", "dynamic shapes: kaun_ir compiles static shapes"),
-    (r"stablehlo\.(dynamic_broadcast_in_dim|dynamic_conv|dynamic_gather|dynamic_iota|dynamic_pad"
-     r"|dynamic_reshape|real_dynamic_slice)\b",
-     "ops whose result shape is an operand (dynamic_reshape, dynamic_iota, ...): refused by the importer"),
-    (r"is_reverse\s*=\s*true",
-     "chlo.scan with is_reverse: refused (the CHLO legalisation of the jaxlib in use runs it forward)"),
-    (r"(?s)stablehlo\.(ceil|floor)\b.*tensor<\d+x(bf16|f32|f64)>",
-     "ceil / floor of subnormal bf16, f32, f64 inputs: XLA's CPU runtime reads subnormals as zero "
-     "(as jax.jit(jnp.ceil) does), the interpreter does not"),
-    (r"\btuple<|stablehlo\.(tuple|get_tuple_element)\b",
-     "tuples: a kaun_ir graph's values are tensors (a function's results are a flat list)"),
+    (
+        r"stablehlo\.(dynamic_broadcast_in_dim|dynamic_conv|dynamic_gather|dynamic_iota|dynamic_pad"
+        r"|dynamic_reshape|real_dynamic_slice)\b",
+        "ops whose result shape is an operand (dynamic_reshape, dynamic_iota, ...): refused by the importer",
+    ),
+    (
+        r"is_reverse\s*=\s*true",
+        "chlo.scan with is_reverse: refused (the CHLO legalisation of the jaxlib in use runs it forward)",
+    ),
+    (
+        r"(?s)stablehlo\.(ceil|floor)\b.*tensor<\d+x(bf16|f32|f64)>",
+        "ceil / floor of subnormal bf16, f32, f64 inputs: XLA's CPU runtime reads subnormals as zero "
+        "(as jax.jit(jnp.ceil) does), the interpreter does not",
+    ),
+    (
+        r"\btuple<|stablehlo\.(tuple|get_tuple_element)\b",
+        "tuples: a kaun_ir graph's values are tensors (a function's results are a flat list)",
+    ),
 ]
+
+
+CHECK_KINDS = ("expect_eq_const", "expect_almost_eq_const", "expect_eq", "expect_almost_eq", "expect_close")
 
 
 @dataclass
@@ -121,7 +138,7 @@ def suite_dir(path: str | None = None) -> str | None:
     inner = os.path.join(path, SUITE_SUBDIR)
     found = inner if os.path.isdir(inner) else path
     if not os.path.isdir(found):
-        raise FileNotFoundError(f"{SUITE_ENV}={path!r}: no such folder (expected a checkout of openxla/stablehlo)")
+        raise FileNotFoundError(f"{SUITE_ENV}={path!r}: no such folder (name a stablehlo checkout)")
     return found
 
 
@@ -183,12 +200,13 @@ def functions(text: str) -> list[tuple[str, int, int]]:
     """``(name, start, end)`` of every ``func.func`` in ``text``, ``end`` after its closing brace."""
     found = []
     for head in _FUNC.finditer(text):
-        depth, pos = 0, text.index("{", head.end())
-        for pos in range(pos, len(text)):
+        depth, end = 0, len(text)
+        for pos in range(text.index("{", head.end()), len(text)):
             depth += {"{": 1, "}": -1}.get(text[pos], 0)
             if depth == 0:
+                end = pos + 1
                 break
-        found.append((head.group(1), head.start(), pos + 1))
+        found.append((head.group(1), head.start(), end))
     return found
 
 
@@ -277,7 +295,7 @@ def parse_check(kind: str, operands: str) -> Check:
         options.update(dict(p.replace(" ", "").split("=", 1) for p in parts[2:]))
         first_type = _split_top(type_text)[0]
         check = Check(kind, parts[:2], [first_type, first_type])
-    if kind not in ("expect_eq_const", "expect_almost_eq_const", "expect_eq", "expect_almost_eq", "expect_close"):
+    if kind not in CHECK_KINDS:
         raise ValueError(f"unknown check op check.{kind}")
     check.tolerance = float(options.get("tolerance", "1e-4").split(":")[0])
     check.max_ulp = int(options.get("max_ulp_difference", 0))
@@ -297,7 +315,9 @@ def tensor_type(text: str) -> tuple[tuple[int, ...], np.dtype]:
     return shape, DTYPES[match.group(2)]
 
 
-_TOKEN = re.compile(r"\s*([\[\],]|true|false|[-+]?0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|\d+\.?\d*(?:[eE][-+]?\d+)?))")
+_TOKEN = re.compile(
+    r"\s*([\[\],]|true|false|[-+]?0x[0-9A-Fa-f]+|[-+]?(?:inf|nan|\d+\.?\d*(?:[eE][-+]?\d+)?))"
+)
 
 
 def _scalar(token: str, dtype: np.dtype):
@@ -409,7 +429,7 @@ def run_case(case: Case, optimised: bool) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the suite and print the counts, the exclusions and the failures; 1 if any failed."""
-    parser = argparse.ArgumentParser(description="Run the StableHLO interpreter's test suite through kaun_ir.")
+    parser = argparse.ArgumentParser(description="The StableHLO interpreter's test suite through kaun_ir.")
     parser.add_argument("suite", nargs="?", help=f"a stablehlo checkout (default: ${SUITE_ENV})")
     parser.add_argument("-k", default="", help="only cases whose id contains this text")
     args = parser.parse_args(argv)
