@@ -189,3 +189,14 @@ def setup():
     api = kn.memory_report(trainer, st, x, y, remat=("nothing",))
     assert printed.strip() == api.text(rows=50).strip()
     assert "parameters" in printed and "optimiser state" in printed and "advice:" in printed
+
+
+@pytest.mark.parametrize("policy", ["none", "Dots", "paths:", 'paths:a"b'])
+def test_cli_memory_rejects_unknown_remat_policy(capsys, policy):
+    # a usage error (exit status 2) naming the value and the valid policies, before any compiling
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["memory", "kaun_ir.tools.examples:train_step_mlp", "--remat", "dots", policy])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert f"invalid remat policy {policy!r}" in err
+    assert "nothing, dots and paths:<pattern>|<pattern>" in err and "crashed" not in err

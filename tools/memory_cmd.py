@@ -41,12 +41,31 @@ def add_parser(sub) -> None:
         nargs="*",
         default=["nothing", "dots"],
         metavar="POLICY",
-        help="remat policies to measure on a training step (default: nothing dots; none: skip)",
+        type=remat_policy,
+        help="remat policies to measure on a training step: nothing, dots or paths:<pattern>|<pattern> "
+        "(default: nothing dots; --remat alone: skip)",
     )
     parser.add_argument(
         "--rows", type=_row_count, default=12, help="layer rows to print, >= 0 (default: %(default)s)"
     )
     parser.set_defaults(run=run)
+
+
+def remat_policy(text: str) -> str:
+    """``--remat``'s argument type: a remat policy spec, else a usage error naming the valid ones."""
+    from kaun_ir.transforms.remat import RematPolicy
+
+    try:
+        RematPolicy(text)
+        valid = '"' not in text  # the spec travels inside a quoted pass option
+    except ValueError:
+        valid = False
+    if not valid:
+        raise argparse.ArgumentTypeError(
+            f"invalid remat policy {text!r}: the policies are nothing, dots and paths:<pattern>|<pattern> "
+            "(give --remat with no policy to measure none)"
+        )
+    return text
 
 
 def run(args: argparse.Namespace) -> int:

@@ -154,6 +154,8 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
         index = {"format": FORMAT, "processes": count, "arrays": entries}
         atomic_write(os.path.join(staging, INDEX), json.dumps(index, indent=1))
         target.commit()
+    else:
+        target.release()
     _barrier_token(token)  # nobody reads before the directory is in place
     return path
 
