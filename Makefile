@@ -28,7 +28,9 @@ test: $(STAMP)
 # The tests that need the `interop` extra (PyTorch, transformers, flatbuffers), the `iree` extra
 # (IREE's compiler and runtime: the tests of the IREE backend, which `make test` skips without it) and the long tests:
 # the two PyTorch files and every test marked `interop` or `long` (pyproject.toml), so nothing that
-# `make test` ran runs again. Installs the extra into the same virtual environment on first use.
+# `make test` ran runs again; last the StableHLO interpreter's own test suite, each case imported and
+# run raw and optimised, when KAUN_IR_STABLEHLO_SUITE names a checkout of openxla/stablehlo (its
+# tests skip otherwise; docs/interop.md, "The StableHLO interpreter's test suite"). Installs the extra into the same virtual environment on first use.
 # Never touches the network at test time (the Hugging Face offline switches are set).
 $(INTEROP_STAMP): $(STAMP) pyproject.toml
 	$(PY) -m pip install --quiet -e ".[test,interop,iree]"
@@ -38,7 +40,9 @@ test-interop: $(INTEROP_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
 		tests/test_interop_torch.py tests/test_interop_torch_programs.py
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
-		-m "long or interop" --ignore=tests/test_interop_torch.py --ignore=tests/test_interop_torch_programs.py
+		-m "long or interop" --ignore=tests/test_interop_torch.py --ignore=tests/test_interop_torch_programs.py \
+		--ignore=tests/test_stablehlo_interpret_suite.py
+	KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist load tests/test_stablehlo_interpret_suite.py
 
 # A long fuzzing campaign of the textual IR parser (100,000 mutated texts, seeded; FUZZ_SEED=n)
 FUZZ_INPUTS ?= 100000
@@ -53,10 +57,11 @@ clean:
 	rm -rf $(VENV) demo_out .pytest_cache
 
 # A long fuzzing campaign of the StableHLO importer: mutated .mlir text and .mlirbc bytecode, each
-# checked in a restartable worker process (deaths and raw errors fail it); 20,000 inputs unless
-# FUZZ_INPUTS is given on the command line
+# checked in a restartable worker process (deaths and raw errors fail it; an input unanswered for
+# FUZZ_TIMEOUT seconds is a hang); 20,000 inputs unless FUZZ_INPUTS is given on the command line
+FUZZ_TIMEOUT ?= 10
 fuzz-import: $(STAMP)
-	nice -n 10 $(PY) tests/fuzz_stablehlo.py --seed $(FUZZ_SEED) \
+	nice -n 10 $(PY) tests/fuzz_stablehlo.py --seed $(FUZZ_SEED) --timeout $(FUZZ_TIMEOUT) \
 		--inputs $(if $(filter command line,$(origin FUZZ_INPUTS)),$(FUZZ_INPUTS),20000)
 
 # One short run of the compiler path on a GPU machine (about 7 minutes): the machine's own Python

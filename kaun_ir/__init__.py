@@ -56,6 +56,8 @@ _MODULES = {
     "metric": "kaun_ir.nn.metric",
     "primitives": "kaun_ir.surface.primitives",
     "random": "kaun_ir.surface.random",
+    # NumPy's and JAX's linalg spelling: kn.linalg.solve, kn.linalg.cholesky ...
+    "linalg": "kaun_ir.surface.decompositions",
     "interop": "kaun_ir.runtime.interop",
 }
 # functions, classes and constants: the module that defines each (names separated by spaces)
@@ -135,6 +137,7 @@ __all__ = [
     "init",
     "ir",
     "layer",
+    "linalg",
     "loss",
     "metric",
     "models",

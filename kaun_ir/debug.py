@@ -23,6 +23,12 @@ from kaun_ir.runtime.diff_backends import BackendDiff, diff_graph
 
 __all__ = ["check_finite", "checking", "diff_backends", "BackendDiff", "NonFiniteError", "ENV"]
 
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 ENV = "KAUN_IR_CHECK_FINITE"
 
 

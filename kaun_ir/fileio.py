@@ -182,8 +182,12 @@ class AtomicDirectory:
     def _sibling(self, kind: str) -> str:
         return os.path.join(self.parent, f".{self.name}.{self.owner}.{self.token}.{kind}")
 
+    def _siblings(self) -> set[str]:
+        return {os.path.basename(self._sibling(kind)) for kind in ("dir", "link", "old")}
+
     def create(self) -> str:
         """Make the (empty) staging directory; returns its path."""
+        _IN_PROGRESS.update(self._siblings())
         os.makedirs(self.staging, exist_ok=True)
         return self.staging
 
@@ -202,6 +206,7 @@ class AtomicDirectory:
         _fsync_directory(self.parent)
         if previous is not None and previous != os.path.basename(self.staging):
             shutil.rmtree(os.path.join(self.parent, previous), ignore_errors=True)
+        self.release()
 
     def _replace_real_directory(self, link: str) -> None:
         """``path`` is a directory (not a link): swap it with the link in one step where the
@@ -222,10 +227,56 @@ class AtomicDirectory:
             os.unlink(self._sibling("link"))
         except OSError:
             pass
+        self.release()
+
+    def release(self) -> None:
+        """This process is done with the save (committed, aborted, or another process commits):
+        from now on its siblings are stale for :func:`remove_stale_directories` unless live."""
+        _IN_PROGRESS.difference_update(self._siblings())
 
     def remove_stale(self) -> list[str]:
         """Remove the siblings of ``path`` that saves no longer running left behind; returns them."""
         return remove_stale_directories(self.path)
+
+
+# The sibling names (staging, link, set-aside) of the AtomicDirectory saves under way in this
+# process: its own pid in a name proves nothing (a restarted job, in a container, often gets the
+# pid of the one that was killed), so a sibling with this pid is stale unless listed here.
+_IN_PROGRESS: set[str] = set()
+
+
+def _started_at(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch, never later than the truth), or
+    None where ``/proc`` cannot say; ``-1.0`` for a zombie (finished, not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat", encoding="ascii") as handle:
+            boot = next(int(line.split()[1]) for line in handle if line.startswith("btime "))
+        if fields[0] == "Z":
+            return -1.0
+        return boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
+        return None
+
+
+def _writer_may_run(pid: int, sibling: str) -> bool:
+    """Whether the save that made ``sibling`` (named with ``pid``) may still be running: not when
+    the pid is this process's (its running saves are in ``_IN_PROGRESS``), not when no process
+    has the pid, and not when the process that has it started after ``sibling`` last changed
+    (the pid was reused)."""
+    if pid == os.getpid() or not _alive(pid):
+        return False
+    started = _started_at(pid)
+    if started is None:
+        return True  # cannot tell: leave it
+    if started < 0:
+        return False  # a zombie: finished
+    try:
+        changed = os.lstat(sibling).st_mtime
+    except OSError:
+        return False
+    return changed >= started
 
 
 def remove_stale_directories(path: str | os.PathLike) -> list[str]:
@@ -244,7 +295,9 @@ def remove_stale_directories(path: str | os.PathLike) -> list[str]:
         return removed
     for name in names:
         match = _DIR.match(name)
-        if match is None or match.group("base") != base or name == current or _alive(int(match.group("pid"))):
+        if match is None or match.group("base") != base or name == current or name in _IN_PROGRESS:
+            continue
+        if _writer_may_run(int(match.group("pid")), os.path.join(parent, name)):
             continue
         if keep_aside and match.group("kind") == "old":
             continue

@@ -34,6 +34,11 @@ from kaun_ir.surface.tensor import apply
 __all__ = ["Policy", "as_policy", "loss_scaled", "loss_scale_of"]
 
 
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 @dataclass(frozen=True)
 class Policy:
     """``compute``: ``bfloat16`` or ``float16`` (the dtype of the matrix products);

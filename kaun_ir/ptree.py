@@ -50,6 +50,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 # -- validation ----------------------------------------------------------------------------------
 
 

@@ -36,6 +36,11 @@ from kaun_ir.surface.tensor import type_of
 __all__ = ["run", "scope", "next_key", "in_scope", "NoScopeError"]
 
 
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 class _Scope:
     __slots__ = ("root", "count")
 

@@ -245,3 +245,8 @@ def _check_batching(opdef, sample, inputs, where, size, record) -> None:
 
 
 __all__ = ["check_op", "single_op_graph"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

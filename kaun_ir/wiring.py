@@ -20,6 +20,8 @@ slot (layer)              filled with                         why it points up
 ``passes.target``         ``runtime``'s backend               ``layout{target=auto}``
 ``checkpoint.core``       ``train.io``                        ``checkpoint.save(path, state)``
                                                               saves a whole ``train.State``
+``runtime.interop``       ``layer.Layer``, ``layer.Vars``     ``kn.interop.torch_layer``
+(``torch_layer``)                                             returns a layer
 ========================  ==================================  ===============================
 
 :func:`install` fills all of them; it is idempotent and cheap after the first call. Nothing calls
@@ -37,10 +39,12 @@ from kaun_ir import ops
 from kaun_ir.checkpoint import core as checkpoint
 from kaun_ir.ir import core as ir_core
 from kaun_ir.ir import importers, optable
+from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.ops import rules as op_rules
 from kaun_ir.passes import target
 from kaun_ir.runtime import compilation, jit
 from kaun_ir.runtime.interop import stablehlo_import, torch_import
+from kaun_ir.runtime.interop.torch_layer import install_layer_records
 from kaun_ir.runtime.pipelines import backend_in_use
 from kaun_ir.runtime.xla import transfer
 from kaun_ir.surface import eager, function, tensor
@@ -76,6 +80,7 @@ def install() -> None:
         )
         eager.install_runtime(compilation.run_op, transfer.from_dlpack)
         function.install_jit(jit)
+        install_layer_records(Layer, Vars)
         target.set_backend_query(backend_in_use)
         _INSTALLED = True
 

@@ -69,3 +69,8 @@ __all__ = [
     "run",
     "statistic",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

@@ -135,6 +135,12 @@ def _dot_ok(arrays, attrs) -> bool:
     return _integers_only(arrays, attrs) and (preferred is None or not dtypes.is_float(preferred))
 
 
+def _reduce_precision_ok(arrays, attrs) -> bool:
+    # NaN without mantissa bits: the spec (and the reference, and XLA's own constant folding) give
+    # +inf, XLA's CPU kernels keep the NaN; the program is left to XLA
+    return attrs["mantissa_bits"] > 0 or not any(np.any(np.isnan(a)) for a in _floats(arrays))
+
+
 def _convert_ok(arrays, attrs) -> bool:
     (x,) = arrays
     dst = np.dtype(attrs["dtype"])
@@ -213,6 +219,7 @@ _GUARDS: dict[str, Guard] = {
     "minimum": _no_negative_zero,
     "clamp": _no_negative_zero,
     "convert": _convert_ok,
+    "reduce_precision": _reduce_precision_ok,
     "reduce": _reduce_ok,
     "reduce_window": _reduce_window_ok,
     "dot_general": _dot_ok,

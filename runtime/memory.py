@@ -23,11 +23,14 @@ is live, XLA's statistics for *how much* is allocated.
 from __future__ import annotations
 
 import re
+import textwrap
 from dataclasses import dataclass, field
 
 from kaun_ir.runtime.collectives import _shape_bytes
+from kaun_ir.runtime.memory_advice import advice
+from kaun_ir.runtime.memory_fusion import _CALLS, _INSTR, _OP_NAME, fusion_layers, label, layer_of
 
-__all__ = ["Buffer", "MemoryReport", "analyse", "KINDS"]
+__all__ = ["Buffer", "MemoryReport", "analyse", "KINDS", "fusion_layers", "layer_of"]
 
 #: the kinds of bytes a report sorts the peak into
 KINDS = (
@@ -39,12 +42,8 @@ KINDS = (
     "temporaries",
 )
 
-_INSTR = re.compile(
-    r"^\s*(?P<root>ROOT\s+)?%(?P<name>[\w.\-]+)\s*=\s*(?P<shape>\(.*?\)|\S+)\s+(?P<op>[\w\-]+)\((?P<rest>.*)$"
-)
 _SUBCOMP = re.compile(r"(?:calls|to_apply|body|condition|branch_computations)=\{?[^,}]*\}?")
 _OPERAND = re.compile(r"%([\w.\-]+)")
-_OP_NAME = re.compile(r'op_name="([^"]*)"')
 _PARAM = re.compile(r"parameter\((\d+)\)")
 _ALIAS = re.compile(r"\{(\d*)\}:\s*\((\d+),")
 _NOT_LAYERS = ("loss", "optimizer", "rng", "(other)")
@@ -63,6 +62,8 @@ class Buffer:
     op_name: str
     kind: str = "temporaries"
     parameter: int | None = None
+    #: the top-level layers whose ops a fusion computing this buffer holds (empty: not a fusion)
+    fused: tuple = ()
 
 
 @dataclass
@@ -83,9 +84,14 @@ class MemoryReport:
     by_kind: dict
     buffers: list = field(repr=False, default_factory=list)
     remat: list = field(default_factory=list)
+    #: a training step (``analyse`` was told where its loss is): the advice speaks of a backward pass
+    training: bool = False
 
     def text(self, rows: int = 12) -> str:
-        """The report as a table (MiB), as ``kaun-ir memory`` prints it."""
+        """The report as a table (MiB), as ``kaun-ir memory`` prints it, with at most ``rows``
+        layer rows (an int >= 0)."""
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ValueError(f"MemoryReport.text: rows must be an int >= 0, got {rows!r}")
         mib = 1 << 20
         s = self.stats
         lines = [
@@ -105,12 +111,13 @@ class MemoryReport:
         for kind in KINDS:
             if self.by_kind.get(kind):
                 lines.append(f"  {kind:<32} {self.by_kind[kind] / mib:10.3f} MiB")
-        lines += ["", "at the peak, by layer:", f"  {'layer':<28} {'kind':<32} {'MiB':>10}"]
+        width = max([28] + [len(layer) for layer, _, _ in self.peak[:rows]])
+        lines += ["", "at the peak, by layer:", f"  {'layer':<{width}} {'kind':<32} {'MiB':>10}"]
         for layer, kind, size in self.peak[:rows]:
-            lines.append(f"  {layer:<28} {kind:<32} {size / mib:10.3f}")
+            lines.append(f"  {layer:<{width}} {kind:<32} {size / mib:10.3f}")
         if len(self.peak) > rows:
             rest = sum(size for _, _, size in self.peak[rows:])
-            lines.append(f"  {'(' + str(len(self.peak) - rows) + ' more)':<61} {rest / mib:10.3f}")
+            lines.append(f"  {'(' + str(len(self.peak) - rows) + ' more)':<{width + 33}} {rest / mib:10.3f}")
         if self.remat:
             lines += ["", "rematerialisation, measured by compiling each policy:"]
             lines.append(
@@ -125,7 +132,19 @@ class MemoryReport:
                     f"  {policy!r:<12} {stats['temp'] / mib:16.2f} {stats['temp'] / max(s['temp'], 1):8.2f} "
                     f"{peak / mib:18.2f} {peak / max(self.peak_bytes, 1):8.2f}"
                 )
+        lines += ["", "advice:"]
+        lines += [
+            textwrap.fill(
+                sentence, 100, initial_indent="  ", subsequent_indent="    ", break_on_hyphens=False
+            )
+            for sentence in self.advice()
+        ]
         return "\n".join(lines)
+
+    def advice(self) -> list[str]:
+        """What to try, in words: what the peak is made of, and whether rematerialisation helps
+        (from the measured ``remat`` rows) or why it cannot."""
+        return advice(self)
 
     def __str__(self) -> str:
         return self.text()
@@ -143,20 +162,6 @@ def _entry(hlo_text: str) -> tuple[str, list[str]]:
                 body.append(inner)
             return header, body
     raise ValueError("memory report: the HLO text has no ENTRY computation")
-
-
-def layer_of(op_name: str) -> str:
-    """The top-level layer of an ``op_name`` (``"3.decoder_block.attn/dot_general"`` ->
-    ``"3.decoder_block"``; ``"optimizer/add"`` -> ``"optimizer"``)."""
-    path = op_name.rsplit("/", 1)[0] if "/" in op_name else op_name
-    tokens = [t for t in re.split(r"[./]", path) if t]
-    if not tokens:
-        return "(other)"
-    if tokens[0].isdigit() and len(tokens) > 1:
-        return f"{tokens[0]}.{tokens[1]}"
-    if tokens[0].split("-")[0].isdigit() and len(tokens) > 1:  # "1-8.pipeline"
-        return f"{tokens[0]}.{tokens[1]}"
-    return tokens[0]
 
 
 def analyse(
@@ -177,6 +182,9 @@ def analyse(
     added) is named after the first operand that has one."""
     header, body = _entry(hlo_text)
     buffers, owner, order, root_operands = _buffers(body, argument_kinds, argument_layers)
+    fusions = fusion_layers(hlo_text)
+    for b in buffers.values():
+        b.fused = fusions.get(b.fused[0], ()) if b.fused else ()
     n = len(body)
     loss_at = None
     if loss_output is not None and loss_output < len(root_operands):
@@ -193,7 +201,7 @@ def analyse(
     timeline = _timeline(buffers.values(), n)
     peak_pos = max(range(n), key=timeline.__getitem__) if n else 0
     at_peak = [b for b in buffers.values() if b.bytes and max(b.start, 0) <= peak_pos <= b.end]
-    peak, by_kind = _group(at_peak, order, loss_at)
+    peak, by_kind = _group(at_peak, order, loss_at, fusions)
     return MemoryReport(
         stats=dict(stats),
         timeline=timeline,
@@ -203,6 +211,7 @@ def analyse(
         peak=peak,
         by_kind=by_kind,
         buffers=list(buffers.values()),
+        training=loss_output is not None,
     )
 
 
@@ -248,6 +257,9 @@ def _buffers(body: list[str], argument_kinds, argument_layers):
                 (buffers[b].op_name for o in operands for b in owner.get(o, ()) if buffers[b].op_name), ""
             )
         buf = Buffer(name, _shape_bytes(m.group("shape")), pos, pos, op_name)
+        called = _CALLS.search(rest) if op == "fusion" else None
+        if called:  # the fused computation's name, resolved to its layers by analyse
+            buf.fused = (called.group(1),)
         if op == "parameter":
             k = int(_PARAM.search(line).group(1))
             buf.parameter = k
@@ -272,14 +284,15 @@ def _timeline(buffers, n: int) -> list[int]:
     return timeline
 
 
-def _group(at_peak: list, order: list, loss_at: int | None):
+def _group(at_peak: list, order: list, loss_at: int | None, fusions: dict):
     """``(peak, by_kind)``: the bytes live at the peak by (layer, kind), largest first, and by
-    kind. Sets each buffer's kind (activations saved for the backward pass: see :func:`analyse`);
-    a parameter goes to the layer whose top-level index its path starts with."""
+    kind. Sets each buffer's kind (activations saved for the backward pass: see :func:`analyse`)
+    and charges it to a layer (see :func:`label`)."""
     layers_by_index: dict[str, str] = {}
-    for _, op_name in order:
-        layer = layer_of(op_name)
-        layers_by_index.setdefault(layer.split(".")[0], layer)
+    every = [layer_of(op_name) for _, op_name in order] + [n for f in fusions.values() for n in f]
+    for layer in every:
+        if layer.split(".")[0].isdigit() and "." in layer:
+            layers_by_index.setdefault(layer.split(".")[0], layer)
     groups: dict[tuple[str, str], int] = {}
     by_kind: dict[str, int] = {}
     for b in at_peak:
@@ -290,9 +303,7 @@ def _group(at_peak: list, order: list, loss_at: int | None):
             and layer_of(b.op_name) not in _NOT_LAYERS
         ):
             b.kind = "activations saved for backward"
-        layer = layer_of(b.op_name) if b.parameter is None else b.op_name
-        if b.parameter is not None and layer.split(".")[0] in layers_by_index:
-            layer = layers_by_index[layer.split(".")[0]]
+        layer = label(b, layers_by_index)
         groups[(layer, b.kind)] = groups.get((layer, b.kind), 0) + b.bytes
         by_kind[b.kind] = by_kind.get(b.kind, 0) + b.bytes
     peak = sorted(((layer, kind, size) for (layer, kind), size in groups.items()), key=lambda r: -r[2])

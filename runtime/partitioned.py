@@ -10,8 +10,12 @@ node that emitted it; the collectives come from the compiled executable's partit
 
 from __future__ import annotations
 
+import math
+import numbers
+
 from kaun_ir.ir.core import Graph, Node, TensorType
 from kaun_ir.runtime import collectives
+from kaun_ir.runtime.executable import Executable
 from kaun_ir.runtime.lower import NODE_TAG, lower
 from kaun_ir.runtime.xla.shardings import propagated_shardings
 
@@ -25,10 +29,19 @@ def _typed(ttype: TensorType, layout) -> TensorType:
     return TensorType(ttype.dtype, ttype.shape, layout)
 
 
+def _check_executable(executable, who: str) -> None:
+    if not isinstance(executable, Executable):
+        raise TypeError(
+            f"{who}: expected a compiled executable (kn.jit(f, mesh=...).executable(*args) or "
+            f"train.step_executable(...)), got {type(executable).__name__}"
+        )
+
+
 def partitioned_graph(executable) -> Graph:
     """The graph of a partitioned ``executable`` (``kn.runtime.Executable`` with a mesh) with
     every top-level value's propagated layout in its type; replicated values and values inside
     regions print unannotated. ``ValueError`` for an executable compiled for one device."""
+    _check_executable(executable, "partitioned_graph")
     if executable.mesh is None:
         raise ValueError(
             f"@{executable.graph.name} is compiled for one device; the partitioned stage needs a mesh "
@@ -70,6 +83,13 @@ def partitioned_graph(executable) -> Graph:
 def comm_table(executable, link_gbps: float | None = None) -> str:
     """The collectives of a compiled executable's partitioned HLO per layer
     (:func:`kaun_ir.runtime.collectives.collectives_by_layer`) as a text table, with the time
-    each takes on a link of ``link_gbps`` Gbit/s when given."""
+    each takes on a link of ``link_gbps`` Gbit/s when given (a finite number > 0)."""
+    _check_executable(executable, "comm_table")
+    if link_gbps is not None:
+        ok = isinstance(link_gbps, numbers.Real) and not isinstance(link_gbps, bool)
+        if not (ok and math.isfinite(link_gbps) and link_gbps > 0):
+            raise ValueError(
+                f"comm_table: link_gbps must be a finite number of Gbit/s > 0, got {link_gbps!r}"
+            )
     rows = collectives.collectives_by_layer(executable.hlo_text())
     return collectives.format_comm_table(rows, link_gbps)

@@ -496,6 +496,38 @@ add(
     r"linear",
 )
 
+
+def _pipelined_init(model, stages):
+    pipe = kn.sharding.pipeline(stages=stages, microbatches=2)
+    return lambda: rng.run(0, lambda: train.init(train.make(model, optim.sgd(0.1), pipeline=pipe)))
+
+
+add(
+    R,
+    "pipeline-flat-repeats",
+    _pipelined_init(layer.sequential([layer.linear(2, 2), layer.tanh()] * 2), 2),
+    ValueError,
+    r"repeat the group \(linear, tanh\) 2 times: make each repetition one block",
+)
+add(
+    R,
+    "pipeline-stages-do-not-divide",
+    _pipelined_init(layer.sequential([layer.linear(2, 2)] * 3), 2),
+    ValueError,
+    r"2 stages do not divide the 3 identical blocks.*among 1, 3",
+)
+add(
+    R,
+    "ema-params-of-other-model",
+    lambda: optim.ema_params(
+        optim.chain(optim.sgd(0.1), optim.ema(0.5)),
+        optim.init(optim.chain(optim.sgd(0.1), optim.ema(0.5)), {"a": A3}),
+        {"b": A3},
+    ),
+    ValueError,
+    r"holds \['a'\] that the parameters lack",
+)
+
 # ------------------------------------------------------------------ data pipelines
 D = "data"
 add(D, "batch-zero", lambda: data.batch(0, data.of_array([1, 2])), ValueError, r"batch.*0")
@@ -1133,3 +1165,10 @@ add(
     r"does not parse|cannot read",
 )
 add(SI, "ir-parse-none", lambda: kn.ir.parse(None), TypeError, r"takes the textual IR as a str, got NoneType")
+
+# -- kn.linalg and kn.profile --------------------------------------------------------------------------
+LA = "linalg"
+add(LA, "det-not-square", lambda: kn.linalg.det(A23), kn.ShapeError, r"square matrices .* got shape \[2, 3\]")
+add(LA, "norm-matrix-ord-2", lambda: kn.linalg.norm(np.eye(2, dtype=F32), 2), ValueError, r"ord=2 .*singular")
+add(LA, "qr-mode", lambda: kn.linalg.qr(A23, mode="full"), ValueError, r"mode must be .* got 'full'")
+add("profile", "steps-zero", lambda: kn.profile("unused", steps=0).__enter__(), ValueError, r"steps .* got 0")

@@ -344,7 +344,10 @@ def _worker(corpus_file: str, seed: int, start: int, stop: int) -> None:
     """Check inputs ``start..stop-1``, one JSON line each on stdout (``begin`` before checking)."""
     with open(corpus_file, "rb") as handle:
         inputs = pickle.load(handle)
+    check(inputs["bytes"][0])  # imports kaun_ir and starts the reading helper: not an input's time
     out = sys.stdout
+    out.write(json.dumps({"ready": start}) + "\n")
+    out.flush()
     for index in range(start, stop):
         data = make_input(index, seed, inputs)
         out.write(json.dumps({"begin": index}) + "\n")
@@ -379,13 +382,16 @@ def _run_worker(corpus_file, seed, start, stop, timeout, report, progress, start
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
     )
-    current = None
+    current, started_up = None, False
     try:
         while True:
-            ready, _, _ = select.select([proc.stdout], [], [], timeout)
+            # a worker's start (imports, the helper process) gets its own, longer bound
+            ready, _, _ = select.select([proc.stdout], [], [], timeout if started_up else max(timeout, 300.0))
             if not ready:
                 proc.kill()
                 proc.wait()
+                if not started_up:
+                    raise RuntimeError(f"the fuzzing worker did not start: {proc.stderr.read()[-600:]}")
                 report.inputs += 1
                 report.deaths.append((current, "hang", f"no answer within {timeout:.0f} s"))
                 if progress:
@@ -395,6 +401,9 @@ def _run_worker(corpus_file, seed, start, stop, timeout, report, progress, start
             if not line:
                 break
             record = json.loads(line)
+            if "ready" in record:
+                started_up = True
+                continue
             if "begin" in record:
                 current = record["begin"]
                 continue

@@ -1,8 +1,9 @@
 """Pipeline-parallel checks run in a child process with 8 virtual CPU devices.
 
-``python pipeline_worker.py`` trains an MLP stack and a small bench transformer on one device
-(the oracle) and pipelined over 4 and 8 stages of a mesh, and prints one JSON object (check
-name -> numbers) on the last line of stdout; tests/test_pipeline.py asserts on them.
+``python pipeline_worker.py`` trains an MLP stack, a small bench transformer and a GPT-2-shaped
+``kn.models`` decoder on one device (the oracle) and pipelined over 4 and 8 stages of a mesh
+(the decoder on a mesh of stages alone, no data axis), and prints one JSON object (check name
+-> numbers) on the last line of stdout; tests/test_pipeline.py asserts on them.
 """
 
 from __future__ import annotations
@@ -106,6 +107,57 @@ def _compare(setup, stages, micro, schedule, data):
 REFERENCE: dict = {}
 
 
+def _keep_grads():
+    """A transformation that passes the gradients on and keeps them in its state (slot
+    ``grad``), so a step's gradients can be read back from the optimiser state."""
+    from kaun_ir.optim.core import filled_like
+
+    def init(params):
+        return (filled_like(params, 0.0),)
+
+    def step(t, trees, params, grads):
+        return grads, (grads,)
+
+    return optim.Algorithm(init, step, "keep_grads", {}, ("grad",))
+
+
+def _decoder_check() -> dict:
+    """A GPT-2-shaped kn.models decoder (8 blocks) pipelined over the 8 devices of a mesh with
+    only a stage axis, against the same steps on one device: losses and gradients."""
+    vocab = 64
+    gpt = kn.models.gpt2(vocab_size=vocab, dim=32, num_layers=8, num_heads=4, max_positions=16)
+    ids = np.random.default_rng(0).integers(0, vocab, (8, 17)).astype(np.int32)
+    start = rng.run(0, lambda: layer.init(gpt))
+
+    def next_token(logits, targets):
+        return loss.cross_entropy_sparse(kn.reshape(logits, (-1, vocab)), kn.reshape(targets, (-1,)))
+
+    def run(**kw):
+        trainer = train.make(gpt, optim.chain(_keep_grads(), optim.sgd(0.1)), loss=next_token, **kw)
+        st = train.make_state(trainer, layer.Vars(kn.ptree.map(np.array, start.params), [], start.dtype))
+        losses, grads = [], []
+        for _ in range(STEPS):
+            value, st = train.step(trainer, st, ids[:, :-1], ids[:, 1:])
+            losses.append(float(value))
+            grads.append([np.asarray(g) for g in kn.ptree.leaves(st.opt_state.trees[0])])
+        return trainer, st, losses, grads
+
+    _, _, ref_losses, ref_grads = run()
+    mesh = kn.sharding.mesh((8,), ("stage",))
+    trainer, st, losses, grads = run(mesh=mesh, pipeline=kn.sharding.pipeline(stages=8, microbatches=4))
+    exe = train.step_executable(trainer, st, ids[:, :-1], ids[:, 1:])
+    pairs = [(a, b) for ref, got in zip(ref_grads, grads) for a, b in zip(ref, got)]
+    return {
+        "loss_ref": ref_losses,
+        "loss": losses,
+        "loss_diff": max(abs(a - b) for a, b in zip(ref_losses, losses)),
+        "grad_diff": max(float(np.max(np.abs(a - b))) for a, b in pairs),
+        "grad_max": max(float(np.max(np.abs(a))) for a, _ in pairs),
+        "leaves": len(ref_grads[0]),
+        "permutes": collective_stats(exe.hlo_text())["collective-permute"]["count"],
+    }
+
+
 def main() -> None:
     results = {}
     mlp, tf = _mlp(), _transformer()
@@ -119,6 +171,10 @@ def main() -> None:
             results[name] = _compare(setup, stages, micro, schedule, data)
         except Exception as err:  # reported, and the test names the check that broke
             results[name] = {"error": f"{type(err).__name__}: {err}"}
+    try:
+        results["gpt2_8"] = _decoder_check()
+    except Exception as err:
+        results["gpt2_8"] = {"error": f"{type(err).__name__}: {err}"}
     print(json.dumps(results))
 
 

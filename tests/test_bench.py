@@ -165,7 +165,8 @@ def test_the_bench_runs_cold_unless_the_cache_is_named(monkeypatch, capsys):
 
 
 def test_option_checks():
-    assert bench_command.parse_workloads(None) == list(WORKLOADS)
+    # the real-size GPT-2 rows run only when named
+    assert bench_command.parse_workloads(None) == [n for n in WORKLOADS if not n.startswith("gpt2_small")]
     assert bench_command.parse_workloads(["mlp,cnn", "transformer"]) == ["mlp", "cnn", "transformer"]
     with pytest.raises(ValueError, match="unknown workload"):
         bench_command.parse_workloads(["resnet50"])
@@ -366,3 +367,32 @@ def test_user_loop_rows_train_like_jax():
             rtol=bench_measure.LOSS_RTOL,
         )
     assert result["losses_agree"]
+
+
+def test_categories_name_kernels_and_add_up_to_the_step():
+    from kaun_ir.tools.bench import categories
+
+    assert (
+        categories.xla_category("ynn_fusion.3", "2.decoder_block/attention/dot_general")
+        == "attention products"
+    )
+    assert categories.xla_category("dot.5", "1.linear/transpose") == "products"
+    assert (
+        categories.xla_category("subtract_exponential_fusion", "3.block/attention/exponential") == "softmax"
+    )
+    assert categories.xla_category("add_select_fusion", "optimizer/select") == "optimiser"
+    assert categories.xla_category("transpose_copy_fusion", "1.block/key/reshape") == "copies / transposes"
+    assert categories.xla_category("multiply_erf_fusion", "2.block/erf") == "element-wise"
+    assert categories.torch_category("aten::addmm") == "products"
+    assert (
+        categories.torch_category("aten::_scaled_dot_product_flash_attention_for_cpu") == "attention products"
+    )
+    assert categories.torch_category("aten::native_layer_norm") == "norms"
+    assert categories.torch_category("Optimizer.step#AdamW.step") == "optimiser"
+    assert categories.torch_category("cpp_fused__softmax_3") == "softmax"
+    results = categories.run("mlp_small", 2, small=True, torch_compile=False)
+    for impl, row in results.items():
+        assert set(categories.CATEGORIES) <= set(row), impl
+        np.testing.assert_allclose(sum(row[c] for c in categories.CATEGORIES), row["step"], rtol=1e-6)
+        assert row["products"] > 0, impl  # the MLP's products were found and named
+    assert "| mlp_small: ms per step | kaun_ir" in categories.table("mlp_small", results)

@@ -17,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -249,6 +250,39 @@ def test_the_next_save_removes_what_killed_saves_left(tmp_path):
     live.mkdir()
     kn.checkpoint.save_sharded(path, {"a": np.full(8, 2, F32)})
     assert leftovers(path) == [live.name]
+
+
+def test_the_next_save_removes_staging_named_with_a_pid_now_reused(tmp_path):
+    # A job killed mid-save and restarted often gets the same pid (a container's first process),
+    # and a pid may also pass to an unrelated process: neither makes a staging directory live.
+    path = str(tmp_path / "ckpt")
+    kn.checkpoint.save_sharded(path, {"a": np.full(8, 1, F32)})
+    ours = tmp_path / f".ckpt.{os.getpid()}.a0ff.dir"  # this pid, no save of this process running
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        reused = tmp_path / f".ckpt.{sleeper.pid}.b0ff.dir"  # older than the process with its pid
+        running = tmp_path / f".ckpt.{sleeper.pid}.c0ff.dir"  # made since: a save still running
+        for stale in (ours, reused, running):
+            stale.mkdir()
+            (stale / SHARD).write_bytes(b"x" * 100)
+        an_hour_ago = time.time() - 3600
+        os.utime(reused, (an_hour_ago, an_hour_ago))
+        kn.checkpoint.save_sharded(path, {"a": np.full(8, 2, F32)})
+        assert leftovers(path) == [running.name]
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    np.testing.assert_array_equal(kn.checkpoint.load_sharded(path, {"a": np.zeros(8, F32)})["a"], 2)
+
+
+def test_a_save_under_way_in_this_process_is_never_stale(tmp_path):
+    path = str(tmp_path / "ckpt")
+    kn.checkpoint.save_sharded(path, {"a": np.full(8, 1, F32)})
+    under_way = fileio.AtomicDirectory(path, "index.json")
+    staging = under_way.create()  # another thread's save, between create and commit
+    assert fileio.remove_stale_directories(path) == [] and os.path.isdir(staging)
+    under_way.abort()
+    assert leftovers(path) == []
 
 
 def _dead_pid() -> int:

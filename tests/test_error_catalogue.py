@@ -93,6 +93,11 @@ CLI_CASES = [
     (["viz", "g.kir", "-o", "g.gif"], 1, r"the extension picks the format"),
     (["viz", "g.kir", "-o", "{d}/no/such/g.dot"], 1, r"no such directory"),
     (["demo", "nosuch"], 2, r"invalid choice: 'nosuch'"),
+    # round-3 commands: usage mistakes are usage errors (exit 2), before anything is compiled
+    (["memory", "g.kir", "--rows", "-3"], 2, r"argument --rows: must be >= 0, got -3"),
+    (["dump", "g.kir", "--stage", "partitioned", "--link-gbps", "0"], 2, r"--link-gbps: must be a finite"),
+    (["dump", "g.kir", "--stage", "partitioned", "--link-gbps", "nan"], 2, r"--link-gbps: must be a finite"),
+    (["viz", "g.kir", "--overlay", "bogus", "-o", "g.dot"], 2, r"invalid choice: 'bogus'"),
     (["demo", "--bogus"], 2, r"unrecognized arguments: --bogus"),
     (["import"], 2, r"required: file"),
     (["import", "missing.mlir", "-o", "x.kir"], 1, r"missing\.mlir: No such file"),

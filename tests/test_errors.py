@@ -202,6 +202,8 @@ SIGNALS = {
     "kaun_ir.train.loop.EarlyStop": "raised by the user's report callback to end train.fit",
     "kaun_ir.train.closure_key.Opaque": "the closure inspection gives up on a value; caught in capture",
     "kaun_ir.train.capture.Unlifted": "a traced loss baked an array in; caught by train.loop",
+    "kaun_ir.runtime.xla.mlir_bytecode_refs._Truncated": "the cycle check ran off a truncated table; "
+    "caught there (MLIR's own reader then names the damage)",
 }
 
 

@@ -512,3 +512,46 @@ def test_fold_then_canonicalize_on_autodiff_graph():
     args = random_inputs(graph, rng, special=False)
     for g, w in zip(interpret(out, *args), interpret(graph, *args)):
         assert_bit_identical(g, w)
+
+
+# ------------------------------------------------------------------------------ defects found by the
+# StableHLO interpreter's suite (tests/stablehlo_interpret_suite.py)
+
+
+@pytest.mark.parametrize(
+    "value, dst",
+    [
+        (np.int64(-2), np.float64),  # same width: a scalar stays a scalar
+        (np.float64(1.5), np.uint32),  # narrower: a scalar becomes a [2] vector
+        (np.array([7, 1], np.uint32), np.float64),  # wider: a [2] vector becomes a scalar
+        (np.float32(-0.0), np.uint16),
+    ],
+)
+def test_bitcast_convert_of_a_scalar_folds_to_numpys_view(value, dst):
+    # NumPy oracle: the same bytes viewed as the new dtype (little-endian, low part first)
+    value = np.asarray(value)
+    want = value.reshape(-1).view(dst)
+    want = want.reshape(value.shape[:-1]) if np.dtype(dst).itemsize > value.dtype.itemsize else want
+    want = want.reshape(()) if value.shape == () and want.size == 1 else want
+    arrays = folded_arrays(fold(constant_graph("bitcast_convert", [value], {"dtype": np.dtype(dst)})))
+    assert arrays is not None, "bitcast_convert of a constant did not fold"
+    assert arrays[0].shape == want.shape and arrays[0].dtype == want.dtype
+    assert arrays[0].tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("dt", [F32, F64, np.float16])
+def test_reduce_precision_without_mantissa_makes_nan_inf(dt):
+    # the StableHLO spec: a NaN in a format without mantissa bits is +inf; with mantissa bits it
+    # stays NaN. Oracle: NumPy's inf / isnan, element by element.
+    x = np.array([np.nan, -np.nan, 1.0, 3.0], dt)
+    got = TABLE["reduce_precision"].run_reference([x], {"exponent_bits": 5, "mantissa_bits": 0})[0]
+    np.testing.assert_array_equal(got[:2], np.array([np.inf, np.inf], dt))
+    # 3 = 1.5 * 2**1 is a tie between 2 and 4: to the even last kept bit (the exponent's), 2
+    np.testing.assert_array_equal(got[2:], np.array([1.0, 2.0], dt))
+    kept = TABLE["reduce_precision"].run_reference([x], {"exponent_bits": 5, "mantissa_bits": 1})[0]
+    assert np.isnan(kept[:2]).all()
+    # XLA's CPU kernels keep the NaN, so a constant NaN without mantissa is left to XLA, unfolded
+    graph = fold(constant_graph("reduce_precision", [x], {"exponent_bits": 5, "mantissa_bits": 0}))
+    assert "reduce_precision" in {n.op for n in graph.nodes}
+    finite = fold(constant_graph("reduce_precision", [x[2:]], {"exponent_bits": 5, "mantissa_bits": 0}))
+    np.testing.assert_array_equal(folded_arrays(finite)[0], np.array([1.0, 2.0], dt))

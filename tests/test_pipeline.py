@@ -2,7 +2,8 @@
 
 The multi-device checks run in one child process with 8 virtual CPU devices
 (pipeline_worker.py): an MLP stack and a small bench transformer trained pipelined over 4 stages
-(x 2 data-parallel rows) and 8 stages, compared with the same model trained on one device.
+(x 2 data-parallel rows) and 8 stages, and a GPT-2-shaped ``kn.models`` decoder over a mesh of 8
+stages alone, compared with the same model trained on one device.
 """
 
 from __future__ import annotations
@@ -47,6 +48,16 @@ def test_pipelined_training_equals_one_device(checks, name):
     assert r["report_args"][0] == r["report_args"][1]  # kn.memory_report of a stage vs XLA
 
 
+def test_pipelined_gpt2_decoder_equals_one_device(checks):
+    # kn.models.gpt2 (8 blocks, one per stage) on a mesh with only a stage axis
+    r = checks["gpt2_8"]
+    assert "error" not in r, r["error"]
+    assert r["leaves"] == 4 + 8 * 16  # every parameter has its gradient compared
+    assert r["loss_diff"] < 2e-6, r
+    assert r["grad_diff"] < 1e-6 * max(r["grad_max"], 1.0), r
+    assert r["permutes"] > 0
+
+
 def test_bubble_and_schedule():
     pipe = kn.sharding.pipeline(stages=4, microbatches=8)
     assert pipe.ticks == 11
@@ -64,10 +75,63 @@ def test_bad_pipelines_are_named():
     trainer = train.make(
         model, optim.sgd(0.1), loss=loss.mse, pipeline=kn.sharding.pipeline(stages=3, microbatches=2)
     )
+    with pytest.raises(ValueError, match="no run of identical blocks"):  # at the door: train.init
+        rng.run(0, lambda: train.init(trainer))
+
+
+def _refused(model, stages, **kw):
+    trainer = train.make(
+        model, optim.sgd(0.1), loss=loss.mse, pipeline=kn.sharding.pipeline(stages=stages, microbatches=2)
+    )
+    with pytest.raises(ValueError) as info:
+        rng.run(0, lambda: train.init(trainer, **kw))
+    return str(info.value)
+
+
+def test_refusals_name_the_fix():
+    # a flat sequential repeating (linear, tanh): the message says how to group it
+    flat = layer.sequential([layer.linear(4, 8)] + [layer.linear(8, 8), layer.tanh()] * 4)
+    message = _refused(flat, 2)
+    assert "layers 1-8 repeat the group (linear, tanh) 4 times" in message
+    assert "*[layer.sequential([linear, tanh]) for _ in range(4)]" in message
+    # grouped as the message says, the same layers pipeline
+    grouped = layer.sequential(
+        [layer.linear(4, 8)] + [layer.sequential([layer.linear(8, 8), layer.tanh()]) for _ in range(4)]
+    )
+    trainer = train.make(grouped, optim.sgd(0.1), loss=loss.mse, pipeline=kn.sharding.pipeline(2, 2))
     st = rng.run(0, lambda: train.init(trainer))
-    x = np.ones((4, 4), np.float32)
-    with pytest.raises(ValueError, match="no run of identical blocks"):
-        train.step(trainer, st, x, x)
+    value, _ = train.step(trainer, st, np.ones((4, 4), np.float32), np.zeros((4, 8), np.float32))
+    assert np.isfinite(float(value))
+    # blocks that do not divide into the stages: refused at train.init, with the stages that would
+    message = _refused(grouped, 3)
+    assert "3 stages do not divide the 4 identical blocks of 'sequential' (layers 1-4)" in message
+    assert "among 1, 2, 4" in message
+    gpt = kn.models.gpt2(vocab_size=16, dim=8, num_layers=6, num_heads=2, max_positions=8)
+    message = _refused(gpt, 4)
+    assert "4 stages do not divide the 6 identical blocks of 'gpt2' (parameters 'layers')" in message
+    assert "among 1, 2, 3, 6" in message
+    # a model that is neither a sequential nor a decoder
+    message = _refused(layer.residual(layer.linear(4, 4)), 2)
+    assert "layer.sequential([<layers before>, *blocks, <layers after>]) or a kn.models decoder" in message
+
+
+def test_pipelined_decoder_on_one_device_equals_plain():
+    # a kn.models decoder (Llama-shaped: RoPE, RMSNorm, SwiGLU) pipelined without a mesh
+    llama = kn.models.llama(vocab_size=32, dim=16, num_layers=4, num_heads=4, num_kv_heads=2, hidden_dim=32)
+    ids = np.random.default_rng(1).integers(0, 32, (4, 9)).astype(np.int32)
+
+    def next_token(logits, targets):
+        return loss.cross_entropy_sparse(kn.reshape(logits, (-1, 32)), kn.reshape(targets, (-1,)))
+
+    out = {}
+    for key, pipe in (("plain", None), ("pp", kn.sharding.pipeline(stages=2, microbatches=2))):
+        trainer = train.make(llama, optim.sgd(0.5), loss=next_token, pipeline=pipe)
+        st = rng.run(0, lambda t=trainer: train.init(t))
+        value, st = train.step(trainer, st, ids[:, :-1], ids[:, 1:])
+        out[key] = (float(value), [np.asarray(p) for p in kn.ptree.leaves(train.vars(st).params)])
+    assert out["pp"][0] == pytest.approx(out["plain"][0], rel=1e-6)
+    for a, b in zip(out["plain"][1], out["pp"][1]):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-7)
 
 
 def test_one_device_pipeline_equals_plain_model():

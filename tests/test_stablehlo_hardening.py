@@ -122,6 +122,26 @@ def test_a_read_over_the_cpu_budget_is_an_error(monkeypatch):
     assert "stablehlo.negate" in mlir.read_in_helper(text, "m.mlir")  # a new helper answers
 
 
+def test_an_attribute_that_names_itself_is_refused_before_mlir_reads_it():
+    # the fuzzer's remaining hang, minimal: one byte of this artifact makes a location attribute
+    # (a NameLoc) name itself as its name; MLIR's bytecode reader then defers resolving it forever.
+    # The frame check finds the cycle in the attribute table, before any MLIR reader runs.
+    def mlp(x, w):
+        return kn.sum(kn.fn.gelu(x @ w) ** 2)
+
+    graph = kn.trace(mlp, np.ones((2, 3), np.float32), np.ones((3, 4), np.float32))
+    data = bytearray(mlir.serialize_portable(kn.runtime.lower(graph)))
+    if len(data) != 1593 or data[163:166] != bytes.fromhex("1d4f07"):
+        pytest.skip("the lowering changed: the artifact is not the one the fuzzer damaged")
+    data[164] = 0x01  # NameLoc #0: name = attribute #0 (itself), was #39
+    with pytest.raises(StableHLOImportError, match=r"refers to itself \(attribute #0 -> attribute #0\)"):
+        kn.ir.from_stablehlo(bytes(data))
+    data[164], data[165] = 0x4F, 0x01  # its name again, its child location itself
+    with pytest.raises(ValueError, match=r"x\.mlirbc: damaged MLIR bytecode: an entry refers to itself"):
+        mlir.read_in_helper(bytes(data), "x.mlirbc")
+    assert kn.ir.from_stablehlo(bytes(mlir.serialize_portable(kn.runtime.lower(graph)))).nodes
+
+
 @pytest.mark.parametrize(
     "damage",
     [

@@ -132,7 +132,8 @@ def test_fit_writes_jsonl_csv_and_tensorboard_logs_with_lr_and_throughput(tmp_pa
         progress=False,
     )
     rows = [json.loads(line) for line in open(tmp_path / "log.jsonl")]
-    train_rows = [r for r in rows if "loss" in r]
+    train_rows = [r for r in rows if r["kind"] == "train"]
+    assert all("loss" in r for r in train_rows) and all("loss" not in r for r in rows if r["kind"] == "eval")
     assert [r["step"] for r in train_rows] == [2, 4, 6]
     assert [r["loss"] for r in train_rows] == pytest.approx(losses)
     # the learning rate at step t, computed here from the schedule's formula
@@ -142,7 +143,8 @@ def test_fit_writes_jsonl_csv_and_tensorboard_logs_with_lr_and_throughput(tmp_pa
         assert r["lr"] == pytest.approx(want, rel=1e-5)
         assert r["steps_per_s"] > 0 and r["examples_per_s"] == pytest.approx(8 * r["steps_per_s"])
     assert "tokens_per_s" not in train_rows[0]  # float inputs are not tokens
-    assert set(rows[-1]) == {"step", "eval/loss", "eval/accuracy"} and rows[-1]["step"] == 6
+    assert set(rows[-1]) == {"step", "kind", "eval/loss", "eval/accuracy"} and rows[-1]["step"] == 6
+    assert rows[-1]["kind"] == "eval"
     with open(tmp_path / "log.csv", newline="") as handle:
         table = list(csv.DictReader(handle))
     assert list(table[0]) == [
@@ -383,7 +385,8 @@ def test_fit_profiles_a_range_of_steps_with_layer_named_kernels(tmp_path, capsys
     st = train.fit(TRAINER, _fresh(), _pipeline(), profile_steps=(2, 3), profile_dir=tmp_path, progress=False)
     assert st.step == 6
     printed = capsys.readouterr().out
-    assert printed.splitlines()[0].split() == ["layer", "kernels", "ms", "%"]
+    assert printed.splitlines()[0].startswith("kn.profile: per step, over 2 steps (steps 2-3)")
+    assert printed.splitlines()[1].split() == ["layer", "kernels", "ms", "%"]
     # the lowering's loc() became XLA's op_name metadata, and the kernels carry it
     hlo = train.step_executable(TRAINER, st, XS[:8], YS[:8]).hlo_text()
     assert 'op_name="0.linear/dot_general"' in hlo
@@ -394,7 +397,7 @@ def test_fit_profiles_a_range_of_steps_with_layer_named_kernels(tmp_path, capsys
     assert any(name.startswith("optimizer/") for name in named)
     # the raw trace (TensorBoard's profiler plugin) is there too
     assert list((tmp_path / "plugins" / "profile").iterdir())
-    rows = {line.split()[0] for line in printed.splitlines()[1:]}
+    rows = {line.split()[0] for line in printed.splitlines()[2:]}
     assert {"0.linear", "3.linear"} <= rows
     # a kernel inside a layer is named by that layer of this model; an op outside every layer (the
     # loop's own bookkeeping, e.g. stacking the logged losses) is named by itself
@@ -410,6 +413,7 @@ def test_profile_context_and_table():
     )
     assert module == "m" and ops == {"dot.1": "0.linear/dot"}
     prof = Profile("d", layers=[{"layer": "0.linear", "kernels": 2, "ms": 1.5, "percent": 100.0}])
+    prof.layers[0].update(kernels_per_step=2, ms_per_step=1.5)
     assert "0.linear" in prof.table() and "1.500" in prof.table()
 
 

@@ -36,6 +36,14 @@ STAGE_FILES = {
 }
 
 
+def _bandwidth(text: str) -> float:
+    """``--link-gbps``: a finite number > 0 (argparse turns the error into a usage error)."""
+    value = float(text)
+    if not (value > 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"must be a finite number of Gbit/s > 0, got {text}")
+    return value
+
+
 def add_parser(sub) -> None:
     """Add the ``dump`` command to the ``kaun-ir`` sub-parsers ``sub``."""
     parser = sub.add_parser(
@@ -74,7 +82,7 @@ def add_parser(sub) -> None:
     )
     parser.add_argument(
         "--link-gbps",
-        type=float,
+        type=_bandwidth,
         default=None,
         metavar="GBPS",
         help="with --stage partitioned: estimate each layer's communication time on a link of "

@@ -226,11 +226,12 @@ class Subject:
 
         return train.forward_graph(self._trainer(), self._abstract_state(), self._x())
 
-    def _train_step(self):
-        from kaun_ir import train
-
+    def train_call(self) -> tuple:
+        """``(trainer, state, args)`` of a training setup: ``train.step(trainer, state, *args)``
+        is its step (``args``: the input and the targets, or the input and the loss closure);
+        the state's leaves are ``kn.ShapeDtype``, so nothing runs."""
         if self.setup.loss is not None:
-            return train.step_graph(self._trainer(), self._abstract_state(), self._x(), *self.setup.targets)
+            return self._trainer(), self._abstract_state(), (self._x(), *self.setup.targets)
         try:
             loss_fn = self.setup.loss_fn_builder(*self.setup.inputs)
         except Exception as err:  # the builder was given something else, e.g. the loss itself
@@ -248,7 +249,13 @@ class Subject:
                 "(outputs, *targets) use "
                 "TrainSetup(model, optimizer, loss=fn, inputs=(x,), targets=(y,))"
             )
-        return train.step_graph(self._trainer(), self._abstract_state(), self._x(), loss_fn)
+        return self._trainer(), self._abstract_state(), (self._x(), loss_fn)
+
+    def _train_step(self):
+        from kaun_ir import train
+
+        trainer, state, args = self.train_call()
+        return train.step_graph(trainer, state, *args)
 
 
 #: the arguments of a traced training step (``kaun_ir.train.builder``), in order

@@ -31,3 +31,8 @@ __all__ = [
     "STRUCTURE_KEY",
     "CheckpointError",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

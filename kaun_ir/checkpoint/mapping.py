@@ -52,6 +52,11 @@ def rename_function(rename: Rename) -> Callable[[str], str | None]:
         return lambda key: key
     if callable(rename):
         return rename
+    if not isinstance(rename, Mapping | list | tuple):
+        raise TypeError(
+            f"rename must be a function key -> path, a {{regex: replacement}} mapping or (regex, "
+            f"replacement) pairs, got {type(rename).__name__}"
+        )
     rules = list(rename.items()) if isinstance(rename, Mapping) else list(rename)
     compiled = []
     for rule in rules:
@@ -80,6 +85,10 @@ def transpose_function(transpose: Transpose) -> Callable[[str], bool]:
         return transpose
     if isinstance(transpose, str):
         transpose = [transpose]
+    if not isinstance(transpose, list | tuple | set) or not all(isinstance(p, str) for p in transpose):
+        raise TypeError(
+            f"transpose must be a predicate on paths or regular expressions (str), got {transpose!r}"
+        )
     patterns = [re.compile(p) for p in transpose]
     return lambda path: any(p.fullmatch(path) for p in patterns)
 
@@ -131,9 +140,30 @@ class MappedSource:
 
 def state_dict_arrays(state_dict: Mapping[str, Any]) -> dict[str, np.ndarray]:
     """Host arrays of a ``{name: tensor}`` mapping (PyTorch tensors through DLPack, NumPy, jax)."""
+    if not isinstance(state_dict, Mapping):
+        raise TypeError(
+            f"checkpoint: state_dict must be a mapping {{name: tensor}} (e.g. model.state_dict()), got "
+            f"{type(state_dict).__name__}"
+        )
     out = {}
     for key, value in state_dict.items():
+        if not isinstance(key, str):
+            raise TypeError(
+                f"checkpoint: state_dict key {key!r} is a {type(key).__name__}; keys are names (str)"
+            )
         if is_foreign_array(value):
             value = from_foreign(value)
-        out[str(key)] = np.asarray(value)
+        if isinstance(value, Mapping):
+            raise TypeError(
+                f"checkpoint: state_dict[{key!r}] is a mapping; a state_dict maps flat dotted names "
+                "to tensors"
+            )
+        if not (hasattr(value, "dtype") or isinstance(value, int | float | list | tuple)) or isinstance(
+            value, bool
+        ):
+            raise TypeError(f"checkpoint: state_dict[{key!r}] is a {type(value).__name__}, not a tensor")
+        array = np.asarray(value)
+        if array.dtype.kind not in "biufc":
+            raise TypeError(f"checkpoint: state_dict[{key!r}] has dtype {array.dtype}, not a numeric tensor")
+        out[key] = array
     return out

@@ -107,6 +107,10 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
     # imported here: safetensors loads only when a file is read or written
     from safetensors.numpy import save as st_save  # noqa: PLC0415
 
+    if not isinstance(path, str | os.PathLike):
+        raise TypeError(
+            f"checkpoint.save_sharded: path must be a str or os.PathLike, got {type(path).__name__}"
+        )
     path = os.fspath(path).rstrip(os.sep) or os.sep
     me, count = backend.process_index(), backend.process_count()
     # process 0 names the staging directory: its pid (for the stale check) and a random token
@@ -150,6 +154,8 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
         index = {"format": FORMAT, "processes": count, "arrays": entries}
         atomic_write(os.path.join(staging, INDEX), json.dumps(index, indent=1))
         target.commit()
+    else:
+        target.release()
     _barrier_token(token)  # nobody reads before the directory is in place
     return path
 
@@ -191,7 +197,9 @@ def _read_index(root: str) -> tuple[IndexFile, dict]:
     """The validated index of the checkpoint at ``root``: ``(index file, {key: entry})``, every
     array entry with integer ``shape``, a dtype, and ``pieces`` that name files inside ``root``
     and cover each element of the array exactly once."""
-    where = resolve_directory(root, INDEX)
+    where = resolve_directory(root, INDEX)  # the directory set aside by a save in progress, if any
+    if not os.path.exists(where):
+        raise FileNotFoundError(f"checkpoint.load_sharded: no such checkpoint directory {root!r}")
     path = os.path.join(where, INDEX)
     if not os.path.isfile(path):
         raise ValueError(f"checkpoint.load_sharded: {root} is not a sharded checkpoint (no {INDEX})")

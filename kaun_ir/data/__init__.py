@@ -61,3 +61,8 @@ __all__ = [
     "stack",
     "shard",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

@@ -25,6 +25,12 @@ import numpy as np
 
 __all__ = ["digits", "mnist", "read_idx", "shakespeare"]
 
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 Split = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 

@@ -38,3 +38,8 @@ __all__ = [
     "print_graph",
     "scope",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

@@ -93,3 +93,8 @@ __all__ = [
     "lora_vars",
     "lora_frozen",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

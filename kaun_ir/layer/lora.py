@@ -12,6 +12,8 @@ around loaded (e.g. pretrained) variables.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
 import weakref
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from kaun_ir import ptree
 from kaun_ir.ir.builder import scope
 from kaun_ir.layer.construct import make_param
 from kaun_ir.layer.core import Layer, Vars, check_layer
+from kaun_ir.layer.given import check_given, expected_vars
 from kaun_ir.layer.initialise import child_init
 from kaun_ir.nn import init as initializers
 from kaun_ir.surface.elementwise import add, multiply
@@ -76,6 +79,13 @@ def lora(model: Layer, rank: int, targets: Any, alpha: float | None = None, name
     check_layer(model, "layer.lora: model")
     if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
         raise ValueError(f"layer.lora: rank must be a positive int, got {rank!r}")
+    if alpha is not None and not _positive_number(alpha):
+        raise ValueError(
+            f"layer.lora: alpha must be a finite number > 0 (the adapters' scale is alpha / rank), "
+            f"got {alpha!r}; leave it out for scale 1"
+        )
+    if not isinstance(name, str):
+        raise TypeError(f"layer.lora: name must be a str, got {type(name).__name__}")
     scale = float(rank if alpha is None else alpha) / rank
     matches, describe = _matcher(targets)
     config = _Config(model, rank, scale, matches, describe)
@@ -94,6 +104,11 @@ def lora(model: Layer, rank: int, targets: Any, alpha: float | None = None, name
     return adapted
 
 
+def _positive_number(value: Any) -> bool:
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+    return ok and math.isfinite(value) and value > 0
+
+
 def _selected(config: _Config, base: Any) -> list[tuple[str, Any]]:
     chosen = [(path, leaf) for path, leaf in ptree.flatten_with_paths(base) if config.matches(path)]
     if not chosen:
@@ -107,6 +122,12 @@ def _selected(config: _Config, base: Any) -> list[tuple[str, Any]]:
             raise ValueError(
                 f"layer.lora: the target {path!r} has shape {list(shape_of(leaf))}; adapters go on "
                 "2-D weight matrices [in, out]"
+            )
+        if config.rank > min(shape_of(leaf)):
+            raise ValueError(
+                f"layer.lora: rank {config.rank} is larger than the target {path!r} of shape "
+                f"{list(shape_of(leaf))}: a rank above min(in, out) = {min(shape_of(leaf))} adds "
+                "parameters without adding capacity; choose a smaller rank"
             )
     return chosen
 
@@ -164,6 +185,12 @@ def lora_vars(adapted: Layer, base: Vars) -> Vars:
     """Variables of ``adapted`` around the base model's ``base`` (e.g. loaded pretrained weights):
     fresh adapters (``a`` from the current ``kn.rng`` scope, ``b`` zero), base arrays reused."""
     config = _config(adapted, "lora_vars")
+    if not isinstance(base, Vars):
+        raise TypeError(
+            f"layer.lora_vars: base must be the base model's layer.Vars, got {type(base).__name__}"
+        )
+    want_params, _ = expected_vars(config.model, None, base.dtype)
+    check_given(config.model, "layer.lora_vars", "base parameters", want_params, base.params)
     return Vars(
         {"base": base.params, "lora": _adapters(config, base.params, base.dtype)}, base.state, base.dtype
     )
@@ -172,4 +199,6 @@ def lora_vars(adapted: Layer, base: Vars) -> Vars:
 def lora_frozen(path: str) -> bool:
     """The optimiser mask of LoRA fine-tuning: True (frozen) for the base model's parameters,
     for ``optim.freeze(optimizer, layer.lora_frozen)``."""
+    if not isinstance(path, str):
+        raise TypeError(f"layer.lora_frozen: expected a dotted parameter path (str), got {path!r}")
     return path == "base" or path.startswith("base.")

@@ -97,3 +97,8 @@ __all__ = [
     "llama",
     "sample",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

@@ -20,12 +20,13 @@ keys and values at ``cache_pos`` and attends over the cache, which is what gener
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.ir.builder import scope
+from kaun_ir.layer.block_run import BlockRun, with_block_run
 from kaun_ir.layer.construct import make_param
 from kaun_ir.layer.core import Layer, Vars
 from kaun_ir.nn import fn
@@ -205,6 +206,40 @@ def _attention(cfg: DecoderConfig, p, x, positions, cache, cache_pos):
     return out, new_cache
 
 
+def _embed(cfg: DecoderConfig, params, ids, positions):
+    """The token embeddings plus the learned position embeddings: ``[B, T, D]``."""
+    with scope("embed"):
+        x = fn.embedding(params["embed"]["weight"], ids)
+    if cfg.positions == "learned":
+        with scope("positions"):
+            x = x + fn.embedding(params["positions"]["weight"], positions)
+    return x
+
+
+def _block(cfg: DecoderConfig, p, x, positions, cache=None, cache_pos=None):
+    """One pre-norm transformer block: ``(x', new (k, v) or None)``."""
+    with scope("norm1"):
+        h = _norm(cfg, p["norm1"], x)
+    with scope("attn"):
+        attn, layer_cache = _attention(cfg, p["attn"], h, positions, cache, cache_pos)
+    x = x + attn
+    with scope("norm2"):
+        h = _norm(cfg, p["norm2"], x)
+    with scope("mlp"):
+        x = x + _mlp(cfg, p["mlp"], h)
+    return x, layer_cache
+
+
+def _head(cfg: DecoderConfig, params, x):
+    """The final norm and the output head: logits ``[B, T, V]``."""
+    with scope("norm"):
+        x = _norm(cfg, params["norm"], x)
+    with scope("lm_head"):
+        if cfg.tie_embeddings:
+            return linalg.einsum("btd,vd->btv", x, params["embed"]["weight"])
+        return linalg.matmul(x, params["lm_head"]["weight"])
+
+
 def forward(cfg: DecoderConfig, params, ids, cache=None, cache_pos=None):
     """Logits ``[B, T, V]`` of token ids ``[B, T]``.
 
@@ -216,33 +251,13 @@ def forward(cfg: DecoderConfig, params, ids, cache=None, cache_pos=None):
     positions = arange(seq_len, dtype=dtypes.int32)
     if cache is not None:
         positions = positions + cache_pos
-    with scope("embed"):
-        x = fn.embedding(params["embed"]["weight"], ids)
-    if cfg.positions == "learned":
-        with scope("positions"):
-            x = x + fn.embedding(params["positions"]["weight"], positions)
+    x = _embed(cfg, params, ids, positions)
     new_cache = []
     for i, p in enumerate(params["layers"]):
         with scope(f"layers.{i}"):
-            with scope("norm1"):
-                h = _norm(cfg, p["norm1"], x)
-            with scope("attn"):
-                attn, layer_cache = _attention(
-                    cfg, p["attn"], h, positions, None if cache is None else cache[i], cache_pos
-                )
-            x = x + attn
-            with scope("norm2"):
-                h = _norm(cfg, p["norm2"], x)
-            with scope("mlp"):
-                x = x + _mlp(cfg, p["mlp"], h)
+            x, layer_cache = _block(cfg, p, x, positions, None if cache is None else cache[i], cache_pos)
             new_cache.append(layer_cache)
-    with scope("norm"):
-        x = _norm(cfg, params["norm"], x)
-    with scope("lm_head"):
-        if cfg.tie_embeddings:
-            logits = linalg.einsum("btd,vd->btv", x, params["embed"]["weight"])
-        else:
-            logits = linalg.matmul(x, params["lm_head"]["weight"])
+    logits = _head(cfg, params, x)
     return logits if cache is None else (logits, new_cache)
 
 
@@ -252,18 +267,46 @@ def empty_cache(cfg: DecoderConfig, batch: int, length: int, dtype=dtypes.float3
     return [(np.zeros(shape, dtype), np.zeros(shape, dtype)) for _ in range(cfg.num_layers)]
 
 
+def _check_ids(cfg: DecoderConfig, name: str, ids) -> None:
+    t = fn.type_of(ids)
+    if t.ndim != 2 or not dtypes.is_integer(t.dtype):
+        raise TypeError(f"{name}: expected integer token ids [B, T], got {t}")
+    if cfg.positions == "learned" and t.shape[1] > cfg.max_positions:
+        raise ValueError(f"{name}: {t.shape[1]} tokens exceed max_positions={cfg.max_positions}")
+
+
+def _block_run(cfg: DecoderConfig, name: str) -> BlockRun:
+    """The decoder as embeddings, ``num_layers`` identical blocks, final norm and head: how
+    pipeline parallelism splits it (the blocks over the stages)."""
+
+    def before(params, state, ids, *, training, ctx):
+        _check_ids(cfg, name, ids)
+        return _embed(cfg, params, ids, arange(ids.shape[1], dtype=dtypes.int32))
+
+    def block_init(dt):
+        return Vars(init_params(replace(cfg, num_layers=1), dt)["layers"][0], [], dt)
+
+    def block_apply(p, state, x, *, training, ctx):
+        return _block(cfg, p, x, arange(x.shape[1], dtype=dtypes.int32))[0], state
+
+    def after(params, state, x, *, training, ctx):
+        return _head(cfg, params, x)
+
+    block = Layer(block_init, block_apply, "block")
+    return BlockRun(before, lambda params: list(params["layers"]), block, after, "layers")
+
+
 def decoder(cfg: DecoderConfig, name: str = "decoder") -> Layer:
-    """The model as a ``kn.layer.Layer``: token ids ``[B, T]`` -> logits ``[B, T, vocab]``."""
+    """The model as a ``kn.layer.Layer``: token ids ``[B, T]`` -> logits ``[B, T, vocab]``. Its
+    ``num_layers`` blocks are declared as a run of identical blocks, so ``train.make(...,
+    pipeline=kn.sharding.pipeline(stages=S, ...))`` splits them over ``S`` stages (embeddings
+    before them, final norm and head after them)."""
 
     def init_(dt):
         return Vars(init_params(cfg, dt), [], dt)
 
     def apply_(params, state, ids, *, training, ctx):
-        t = fn.type_of(ids)
-        if t.ndim != 2 or not dtypes.is_integer(t.dtype):
-            raise TypeError(f"{name}: expected integer token ids [B, T], got {t}")
-        if cfg.positions == "learned" and t.shape[1] > cfg.max_positions:
-            raise ValueError(f"{name}: {t.shape[1]} tokens exceed max_positions={cfg.max_positions}")
+        _check_ids(cfg, name, ids)
         return forward(cfg, params, ids), state
 
-    return Layer(init_, apply_, name)
+    return with_block_run(Layer(init_, apply_, name), _block_run(cfg, name))

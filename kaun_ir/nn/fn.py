@@ -96,6 +96,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 def _where() -> str:
     path = current_path()
     return f"{path}: " if path else ""

@@ -65,6 +65,12 @@ __all__ = [
     "compute_fans",
 ]
 
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 Initializer = Callable[..., Any]  # (key, shape, dtype=float32) -> array
 
 

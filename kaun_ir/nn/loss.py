@@ -25,6 +25,11 @@ from kaun_ir.surface.take import one_hot as _one_hot
 __all__ = ["cross_entropy", "cross_entropy_sparse", "binary_cross_entropy", "mse", "mae", "huber"]
 
 
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 def _shape_text(shape) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 

@@ -29,6 +29,11 @@ from kaun_ir.surface.tensor import Tensor
 __all__ = ["accuracy", "binary_accuracy", "precision", "recall", "f1", "tracker", "Tracker", "Summary"]
 
 
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 def _host(x: Any, name: str) -> np.ndarray:
     if isinstance(x, Tensor):
         raise TypeError(

@@ -88,3 +88,8 @@ def with_trait(trait: str) -> frozenset[str]:
 
 
 __all__ = ["BUILTIN", "TABLE", "TRAITS", "OpDef", "Sample", "Emitter", "get", "with_trait"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

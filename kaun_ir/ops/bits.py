@@ -91,7 +91,8 @@ def _rp_infer(x: TensorType, exponent_bits, mantissa_bits) -> TensorType:
 
 def _rp_reference(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.ndarray:
     """Round to nearest even at ``mantissa_bits``, then flush to zero below and to infinity above
-    the exponent range of ``exponent_bits`` (XLA's algorithm, on the integer bits); NaN stays NaN."""
+    the exponent range of ``exponent_bits`` (XLA's algorithm, on the integer bits); NaN stays NaN,
+    except with ``mantissa_bits = 0``, where it becomes +inf (the StableHLO spec)."""
     src_e, src_m = _format(x.dtype)
     width = 8 * x.dtype.itemsize
     udt = np.dtype(f"u{x.dtype.itemsize}")
@@ -115,7 +116,9 @@ def _rp_reference(x: np.ndarray, exponent_bits: int, mantissa_bits: int) -> np.n
             signed_zero = bits & sign
             bits = np.where(overflow, signed_zero | exp_mask, np.where(underflow, signed_zero, bits))
     out = bits.astype(udt).view(x.dtype)
-    out = np.where(np.isnan(x), x, out)  # NaN stays NaN (as XLA keeps it, even without mantissa)
+    # NaN stays NaN where the format has a mantissa to hold it; without one (mantissa_bits = 0)
+    # the StableHLO spec (and its interpreter, and XLA's constant folding) make it +inf
+    out = np.where(np.isnan(x), x if mantissa_bits > 0 else np.array(np.inf, x.dtype), out)
     return np.asarray(out, x.dtype)
 
 

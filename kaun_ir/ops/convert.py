@@ -79,12 +79,15 @@ def _bitcast_reference(x, dtype):
     axis is the least significant part."""
     dt = np.dtype(dtype)
     src, dst = x.dtype.itemsize, dt.itemsize
-    x = np.ascontiguousarray(x)
+    shape = tuple(x.shape)
+    # viewed flat: NumPy cannot view a 0-d array as another width (and ascontiguousarray makes
+    # a 0-d array 1-d, which must not leak into the result's shape)
+    flat = np.ascontiguousarray(x).reshape(-1).view(dt)
     if src == dst:
-        return x.view(dt)
+        return flat.reshape(shape)
     if src > dst:
-        return x.view(dt).reshape(tuple(x.shape) + (src // dst,))
-    return x.view(dt).reshape(tuple(x.shape[:-1]))
+        return flat.reshape(shape + (src // dst,))
+    return flat.reshape(shape[:-1])
 
 
 def _bitcast_samples(rng):

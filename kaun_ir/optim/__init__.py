@@ -36,12 +36,12 @@ from kaun_ir.optim.core import (
     step,
     update,
 )
+from kaun_ir.optim.freezing import freeze
 from kaun_ir.optim.transforms import (
     add_decayed_weights,
     apply_every,
     ema,
     ema_params,
-    freeze,
     multi_steps,
     scale,
     scale_by_adam,
@@ -81,3 +81,8 @@ __all__ = [
     "adagrad",
     "schedule",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

@@ -13,6 +13,7 @@ import numbers
 from typing import Any
 
 from kaun_ir.optim.core import Algorithm, _clip, clip_grads_by_global_norm
+from kaun_ir.optim.freezing import trainable_only
 
 __all__ = ["chain", "clip_by_global_norm", "clip_by_global_norm_transform"]
 
@@ -22,6 +23,9 @@ def chain(*transforms: Algorithm) -> Algorithm:
 
     The state holds every member's trees in order; their slot names are prefixed with the
     member's position (``"1.mu"``). One step counter is shared (schedules see the same step).
+    An ``optim.ema`` after an ``optim.freeze`` averages the trainable leaves only
+    (``chain(freeze(adam(1e-3), layer.lora_frozen), ema(0.999))`` keeps no copy of the frozen
+    base model); ``optim.ema_params`` still reads back whole parameters.
     """
     if not transforms:
         raise ValueError("optim.chain: give at least one optimiser or transformation")
@@ -31,6 +35,7 @@ def chain(*transforms: Algorithm) -> Algorithm:
                 f"optim.chain: argument {i} must be an optim algorithm or transformation (e.g. "
                 f"optim.clip_by_global_norm(1.0), optim.adam(1e-3)), got {type(alg).__name__}"
             )
+    transforms = trainable_only(transforms)
     sizes = [len(alg.slots) for alg in transforms]
 
     def init(params):

@@ -28,6 +28,8 @@ def _number(
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"optim.{opt}: {name} must be a number, got {value!r}")
     value = float(value)
+    if value != value:
+        raise ValueError(f"optim.{opt}: {name} must be a number, got nan")
     too_high = high is not None and (value >= high if high_open else value > high)
     if value < low or too_high or value != value:
         upper = "" if high is None else f" and {'<' if high_open else '<='} {high}"

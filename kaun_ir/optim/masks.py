@@ -42,6 +42,12 @@ def decay_mask(opt: str, mask: Any) -> Callable[[Any], list]:
 
         return by_predicate
 
+    if not isinstance(mask, dict | list | tuple):
+        raise TypeError(
+            f"optim.{opt}: mask must be a predicate mask(path) on dotted parameter paths or a tree of "
+            f"bools shaped like the parameters, got {type(mask).__name__}"
+        )
+
     def by_tree(params):
         try:
             pairs = ptree.map2(lambda p, m: m, params, mask)

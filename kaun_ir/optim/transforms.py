@@ -13,8 +13,8 @@ outgoing ones; ``optim.chain`` composes them, and a chain is an optimiser::
   read with :func:`ema_params` (``train.predict(..., ema=True)``);
 - :func:`apply_every` (sum over ``k`` calls, emitted every ``k``-th) and :func:`multi_steps`
   (an optimiser that steps once per ``k`` calls on the mean gradient; optax ``MultiSteps``);
-- :func:`freeze`: an optimiser run on the trainable leaves only; frozen leaves get zero updates
-  and have no optimiser state.
+- ``freeze`` (in :mod:`kaun_ir.optim.freezing`): an optimiser run on the trainable leaves only;
+  frozen leaves get zero updates and have no optimiser state.
 """
 
 from __future__ import annotations
@@ -56,7 +56,6 @@ from kaun_ir.surface.elementwise import (
     where,
 )
 from kaun_ir.surface.promotion import astype, dtype_of, shape_of
-from kaun_ir.tree import nested as nested_tree
 
 __all__ = [
     "scale",
@@ -68,7 +67,6 @@ __all__ = [
     "ema_params",
     "apply_every",
     "multi_steps",
-    "freeze",
 ]
 
 
@@ -223,7 +221,7 @@ def ema(decay: float = 0.999, state_dtype: Any = None) -> Algorithm:
     averages of timm and Flax). Kept in the optimiser state, so it is saved with checkpoints;
     :func:`ema_params` reads it and ``train.predict(trainer, st, x, ema=True)`` predicts with it.
     """
-    decay = _number("ema", "decay", decay, 0.0, 1.0, high_open=False)
+    decay = _number("ema", "decay", decay, 0.0, 1.0)  # 1.0 would keep the initial weights forever
     state_dtype = _state_dtype_arg("ema", state_dtype)
 
     def init(params):
@@ -245,8 +243,14 @@ def ema(decay: float = 0.999, state_dtype: Any = None) -> Algorithm:
 
 def ema_params(alg: Algorithm, state: Any, params: Any = None) -> Any:
     """The weight average an :func:`ema` member of ``alg`` keeps in ``state`` (``alg`` itself, a
-    chain holding it, or anything whose last slot named ``ema`` / ``N.ema`` it is). With
-    ``params``, the average is cast to their dtypes. ``ValueError`` when ``alg`` keeps none."""
+    chain holding it, or anything whose last slot named ``ema`` / ``N.ema`` it is).
+
+    An average kept under ``optim.freeze`` (either order: ``freeze(chain(opt, ema), mask)`` or
+    ``chain(freeze(opt, mask), ema)``) holds the trainable leaves only. With ``params`` (the
+    current parameters) the result is a whole parameter tree: the averaged leaves cast to the
+    parameters' dtypes, every leaf the average does not hold (a frozen one, which never changes)
+    taken from ``params``. Without ``params``, the average as kept. ``ValueError`` when ``alg``
+    keeps none, or when the average holds a path ``params`` lacks."""
     slots = list(alg.slots)
     found = [i for i, name in enumerate(slots) if name == "ema" or name.endswith(".ema")]
     if not found:
@@ -257,7 +261,20 @@ def ema_params(alg: Algorithm, state: Any, params: Any = None) -> Any:
     average = state[1][found[-1]]
     if params is None:
         return average
-    return ptree.map2(lambda a, p: a if a.dtype == p.dtype else astype(a, p.dtype), average, params)
+    by_path = dict(ptree.flatten_with_paths(average))
+    leaves = []
+    for path, p in ptree.flatten_with_paths(params):
+        kept = by_path.pop(path, None)
+        if kept is None:  # not averaged: a frozen leaf, read from the current parameters
+            leaves.append(p)
+        else:
+            leaves.append(kept if kept.dtype == p.dtype else astype(kept, p.dtype))
+    if by_path:
+        raise ValueError(
+            f"optim.ema_params: the weight average holds {sorted(by_path)[:3]} that the parameters "
+            "lack; pass the parameters of the model this optimiser state was made for"
+        )
+    return ptree.flatten(params)[1](leaves)
 
 
 def _phase(t: Any, every: int) -> tuple[Any, Any]:
@@ -323,33 +340,3 @@ def multi_steps(inner: Algorithm, every: int) -> Algorithm:
     return Algorithm(
         init, step, "multi_steps", {"inner": inner, "every": every}, ("acc",) + tuple(inner.slots)
     )
-
-
-def freeze(inner: Algorithm, mask: Any) -> Algorithm:
-    """``inner`` on the trainable parameters only: ``mask`` selects the *frozen* leaves (a
-    predicate ``mask(path)`` / ``mask(path, param)`` on dotted paths, or a tree of bools). Frozen
-    leaves get zero updates and no optimiser state (``inner`` sees a tree of the trainable leaves
-    alone, with their own paths), so fine-tuning a few layers of a large model keeps moments for
-    those layers only. ``optim.chain(optim.freeze(optim.adamw(1e-4), lambda path:
-    path.startswith("embed")), ...)``."""
-    if not isinstance(inner, Algorithm):
-        raise TypeError(f"optim.freeze: inner must be an optim algorithm, got {type(inner).__name__}")
-    frozen = decay_mask("freeze", mask)
-
-    def trainable(tree, flags):
-        pairs = [pair for pair, off in zip(ptree.flatten_with_paths(tree), flags) if not off]
-        return nested_tree(pairs)
-
-    def init(params):
-        return tuple(inner.init(trainable(params, frozen(params))))
-
-    def step(t, trees, params, grads):
-        flags = frozen(params)
-        sub_updates, new = inner.step(t, trees, trainable(params, flags), trainable(grads, flags))
-        by_path = dict(ptree.flatten_with_paths(sub_updates))
-        out = []
-        for (path, p), off in zip(ptree.flatten_with_paths(params), flags):
-            out.append(zeros(shape_of(p), dtype_of(p)) if off else by_path[path])
-        return ptree.flatten(params)[1](out), tuple(new)
-
-    return Algorithm(init, step, "freeze", {"inner": inner, "mask": mask}, tuple(inner.slots))

@@ -49,3 +49,8 @@ __all__ = [
     "Pipeline",
     "pipeline",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kaun_ir import ptree
 from kaun_ir import tree as trees
 from kaun_ir.runtime import compilation
 from kaun_ir.runtime.jit import jit
@@ -54,6 +55,11 @@ def gather(tree: Any, to: int | str = "all") -> Any:
     if isinstance(tree, State):  # a training state: its arrays, as train.state_to_tree lays them out
         tree = state_to_tree(tree)
     leaves, treedef = trees.flatten(tree)
+    for path, leaf in ptree.flatten_with_paths(tree):
+        if isinstance(leaf, str | bytes):
+            raise TypeError(
+                f"kn.sharding.gather: the leaf at {path!r} is a {type(leaf).__name__}, not an array"
+            )
     out = list(leaves)
     pending: dict[Mesh, list[int]] = {}
     for i, leaf in enumerate(leaves):

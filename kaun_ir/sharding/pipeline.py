@@ -1,10 +1,11 @@
-"""Pipeline parallelism: the run of identical blocks of a ``sequential`` model split over a
-``stage`` mesh axis, micro-batches scheduled through it, all in the one executable of a step.
+"""Pipeline parallelism: the run of identical blocks of a model split over a ``stage`` mesh axis,
+micro-batches scheduled through it, all in the one executable of a step.
 
 ``train.make(model, opt, loss=..., mesh=m, pipeline=kn.sharding.pipeline(stages=S,
-microbatches=M))`` traces the training step with the model's longest run of identical
-consecutive blocks (a transformer's decoder blocks, an MLP stack's layers: same layer function,
-same parameter shapes) replaced by a pipelined loop, in the standard SPMD formulation:
+microbatches=M))`` traces the training step with the model's run of identical blocks (the
+transformer blocks of a ``kn.models`` decoder; the longest run of identical consecutive blocks
+of a ``sequential``: same layer function, same parameter shapes; see
+:mod:`kaun_ir.sharding.stages`) replaced by a pipelined loop, in the standard SPMD formulation:
 
 - the run's ``L`` blocks are cut into ``S`` stages of ``K = L / S`` consecutive blocks; their
   parameters are stacked inside the graph into arrays ``[S, K, ...]`` laid out over the
@@ -42,9 +43,7 @@ stage's blocks out of them.
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
-from typing import Any
 
 from kaun_ir import tree
 from kaun_ir.ir.builder import scope
@@ -52,6 +51,7 @@ from kaun_ir.layer.combinators import child_ctx
 from kaun_ir.layer.core import Layer
 from kaun_ir.runtime import mesh as runtime_mesh
 from kaun_ir.sharding.placement import constrain
+from kaun_ir.sharding.stages import locate
 from kaun_ir.surface.control import scan
 from kaun_ir.surface.creation import zeros
 from kaun_ir.surface.shapes import concatenate, reshape, stack
@@ -111,69 +111,19 @@ def pipeline(stages: int, microbatches: int, schedule: str = "gpipe", axis: str 
     return Pipeline(stages, microbatches, schedule, axis)
 
 
-def children(model: Layer) -> list | None:
-    """The layers of a ``layer.sequential`` (read from its apply function), or None."""
-    try:
-        layers = inspect.getclosurevars(model.apply).nonlocals.get("layers")
-    except TypeError:
-        return None
-    if isinstance(layers, list) and all(isinstance(c, Layer) for c in layers):
-        return layers
-    return None
-
-
-def _same_block(a: Layer, b: Layer, pa: Any, pb: Any) -> bool:
-    def sig(p):
-        leaves, treedef = tree.flatten(p)
-        return treedef, tuple((tuple(type_of(x).shape), type_of(x).dtype) for x in leaves)
-
-    code = getattr(a.apply, "__code__", None)
-    return (
-        a.name == b.name
-        and code is not None
-        and code is getattr(b.apply, "__code__", None)
-        and sig(pa) == sig(pb)
-    )
-
-
-def find_run(layers: list, params: list, stages: int) -> tuple[int, int]:
-    """``(start, end)`` of the longest run of identical consecutive blocks whose length is a
-    multiple of ``stages`` (the first such run of that length); raises ``ValueError`` if none."""
-    best = (0, 0)
-    i = 0
-    while i < len(layers):
-        j = i + 1
-        while j < len(layers) and _same_block(layers[i], layers[j], params[i], params[j]):
-            j += 1
-        n = (j - i) // stages * stages
-        if n > best[1] - best[0] and tree.flatten(params[i])[0]:
-            best = (i, i + n)
-        i = j
-    return best
-
-
 def apply(pipe: Pipeline, model: Layer, params, state, x, *, training: bool, ctx: dict, data_axis: str):
-    """The traced forward pass of ``model`` (a ``sequential``) with its block run pipelined;
-    returns ``(y, new_state)`` like ``model.apply``."""
-    layers = children(model)
-    if layers is None:
-        raise ValueError(
-            f"pipeline parallelism needs a layer.sequential model (a run of identical blocks); "
-            f"got layer {model.name!r}"
-        )
-    start, end = find_run(layers, list(params), pipe.stages)
-    if end == start:
-        raise ValueError(
-            f"pipeline parallelism over {pipe.stages} stages: the sequential {model.name!r} has no run "
-            f"of identical blocks (same layer, same parameter shapes) whose length is a multiple of "
-            f"{pipe.stages}"
-        )
-    for i in range(start, end):
-        if tree.flatten(state[i])[0]:
-            raise ValueError(
-                f"pipeline parallelism: block {i}.{layers[i].name} holds layer state (e.g. batch "
-                "norm statistics), which pipelined blocks cannot update"
-            )
+    """The traced forward pass of ``model`` (a ``sequential``, or a model declaring its run of
+    blocks such as a ``kn.models`` decoder) with its block run pipelined; returns ``(y,
+    new_state)`` like ``model.apply``. ``data_axis`` may be None (a mesh without one)."""
+    where = locate(pipe.stages, model, params, state)
+    if where.declared is not None:
+        run = where.declared
+        x = run.before(params, state, x, training=training, ctx=ctx)
+        blocks = run.blocks(params)
+        with scope(f"{run.path}.pipeline"):
+            x = _pipelined(pipe, [run.block] * len(blocks), blocks, [], x, training, ctx, data_axis)
+        return run.after(params, state, x, training=training, ctx=ctx), state
+    layers, start, end = where.layers, where.start, where.end
     new_state = list(state)
     for i in range(start):
         with scope(_path(i, layers[i])):

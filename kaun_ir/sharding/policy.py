@@ -168,7 +168,7 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
     def ins(params, state, opt_state, key, x, targets, *rest, **kwargs):
         pspecs = specs_of(params)
         axis = 1 if block else 0
-        ways = dict(mesh.axes)[data_axis]
+        ways = dict(mesh.axes)[data_axis] if data_axis is not None else 1
         for leaf in tree.flatten(x)[0]:
             shape = tuple(getattr(leaf, "shape", ()))
             if len(shape) > axis and shape[axis] % ways:
@@ -195,13 +195,20 @@ def step_shardings(mesh: Mesh, policy: Any, data_axis: str, block: bool):
     return ins, outs
 
 
-def check_training_layout(mesh: Any, data_axis: str, policy: Any) -> None:
-    """``train.make``'s checks: a kaun_ir mesh, a data axis it has, a policy that parses."""
+def check_training_layout(mesh: Any, data_axis: str, policy: Any, stages: Any = None) -> str | None:
+    """``train.make``'s checks: a kaun_ir mesh, a data axis it has, a policy that parses. Returns
+    the data axis the step splits the batch over: ``data_axis``, or None for a pipeline-parallel
+    trainer (``stages``, a ``kn.sharding.pipeline``) whose mesh has no such axis (a mesh of
+    stages only: every stage sees the whole batch, cut into micro-batches)."""
     if not isinstance(mesh, Mesh):
         raise TypeError(f"train.make: mesh must be a kn.sharding.mesh(...), got {type(mesh).__name__}")
-    if data_axis not in dict(mesh.axes):
-        raise ValueError(f"train.make: data_axis {data_axis!r} is not an axis of mesh {dict(mesh.axes)}")
+    axes = dict(mesh.axes)
+    if data_axis not in axes:
+        if stages is None or stages.axis not in axes or _policy(policy).fsdp:
+            raise ValueError(f"train.make: data_axis {data_axis!r} is not an axis of mesh {axes}")
+        data_axis = None
     _policy(policy)
+    return data_axis
 
 
 def place_state(mesh: Mesh, policy: Any, data_axis: str, params: Any, opt_state: Any) -> tuple:

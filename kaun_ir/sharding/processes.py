@@ -22,6 +22,11 @@ from kaun_ir.runtime.xla import backend
 __all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count", "local_devices"]
 
 
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
+
+
 def initialize(
     coordinator_address: str,
     num_processes: int,

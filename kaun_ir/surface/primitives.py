@@ -166,3 +166,8 @@ __all__ = [
     "decomposition",
     "PrimitiveError",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

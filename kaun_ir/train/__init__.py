@@ -64,7 +64,8 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
 
 
 __all__ = [

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,32 @@ def _count(value: Any, name: str, optional: bool = False) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 1:
         raise ValueError(f"train.fit: {name} must be an int >= 1, got {value!r}")
+
+
+def _path_or_none(value: Any, name: str) -> None:
+    if value is not None and not isinstance(value, str | os.PathLike):
+        raise TypeError(f"train.fit: {name} must be a directory path (str or os.PathLike), got {value!r}")
+
+
+def _eval_options(options: FitOptions) -> None:
+    metrics = options.eval_metrics
+    if metrics is not None:
+        if not isinstance(metrics, dict):
+            raise TypeError(
+                "train.fit: eval_metrics must be a dict {name: fn(outputs, *targets)}, got "
+                + type(metrics).__name__
+            )
+        for name, fn in metrics.items():
+            if not isinstance(name, str) or not callable(fn):
+                raise TypeError(
+                    f"train.fit: eval_metrics[{name!r}] must be a function, got {type(fn).__name__}"
+                )
+    if options.eval_data is not None and not isinstance(options.eval_data, Iterable):
+        raise TypeError(
+            f"train.fit: eval_data must be an iterable of batches, got {type(options.eval_data).__name__}"
+        )
+    if options.eval_data is None and (options.eval_every is not None or metrics):
+        raise ValueError("train.fit: eval_every= / eval_metrics= need eval_data= (the data to evaluate on)")
 
 
 def _profile_range(steps: Any) -> None:
@@ -97,6 +124,15 @@ class FitOptions:
             raise ValueError(
                 "train.fit: checkpoint_every= needs checkpoint_dir= (where to write the checkpoints)"
             )
+        if self.progress is not None and not isinstance(self.progress, bool):
+            raise TypeError(f"train.fit: progress must be None, True or False, got {self.progress!r}")
+        _path_or_none(self.checkpoint_dir, "checkpoint_dir")
+        _path_or_none(self.profile_dir, "profile_dir")
+        if not isinstance(self.resume, bool | str | os.PathLike):
+            raise TypeError(
+                f"train.fit: resume must be True, False or a checkpoint path, got {self.resume!r}"
+            )
+        _eval_options(self)
         _profile_range(self.profile_steps)
         if self.profile_steps is not None and self.profile_dir is None:
             raise ValueError("train.fit: profile_steps= needs profile_dir= (where to write the trace)")
@@ -121,6 +157,11 @@ class FitOptions:
 
     def check_data(self, data: Iterable) -> None:
         """The checks that need the training data itself."""
+        if not isinstance(data, Iterable):
+            raise TypeError(
+                f"train.fit: data must be an iterable of batches (a kn.data pipeline, a list of "
+                f"(x, y) tuples ...), got {type(data).__name__}"
+            )
         if self.eval_data is not None and self.eval_data is data and self.eval_every is not None:
             raise ValueError(
                 "train.fit: eval_data is the training pipeline; evaluating mid-pass would rewind it"

@@ -72,6 +72,16 @@ def _step_arguments(st: State, x: Any, targets: tuple) -> tuple[list, list]:
     return kinds, layers
 
 
+def _checked_policy(policy: Any) -> Any:
+    """``policy`` if ``train.make(..., remat=policy)`` takes it, else a ``ValueError`` now (before
+    the first of the report's compilations)."""
+    try:
+        as_policy(policy)
+    except (TypeError, ValueError) as err:
+        raise ValueError(f"kn.memory_report: remat policy {policy!r}: {err}") from None
+    return policy
+
+
 def memory_report(step: Any, *args: Any, remat: Sequence = DEFAULT_POLICIES, **kwargs: Any) -> MemoryReport:
     """Explain the memory of a compiled step (compiled, never run).
 
@@ -86,6 +96,11 @@ def memory_report(step: Any, *args: Any, remat: Sequence = DEFAULT_POLICIES, **k
 
     ``print(report)`` shows the table; see :class:`~kaun_ir.runtime.memory.MemoryReport`.
     """
+    if isinstance(remat, str):  # one policy named alone
+        remat = (remat,)
+    if not isinstance(remat, list | tuple):
+        raise TypeError(f"kn.memory_report: remat must be a list of remat policies, got {remat!r}")
+    remat = [_checked_policy(policy) for policy in remat]
     if isinstance(step, Trainer):
         if not args or not isinstance(args[0], State):
             raise TypeError("kn.memory_report(trainer, st, x, *targets): st must be a train.State")

@@ -8,14 +8,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kaun_ir import dtypes, layer, optim, passes, ptree, rng, tree
-from kaun_ir.errors import ShapeError
+from kaun_ir.layer.given import check_given, expected_vars
 from kaun_ir.precision import as_policy as as_precision_policy
 from kaun_ir.precision import loss_scaled
 from kaun_ir.runtime.backends import resolve as resolve_backend
 from kaun_ir.sharding.pipeline import Pipeline
 from kaun_ir.sharding.policy import check_training_layout, place_state
+from kaun_ir.sharding.stages import locate as locate_run
 from kaun_ir.surface import random
-from kaun_ir.surface.trace import ShapeDtype, trace_flat
 from kaun_ir.transforms.remat import as_policy as as_remat_policy
 
 __all__ = [
@@ -73,8 +73,8 @@ class Trainer:
     pipeline: str | None = None
     #: the device mesh the step is partitioned over (``kn.sharding.mesh``), or None: one device
     mesh: Any = None
-    #: the mesh axis the batch is split over (data parallelism)
-    data_axis: str = "data"
+    #: the mesh axis the batch is split over (data parallelism); None on a mesh of stages alone
+    data_axis: str | None = "data"
     #: how parameters and optimiser state are laid out on the mesh (see ``kn.sharding_policy``)
     param_sharding: Any = None
     #: ``(RematPolicy, depth)`` when the step rematerialises (``make(remat=...)``), else None
@@ -210,7 +210,7 @@ def make(
     ``"cse,dce"``); by default ``$KAUN_IR_TRAIN_PIPELINE`` if set when the step is compiled, else
     ``kn.runtime.pipelines.default_train_pipeline()``. ``pipeline=kn.sharding.pipeline(stages=S,
     microbatches=M, schedule=...)`` instead makes the step pipeline parallel: the model's run of
-    identical blocks split over the mesh's ``stage`` axis (see ``kaun_ir.sharding.pipeline``).
+    identical blocks split over the mesh's ``stage`` axis (see ``kaun_ir.sharding.stages``).
 
     ``mesh`` (``kn.sharding.mesh``): train on every device of the mesh, one SPMD program
     partitioned by XLA. The batch (``x`` and the targets) is split along its first dimension
@@ -245,8 +245,8 @@ def make(
         stages, pipeline = pipeline, None
     if pipeline is not None:
         pipeline = str(passes.Pipeline.parse(pipeline))  # a bad pipeline fails here, not mid-training
-    if mesh is not None:
-        check_training_layout(mesh, data_axis, param_sharding)
+    if mesh is not None:  # a mesh of pipeline stages alone has no data axis: data_axis becomes None
+        data_axis = check_training_layout(mesh, data_axis, param_sharding, stages)
     elif param_sharding is not None:
         raise ValueError("train.make: param_sharding needs a mesh= to lay parameters out on")
     if remat is not None:
@@ -275,6 +275,8 @@ def make_state(trainer: Trainer, vars: layer.Vars) -> State:
     """A fresh training state around existing (e.g. loaded) variables: new optimiser state,
     step 0, and a base key from the current ``kn.rng`` scope (seed 0 outside any scope). On a
     trainer's mesh, parameters and optimiser state are laid out as the trainer says."""
+    if trainer.stages is not None:  # a model the pipeline cannot split is refused here, not mid-step
+        locate_run(trainer.stages.stages, trainer.model, vars.params, vars.state)
     opt_state = optim.init(trainer.optimizer, vars.params)
     if trainer.mesh is not None:
         params, opt_state = place_state(
@@ -294,82 +296,58 @@ def init(trainer: Trainer, dtype=dtypes.float32, example=None, vars: Any = None)
     ``checkpoint.load``, another framework ...; the layer state is then the model's fresh one).
     They are checked against the tree the model's ``init`` makes (traced abstractly, nothing
     runs): a missing or extra path, or a shape that differs, is a ``kn.ShapeError`` naming the
-    path and both shapes. The given arrays are used as they are (``dtype`` is theirs); the
-    optimiser state is fresh and the step count 0."""
+    path and both shapes; a leaf that is not a float array where the model has one, or a host
+    array holding NaN or inf, is refused too. The given arrays are used as they are (``dtype`` is
+    theirs; a float64 tree needs ``dtype=kn.float64``, so NumPy's default float type never turns
+    the whole step into float64 unasked); the optimiser state is fresh and the step count 0."""
     if vars is None:
         return make_state(trainer, layer.init(trainer.model, example, dtype))
-    return make_state(trainer, _given_vars(trainer, vars, example))
+    return make_state(trainer, _given_vars(trainer, vars, example, dtype))
 
 
-def _expected_vars(model: layer.Layer, example: Any, dtype: Any) -> tuple[Any, Any]:
-    """``(params, state)`` of ``layer.init(model, example)`` as ``kn.ShapeDtype`` trees (an abstract
-    trace; the current rng scope is not advanced)."""
-
-    def make():
-        with rng.scope(0):
-            v = layer.init(model, example, dtype)
-        return v.params, v.state
-
-    traced = trace_flat(make, (), {})
-    leaves = [ShapeDtype(v.type.shape, v.type.dtype) for v in traced.graph.outputs]
-    return tree.unflatten(traced.out_treedef, leaves)
-
-
-def _shape_text(shape) -> str:
-    return "[" + ",".join(str(d) for d in shape) + "]"
-
-
-def _check_tree(model: layer.Layer, what: str, expected: Any, given: Any) -> None:
-    want = dict(ptree.flatten_with_paths(expected))
-    have = dict(ptree.flatten_with_paths(given))
-    name = f"model {model.name!r}"
-    missing = [path for path in want if path not in have]
-    if missing:
-        raise ShapeError(
-            f"train.init(vars=...): the given {what} lack {missing[:5]} (shape "
-            f"{_shape_text(want[missing[0]].shape)}), which {name} has"
-        )
-    extra = [path for path in have if path not in want]
-    if extra:
-        raise ShapeError(
-            f"train.init(vars=...): the given {what} have {extra[:5]}, which {name} does not have"
-        )
-    for path, spec in want.items():
-        shape = tuple(getattr(have[path], "shape", ()))
-        if shape != tuple(spec.shape):
-            raise ShapeError(
-                f"train.init(vars=...): the {what} at {path!r} have shape "
-                f"{_shape_text(shape)}, {name} expects {_shape_text(spec.shape)}"
-            )
-    if not ptree.structure_equal(expected, given):  # same paths, other containers (list vs dict)
-        try:
-            ptree.map2(lambda a, b: None, expected, given)
-        except ValueError as err:
-            raise ShapeError(f"train.init(vars=...): the given {what} do not match {name}: {err}") from None
-
-
-def _given_vars(trainer: Trainer, given: Any, example: Any) -> layer.Vars:
+def _given_vars(trainer: Trainer, given: Any, example: Any, requested: Any) -> layer.Vars:
     if not isinstance(given, layer.Vars) and isinstance(getattr(given, "vars", None), layer.Vars):
         given = given.vars  # e.g. kn.models.from_pretrained(...)
     if isinstance(given, layer.Vars):
         params, state, dtype = given.params, given.state, given.dtype
+    elif isinstance(given, (dict, list, tuple)):
+        params, state, dtype = given, None, _float_dtype_of(given, requested)
     else:
-        params, state, dtype = given, None, _float_dtype_of(given)
-    want_params, want_state = _expected_vars(trainer.model, example, dtype)
-    _check_tree(trainer.model, "parameters", want_params, params)
+        raise TypeError(
+            "train.init: vars must be a layer.Vars, a parameter tree (dict / list of arrays) or a "
+            f"model from kn.models.from_pretrained, got {type(given).__name__}"
+        )
+    want_params, want_state = expected_vars(trainer.model, example, dtype)
+    check_given(trainer.model, WHO, "parameters", want_params, params)
     if state is None:
         state = layer.init(trainer.model, example, dtype).state if tree.flatten(want_state)[0] else want_state
     else:
-        _check_tree(trainer.model, "layer state", want_state, state)
+        check_given(trainer.model, WHO, "layer state", want_state, state)
     return layer.Vars(params, state, dtype)
 
 
-def _float_dtype_of(params: Any) -> Any:
-    for leaf in tree.flatten(params)[0]:
+WHO = "train.init(vars=...)"
+
+
+def _float_dtype_of(params: Any, requested: Any) -> Any:
+    """The one float dtype of the given parameters. float64 only when asked for with ``dtype=``
+    (a NumPy float64 tree is a common accident: it would turn the whole step into float64)."""
+    found = {}
+    for path, leaf in ptree.flatten_with_paths(params):
         dt = getattr(leaf, "dtype", None)
         if dt is not None and dtypes.is_float(dtypes.canonical(dt)):
-            return dtypes.canonical(dt)
-    return dtypes.float32
+            found.setdefault(dtypes.canonical(dt), path)
+    if len(found) > 1:
+        named = ", ".join(f"{dtypes.short_name(d)} at {p!r}" for d, p in found.items())
+        raise TypeError(f"{WHO}: the parameters mix float dtypes ({named}); convert them to one")
+    dtype = next(iter(found), dtypes.float32)
+    if dtype == dtypes.float64 and dtypes.canonical(requested) != dtypes.float64:
+        raise TypeError(
+            f"{WHO}: the parameters are float64 (e.g. {found[dtype]!r}) but the state would be "
+            f"{dtypes.short_name(requested)}; convert them (np.asarray(w, np.float32)) or ask for "
+            "float64 training with train.init(trainer, dtype=kn.float64, vars=...)"
+        )
+    return dtype
 
 
 def vars(st: State) -> layer.Vars:  # noqa: A001 - the API's name

@@ -193,6 +193,8 @@ def predict(trainer: Trainer, st: State, x: Any, ctx: dict | None = None, ema: b
     data axis, and the result is a global array of which this process holds its rows
     (``kn.sharding.gather`` brings it whole to the host)."""
     check_state(st, "predict")
+    if not isinstance(ema, bool):
+        raise TypeError(f"train.predict: ema must be True or False, got {ema!r}")
     v = ema_vars(trainer, st) if ema else st.vars
     if trainer.mesh is not None and backend.process_count() > 1:
         x, _ = builder.global_batch(trainer, x, ())

@@ -1,7 +1,9 @@
 """Programs in and out of other systems: the StableHLO and PyTorch importers and ``jax.export`` serialisation.
 
 ``kn.interop`` is this package: ``torch_function`` (a PyTorch module as a traceable kaun_ir
-function), ``from_torch`` and ``torch_inputs`` (also ``kn.ir.from_torch`` / ``kn.ir.torch_inputs``).
+function), ``torch_layer`` (a PyTorch module as a ``kn.layer.Layer``: parameters as params,
+buffers as state), ``from_torch`` and ``torch_inputs`` (also ``kn.ir.from_torch`` /
+``kn.ir.torch_inputs``).
 """
 
 from kaun_ir.runtime.interop.torch_import import (
@@ -11,5 +13,11 @@ from kaun_ir.runtime.interop.torch_import import (
     torch_function,
     torch_inputs,
 )
+from kaun_ir.runtime.interop.torch_layer import torch_layer
 
-__all__ = ["TorchFunction", "covered_ops", "from_torch", "torch_function", "torch_inputs"]
+__all__ = ["TorchFunction", "covered_ops", "from_torch", "torch_function", "torch_inputs", "torch_layer"]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)

@@ -24,14 +24,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from kaun_ir import dtypes
+from kaun_ir import dtypes, tree
 from kaun_ir.errors import TorchImportError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph
+from kaun_ir.runtime.interop.torch_export import export
 from kaun_ir.runtime.interop.torch_ops import ATEN
 from kaun_ir.runtime.interop.torch_program import Program, program_of
 from kaun_ir.runtime.interop.torch_program import load_torch as _torch
 from kaun_ir.surface.tensor import Tensor, to_value, type_of
+from kaun_ir.surface.trace import ShapeDtype, trace_flat
 from kaun_ir.tree import nested as nested_tree
 
 __all__ = ["TorchFunction", "covered_ops", "from_torch", "torch_function", "torch_inputs"]
@@ -155,6 +157,7 @@ class TorchFunction:
         kind, out_kind = self._program.kinds
         user = iter(_leaves(args))
         inputs = []
+        inputs_seen: list = []  # the user inputs so far, for the error's position
         for spec, expected in zip(self._program.input_specs, self._program.input_types):
             if spec.kind == kind.USER_INPUT:
                 try:
@@ -164,11 +167,13 @@ class TorchFunction:
                         "the function was called with fewer inputs than it was exported with"
                     ) from None
                 leaf = leaf if isinstance(leaf, Tensor) else _to_numpy(leaf)
+                inputs_seen.append(leaf)
                 if tuple(type_of(leaf).shape) != expected.shape:
                     raise TorchImportError(
-                        f"input {spec.arg.name} has shape {list(type_of(leaf).shape)}, but the program was "
-                        f"exported for {list(expected.shape)}: "
-                        "export with inputs of the shape it is called with"
+                        f"torch_function: input {len(inputs_seen)} ({spec.arg.name!r} in the program) "
+                        f"has shape {list(type_of(leaf).shape)}, but the program was exported for "
+                        f"{list(expected.shape)}: export it with example inputs of the shape it is "
+                        "called with"
                     )
                 inputs.append(leaf)
             elif spec.target in self._names:
@@ -204,7 +209,7 @@ def torch_function(module, *example_args) -> tuple[TorchFunction, dict]:
     example = tuple(
         a if isinstance(a, torch.Tensor) else torch.as_tensor(np.asarray(a)) for a in example_args
     )
-    program = Program(torch.export.export(module, example))
+    program = Program(export(torch, module, example))
     kind = program.kinds[0]
     entries = module.state_dict(keep_vars=True)
     # a tensor under several names (tied weights) goes by its first name, as in named_parameters()
@@ -225,4 +230,16 @@ def torch_function(module, *example_args) -> tuple[TorchFunction, dict]:
             params[names[spec.target]] = value
         else:
             constants[spec.target] = value
-    return TorchFunction(program, names, constants, module.training), nested_tree(params)
+    fn, params = TorchFunction(program, names, constants, module.training), nested_tree(params)
+    _check_coverage(fn, params, example)
+    return fn, params
+
+
+def _check_coverage(fn: TorchFunction, params: dict, example: tuple) -> None:
+    """Walk the program once abstractly (nothing runs): an op without a mapping, a construct the
+    importer refuses (torch.cond, dropout in train mode ...) raises here, when the module is
+    imported, not at the first call after a trainer and a data pipeline were built."""
+    abstract = [ShapeDtype(tuple(a.shape), _to_numpy(a.reshape(-1)[:0]).dtype) for a in example]
+    leaves, treedef = tree.flatten(params)
+    abstract_params = tree.unflatten(treedef, [ShapeDtype(v.shape, v.dtype) for v in leaves])
+    trace_flat(fn, (abstract_params, *abstract), {})

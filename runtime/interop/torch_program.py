@@ -9,9 +9,11 @@ torch is imported only when a program is walked (it is an optional extra).
 
 from __future__ import annotations
 
+import contextlib
 import operator
 import os
 import re
+import warnings
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -23,8 +25,16 @@ from kaun_ir.runtime.interop.torch_ops import ATEN, dtype_of_torch
 from kaun_ir.surface.promotion import astype
 from kaun_ir.surface.tensor import type_of
 
-__all__ = ["Program", "load_torch", "program_of"]
+__all__ = ["Program", "load_torch", "program_of", "quiet_torch_warnings"]
 
+#: the user-facing names of the higher-order ops torch.export records
+HIGHER_ORDER = {
+    "cond": "torch.cond",
+    "while_loop": "torch.while_loop",
+    "map_impl": "torch.map",
+    "scan": "torch.scan",
+    "associative_scan": "torch.associative_scan",
+}
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 _PROGRAMS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -34,6 +44,20 @@ def load_torch():
     import torch  # noqa: PLC0415 - optional package (the interop extra), loaded on first use
 
     return torch
+
+
+#: the one FutureWarning torch (2.10 and later) prints from its own code when a program is exported
+#: or decomposed (its pytree's deprecated ``LeafSpec``): nothing a user of kaun_ir can act on
+_TORCH_TREESPEC_WARNING = r"`isinstance\(treespec, LeafSpec\)` is deprecated"
+
+
+@contextlib.contextmanager
+def quiet_torch_warnings():
+    """Silence exactly torch's internal ``LeafSpec`` FutureWarning while kaun_ir calls into
+    ``torch.export``; every other warning (and this one outside the block) is shown as usual."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_TORCH_TREESPEC_WARNING, category=FutureWarning)
+        yield
 
 
 class _Missing:
@@ -55,7 +79,7 @@ def _module_path(node) -> str:
 def _source(node, skip: str) -> str:
     """``file:line`` of the innermost frame of the node's stack trace outside torch itself."""
     frames = _FRAME.findall(node.meta.get("stack_trace") or "")
-    outside = [f for f in frames if not os.path.realpath(f[0]).startswith(skip)] or frames
+    outside = [f for f in frames if not f[0].startswith("<") and not os.path.realpath(f[0]).startswith(skip)]
     if not outside:
         return ""
     filename, line = outside[-1]
@@ -85,7 +109,8 @@ class Program:
                 f"from_torch takes a torch.export.ExportedProgram (torch.export.export(module, args)), "
                 f"got {type(exported).__name__}"
             )
-        self.program = exported.run_decompositions()
+        with quiet_torch_warnings():
+            self.program = exported.run_decompositions()
         self.torch_dir = os.path.dirname(os.path.realpath(torch.__file__)) + os.sep
         signature = self.program.graph_signature
         self.input_specs = list(signature.input_specs)
@@ -126,6 +151,9 @@ class Program:
             if node.op == "output":
                 outs = self._resolve(node.args[0], env, "the program's output")
                 return list(outs)
+            if node.op == "get_attr":  # a subgraph of a higher-order op: named by the op that uses it
+                env[node] = _Missing(f"subgraph {node.name}", "")
+                continue
             if node.op != "call_function":
                 raise TorchImportError(f"FX node {node.name} ({node.op}) is not supported")
             env[node] = self._call(node, env, prefix)
@@ -160,6 +188,12 @@ class Program:
             return env[container][i]
         name = str(node.target)
         handler = ATEN.get(name)
+        if handler is None and isinstance(node.target, load_torch()._ops.HigherOrderOperator):
+            construct = HIGHER_ORDER.get(node.target.name(), f"torch.ops.higher_order.{node.target.name()}")
+            raise TorchImportError(
+                f"{construct} in {where}: higher-order control flow is not supported by the PyTorch "
+                "importer; compute both branches and select with torch.where, or unroll the loop"
+            )
         if handler is None:
             raise TorchImportError(f"{name} in {where}: this ATen op has no mapping in kaun_ir's op table")
         args = self._resolve(node.args, env, f"{name} in {where}")

@@ -1,8 +1,11 @@
 """A check of MLIR bytecode's frame, in Python, before any MLIR reader sees the bytes: the magic,
-the format version, the producer string, the sections' lengths and alignment, and that every
-string is UTF-8 (MLIR's readers abort the process on a string that is not)."""
+the format version, the producer string, the sections' lengths and alignment, that every string
+is UTF-8 (MLIR's readers abort the process on a string that is not), and that no attribute or type
+of the builtin dialect refers to itself (MLIR's reader never finishes on such a table)."""
 
 from __future__ import annotations
+
+from kaun_ir.runtime.xla.mlir_bytecode_refs import check_references
 
 __all__ = ["BYTECODE_MAGIC", "bytecode_producer"]
 
@@ -41,6 +44,7 @@ def bytecode_producer(data: bytes, source: str = "the module") -> str:
     except UnicodeDecodeError:
         raise ValueError(f"{source}: the MLIR bytecode's producer string is not UTF-8") from None
     pos = end + 1
+    sections: dict[int, bytes] = {}
     while pos < len(data):
         section = data[pos]
         section_id, aligned = section & 0x7F, section & 0x80
@@ -60,7 +64,9 @@ def bytecode_producer(data: bytes, source: str = "the module") -> str:
             )
         if section_id == 0:  # the string section: every string must be UTF-8
             _check_strings(data[pos : pos + length], source)
+        sections[section_id] = data[pos : pos + length]
         pos += length
+    check_references(sections, version, source)
     return producer
 
 

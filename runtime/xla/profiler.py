@@ -25,6 +25,18 @@ def stop() -> None:
     jax.profiler.stop_trace()
 
 
+def wait_for_device() -> None:
+    """Wait until every array alive in this process is computed: the device has no queued work
+    left that a trace started or stopped now would cut in half."""
+    import jax  # noqa: PLC0415 - jax loads when a profile starts
+
+    for array in jax.live_arrays():
+        try:
+            array.block_until_ready()
+        except Exception:  # noqa: BLE001, S112 - a donated or deleted array has nothing to wait for
+            continue
+
+
 def trace_files(logdir: str) -> list[str]:
     """The Chrome trace-event files under ``logdir``, oldest first."""
     # escaped: a logdir such as "runs/[exp]" is a name, not a pattern

@@ -89,13 +89,14 @@ import os
 import sys
 
 from kaun_ir.runtime import disk_cache
+from kaun_ir.tools.bench import categories as bench_categories
 from kaun_ir.tools.bench import compile as bench_compile
 from kaun_ir.tools.bench import flops as bench_flops
 from kaun_ir.tools.bench.measure import bench_workload
 from kaun_ir.tools.bench.reference import torch_status
 from kaun_ir.tools.bench.report import print_json, print_text
 from kaun_ir.tools.bench.runners import VARIANTS
-from kaun_ir.tools.bench.workloads import WORKLOADS
+from kaun_ir.tools.bench.workloads import DEFAULT_WORKLOADS, WORKLOADS
 
 
 def add_parser(sub) -> None:
@@ -120,7 +121,8 @@ def _add_workload_options(parser) -> None:
         "--workload",
         action="append",
         default=None,
-        help=f"workload(s), repeatable or comma-separated: {', '.join(WORKLOADS)} (default: all)",
+        help=f"workload(s), repeatable or comma-separated: {', '.join(WORKLOADS)} (default: all but the "
+        "real-size gpt2_small rows)",
     )
     parser.add_argument(
         "--steps",
@@ -189,6 +191,13 @@ def _add_measurement_options(parser) -> None:
         help="with --memory: also each kaun_ir row's first step with a warm persistent compilation "
         "cache (two more child processes sharing a new cache directory; JSON first_step_warm_s)",
     )
+    parser.add_argument(
+        "--categories",
+        action="store_true",
+        help="instead of throughput: profile kaun_ir's step and PyTorch's (eager, and compiled with "
+        "--torch-compile) side by side and print ms per step by category (products, attention, "
+        "softmax, norms, element-wise, copies, optimiser, idle); see kaun_ir.tools.bench.categories",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     parser.add_argument(
         "--compile",
@@ -205,9 +214,10 @@ def _add_measurement_options(parser) -> None:
 
 
 def parse_workloads(values: list[str] | None) -> list[str]:
-    """``["mlp,cnn", "transformer"]`` -> ``["mlp", "cnn", "transformer"]``; None -> all."""
+    """``["mlp,cnn", "transformer"]`` -> ``["mlp", "cnn", "transformer"]``; None -> the default
+    workloads (all but the real-size GPT-2 rows, which are named with ``-w``)."""
     if not values:
-        return list(WORKLOADS)
+        return list(DEFAULT_WORKLOADS)
     names = [name.strip() for value in values for name in value.split(",") if name.strip()]
     unknown = [name for name in names if name not in WORKLOADS]
     if unknown:
@@ -297,6 +307,16 @@ def run(args) -> int:
         os.environ[disk_cache.ENV] = "off"
     if args.compile:
         return _run_compile(args, names)
+    if args.categories:
+        for name in names:
+            steps = args.steps or WORKLOADS[name].steps
+            print(
+                bench_categories.table(
+                    name, bench_categories.run(name, steps, args.small, args.torch_compile)
+                )
+            )
+            print()
+        return 0
     try:
         plan = [plan_workload(args, name) for name in names]
     except ValueError as err:

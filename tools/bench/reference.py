@@ -13,12 +13,24 @@ from kaun_ir.tools.bench.workloads import NUM_BATCHES, Setup, Workload
 # ------------------------------------------------------------------------------ JAX reference
 
 
+def trains_lora_only(spec: tuple) -> bool:
+    """The optimiser spec trains the LoRA adapters alone (``params["lora"]``)."""
+    return spec[-1] == "lora"
+
+
 def _jax_optax_optimizer(spec: tuple):
     import optax
 
     if spec[0] == "adam":
-        return optax.adam(spec[1])
-    return optax.adamw(spec[1], weight_decay=spec[2])
+        opt = optax.adam(spec[1])
+    else:
+        opt = optax.adamw(spec[1], weight_decay=spec[2])
+    if trains_lora_only(spec):  # the base frozen: no state for it, zero updates
+        return optax.multi_transform(
+            {"train": opt, "frozen": optax.set_to_zero()},
+            lambda params: {k: ("train" if k == "lora" else "frozen") for k in params},
+        )
+    return opt
 
 
 def make_jax_step(workload: Workload, cfg: dict):
@@ -35,8 +47,15 @@ def make_jax_step(workload: Workload, cfg: dict):
         logits = workload.jax_forward(params, x, cfg)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
+    def lora_loss_of(adapters, base, x, y):  # the gradient of the adapters alone
+        return loss_of({"base": base, "lora": adapters}, x, y)
+
     def step(params, opt_state, x, y):
-        value, grads = jax.value_and_grad(loss_of)(params, x, y)
+        if trains_lora_only(workload.optimizer):
+            value, lora_grads = jax.value_and_grad(lora_loss_of)(params["lora"], params["base"], x, y)
+            grads = {"base": jax.tree_util.tree_map(jax.numpy.zeros_like, params["base"]), "lora": lora_grads}
+        else:
+            value, grads = jax.value_and_grad(loss_of)(params, x, y)
         updates, opt_state = opt.update(grads, opt_state, params)
         return value, optax.apply_updates(params, updates), opt_state
 
@@ -129,15 +148,18 @@ class TorchRunner:
         from kaun_ir import tree
 
         workload, cfg = setup.workload, setup.cfg
-        leaves, treedef = tree.flatten(setup.params)
-        self.leaves = [torch.tensor(np.array(a), requires_grad=True) for a in leaves]
-        self.params = tree.unflatten(treedef, self.leaves)
         spec = workload.optimizer
+        paths = [path for path, _ in tree.paths(setup.params)]
+        leaves, treedef = tree.flatten(setup.params)
+        trained = [not trains_lora_only(spec) or path.startswith("lora.") for path in paths]
+        self.leaves = [torch.tensor(np.array(a), requires_grad=t) for a, t in zip(leaves, trained)]
+        self.params = tree.unflatten(treedef, self.leaves)
+        optimised = [leaf for leaf, t in zip(self.leaves, trained) if t]
         if spec[0] == "adam":
-            self.opt = torch.optim.Adam(self.leaves, lr=spec[1], betas=(0.9, 0.999), eps=1e-8)
+            self.opt = torch.optim.Adam(optimised, lr=spec[1], betas=(0.9, 0.999), eps=1e-8)
         else:
             self.opt = torch.optim.AdamW(
-                self.leaves, lr=spec[1], betas=(0.9, 0.999), eps=1e-8, weight_decay=spec[2]
+                optimised, lr=spec[1], betas=(0.9, 0.999), eps=1e-8, weight_decay=spec[2]
             )
 
         def as_torch(a):  # integer ids and labels as int64, what embedding / cross_entropy take

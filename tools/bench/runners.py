@@ -87,11 +87,10 @@ def implementations(
 
 
 def _kaun_optimizer(spec: tuple):
-    from kaun_ir import optim
+    from kaun_ir import layer, optim
 
-    if spec[0] == "adam":
-        return optim.adam(spec[1])
-    return optim.adamw(spec[1], weight_decay=spec[2])
+    opt = optim.adam(spec[1]) if spec[0] == "adam" else optim.adamw(spec[1], weight_decay=spec[2])
+    return optim.freeze(opt, layer.lora_frozen) if spec[-1] == "lora" else opt
 
 
 def _kaun_trainer(setup: Setup, variant: str | None = None):

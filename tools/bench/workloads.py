@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from kaun_ir.tools.bench import gpt2 as bench_gpt2
 from kaun_ir.tools.bench import resnet as bench_resnet
 from kaun_ir.tools.bench import rnn as bench_rnn
 from kaun_ir.tools.bench import transformer as bench_transformer
@@ -173,7 +174,9 @@ class Workload:
     jax_forward: Callable[[Any, Any, dict], Any]
     torch_forward: Callable[[Any, Any, dict], Any]
     batch: Callable[[dict, int], tuple]
-    optimizer: tuple  # ("adam", lr) or ("adamw", lr, weight_decay)
+    #: ("adam", lr) or ("adamw", lr, weight_decay); a last element "lora" trains the LoRA
+    #: adapters alone (the base parameters frozen: no gradient, no optimiser state)
+    optimizer: tuple
     full: dict = field(default_factory=dict)
     small: dict = field(default_factory=dict)
     #: the CLI's defaults for this workload: steps per round (long enough that a round is not
@@ -181,6 +184,12 @@ class Workload:
     steps: int = 32
     steps_per_call: int = 16
     stateful: bool = False
+    #: run when no workload is named (the real-size rows take minutes: named with -w only)
+    default: bool = True
+
+
+GPT2_SMALL = {"layers": 12, "dim": 768, "heads": 12, "seq": 128, "batch": 4, "vocab": 50257}
+GPT2_TINY = {"layers": 2, "dim": 32, "heads": 4, "seq": 8, "batch": 2, "vocab": 64}
 
 
 def _image_cfg(batch: int, x_rest: tuple, **extra) -> dict:
@@ -290,8 +299,40 @@ WORKLOADS: dict[str, Workload] = {
             steps=8,
             steps_per_call=0,
         ),
+        Workload(
+            "gpt2_small",
+            "GPT-2 124M (kn.models.gpt2: 12 layers, d_model 768, 12 heads, vocab 50257), seq 128, "
+            "batch 4; AdamW 1e-4 (decay 0.01)",
+            bench_gpt2.kaun_model,
+            bench_gpt2.jax_forward,
+            bench_gpt2.torch_forward,
+            _token_batch,
+            ("adamw", 1e-4, 0.01),
+            full=GPT2_SMALL,
+            small=GPT2_TINY,
+            steps=4,
+            steps_per_call=0,
+            default=False,
+        ),
+        Workload(
+            "gpt2_small_lora",
+            "gpt2_small with rank-8 LoRA adapters on every attention query and value (base "
+            "frozen); AdamW 1e-3 (decay 0.01) on the adapters",
+            bench_gpt2.kaun_model,
+            bench_gpt2.jax_forward,
+            bench_gpt2.torch_forward,
+            _token_batch,
+            ("adamw", 1e-3, 0.01, "lora"),
+            full={**GPT2_SMALL, "lora": True},
+            small={**GPT2_TINY, "lora": True},
+            steps=4,
+            steps_per_call=0,
+            default=False,
+        ),
     ]
 }
+#: the workloads ``kaun-ir bench`` runs when none is named
+DEFAULT_WORKLOADS = [name for name, w in WORKLOADS.items() if w.default]
 
 
 def initial_params(structure: Any, seed: int) -> Any:

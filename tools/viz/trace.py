@@ -16,6 +16,8 @@ import json
 import os
 import sys
 
+from kaun_ir.fileio import atomic_write
+
 _UNNAMED = "(no layer path)"
 
 
@@ -108,23 +110,45 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--last-us", type=float, default=None, help="show only the last N microseconds")
     args = parser.parse_args(argv)
-    page = render(args.trace, last_us=args.last_us)
-    with open(args.output, "w", encoding="utf-8") as handle:
-        handle.write(page)
+    try:
+        page = render(args.trace, last_us=args.last_us)
+        atomic_write(args.output, page)
+    except (OSError, ValueError) as err:  # a missing, unreadable or kernel-less trace
+        print(f"viz.trace: error: {err}", file=sys.stderr)
+        return 1
     if args.png:
-        from playwright.sync_api import sync_playwright  # noqa: PLC0415 - only for --png
+        try:
+            _picture(args.output, args.png)
+        except RuntimeError as err:
+            print(f"viz.trace: error: {err} (the page {args.output} was written)", file=sys.stderr)
+            return 1
+    return 0
 
-        from kaun_ir.tools.viz.screenshot import find_browser  # noqa: PLC0415 - only for --png
 
+def _picture(page_path: str, png_path: str) -> None:
+    """Save a full-page screenshot of ``page_path``; ``RuntimeError`` in one line when Playwright
+    or a Chromium is missing or the browser cannot start."""
+    from kaun_ir.tools.viz.screenshot import BROWSER_ENV, find_browser  # noqa: PLC0415 - only for --png
+
+    try:
+        from playwright.sync_api import Error, sync_playwright  # noqa: PLC0415 - only for --png
+    except ImportError:
+        raise RuntimeError("--png needs Playwright: pip install playwright") from None
+    browser_path = find_browser()
+    if browser_path is None:
+        raise RuntimeError(f"--png found no Chromium: install chromium or set ${BROWSER_ENV}")
+    try:
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=find_browser())
+            browser = playwright.chromium.launch(executable_path=browser_path)
             try:
                 page_view = browser.new_page(viewport={"width": 1400, "height": 200})
-                page_view.goto("file://" + os.path.abspath(args.output))
-                page_view.screenshot(path=args.png, full_page=True)
+                page_view.goto("file://" + os.path.abspath(page_path))
+                page_view.screenshot(path=png_path, full_page=True)
             finally:
                 browser.close()
-    return 0
+    except Error as err:  # Playwright's own: the browser would not start, or died
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RuntimeError(f"--png could not drive {browser_path}: {first}") from None
 
 
 if __name__ == "__main__":

@@ -36,3 +36,8 @@ __all__ = [
     "gumbel",
     "categorical",
 ]
+
+
+def __dir__() -> list[str]:
+    """The public names (``__all__``): what ``dir()`` and tab completion show."""
+    return sorted(__all__)
