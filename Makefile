@@ -26,8 +26,9 @@ test: $(STAMP)
 		--ignore=tests/test_interop_torch_programs.py
 
 # The tests that need the `interop` extra (PyTorch, transformers, flatbuffers), the `iree` extra
-# (IREE's compiler and runtime: the tests of the IREE backend, which `make test` skips without it) and the long tests:
-# the two PyTorch files and every test marked `interop` or `long` (pyproject.toml), so nothing that
+# (IREE's compiler and runtime) and the long tests: the two PyTorch files and the IREE backend's
+# file (which `make test` skips, with its reason, without IREE), then every test marked `interop`
+# or `long` (pyproject.toml), so nothing that
 # `make test` ran runs again; last the StableHLO interpreter's own test suite, each case imported and
 # run raw and optimised, when KAUN_IR_STABLEHLO_SUITE names a checkout of openxla/stablehlo (its
 # tests skip otherwise; docs/interop.md, "The StableHLO interpreter's test suite"). Installs the extra into the same virtual environment on first use.
@@ -38,10 +39,10 @@ $(INTEROP_STAMP): $(STAMP) pyproject.toml
 
 test-interop: $(INTEROP_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
-		tests/test_interop_torch.py tests/test_interop_torch_programs.py
+		tests/test_interop_torch.py tests/test_interop_torch_programs.py tests/test_iree.py
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist loadfile \
 		-m "long or interop" --ignore=tests/test_interop_torch.py --ignore=tests/test_interop_torch_programs.py \
-		--ignore=tests/test_stablehlo_interpret_suite.py
+		--ignore=tests/test_stablehlo_interpret_suite.py --ignore=tests/test_iree.py
 	KAUN_IR_LONG_TESTS=1 $(PY) -m pytest -q -n $(JOBS) --dist load tests/test_stablehlo_interpret_suite.py
 
 # A long fuzzing campaign of the textual IR parser (100,000 mutated texts, seeded; FUZZ_SEED=n)
