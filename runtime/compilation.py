@@ -5,6 +5,9 @@ A compilation runs: trace (``kaun_ir.surface.trace``) -> pass pipeline (``runtim
 per-backend default) -> lowering to StableHLO (``runtime.lower``) -> XLA compile (through the
 persistent ``runtime.disk_cache`` when it is on) -> a :class:`~kaun_ir.runtime.dispatch.Route`
 that places the arguments on the device and runs. Each step reports to ``runtime.stages``.
+With an IREE backend (``backend="iree"``, ``KAUN_IR_BACKEND=iree-cpu``: ``runtime.backends``) the
+last steps are IREE's instead (``runtime.iree``: its compile, cached in the process and in the
+same persistent cache, and its runtime), behind the same route.
 
 The caches, and what keys them (a key holds everything that changes the compiled result, so a
 hit is never stale):
