@@ -17,6 +17,7 @@ from kaun_ir.ir.provenance import backward_op, describe
 from kaun_ir.passes.check_finite import Site
 from kaun_ir.runtime import finite, stages
 from kaun_ir.runtime.iree import compiler
+from kaun_ir.runtime.iree.scatter_guard import guard_scatters
 from kaun_ir.runtime.lower import lower
 
 __all__ = ["REFUSED_F64_ON_CPU", "REFUSED_OPS", "IreeExecutable", "check_supported", "describe_node"]
@@ -87,7 +88,7 @@ class IreeExecutable:
         self._dtypes = [np.dtype(v.type.dtype) for v in graph.inputs]
         self.device = compiler.IreeDevice(backend, compiler.IREE_BACKENDS[backend][0])
         checking = finite.enabled()
-        compiled = finite.checked_graph(graph) if checking else graph
+        compiled = guard_scatters(finite.checked_graph(graph) if checking else graph)
         with stages.stage("lower"):
             self.mlir = lower(compiled)
         self.program = compiler.compile_program(self.mlir, backend, pipeline)
@@ -96,7 +97,7 @@ class IreeExecutable:
             self.run = finite.checked_run(self.run, graph, self._build_unchecked)
 
     def _build_unchecked(self, graph: Graph):
-        return compiler.compile_program(lower(graph), self.backend, self.pipeline)
+        return compiler.compile_program(lower(guard_scatters(graph)), self.backend, self.pipeline)
 
     def put(self, i: int, array) -> np.ndarray:
         """Input ``i`` as the host array IREE takes."""
