@@ -364,29 +364,12 @@ def group_docs():
         return {"blocks": len(blocks), "output": out.getvalue()}
 
 
-def group_barrier():
-    """The barrier of a sharded save hands process 0's token to every process; with eight
-    devices in process 0 a large token must come back unchanged (not wrapped in int32)."""
-    from kaun_ir.checkpoint import sharded  # noqa: PLC0415
-    from kaun_ir.runtime.xla import backend  # noqa: PLC0415
-
-    @check
-    def barrier_token():
-        real = backend.process_count
-        backend.process_count = lambda: 2  # take the all-reduce path a distributed run takes
-        try:
-            return {"tokens": [sharded._barrier_token(t) for t in (5, 2**30 - 1, 2**31 - 1)]}
-        finally:
-            backend.process_count = real
-
-
 GROUPS = {
     "jit": group_jit,
     "train": group_train,
     "tools": group_tools,
     "tp": group_tensor_parallel,
     "docs": group_docs,
-    "barrier": group_barrier,
 }
 
 if __name__ == "__main__":

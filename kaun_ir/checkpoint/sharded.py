@@ -41,9 +41,7 @@ from kaun_ir.checkpoint.reader import IndexFile, decoding
 from kaun_ir.checkpoint.storable import check_storable
 from kaun_ir.errors import CheckpointError
 from kaun_ir.fileio import AtomicDirectory, atomic_write, resolve_directory
-from kaun_ir.runtime import jit
-from kaun_ir.runtime.mesh import Mesh, Spec
-from kaun_ir.runtime.xla import backend, shardings, transfer
+from kaun_ir.runtime.xla import backend, transfer
 
 INDEX = "index.json"
 FORMAT = "kaun_ir-sharded-1"
@@ -73,31 +71,14 @@ def _pieces(array) -> list[tuple[tuple, Any]]:
     return list(seen.items())
 
 
+#: how long a process of a multi-process save waits for the others at each of its steps
+SYNC_TIMEOUT_S = 3600.0
+
+
 def _barrier_token(token: int) -> int:
     """Process 0's ``token``, returned in every process once all processes have reached this
-    point (an all-reduce over every device is the barrier)."""
-    if backend.process_count() == 1:
-        return token
-
-    devices = backend.global_devices()
-    mesh = Mesh((len(devices),), ("all",), devices)
-    owners = [d.process_index for d in mesh.device_list]
-    # the token on one device only: a sum of one copy per device of process 0 would wrap int32
-    values = np.zeros(len(owners), np.int32)
-    values[owners.index(0)] = token
-    sharding = shardings.named_sharding(mesh, Spec("all"))
-    spread = transfer.array_from_callback(values.shape, sharding, lambda index: values[index])
-    total = _summer(mesh)(spread)
-    return int(np.asarray(total.addressable_shards[0].data))
-
-
-_SUMMERS: dict = {}
-
-
-def _summer(mesh):
-    if mesh not in _SUMMERS:
-        _SUMMERS[mesh] = jit(lambda v: v.sum(), mesh=mesh, in_shardings=(Spec("all"),), out_shardings=Spec())
-    return _SUMMERS[mesh]
+    point (the coordination service's key and barrier)."""
+    return backend.sync_from_zero(token, SYNC_TIMEOUT_S, "checkpoint.save_sharded")
 
 
 def save_sharded(path: str | os.PathLike, tree: Any) -> str:
@@ -117,9 +98,11 @@ def save_sharded(path: str | os.PathLike, tree: Any) -> str:
     owner = _barrier_token(os.getpid())
     token = _barrier_token(int(np.random.default_rng().integers(1, 1 << 30)))
     target = AtomicDirectory(path, INDEX, owner=owner, token=f"{token:x}")
+    # create first: this save's staging directory (named with process 0's pid, made by whichever
+    # process comes first) is then listed as under way here, so the stale sweep keeps it
+    staging = target.create()
     if me == 0:
         target.remove_stale()
-    staging = target.create()
     try:
         mine, entries = {}, {}
         for key, leaf in ptree.flatten_with_paths(tree):

@@ -268,6 +268,40 @@ def _agree_on_count(num_processes: int, process_id: int, timeout_s: float) -> No
             )
 
 
+_SYNC_KEY = "kaun_ir/sync/"
+_SYNCS = [0]  # calls of sync_from_zero in this process: every process makes the same sequence
+
+
+def sync_from_zero(value: int, timeout_s: float, what: str) -> int:
+    """Process 0's ``value``, returned in every process once every process has called this (the
+    n-th call of each process meets the n-th of the others). Runs on the coordination service
+    (a key and a barrier), not on a collective over the devices: a process leaving right after it
+    cannot strand a peer still waiting on its part of a device collective. A peer that does not
+    arrive within ``timeout_s`` is a ``DistributedError`` naming ``what``."""
+    from jax._src import distributed  # noqa: PLC0415 - the client jax.distributed connected
+
+    if process_count() == 1:
+        return value
+    kv = distributed.global_state.client
+    if kv is None:
+        raise DistributedError(f"{what}: {process_count()} processes but no connection to the coordinator")
+    key = f"{_SYNC_KEY}{_SYNCS[0]}"
+    _SYNCS[0] += 1
+    timeout_ms = max(1, int(timeout_s * 1000))
+    try:
+        if process_index() == 0:
+            kv.key_value_set(key, str(int(value)))
+        else:
+            value = int(kv.blocking_key_value_get(key, timeout_ms))
+        kv.wait_at_barrier(key, timeout_ms)
+    except Exception as err:  # DEADLINE_EXCEEDED and other runtime errors of jaxlib
+        raise DistributedError(
+            f"{what}: process {process_index()} waited {timeout_s:g} s for the other processes "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''})"
+        ) from None
+    return int(value)
+
+
 def _forget_distributed() -> None:
     """Leave a half-made run: shut the connection down (a barrier that the other processes,
     failing the same check, reach too), then drop it so that exiting does not wait on it."""
