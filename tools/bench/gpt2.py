@@ -12,7 +12,7 @@ state), so every implementation trains exactly the adapters.
 
 from __future__ import annotations
 
-import math
+from kaun_ir.tools.bench import transformer as bench_transformer
 
 #: the matrices the LoRA variant adapts (dotted paths of the base model's parameters)
 LORA_TARGETS = r"layers\.\d+\.attn\.(query|value)\.weight"
@@ -57,6 +57,7 @@ def _merged(params, cfg, matmul):
 
 
 # ------------------------------------------------------------------------------ JAX reference
+# (the attention is the transformer workload's: the same projections, causal mask and scale)
 
 
 def _jax_norm(x, p):
@@ -67,22 +68,6 @@ def _jax_norm(x, p):
     return centred / jnp.sqrt(var + 1e-5) * p["scale"] + p["bias"]
 
 
-def _jax_attention(x, p, heads):
-    import jax
-    import jax.numpy as jnp
-
-    b, t, d = x.shape
-    hd = d // heads
-
-    def project(name):
-        return (x @ p[name]["weight"] + p[name]["bias"]).reshape(b, t, heads, hd)
-
-    logits = jnp.einsum("bqhd,bkhd->bhqk", project("query"), project("key")) / math.sqrt(hd)
-    logits = jnp.where(jnp.tril(jnp.ones((t, t), bool)), logits, -jnp.inf)
-    out = jnp.einsum("bhqk,bkhd->bqhd", jax.nn.softmax(logits, axis=-1), project("value"))
-    return out.reshape(b, t, d) @ p["out"]["weight"] + p["out"]["bias"]
-
-
 def jax_forward(params, ids, cfg):
     """GPT-2 in plain JAX over ``kn.models``' parameter tree."""
     import jax
@@ -91,26 +76,13 @@ def jax_forward(params, ids, cfg):
     params = _merged(params, cfg, jnp.matmul)
     x = params["embed"]["weight"][ids] + params["positions"]["weight"][: ids.shape[1]]
     for p in params["layers"]:
-        x = x + _jax_attention(_jax_norm(x, p["norm1"]), p["attn"], cfg["heads"])
+        x = x + bench_transformer._jax_attention(_jax_norm(x, p["norm1"]), p["attn"], cfg["heads"])
         h = _jax_norm(x, p["norm2"]) @ p["mlp"]["fc"]["weight"] + p["mlp"]["fc"]["bias"]
         x = x + jax.nn.gelu(h, approximate=True) @ p["mlp"]["proj"]["weight"] + p["mlp"]["proj"]["bias"]
     return _jax_norm(x, params["norm"]) @ params["embed"]["weight"].T
 
 
 # ------------------------------------------------------------------------------ PyTorch eager
-
-
-def _torch_attention(x, p, heads):
-    import torch.nn.functional as F
-
-    b, t, d = x.shape
-    hd = d // heads
-
-    def project(name):  # [B, T, D] -> [B, H, T, hd]
-        return (x @ p[name]["weight"] + p[name]["bias"]).reshape(b, t, heads, hd).transpose(1, 2)
-
-    out = F.scaled_dot_product_attention(project("query"), project("key"), project("value"), is_causal=True)
-    return out.transpose(1, 2).reshape(b, t, d) @ p["out"]["weight"] + p["out"]["bias"]
 
 
 def torch_forward(params, ids, cfg):
@@ -124,7 +96,7 @@ def torch_forward(params, ids, cfg):
     params = _merged(params, cfg, torch.matmul)
     x = params["embed"]["weight"][ids] + params["positions"]["weight"][: ids.shape[1]]
     for p in params["layers"]:
-        x = x + _torch_attention(norm(x, p["norm1"]), p["attn"], cfg["heads"])
+        x = x + bench_transformer._torch_attention(norm(x, p["norm1"]), p["attn"], cfg["heads"])
         h = norm(x, p["norm2"]) @ p["mlp"]["fc"]["weight"] + p["mlp"]["fc"]["bias"]
         x = x + F.gelu(h, approximate="tanh") @ p["mlp"]["proj"]["weight"] + p["mlp"]["proj"]["bias"]
     return norm(x, params["norm"]) @ params["embed"]["weight"].T
