@@ -18,15 +18,11 @@ from collections.abc import Callable, Sequence
 
 from kaun_ir.errors import NonFiniteError
 from kaun_ir.ir.builder import current_builder
+from kaun_ir.names import public_dir
 from kaun_ir.runtime import finite, jit
 from kaun_ir.runtime.diff_backends import BackendDiff, diff_graph
 
 __all__ = ["check_finite", "checking", "diff_backends", "BackendDiff", "NonFiniteError", "ENV"]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 ENV = "KAUN_IR_CHECK_FINITE"
@@ -74,3 +70,6 @@ def diff_backends(
     if route is None:
         raise ValueError("kn.debug.diff_backends: called inside a trace; call it on concrete arrays")
     return diff_graph(route.executable.graph, arrays, backends, rtol, atol)
+
+
+__dir__ = public_dir(__all__)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes, ptree, tree
+from kaun_ir.names import public_dir
 from kaun_ir.optim.core import Algorithm
 from kaun_ir.surface import reductions
 from kaun_ir.surface.creation import zeros_like
@@ -32,11 +33,6 @@ from kaun_ir.surface.promotion import astype, dtype_of
 from kaun_ir.surface.tensor import apply
 
 __all__ = ["Policy", "as_policy", "loss_scaled", "loss_scale_of"]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 @dataclass(frozen=True)
@@ -142,3 +138,6 @@ def loss_scaled(alg: Algorithm, policy: Policy) -> Algorithm:
 def loss_scale_of(opt_state: Any) -> Any:
     """The current loss scale in the state ``(count, trees)`` of a :func:`loss_scaled` optimiser."""
     return tree.flatten(opt_state[1][-2])[0][0]
+
+
+__dir__ = public_dir(__all__)

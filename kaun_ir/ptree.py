@@ -30,6 +30,7 @@ import numpy as np
 
 from kaun_ir import tree as _tree
 from kaun_ir.ir.builder import current_builder
+from kaun_ir.names import public_dir
 from kaun_ir.runtime import compilation
 from kaun_ir.surface.creation import zeros_like as traced_zeros_like
 from kaun_ir.surface.tensor import Tensor, type_of
@@ -48,11 +49,6 @@ __all__ = [
     "leaves",
     "structure_equal",
 ]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 # -- validation ----------------------------------------------------------------------------------
@@ -340,3 +336,6 @@ def _concrete_zeros(leaf: Any) -> Any:
     if compilation.is_device_array(leaf):
         device = next(builtins.iter(leaf.devices()))
     return compilation.put(np.zeros(shape, dtype), np.dtype(dtype), device)
+
+
+__dir__ = public_dir(__all__)

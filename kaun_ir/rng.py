@@ -30,15 +30,11 @@ from typing import Any
 import numpy as np
 
 from kaun_ir.errors import NoScopeError
+from kaun_ir.names import public_dir
 from kaun_ir.surface import random
 from kaun_ir.surface.tensor import type_of
 
 __all__ = ["run", "scope", "next_key", "in_scope", "NoScopeError"]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 class _Scope:
@@ -116,3 +112,6 @@ def next_key():
     index = entry.count
     entry.count += 1
     return random.fold_in(entry.root, index)
+
+
+__dir__ = public_dir(__all__)

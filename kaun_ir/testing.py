@@ -27,6 +27,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.ir import interpret, parse
 from kaun_ir.ir.core import Graph, Node, TensorType
+from kaun_ir.names import public_dir
 from kaun_ir.ops import TABLE, OpDef
 from kaun_ir.runtime import compile as compile_graph
 from kaun_ir.transforms.autodiff import differentiable, gradient_graph
@@ -246,7 +247,4 @@ def _check_batching(opdef, sample, inputs, where, size, record) -> None:
 
 __all__ = ["check_op", "single_op_graph"]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

@@ -9,6 +9,7 @@ after each pass, stop-after bisection and crash reproducers. See docs/passes.md.
 
 # the built-in passes (importing a module registers its passes)
 from kaun_ir.errors import PassCrash, PassOptionError, PassVerificationError, PipelineError
+from kaun_ir.names import public_dir
 from kaun_ir.passes import (  # noqa: F401
     autodiff,
     canonicalize,
@@ -70,7 +71,4 @@ __all__ = [
     "statistic",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

@@ -6,6 +6,7 @@ Imported as ``kaun_ir.runtime``; jaxlib is only touched through the adapter pack
 from __future__ import annotations
 
 from kaun_ir.fileio import atomic_write
+from kaun_ir.names import public_dir
 from kaun_ir.runtime import backends, compilation, disk_cache, dispatch, partitioned, pipelines, stages
 from kaun_ir.runtime.compilation import compile_graph as compile
 from kaun_ir.runtime.compilation import stats
@@ -70,7 +71,4 @@ __all__ = [
     "to_jax_export",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

@@ -90,6 +90,7 @@ MODULES = {
     "kaun_ir.dtypes": "foundation",
     "kaun_ir.fileio": "foundation",
     "kaun_ir.hooks": "foundation",
+    "kaun_ir.names": "foundation",
     "kaun_ir.version": "foundation",
     "kaun_ir.tree": "foundation",
     # user API

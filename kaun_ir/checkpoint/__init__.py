@@ -19,6 +19,7 @@ from kaun_ir.checkpoint.core import (
     save,
     save_sharded,
 )
+from kaun_ir.names import public_dir
 
 __all__ = [
     "save",
@@ -32,7 +33,4 @@ __all__ = [
     "CheckpointError",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

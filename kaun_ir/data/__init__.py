@@ -39,6 +39,7 @@ from kaun_ir.data.order import shard, shuffle
 from kaun_ir.data.prefetching import prefetch
 from kaun_ir.data.sources import of_array, of_fn, of_iterable, of_tensor, of_tensors, prepare, repeat
 from kaun_ir.data.transform import batch, map, map_batch, stack  # noqa: A004 - the API names
+from kaun_ir.names import public_dir
 
 __all__ = [
     "Data",
@@ -62,7 +63,4 @@ __all__ = [
     "shard",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

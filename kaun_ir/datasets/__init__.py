@@ -23,12 +23,9 @@ from importlib import resources
 
 import numpy as np
 
+from kaun_ir.names import public_dir
+
 __all__ = ["digits", "mnist", "read_idx", "shakespeare"]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 Split = tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
@@ -209,3 +206,6 @@ def shakespeare() -> str:
     source = resources.files(__name__).joinpath("shakespeare.txt.gz")
     with source.open("rb") as handle:
         return gzip.decompress(handle.read()).decode("ascii")
+
+
+__dir__ = public_dir(__all__)

@@ -8,6 +8,7 @@ from kaun_ir.ir.importers import from_stablehlo, from_torch, torch_inputs
 from kaun_ir.ir.interp import interpret
 from kaun_ir.ir.text import parse, print_graph
 from kaun_ir.ir.verify import verify as _verify
+from kaun_ir.names import public_dir
 
 
 def _networkx(graph: Graph):
@@ -39,7 +40,4 @@ __all__ = [
     "scope",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

@@ -35,6 +35,7 @@ from kaun_ir.layer.pooling import avg_pool1d, avg_pool2d, flatten, max_pool1d, m
 from kaun_ir.layer.recurrent import from_torch as recurrent_from_torch
 from kaun_ir.layer.recurrent import gru, lstm, rnn
 from kaun_ir.layer.show import summary
+from kaun_ir.names import public_dir
 
 # Layer and Vars show themselves through layer.show, which is built on them: wired in here, once
 _core.install_views(
@@ -94,7 +95,4 @@ __all__ = [
     "lora_frozen",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from kaun_ir.models.decoder import DecoderConfig, decoder, empty_cache, forward, init_params
 from kaun_ir.models.generate import cache_length, executables, generate, sample
 from kaun_ir.models.pretrained import NAME_TABLE, Pretrained, config_from_hf, from_pretrained
+from kaun_ir.names import public_dir
 
 
 def gpt2(
@@ -98,7 +99,4 @@ __all__ = [
     "sample",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

@@ -17,6 +17,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
 from kaun_ir.ir.builder import current_path
+from kaun_ir.names import public_dir
 from kaun_ir.nn.activations import (
     celu,
     elu,
@@ -94,11 +95,6 @@ __all__ = [
     "causal_mask",
     "rope",
 ]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 def _where() -> str:
@@ -329,3 +325,6 @@ def avg_pool2d(x, kernel_size, stride=None, padding=0, count_include_pad=True):
     unless ``count_include_pad=False``.
     """
     return _avg_pool(x, kernel_size, stride, padding, count_include_pad, 2, "avg_pool2d")
+
+
+__dir__ = public_dir(__all__)

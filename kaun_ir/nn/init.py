@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from kaun_ir import dtypes
+from kaun_ir.names import public_dir
 from kaun_ir.surface import random
 from kaun_ir.surface.elementwise import clip, erf
 from kaun_ir.surface.function import op_function
@@ -64,11 +65,6 @@ __all__ = [
     "lecun_normal",
     "compute_fans",
 ]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 Initializer = Callable[..., Any]  # (key, shape, dtype=float32) -> array
@@ -321,3 +317,5 @@ xavier_uniform = glorot_uniform
 xavier_normal = glorot_normal
 kaiming_uniform = he_uniform
 kaiming_normal = he_normal
+
+__dir__ = public_dir(__all__)

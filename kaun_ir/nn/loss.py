@@ -15,6 +15,7 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
+from kaun_ir.names import public_dir
 from kaun_ir.surface import reductions
 from kaun_ir.surface.elementwise import abs as absolute
 from kaun_ir.surface.elementwise import add, exp, log1p, maximum, minimum, multiply, negative, subtract
@@ -23,11 +24,6 @@ from kaun_ir.surface.promotion import astype, dtype_of, shape_of
 from kaun_ir.surface.take import one_hot as _one_hot
 
 __all__ = ["cross_entropy", "cross_entropy_sparse", "binary_cross_entropy", "mse", "mae", "huber"]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 def _shape_text(shape) -> str:
@@ -169,3 +165,6 @@ def huber(predictions, targets, delta=1.0):
     quadratic = minimum(abs_error, delta)
     linear = subtract(abs_error, quadratic)
     return reductions.mean(add(multiply(0.5, multiply(quadratic, quadratic)), multiply(delta, linear)))
+
+
+__dir__ = public_dir(__all__)

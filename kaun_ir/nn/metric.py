@@ -24,14 +24,10 @@ from typing import Any
 import numpy as np
 
 from kaun_ir.errors import ShapeError
+from kaun_ir.names import public_dir
 from kaun_ir.surface.tensor import Tensor
 
 __all__ = ["accuracy", "binary_accuracy", "precision", "recall", "f1", "tracker", "Tracker", "Summary"]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 def _host(x: Any, name: str) -> np.ndarray:
@@ -298,3 +294,6 @@ class Tracker:
 def tracker() -> Tracker:
     """A new, empty :class:`Tracker`."""
     return Tracker()
+
+
+__dir__ = public_dir(__all__)

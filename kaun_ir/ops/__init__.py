@@ -6,6 +6,7 @@ family modules export; nothing registers itself as an import side effect.
 
 from __future__ import annotations
 
+from kaun_ir.names import public_dir
 from kaun_ir.ops import (
     binary,
     bits,
@@ -89,7 +90,4 @@ def with_trait(trait: str) -> frozenset[str]:
 
 __all__ = ["BUILTIN", "TABLE", "TRAITS", "OpDef", "Sample", "Emitter", "get", "with_trait"]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

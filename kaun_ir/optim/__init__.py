@@ -20,6 +20,7 @@ signature) and inside ``kn.jit`` / ``train.step`` (traced into the surrounding g
 schedule evaluated on the traced step count so the compiled step never retraces).
 """
 
+from kaun_ir.names import public_dir
 from kaun_ir.optim import schedule
 from kaun_ir.optim.algorithms import adagrad, adam, adamw, lion, rmsprop, sgd
 from kaun_ir.optim.compose import chain, clip_by_global_norm
@@ -82,7 +83,4 @@ __all__ = [
     "schedule",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

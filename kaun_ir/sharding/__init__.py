@@ -7,6 +7,7 @@ to the host whole (``gather``); ``pipeline`` is pipeline parallelism for
 ``train.make(..., pipeline=...)``. See docs/distributed.md.
 """
 
+from kaun_ir.names import public_dir
 from kaun_ir.sharding.gathering import gather
 from kaun_ir.sharding.pipeline import Pipeline, pipeline
 from kaun_ir.sharding.placement import (
@@ -50,7 +51,4 @@ __all__ = [
     "pipeline",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

@@ -17,14 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from kaun_ir.names import public_dir
 from kaun_ir.runtime.xla import backend
 
 __all__ = ["initialize", "shutdown", "is_initialized", "process_index", "process_count", "local_devices"]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 def initialize(
@@ -147,3 +143,6 @@ def process_count() -> int:
 def local_devices() -> list:
     """The devices this process drives (``kn.runtime.devices()`` lists those of every process)."""
     return backend.local_devices()
+
+
+__dir__ = public_dir(__all__)

@@ -17,6 +17,7 @@ import numpy as np
 
 from kaun_ir import dtypes
 from kaun_ir.errors import ShapeError
+from kaun_ir.names import public_dir
 from kaun_ir.surface.elementwise import abs as absolute
 from kaun_ir.surface.elementwise import log, sign, sqrt, where
 from kaun_ir.surface.function import op_function
@@ -42,11 +43,6 @@ __all__ = [
     "outer",
     "einsum",
 ]
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 def _float(name: str, a):
@@ -271,3 +267,6 @@ def norm(x, ord=None, axis=None, keepdims: bool = False):
     if isinstance(ord, str):
         raise ValueError(f"kn.linalg.norm: ord={ord!r} is a matrix norm; give axis as a pair")
     return _vector_norm(x, ord, int(axis), keepdims)
+
+
+__dir__ = public_dir(__all__)

@@ -26,6 +26,7 @@ import numpy as np
 from kaun_ir.errors import PrimitiveError
 from kaun_ir.ir.builder import Builder
 from kaun_ir.ir.core import Graph
+from kaun_ir.names import public_dir
 from kaun_ir.ops import TABLE, OpDef
 from kaun_ir.ops.emit import i64_array, scalar_literal
 from kaun_ir.surface.tensor import Tensor, apply, to_value
@@ -167,7 +168,4 @@ __all__ = [
     "PrimitiveError",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

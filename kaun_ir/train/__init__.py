@@ -37,6 +37,7 @@ and the JSON-lines, CSV and TensorBoard metric writers, with :mod:`.tfevents`), 
 
 import importlib as _importlib
 
+from kaun_ir.names import public_dir
 from kaun_ir.train.state import State, Trainer, TrainerCache, init, make, make_state, vars  # noqa: A004
 from kaun_ir.train.stepping import ema_vars, predict, step, steps
 
@@ -61,11 +62,6 @@ def __getattr__(name: str):
     value = getattr(_importlib.import_module(_WHERE[name]), name)
     globals()[name] = value
     return value
-
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
 
 
 __all__ = [
@@ -99,3 +95,5 @@ __all__ = [
     "forward_graph",
     "step_executable",
 ]
+
+__dir__ = public_dir(__all__)

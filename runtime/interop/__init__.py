@@ -6,6 +6,7 @@ buffers as state), ``from_torch`` and ``torch_inputs`` (also ``kn.ir.from_torch`
 ``kn.ir.torch_inputs``).
 """
 
+from kaun_ir.names import public_dir
 from kaun_ir.runtime.interop.torch_import import (
     TorchFunction,
     covered_ops,
@@ -17,7 +18,4 @@ from kaun_ir.runtime.interop.torch_layer import torch_layer
 
 __all__ = ["TorchFunction", "covered_ops", "from_torch", "torch_function", "torch_inputs", "torch_layer"]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)

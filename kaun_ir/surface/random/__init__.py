@@ -20,6 +20,7 @@ Example::
     w = kn.random.normal(k1, (784, 128)) * 0.05
 """
 
+from kaun_ir.names import public_dir
 from kaun_ir.surface.random.continuous import gumbel, normal, uniform
 from kaun_ir.surface.random.discrete import bernoulli, bits, categorical, randint
 from kaun_ir.surface.random.keys import fold_in, key, split
@@ -37,7 +38,4 @@ __all__ = [
     "categorical",
 ]
 
-
-def __dir__() -> list[str]:
-    """The public names (``__all__``): what ``dir()`` and tab completion show."""
-    return sorted(__all__)
+__dir__ = public_dir(__all__)
