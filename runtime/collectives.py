@@ -8,7 +8,10 @@ measure of traffic per device. A collective inside a loop body is counted once.
 
 from __future__ import annotations
 
+import math
+import numbers
 import re
+from typing import Any
 
 KINDS = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 
@@ -163,17 +166,26 @@ def collectives_by_layer(hlo_text: str) -> list[dict]:
     return sorted(rows.values(), key=lambda r: (-r["wire_bytes"], r["layer"], r["kind"]))
 
 
+def check_link_gbps(link_gbps: Any) -> float:
+    """``link_gbps`` as a float, or ``ValueError``: a link's bandwidth is a finite number of
+    Gbit/s > 0 (not a bool, not a string)."""
+    real = isinstance(link_gbps, numbers.Real) and not isinstance(link_gbps, bool)
+    if not (real and math.isfinite(link_gbps) and link_gbps > 0):
+        raise ValueError(f"link_gbps must be a finite, positive number of Gbit/s, got {link_gbps!r}")
+    return float(link_gbps)
+
+
 def comm_seconds(wire: float, link_gbps: float) -> float:
     """Seconds to send ``wire`` bytes over a link of ``link_gbps`` gigabits per second (no
     latency term, no overlap with compute: a lower bound of the time the collectives take)."""
-    if link_gbps <= 0:
-        raise ValueError(f"link bandwidth must be positive, got {link_gbps} Gbit/s")
-    return float(wire) * 8 / (link_gbps * 1e9)
+    return float(wire) * 8 / (check_link_gbps(link_gbps) * 1e9)
 
 
 def format_comm_table(rows: list[dict], link_gbps: float | None = None) -> str:
     """The per-layer collectives as an aligned text table (with a time column for a link of
     ``link_gbps`` Gbit/s), and a total line."""
+    if link_gbps is not None:
+        link_gbps = check_link_gbps(link_gbps)
     head = f"{'layer':24s} {'collective':20s} {'count':>6s} {'bytes/device':>14s} {'wire bytes':>14s}"
     if link_gbps:
         head += f" {'time @ ' + format(link_gbps, 'g') + ' Gbit/s':>20s}"

@@ -10,9 +10,6 @@ node that emitted it; the collectives come from the compiled executable's partit
 
 from __future__ import annotations
 
-import math
-import numbers
-
 from kaun_ir.ir.core import Graph, Node, TensorType
 from kaun_ir.runtime import collectives
 from kaun_ir.runtime.executable import Executable
@@ -85,11 +82,7 @@ def comm_table(executable, link_gbps: float | None = None) -> str:
     (:func:`kaun_ir.runtime.collectives.collectives_by_layer`) as a text table, with the time
     each takes on a link of ``link_gbps`` Gbit/s when given (a finite number > 0)."""
     _check_executable(executable, "comm_table")
-    if link_gbps is not None:
-        ok = isinstance(link_gbps, numbers.Real) and not isinstance(link_gbps, bool)
-        if not (ok and math.isfinite(link_gbps) and link_gbps > 0):
-            raise ValueError(
-                f"comm_table: link_gbps must be a finite number of Gbit/s > 0, got {link_gbps!r}"
-            )
+    if link_gbps is not None:  # before the HLO is read
+        collectives.check_link_gbps(link_gbps)
     rows = collectives.collectives_by_layer(executable.hlo_text())
     return collectives.format_comm_table(rows, link_gbps)

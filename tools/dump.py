@@ -38,10 +38,12 @@ STAGE_FILES = {
 
 def _bandwidth(text: str) -> float:
     """``--link-gbps``: a finite number > 0 (argparse turns the error into a usage error)."""
-    value = float(text)
-    if not (value > 0 and value != float("inf")):
-        raise argparse.ArgumentTypeError(f"must be a finite number of Gbit/s > 0, got {text}")
-    return value
+    from kaun_ir.runtime.collectives import check_link_gbps
+
+    try:
+        return check_link_gbps(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a finite number of Gbit/s > 0, got {text}") from None
 
 
 def add_parser(sub) -> None:
