@@ -95,6 +95,38 @@ def test_train_make_remat_same_step_less_memory():
     assert temp1 <= 0.75 * temp0, (temp1, temp0)
 
 
+def test_default_remat_is_dots_above_the_threshold_and_false_turns_it_off(monkeypatch):
+    from kaun_ir.train import builder
+
+    model = layer.sequential(
+        [
+            layer.sequential([layer.linear(32, 64), layer.gelu(), layer.linear(64, 32), layer.layer_norm(32)])
+            for _ in range(4)
+        ]
+    )
+    x = RNG.standard_normal((128, 32)).astype(np.float32)
+    y = RNG.standard_normal((128, 32)).astype(np.float32)
+
+    def run(remat, limit):
+        monkeypatch.setattr(builder, "AUTO_REMAT_MIN_BYTES", limit)
+        tr = train.make(model, optim.adam(1e-3), loss=loss.mse, remat=remat)
+        st = rng.run(0, lambda: train.init(tr))
+        temp = train.step_executable(tr, st, x, y).memory_analysis()["temp"]
+        value, st = train.step(tr, st, x, y)
+        return temp, float(value), kn.ptree.flatten(st.vars.params)[0]
+
+    never = run(False, 0)  # off, whatever the threshold
+    below = run(None, 1 << 40)  # the default, residuals far below the threshold: no remat
+    above = run(None, 0)  # the default, every step above it: "dots"
+    dots = run("dots", 1 << 40)  # asked for explicitly: the threshold plays no part
+    assert below[0] == never[0]
+    assert above[0] == dots[0] < never[0]
+    for _, value, params in (below, above):
+        assert value == never[1]
+        for a, b in zip(params, never[2]):
+            np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
+
+
 def test_policy_errors():
     with pytest.raises(ValueError, match="remat policy"):
         kn.remat(_block, policy="everything")

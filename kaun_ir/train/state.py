@@ -77,7 +77,8 @@ class Trainer:
     data_axis: str | None = "data"
     #: how parameters and optimiser state are laid out on the mesh (see ``kn.sharding_policy``)
     param_sharding: Any = None
-    #: ``(RematPolicy, depth)`` when the step rematerialises (``make(remat=...)``), else None
+    #: ``(RematPolicy, depth)`` when the step rematerialises (``make(remat=...)``); None: the
+    #: automatic default (see ``make``); False: never
     remat: Any = None
     #: the ``kn.precision.Policy`` of the step (``make(precision=...)``), else None
     precision: Any = None
@@ -224,6 +225,8 @@ def make(
     patterns to save, or a ``kn.RematPolicy``; see docs/memory.md): the forward values of each
     layer at depth ``remat_depth`` of the layer path (``1``: the model's top-level layers, e.g.
     the blocks of a ``sequential``) are recomputed in the backward pass instead of kept.
+    ``None`` (the default) applies ``"dots"`` at depth 1 on one device when the step's residuals
+    are large (``kaun_ir.train.builder.AUTO_REMAT_MIN_BYTES``); ``False`` never rematerialises.
 
     ``precision``: ``"bfloat16"``, ``"float16"`` or a ``kn.precision.Policy``: matrix products
     of the step in that dtype, parameters and optimiser state float32; ``"float16"`` adds
@@ -249,7 +252,7 @@ def make(
         data_axis = check_training_layout(mesh, data_axis, param_sharding, stages)
     elif param_sharding is not None:
         raise ValueError("train.make: param_sharding needs a mesh= to lay parameters out on")
-    if remat is not None:
+    if remat is not None and remat is not False:
         remat = (as_remat_policy(remat), _positive_int(remat_depth, "remat_depth"))
     if precision is not None:
         precision = as_precision_policy(precision)

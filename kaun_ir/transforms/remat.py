@@ -149,12 +149,14 @@ def _segment(node: Node, policy: RematPolicy | None, depth: int):
     return None
 
 
-def rematerialize(graph: Graph, policy: Any = None, depth: int = 0) -> Graph:
+def rematerialize(graph: Graph, policy: Any = None, depth: int = 0, min_bytes: int = 0) -> Graph:
     """``graph`` (forward and backward nodes, as reverse mode builds them) with the residuals of
     each segment recomputed in the backward pass; see the module docstring.
 
     Segments: the nodes ``kn.remat`` marked, and, when ``policy`` is given and ``depth > 0``,
-    every group of nodes sharing the first ``depth`` components of their layer path.
+    every group of nodes sharing the first ``depth`` components of their layer path. With
+    ``min_bytes``, ``graph`` is returned unchanged when the residuals to recompute hold fewer
+    bytes in all (what rematerialising could take off the peak at most).
     """
     policy = as_policy(policy) if policy is not None else None
     parts = _Parts(graph, policy, depth)
@@ -163,9 +165,14 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0) -> Graph:
         plan = _plan(key, values, consumer, parts)
         if plan is not None:
             plans.setdefault(id(consumer), []).append(plan)
-    if not plans:
+    if not plans or residual_bytes(plans) < min_bytes:
         return graph
     return _rebuild(graph, plans, parts)
+
+
+def residual_bytes(plans: dict[int, list[_Plan]]) -> int:
+    """Bytes of the residuals the plans recompute."""
+    return sum(v.type.nbytes for group in plans.values() for plan in group for v in plan.values)
 
 
 class _Parts:
