@@ -221,6 +221,7 @@ def _residuals(graph: Graph, parts: _Parts) -> dict[str, tuple[list[Value], Node
     """Per segment: the forward values that backward nodes read and the policy does not save,
     and the first backward node reading one of them."""
     found: dict[str, tuple[list[Value], Node]] = {}
+    listed: set[int] = set()
     for node in graph.nodes:
         if id(node) not in parts.deep_nodes:
             continue
@@ -229,7 +230,8 @@ def _residuals(graph: Graph, parts: _Parts) -> dict[str, tuple[list[Value], Node
             if key is None or parts.saved(value.node):
                 continue
             values, consumer = found.get(key, ([], node))
-            if all(value is not r for r in values):
+            if id(value) not in listed:
+                listed.add(id(value))
                 values.append(value)
             if parts.position[id(node)] < parts.position[id(consumer)]:
                 consumer = node
@@ -246,8 +248,10 @@ def _plan(key: str, values: list[Value], consumer: Node, parts: _Parts) -> _Plan
     if trigger is None:
         return None
     clone: list[Node] = []
+    cloned: set[int] = set()
     boundary: list[Value] = []
     seen: set[int] = set()
+    wanted = {id(v) for v in values}
     stack = list(values)
     while stack:
         value = stack.pop()
@@ -255,13 +259,12 @@ def _plan(key: str, values: list[Value], consumer: Node, parts: _Parts) -> _Plan
             continue
         seen.add(id(value))
         producer = value.node
-        inside = parts.key_of(producer) == key and (
-            any(value is r for r in values) or not parts.saved(producer)
-        )
+        inside = parts.key_of(producer) == key and (id(value) in wanted or not parts.saved(producer))
         if not inside:
             boundary.append(value)
             continue
-        if all(producer is not n for n in clone):
+        if id(producer) not in cloned:
+            cloned.add(id(producer))
             clone.append(producer)
             stack.extend(producer.inputs)
     clone.sort(key=lambda n: parts.position[id(n)])
