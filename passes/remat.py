@@ -10,7 +10,11 @@ from kaun_ir.transforms.remat import rematerialize
     options={
         "policy": (str, "nothing", "which residuals are saved: nothing, dots, or paths:<pattern>|<pattern>"),
         "depth": Option(
-            int, 1, "layers whose layer paths share this many leading components form one segment", min=1
+            int,
+            1,
+            "layers whose layer paths share this many leading components form one segment (0: chosen "
+            "from the graph, 1 or 2)",
+            min=0,
         ),
         "min_bytes": Option(
             int, 0, "leave the graph unchanged when the residuals to recompute hold fewer bytes", min=0

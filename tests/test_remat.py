@@ -127,6 +127,24 @@ def test_default_remat_is_dots_above_the_threshold_and_false_turns_it_off(monkey
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-7)
 
 
+def test_auto_depth_splits_a_decoder_into_its_blocks_and_keeps_a_flat_model_at_depth_1():
+    from kaun_ir.transforms.remat import auto_depth
+
+    def step_graph(model, x):
+        tr = train.make(model, optim.sgd(0.1), loss=loss.cross_entropy_sparse, remat=False)
+        st = rng.run(0, lambda: train.init(tr))
+        return train.step_executable(tr, st, x, x).graph
+
+    ids = np.zeros((2, 8), np.int32)
+    decoder = kn.models.gpt2(vocab_size=32, dim=16, num_layers=4, num_heads=2, max_positions=8)
+    # the decoder's blocks are the layers of one top-level "layers": segments one level down
+    assert auto_depth(step_graph(decoder, ids)) == 2
+    flat = layer.sequential(
+        [layer.embedding(32, 16), *[layer.linear(16, 16) for _ in range(4)], layer.linear(16, 32)]
+    )
+    assert auto_depth(step_graph(flat, ids)) == 1
+
+
 def test_policy_errors():
     with pytest.raises(ValueError, match="remat policy"):
         kn.remat(_block, policy="everything")

@@ -258,13 +258,13 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
     return compiled
 
 
-#: the default rematerialisation (``train.make(remat=None)``, one device): ``"dots"`` at depth 1
-#: when the residuals it would recompute add up to at least this many bytes. The sum counts every
-#: residual value, also those XLA fuses away, so it overstates the saving (the transformer bench
-#: workload: 162 MiB counted, 30 MiB of XLA's temporaries saved): steps of small activations,
-#: where the recomputation can cost time (lstm: 1.12x the step), stay as they are. Measured
-#: paired (docs/memory.md): GPT-2 124M -205 MiB and 1.01x the step; its LoRA step -169 MiB and
-#: 0.92x; transformer12 -45 MiB and 0.87x.
+#: the default rematerialisation (``train.make(remat=None)``, one device): ``"dots"`` over segments
+#: chosen from the graph (``kaun_ir.transforms.remat.auto_depth``) when the residuals it would
+#: recompute add up to at least this many bytes. The sum counts every residual value, also those
+#: XLA fuses away, so it overstates the saving (the transformer bench workload: 162 MiB counted,
+#: 30 MiB of XLA's temporaries saved): steps of small activations, where the recomputation can
+#: cost time (lstm: 1.12x the step), stay as they are. Measured paired (docs/memory.md): GPT-2
+#: 124M 949 -> 693 MiB of temporaries and 0.90x the step; transformer12 97 -> 51 MiB and 0.87x.
 AUTO_REMAT_MIN_BYTES = 256 << 20
 
 
@@ -280,7 +280,7 @@ def _step_pipeline(trainer: Trainer) -> str:
     if trainer.remat is None:  # the default: "dots" where it takes enough off the peak
         if trainer.mesh is not None:
             return pipeline
-        return f'remat{{policy="dots" depth=1 min_bytes={AUTO_REMAT_MIN_BYTES}}},{pipeline}'
+        return f'remat{{policy="dots" depth=0 min_bytes={AUTO_REMAT_MIN_BYTES}}},{pipeline}'
     policy, depth = trainer.remat
     return f'remat{{policy="{policy.spec}" depth={depth}}},{pipeline}'
 

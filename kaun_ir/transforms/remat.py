@@ -49,6 +49,8 @@ __all__ = ["RematPolicy", "remat", "rematerialize", "MARK"]
 #: prefix of the layer-path component with which kn.remat marks a segment
 MARK = "remat:"
 _SAVEABLE_DOTS = ("dot_general", "convolution")
+#: the top-level scopes of a training step that are not layers of the model
+_NOT_MODEL = ("loss", "optimizer", "rng")
 
 
 @dataclass(frozen=True)
@@ -154,11 +156,14 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0, min_bytes: i
     each segment recomputed in the backward pass; see the module docstring.
 
     Segments: the nodes ``kn.remat`` marked, and, when ``policy`` is given and ``depth > 0``,
-    every group of nodes sharing the first ``depth`` components of their layer path. With
+    every group of nodes sharing the first ``depth`` components of their layer path (``depth=0``
+    with a policy: :func:`auto_depth`). With
     ``min_bytes``, ``graph`` is returned unchanged when the residuals to recompute hold fewer
     bytes in all (what rematerialising could take off the peak at most).
     """
     policy = as_policy(policy) if policy is not None else None
+    if policy is not None and depth == 0:
+        depth = auto_depth(graph)
     parts = _Parts(graph, policy, depth)
     plans: dict[int, list[_Plan]] = {}
     for key, (values, consumer) in _residuals(graph, parts).items():
@@ -168,6 +173,25 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0, min_bytes: i
     if not plans or residual_bytes(plans) < min_bytes:
         return graph
     return _rebuild(graph, plans, parts)
+
+
+def auto_depth(graph: Graph) -> int:
+    """1 (the model's top-level layers are the segments), or 2 when one top-level layer holds
+    most of the model's nodes (the loss and the optimiser left out) and its own layers split it
+    further (``kn.models``' decoders: the blocks are the layers of one top-level ``layers``):
+    segments of a few blocks' size, not one segment whose recomputation is all live at once."""
+    top: dict[str, int] = {}
+    inner: dict[str, set[str]] = {}
+    for node in graph.nodes:
+        parts = path_components(node.path)
+        if parts and parts[0] not in _NOT_MODEL:
+            top[parts[0]] = top.get(parts[0], 0) + 1
+            if len(parts) > 1:
+                inner.setdefault(parts[0], set()).add(parts[1])
+    if not top:
+        return 1
+    largest = max(top, key=top.get)
+    return 2 if top[largest] * 2 > sum(top.values()) and len(inner.get(largest, ())) >= 4 else 1
 
 
 def residual_bytes(plans: dict[int, list[_Plan]]) -> int:
