@@ -377,6 +377,7 @@ def test_categories_name_kernels_and_add_up_to_the_step():
         == "attention products"
     )
     assert categories.xla_category("dot.5", "1.linear/transpose") == "products"
+    assert categories.xla_category("ynn_fusion.2", "2.lstm/transpose") == "products"
     assert (
         categories.xla_category("subtract_exponential_fusion", "3.block/attention/exponential") == "softmax"
     )

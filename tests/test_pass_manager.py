@@ -622,6 +622,7 @@ def test_jit_default_pipeline_env_override_and_explicit(monkeypatch):
 def test_train_pipeline_keyword_and_env(monkeypatch):
     from kaun_ir import layer, optim, train
     from kaun_ir.nn import loss
+    from kaun_ir.train import step_memory
 
     x = np.random.default_rng(0).standard_normal((4, 3)).astype(F32)
     labels = np.array([0, 1, 1, 0])
@@ -634,9 +635,12 @@ def test_train_pipeline_keyword_and_env(monkeypatch):
 
     assert pipelines.DEFAULT_TRAIN_PIPELINE == "canonicalize,fold,cse,dce"
     assert pipelines.default_train_pipeline("tpu") == pipelines.DEFAULT_TRAIN_PIPELINE
+    # the default pipeline starts with the default rematerialisation (a no-op below its size);
+    # a pipeline given by keyword or environment runs as written
+    auto = f"remat{{policy=dots depth=0 min_bytes={step_memory.AUTO_REMAT_MIN_BYTES}}},"
     assert (
         step_executable(train.make(layer.linear(3, 2), optim.sgd(0.1))).pipeline
-        == pipelines.default_train_pipeline()
+        == auto + pipelines.default_train_pipeline()
     )
     trainer = train.make(layer.linear(3, 2), optim.sgd(0.1), pipeline=" dce ")
     assert trainer.pipeline == "dce"

@@ -96,7 +96,7 @@ def test_train_make_remat_same_step_less_memory():
 
 
 def test_default_remat_is_dots_above_the_threshold_and_false_turns_it_off(monkeypatch):
-    from kaun_ir.train import builder
+    from kaun_ir.train import step_memory
 
     model = layer.sequential(
         [
@@ -108,7 +108,7 @@ def test_default_remat_is_dots_above_the_threshold_and_false_turns_it_off(monkey
     y = RNG.standard_normal((128, 32)).astype(np.float32)
 
     def run(remat, limit):
-        monkeypatch.setattr(builder, "AUTO_REMAT_MIN_BYTES", limit)
+        monkeypatch.setattr(step_memory, "AUTO_REMAT_MIN_BYTES", limit)
         tr = train.make(model, optim.adam(1e-3), loss=loss.mse, remat=remat)
         st = rng.run(0, lambda: train.init(tr))
         temp = train.step_executable(tr, st, x, y).memory_analysis()["temp"]

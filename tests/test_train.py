@@ -272,7 +272,7 @@ def test_updates_follow_the_backward_pass_so_xla_keeps_no_copy_of_a_donated_para
     # once all gradients do: the values are optax's, and XLA's program copies no parameter
     import re
 
-    from kaun_ir.train.builder import ORDER_UPDATES_MIN_BYTES
+    from kaun_ir.train.step_memory import ORDER_UPDATES_MIN_BYTES
 
     model = layer.sequential([layer.linear(256, 640), layer.gelu(), layer.linear(640, 256)])
     trainer = train.make(model, optim.adamw(1e-2, weight_decay=0.01), loss=loss.mse)

@@ -30,14 +30,10 @@ from kaun_ir.surface import random as krandom
 from kaun_ir.surface.control import fori_loop
 from kaun_ir.surface.creation import zeros
 from kaun_ir.surface.dynamic_slice import dynamic_slice, dynamic_update_slice
-from kaun_ir.surface.elementwise import abs as absolute
-from kaun_ir.surface.elementwise import where
 from kaun_ir.surface.promotion import astype, dtype_of
-from kaun_ir.surface.reductions import sum as reduce_sum
-from kaun_ir.surface.shapes import concatenate, reshape
-from kaun_ir.surface.sorting import sort
-from kaun_ir.surface.tensor import apply
+from kaun_ir.surface.shapes import reshape
 from kaun_ir.surface.trace import ShapeDtype, trace_flat
+from kaun_ir.train import step_memory
 from kaun_ir.train.capture import Explicit, LossSpec, Probed, probe
 from kaun_ir.train.diagnose import warn_if_independent
 from kaun_ir.train.state import State, Trainer
@@ -115,45 +111,9 @@ def step_body(
         loss_value, new_state, grads = _accumulated(
             trainer.accumulate, loss_and_grads, params, state, x, targets, step_key
         )
-    if trainer.mesh is None and _float_bytes(params) >= ORDER_UPDATES_MIN_BYTES:
-        grads = _after_backward(grads)
+    grads = step_memory.ordered_updates(trainer, params, grads)
     new_params, new_opt = optim.update(alg, opt_state, params, grads)
     return loss_value, new_params, new_state, tuple(new_opt)
-
-
-#: parameters below this many bytes keep XLA's copies (see :func:`_after_backward`): the few
-#: extra kernels cost more than the copies in a step of microseconds (mlp_small: +8%)
-ORDER_UPDATES_MIN_BYTES = 1 << 20
-
-
-def _float_bytes(params) -> int:
-    """Bytes of the float leaves of a (traced) parameter tree."""
-    leaves = [p for p in tree.flatten(params)[0] if dtypes.is_float(dtype_of(p))]
-    return sum(int(np.prod(p.shape)) * np.dtype(dtype_of(p)).itemsize for p in leaves)
-
-
-def _after_backward(grads):
-    """``grads`` with ``-0.0`` added to every float leaf, computed from one element of each leaf.
-
-    XLA keeps a copy of every donated parameter that the backward pass reads, because nothing
-    orders that read before the update that writes the new value into the parameter's buffer (a
-    weight's update reads its own gradient, not the input gradient its backward read computes).
-    With every update reading a value that exists only once all gradients do, the order is
-    proven and the copies go: one copy of every weight per step less (GPT-2 124M: 472 MiB; the
-    transformer12 bench step 0.96x the time, docs/performance.md). The value has to be real data:
-    XLA CPU drops an ``optimization_barrier`` before it decides on copies. It is ``-0.0 *
-    |t|`` (``t`` the sum of the first elements, through a ``sort`` that XLA never duplicates
-    into each update; a non-finite ``t`` counts as 0). ``g + -0.0`` is ``g``, but XLA may fuse the
-    updates differently then: results agree to rounding (1e-7), not bit for bit."""
-    leaves, treedef = tree.flatten(grads)
-    floats = [g for g in leaves if dtypes.is_float(dtype_of(g)) and int(np.prod(g.shape)) > 0]
-    if not floats:
-        return grads
-    firsts = [astype(reshape(g, (-1,))[:1], dtypes.float32) for g in floats]
-    total = reduce_sum(sort(concatenate(firsts)))
-    zero = where(apply("is_finite", total), absolute(total), 0.0) * -0.0
-    leaves = [g + astype(zero, dtype_of(g)) if dtypes.is_float(dtype_of(g)) else g for g in leaves]
-    return tree.unflatten(treedef, leaves)
 
 
 def _micro_batch(leaf, i, size: int):
@@ -258,16 +218,6 @@ def _compiled(trainer: Trainer, attr: str, body: Callable, name: str):
     return compiled
 
 
-#: the default rematerialisation (``train.make(remat=None)``, one device): ``"dots"`` over segments
-#: chosen from the graph (``kaun_ir.transforms.remat.auto_depth``) when the residuals it would
-#: recompute add up to at least this many bytes. The sum counts every residual value, also those
-#: XLA fuses away, so it overstates the saving (the transformer bench workload: 162 MiB counted,
-#: 30 MiB of XLA's temporaries saved): steps of small activations, where the recomputation can
-#: cost time (lstm: 1.12x the step), stay as they are. Measured paired (docs/memory.md): GPT-2
-#: 124M 949 -> 693 MiB of temporaries and 0.90x the step; transformer12 97 -> 51 MiB and 0.87x.
-AUTO_REMAT_MIN_BYTES = 256 << 20
-
-
 def _step_pipeline(trainer: Trainer) -> str:
     """The step's pipeline: ``trainer.pipeline`` (or the default), after the ``remat`` pass when
     the trainer rematerialises (it needs the step's forward/backward structure, before fusion)
@@ -275,12 +225,10 @@ def _step_pipeline(trainer: Trainer) -> str:
     pipeline = train_pipeline(trainer.pipeline, trainer.backend or resolve_backend(None))
     if trainer.precision is not None:  # before the default passes, which clean up the casts
         pipeline = f"mixed-precision{{compute={trainer.precision.name}}},{pipeline}"
+    if trainer.remat is None:  # the default: "dots" where it takes enough off the peak
+        return step_memory.with_auto_remat(trainer, pipeline)
     if trainer.remat is False:
         return pipeline
-    if trainer.remat is None:  # the default: "dots" where it takes enough off the peak
-        if trainer.mesh is not None:
-            return pipeline
-        return f'remat{{policy="dots" depth=0 min_bytes={AUTO_REMAT_MIN_BYTES}}},{pipeline}'
     policy, depth = trainer.remat
     return f'remat{{policy="{policy.spec}" depth={depth}}},{pipeline}'
 

@@ -226,7 +226,7 @@ def make(
     layer at depth ``remat_depth`` of the layer path (``1``: the model's top-level layers, e.g.
     the blocks of a ``sequential``) are recomputed in the backward pass instead of kept.
     ``None`` (the default) applies ``"dots"`` at depth 1 on one device when the step's residuals
-    are large (``kaun_ir.train.builder.AUTO_REMAT_MIN_BYTES``); ``False`` never rematerialises.
+    are large (``kaun_ir.train.step_memory.AUTO_REMAT_MIN_BYTES``); ``False`` never rematerialises.
 
     ``precision``: ``"bfloat16"``, ``"float16"`` or a ``kn.precision.Policy``: matrix products
     of the step in that dtype, parameters and optimiser state float32; ``"float16"`` adds

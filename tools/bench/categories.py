@@ -57,7 +57,9 @@ def xla_category(hlo_op: str, op_name: str) -> str:
     path = op_name.lower()
     if path.startswith("optimizer"):
         return "optimiser"
-    product = kind in ("dot", "convolution", "dot_general") or op in (
+    # XLA CPU's YNNPACK / XNNPACK fusions are matrix products, whatever op their root is named
+    # after (a transposed operand's product carries the transpose's name)
+    product = kind in ("dot", "convolution", "dot_general", "ynn_fusion", "xnn_fusion") or op in (
         "dot_general",
         "conv_general",
         "convolution",

@@ -1,0 +1,84 @@
+"""What a training step does by default to hold less memory and copy less: the parameter
+updates ordered after the backward pass (:func:`ordered_updates`), and rematerialisation where
+the activations are large (:func:`with_auto_remat`). ``kaun_ir.train.builder`` applies both."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from kaun_ir import dtypes, tree
+from kaun_ir.ir.builder import scope as ir_scope
+from kaun_ir.runtime.pipelines import TRAIN_PIPELINE_ENV
+from kaun_ir.surface.elementwise import abs as absolute
+from kaun_ir.surface.elementwise import where
+from kaun_ir.surface.promotion import astype, dtype_of
+from kaun_ir.surface.reductions import sum as reduce_sum
+from kaun_ir.surface.shapes import concatenate, reshape
+from kaun_ir.surface.sorting import sort
+from kaun_ir.surface.tensor import apply
+
+__all__ = ["AUTO_REMAT_MIN_BYTES", "ORDER_UPDATES_MIN_BYTES", "ordered_updates", "with_auto_remat"]
+
+#: the default rematerialisation (``train.make(remat=None)``, one device): ``"dots"`` over segments
+#: chosen from the graph (``kaun_ir.transforms.remat.auto_depth``) when the residuals it would
+#: recompute add up to at least this many bytes. The sum counts every residual value, also those
+#: XLA fuses away, so it overstates the saving (the transformer bench workload: 162 MiB counted,
+#: 30 MiB of XLA's temporaries saved): steps of small activations, where the recomputation can
+#: cost time (lstm: 1.12x the step), stay as they are. Measured paired (docs/memory.md): GPT-2
+#: 124M 949 -> 693 MiB of temporaries and 0.90x the step; transformer12 97 -> 51 MiB and 0.87x.
+AUTO_REMAT_MIN_BYTES = 256 << 20
+
+
+def with_auto_remat(trainer, pipeline: str) -> str:
+    """``pipeline`` after the default ``remat`` pass (see :data:`AUTO_REMAT_MIN_BYTES`), for a
+    trainer on one device whose pipeline is the default one: a pipeline given to ``train.make`` or
+    in ``$KAUN_IR_TRAIN_PIPELINE`` runs as written."""
+    if trainer.mesh is not None or trainer.pipeline is not None or TRAIN_PIPELINE_ENV in os.environ:
+        return pipeline
+    return f'remat{{policy="dots" depth=0 min_bytes={AUTO_REMAT_MIN_BYTES}}},{pipeline}'
+
+
+def ordered_updates(trainer, params, grads):
+    """``grads`` through :func:`after_backward` for a trainer on one device with at least
+    :data:`ORDER_UPDATES_MIN_BYTES` of parameters; unchanged otherwise."""
+    if trainer.mesh is not None or float_bytes(params) < ORDER_UPDATES_MIN_BYTES:
+        return grads
+    with ir_scope("optimizer"):  # part of the update (and shown with it by kaun-ir viz)
+        return after_backward(grads)
+
+
+#: parameters below this many bytes keep XLA's copies (see :func:`after_backward`): the few
+#: extra kernels cost more than the copies in a step of microseconds (mlp_small: +8%)
+ORDER_UPDATES_MIN_BYTES = 1 << 20
+
+
+def float_bytes(params) -> int:
+    """Bytes of the float leaves of a (traced) parameter tree."""
+    leaves = [p for p in tree.flatten(params)[0] if dtypes.is_float(dtype_of(p))]
+    return sum(int(np.prod(p.shape)) * np.dtype(dtype_of(p)).itemsize for p in leaves)
+
+
+def after_backward(grads):
+    """``grads`` with ``-0.0`` added to every float leaf, computed from one element of each leaf.
+
+    XLA keeps a copy of every donated parameter that the backward pass reads, because nothing
+    orders that read before the update that writes the new value into the parameter's buffer (a
+    weight's update reads its own gradient, not the input gradient its backward read computes).
+    With every update reading a value that exists only once all gradients do, the order is
+    proven and the copies go: one copy of every weight per step less (GPT-2 124M: 472 MiB; the
+    transformer12 bench step 0.96x the time, docs/performance.md). The value has to be real data:
+    XLA CPU drops an ``optimization_barrier`` before it decides on copies. It is ``-0.0 *
+    |t|`` (``t`` the sum of the first elements, through a ``sort`` that XLA never duplicates
+    into each update; a non-finite ``t`` counts as 0). ``g + -0.0`` is ``g``, but XLA may fuse the
+    updates differently then: results agree to rounding (1e-7), not bit for bit."""
+    leaves, treedef = tree.flatten(grads)
+    floats = [g for g in leaves if dtypes.is_float(dtype_of(g)) and int(np.prod(g.shape)) > 0]
+    if not floats:
+        return grads
+    firsts = [astype(reshape(g, (-1,))[:1], dtypes.float32) for g in floats]
+    total = reduce_sum(sort(concatenate(firsts)))
+    zero = where(apply("is_finite", total), absolute(total), 0.0) * -0.0
+    leaves = [g + astype(zero, dtype_of(g)) if dtypes.is_float(dtype_of(g)) else g for g in leaves]
+    return tree.unflatten(treedef, leaves)
