@@ -32,6 +32,17 @@ def test_tuned_environment_adds_the_tunable_once():
     assert set(cli.TUNED_COMMANDS) <= set(cli.COMMANDS)
 
 
+def test_memory_children_run_without_the_heap_keeping_tunables():
+    tuned = malloc_tuning.tuned_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, "linux", "glibc")
+    env = malloc_tuning.without_heap_keeping(tuned)
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:" + malloc_tuning.HUGE_PAGES
+    only_ours = malloc_tuning.tuned_environment({}, "linux", "glibc")
+    assert malloc_tuning.without_heap_keeping(only_ours)["GLIBC_TUNABLES"] == malloc_tuning.HUGE_PAGES
+    assert "GLIBC_TUNABLES" not in malloc_tuning.without_heap_keeping(
+        {"GLIBC_TUNABLES": malloc_tuning.KEEP_HEAP}
+    )
+
+
 _CHILD = (
     "import os\n"
     "from kaun_ir.tools import malloc_tuning\n"

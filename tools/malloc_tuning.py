@@ -1,15 +1,22 @@
-"""Transparent huge pages for the C heap of the ``kaun-ir`` commands that train.
+"""Transparent huge pages and a heap that keeps its memory, for the ``kaun-ir`` commands that
+train.
 
 XLA on the CPU allocates a step's temporary buffers from the C heap on every call. With glibc's
 default, a large allocation is a fresh memory mapping, touched page by page: the bench
 transformer took ~16,800 minor page faults per step, ~30 ms of system time in a ~140 ms step.
 glibc's ``glibc.malloc.hugetlb=1`` tunable makes malloc ask for transparent huge pages
 (``madvise``) for its heap and its mappings, so the same buffers fault in 2 MiB at a time (~440
-faults per step, docs/performance-results.md). A tunable is read once, when the process starts:
-:func:`restart_with_tunables` re-executes the command with it set in ``GLIBC_TUNABLES`` (once:
-the new process finds it set). ``KAUN_IR_MALLOC_TUNING=0`` turns it off; other systems than
+faults per step, docs/performance-results.md). ``glibc.malloc.mmap_max=0`` (no mappings: every
+allocation from the heap) with a ``glibc.malloc.trim_threshold`` of 16 GiB (freed memory is not
+handed back) then lets the next step reuse the same, already touched pages: the bench lstm step
+went from ~12 to ~4 ms of system time and 0.69x to 0.82x PyTorch's speed (docs/performance.md,
+round 6). The price is a resident size that stays at its high-water mark, which a training
+process reaches every step anyway. A tunable is read once, when the process starts:
+:func:`restart_with_tunables` re-executes the command with them set in ``GLIBC_TUNABLES`` (once:
+the new process finds them set). ``KAUN_IR_MALLOC_TUNING=0`` turns it off; other systems than
 glibc Linux are left alone. Programs that import kaun_ir set it themselves at their start
-(``GLIBC_TUNABLES=glibc.malloc.hugetlb=1 python train.py``).
+(``GLIBC_TUNABLES=glibc.malloc.hugetlb=1:glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184
+python train.py``).
 """
 
 from __future__ import annotations
@@ -18,7 +25,11 @@ import os
 import platform
 import sys
 
-TUNABLE = "glibc.malloc.hugetlb=1"
+#: huge pages for the heap and its mappings
+HUGE_PAGES = "glibc.malloc.hugetlb=1"
+#: every allocation from the heap, and freed memory kept for the next step
+KEEP_HEAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184"
+TUNABLE = f"{HUGE_PAGES}:{KEEP_HEAP}"
 #: the environment variable that turns the restart off when ``0``
 SWITCH = "KAUN_IR_MALLOC_TUNING"
 
@@ -50,3 +61,16 @@ def restart_with_tunables() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)
+
+
+def without_heap_keeping(environ: dict) -> dict:
+    """``environ`` with :data:`KEEP_HEAP` taken out of ``GLIBC_TUNABLES`` (huge pages stay): for a
+    process whose resident size is the measurement (``kaun-ir bench``'s memory children), where
+    memory a heap keeps after freeing it would count as held."""
+    env = dict(environ)
+    kept = [t for t in env.get("GLIBC_TUNABLES", "").split(":") if t and t not in KEEP_HEAP.split(":")]
+    if kept:
+        env["GLIBC_TUNABLES"] = ":".join(kept)
+    else:
+        env.pop("GLIBC_TUNABLES", None)
+    return env

@@ -16,6 +16,7 @@ import numpy as np
 
 from kaun_ir.tools.bench.runners import make_runner
 from kaun_ir.tools.bench.workloads import Setup
+from kaun_ir.tools.malloc_tuning import without_heap_keeping
 
 #: calls measured for the training-phase peak memory (after the first)
 MEMORY_CALLS = 3
@@ -122,7 +123,9 @@ def measure_in_child(
     if not (os.path.exists("/proc/self/status") and os.path.exists("/proc/self/clear_refs")):
         return {"error": "no /proc/self/status and clear_refs (Linux only)"}
     spec = {"workload": name, "impl": impl, "small": small, "steps_per_call": steps_per_call, "calls": calls}
-    return run_child("kaun_ir.tools.bench.memory", spec, _CHILD_TAG, timeout)
+    # the heap keeps no freed memory there: the resident size is what the implementation holds
+    env = without_heap_keeping(dict(os.environ))
+    return run_child("kaun_ir.tools.bench.memory", spec, _CHILD_TAG, timeout, env=env)
 
 
 def warm_first_step(name: str, impl: str, small: bool, steps_per_call: int = 0, timeout: float = 900):
