@@ -29,6 +29,7 @@ import sys
 HUGE_PAGES = "glibc.malloc.hugetlb=1"
 #: every allocation from the heap, and freed memory kept for the next step
 KEEP_HEAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184"
+#: what :func:`restart_with_tunables` adds to ``GLIBC_TUNABLES``
 TUNABLE = f"{HUGE_PAGES}:{KEEP_HEAP}"
 #: the environment variable that turns the restart off when ``0``
 SWITCH = "KAUN_IR_MALLOC_TUNING"

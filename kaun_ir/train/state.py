@@ -225,8 +225,9 @@ def make(
     patterns to save, or a ``kn.RematPolicy``; see docs/memory.md): the forward values of each
     layer at depth ``remat_depth`` of the layer path (``1``: the model's top-level layers, e.g.
     the blocks of a ``sequential``) are recomputed in the backward pass instead of kept.
-    ``None`` (the default) applies ``"dots"`` at depth 1 on one device when the step's residuals
-    are large (``kaun_ir.train.step_memory.AUTO_REMAT_MIN_BYTES``); ``False`` never rematerialises.
+    ``None`` (the default) applies ``"dots"`` on one device, with the default pipeline, when the
+    step's residuals are large (``kaun_ir.train.step_memory``: the segments are chosen from the
+    graph); ``False`` never rematerialises.
 
     ``precision``: ``"bfloat16"``, ``"float16"`` or a ``kn.precision.Policy``: matrix products
     of the step in that dtype, parameters and optimiser state float32; ``"float16"`` adds

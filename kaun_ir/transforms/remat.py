@@ -157,9 +157,9 @@ def rematerialize(graph: Graph, policy: Any = None, depth: int = 0, min_bytes: i
 
     Segments: the nodes ``kn.remat`` marked, and, when ``policy`` is given and ``depth > 0``,
     every group of nodes sharing the first ``depth`` components of their layer path (``depth=0``
-    with a policy: :func:`auto_depth`). With
-    ``min_bytes``, ``graph`` is returned unchanged when the residuals to recompute hold fewer
-    bytes in all (what rematerialising could take off the peak at most).
+    with a policy: :func:`auto_depth`). With ``min_bytes``, ``graph`` is returned unchanged when
+    the residuals to recompute hold fewer bytes in all (what rematerialising could take off the
+    peak at most).
     """
     policy = as_policy(policy) if policy is not None else None
     if policy is not None and depth == 0:
