@@ -302,6 +302,23 @@ def test_updates_follow_the_backward_pass_so_xla_keeps_no_copy_of_a_donated_para
         np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-4, atol=5e-5)
 
 
+def test_frozen_parameters_are_left_out_of_the_update_ordering():
+    # the ordering reads one gradient element per *updated* leaf: a frozen leaf's gradient, which
+    # nothing else needs, is never computed for it (a LoRA base would pay its whole backward)
+    model = layer.sequential([layer.linear(256, 640), layer.gelu(), layer.linear(640, 256)])
+    frozen = optim.freeze(optim.adam(1e-2), lambda path: path.startswith("0."))
+    trainer = train.make(model, frozen, loss=loss.mse)
+    st = _init(trainer, 0)
+    before = kn.ptree.map(np.array, st.vars.params)
+    x = np.random.default_rng(4).normal(size=(16, 256)).astype(np.float32)
+    graph = train.step_executable(trainer, st, x, x).graph
+    joins = [n for n in graph.nodes if n.op == "concatenate" and n.path.startswith("optimizer")]
+    assert [len(n.inputs) for n in joins] == [2]  # the second linear's weight and bias
+    _, st = train.step(trainer, st, x, x)
+    np.testing.assert_array_equal(np.asarray(st.vars.params[0]["weight"]), before[0]["weight"])
+    assert not np.array_equal(np.asarray(st.vars.params[2]["weight"]), before[2]["weight"])
+
+
 # ------------------------------------------------------------------------------ schedules
 
 

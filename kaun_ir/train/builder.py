@@ -111,8 +111,8 @@ def step_body(
         loss_value, new_state, grads = _accumulated(
             trainer.accumulate, loss_and_grads, params, state, x, targets, step_key
         )
-    grads = step_memory.ordered_updates(trainer, params, grads)
     new_params, new_opt = optim.update(alg, opt_state, params, grads)
+    new_params = step_memory.ordered_updates(trainer, params, grads, new_params)
     return loss_value, new_params, new_state, tuple(new_opt)
 
 

@@ -40,13 +40,13 @@ def with_auto_remat(trainer, pipeline: str) -> str:
     return f'remat{{policy="dots" depth=0 min_bytes={AUTO_REMAT_MIN_BYTES}}},{pipeline}'
 
 
-def ordered_updates(trainer, params, grads):
-    """``grads`` through :func:`after_backward` for a trainer on one device with at least
+def ordered_updates(trainer, params, grads, new_params):
+    """``new_params`` through :func:`after_backward` for a trainer on one device with at least
     :data:`ORDER_UPDATES_MIN_BYTES` of parameters; unchanged otherwise."""
     if trainer.mesh is not None or float_bytes(params) < ORDER_UPDATES_MIN_BYTES:
-        return grads
+        return new_params
     with ir_scope("optimizer"):  # part of the update (and shown with it by kaun-ir viz)
-        return after_backward(grads)
+        return after_backward(params, grads, new_params)
 
 
 #: parameters below this many bytes keep XLA's copies (see :func:`after_backward`): the few
@@ -60,8 +60,32 @@ def float_bytes(params) -> int:
     return sum(int(np.prod(p.shape)) * np.dtype(dtype_of(p)).itemsize for p in leaves)
 
 
-def after_backward(grads):
-    """``grads`` with ``-0.0`` added to every float leaf, computed from one element of each leaf.
+def _is_zero(value) -> bool:
+    """Whether a traced value is a constant zero (through broadcasts, reshapes and converts)."""
+    while value.node is not None and value.node.op in ("broadcast_in_dim", "reshape", "convert"):
+        value = value.node.inputs[0]
+    node = value.node
+    return node is not None and node.op == "constant" and not np.any(node.attr("value").array)
+
+
+def _updated(new, old) -> bool:
+    """Whether ``new`` (a parameter after the optimiser) is more than ``old`` or ``old + 0`` (a
+    frozen parameter: ``optim.freeze`` adds a zero update)."""
+    value = new.value
+    while value.node is not None and value.node.op == "convert":
+        value = value.node.inputs[0]
+    if value is old.value:
+        return False
+    node = value.node
+    if node is None or node.op != "add" or all(v is not old.value for v in node.inputs):
+        return True
+    other = node.inputs[1] if node.inputs[0] is old.value else node.inputs[0]
+    return not _is_zero(other)
+
+
+def after_backward(params, grads, new_params):
+    """``new_params`` with ``-0.0`` added to every updated float leaf, computed from one element
+    of each such leaf's gradient.
 
     XLA keeps a copy of every donated parameter that the backward pass reads, because nothing
     orders that read before the update that writes the new value into the parameter's buffer (a
@@ -71,14 +95,21 @@ def after_backward(grads):
     transformer12 bench step 0.96x the time, docs/performance.md). The value has to be real data:
     XLA CPU drops an ``optimization_barrier`` before it decides on copies. It is ``-0.0 *
     |t|`` (``t`` the sum of the first elements, through a ``sort`` that XLA never duplicates
-    into each update; a non-finite ``t`` counts as 0). ``g + -0.0`` is ``g``, but XLA may fuse the
+    into each update; a non-finite ``t`` counts as 0). ``p + -0.0`` is ``p``, but XLA may fuse the
     updates differently then: results agree to rounding (1e-7), not bit for bit."""
-    leaves, treedef = tree.flatten(grads)
-    floats = [g for g in leaves if dtypes.is_float(dtype_of(g)) and int(np.prod(g.shape)) > 0]
-    if not floats:
-        return grads
-    firsts = [astype(reshape(g, (-1,))[:1], dtypes.float32) for g in floats]
+    new_leaves, treedef = tree.flatten(new_params)
+    pairs = zip(tree.flatten(params)[0], tree.flatten(grads)[0], new_leaves)
+    updated = [
+        k
+        for k, (p, g, new) in enumerate(pairs)
+        if dtypes.is_float(dtype_of(new)) and int(np.prod(g.shape)) > 0 and _updated(new, p)
+    ]
+    if not updated:
+        return new_params
+    grad_leaves = tree.flatten(grads)[0]
+    firsts = [astype(reshape(grad_leaves[k], (-1,))[:1], dtypes.float32) for k in updated]
     total = reduce_sum(sort(concatenate(firsts)))
     zero = where(apply("is_finite", total), absolute(total), 0.0) * -0.0
-    leaves = [g + astype(zero, dtype_of(g)) if dtypes.is_float(dtype_of(g)) else g for g in leaves]
-    return tree.unflatten(treedef, leaves)
+    for k in updated:
+        new_leaves[k] = new_leaves[k] + astype(zero, dtype_of(new_leaves[k]))
+    return tree.unflatten(treedef, new_leaves)
