@@ -24,11 +24,13 @@ __all__ = ["AUTO_REMAT_MIN_BYTES", "ORDER_UPDATES_MIN_BYTES", "ordered_updates",
 #: the default rematerialisation (``train.make(remat=None)``, one device): ``"dots"`` over segments
 #: chosen from the graph (``kaun_ir.transforms.remat.auto_depth``) when the residuals it would
 #: recompute add up to at least this many bytes. The sum counts every residual value, also those
-#: XLA fuses away, so it overstates the saving (the transformer bench workload: 162 MiB counted,
-#: 30 MiB of XLA's temporaries saved): steps of small activations, where the recomputation can
-#: cost time (lstm: 1.12x the step), stay as they are. Measured paired (docs/memory.md): GPT-2
-#: 124M 949 -> 693 MiB of temporaries and 0.90x the step; transformer12 97 -> 51 MiB and 0.87x.
-AUTO_REMAT_MIN_BYTES = 256 << 20
+#: XLA fuses away, so it overstates the saving (the transformer12 bench workload: 520 MiB
+#: counted, 45 MiB of XLA's temporaries saved), and XLA compiles a rematerialised step about
+#: twice as long (GPT-2 124M: 2.3 -> 4.8 s; transformer12's first step 4.1 -> 7.2 s), which pays
+#: where much memory is at stake: GPT-2 124M 949 -> 693 MiB of temporaries and 0.90x the step
+#: (6 GiB counted; docs/memory.md). Smaller steps, where recomputation can also cost time
+#: (lstm: 1.12x the step), stay as they are.
+AUTO_REMAT_MIN_BYTES = 1 << 30
 
 
 def with_auto_remat(trainer, pipeline: str) -> str:
