@@ -10,6 +10,8 @@ import numpy as np
 
 from kaun_ir import dtypes, tree
 from kaun_ir.ir.builder import scope as ir_scope
+from kaun_ir.runtime.backends import is_iree
+from kaun_ir.runtime.backends import resolve as resolve_backend
 from kaun_ir.runtime.pipelines import TRAIN_PIPELINE_ENV
 from kaun_ir.surface.elementwise import abs as absolute
 from kaun_ir.surface.elementwise import where
@@ -33,19 +35,25 @@ __all__ = ["AUTO_REMAT_MIN_BYTES", "ORDER_UPDATES_MIN_BYTES", "ordered_updates",
 AUTO_REMAT_MIN_BYTES = 1 << 30
 
 
+def _xla_on_one_device(trainer) -> bool:
+    """Whether the trainer's step is one XLA program on one device (what both defaults were
+    measured on: IREE and partitioned programs keep the step as it is)."""
+    return trainer.mesh is None and not is_iree(trainer.backend or resolve_backend(None))
+
+
 def with_auto_remat(trainer, pipeline: str) -> str:
-    """``pipeline`` after the default ``remat`` pass (see :data:`AUTO_REMAT_MIN_BYTES`), for a
-    trainer on one device whose pipeline is the default one: a pipeline given to ``train.make`` or
-    in ``$KAUN_IR_TRAIN_PIPELINE`` runs as written."""
-    if trainer.mesh is not None or trainer.pipeline is not None or TRAIN_PIPELINE_ENV in os.environ:
+    """``pipeline`` after the default ``remat`` pass (see :data:`AUTO_REMAT_MIN_BYTES`), for an
+    XLA trainer on one device whose pipeline is the default one: a pipeline given to
+    ``train.make`` or in ``$KAUN_IR_TRAIN_PIPELINE`` runs as written."""
+    if not _xla_on_one_device(trainer) or trainer.pipeline is not None or TRAIN_PIPELINE_ENV in os.environ:
         return pipeline
     return f'remat{{policy="dots" depth=0 min_bytes={AUTO_REMAT_MIN_BYTES}}},{pipeline}'
 
 
 def ordered_updates(trainer, params, grads, new_params):
-    """``new_params`` through :func:`after_backward` for a trainer on one device with at least
-    :data:`ORDER_UPDATES_MIN_BYTES` of parameters; unchanged otherwise."""
-    if trainer.mesh is not None or float_bytes(params) < ORDER_UPDATES_MIN_BYTES:
+    """``new_params`` through :func:`after_backward` for an XLA trainer on one device with at
+    least :data:`ORDER_UPDATES_MIN_BYTES` of parameters; unchanged otherwise."""
+    if not _xla_on_one_device(trainer) or float_bytes(params) < ORDER_UPDATES_MIN_BYTES:
         return new_params
     with ir_scope("optimizer"):  # part of the update (and shown with it by kaun-ir viz)
         return after_backward(params, grads, new_params)
