@@ -136,6 +136,15 @@ def repro_dir(configured: str | None = None) -> str:
     return path
 
 
+def write_repro(name: str, title: str, fields: dict, text: str) -> str:
+    """A compiler's failing input written atomically to ``name`` in :func:`repro_dir`, under
+    ``// title`` and one ``// key: value`` line per field; returns the file's path."""
+    path = os.path.join(repro_dir(), name)
+    header = "".join(f"// {k}: {v}\n" for k, v in fields.items())
+    atomic_write(path, f"// {title}\n{header}{text}")
+    return path
+
+
 # -- directories written as a whole ----------------------------------------------------------------
 # A directory that must change all at once (a sharded checkpoint) lives in a hidden sibling
 # ``.<name>.<pid>.<token>.dir``, and ``<name>`` itself is a symbolic link to it. A save builds a

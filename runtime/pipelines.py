@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+from kaun_ir.runtime.iree import IREE_BACKENDS
 from kaun_ir.runtime.xla import backend as xla_backend
 
 #: What ``kn.jit`` runs before lowering on any backend: exact clean-ups (see docs/passes.md).
@@ -38,11 +39,11 @@ IREE_PASSES = "lower-pool,cse,dce"
 #: others get the DEFAULT_* above.
 BACKEND_JIT_PIPELINES = {
     "cpu": f"{DEFAULT_JIT_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}",
-    **dict.fromkeys(("iree-cpu", "iree-vulkan", "iree-cuda"), f"{DEFAULT_JIT_PIPELINE},{IREE_PASSES}"),
+    **dict.fromkeys(IREE_BACKENDS, f"{DEFAULT_JIT_PIPELINE},{IREE_PASSES}"),
 }
 BACKEND_TRAIN_PIPELINES = {
     "cpu": f"{DEFAULT_TRAIN_PIPELINE},{CPU_CONVOLUTION_PASSES},{CPU_DOT_PASSES}",
-    **dict.fromkeys(("iree-cpu", "iree-vulkan", "iree-cuda"), f"{DEFAULT_TRAIN_PIPELINE},{IREE_PASSES}"),
+    **dict.fromkeys(IREE_BACKENDS, f"{DEFAULT_TRAIN_PIPELINE},{IREE_PASSES}"),
 }
 #: Environment variables that override the defaults (read each time something is compiled).
 JIT_PIPELINE_ENV = "KAUN_IR_PIPELINE"
@@ -80,7 +81,7 @@ def train_pipeline(explicit: str | None = None, compiler: str | None = None) -> 
 
 
 def _iree_or_none(compiler: str | None) -> str | None:
-    return compiler if compiler is not None and compiler.startswith("iree") else None
+    return compiler if compiler in IREE_BACKENDS else None
 
 
 def backend_in_use() -> str:

@@ -9,13 +9,12 @@ and writes a repro file when XLA refuses the module.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from collections.abc import Sequence
 
 from kaun_ir.errors import CompileError
-from kaun_ir.fileio import atomic_write, repro_dir
+from kaun_ir.fileio import write_repro
 from kaun_ir.runtime import disk_cache, stages
 from kaun_ir.runtime.xla import compiler
 
@@ -70,12 +69,12 @@ def compile_mlir(mlir_text: str, device, pipeline: str = "", devices: Sequence =
         loaded = compiler.compile_partitioned(named, devices) if devices else compiler.compile(named, device)
     except Exception as err:  # jaxlib raises its own XlaRuntimeError / ValueError types
         first_line = str(err).splitlines()[0] if str(err) else ""
-        path = os.path.join(repro_dir(), f"{key[:16]}.mlir")
-        header = (
-            f"// kaun_ir compile failure repro\n// pipeline: {pipeline or '(none)'}\n"
-            f"// device: {device.platform}\n// error: {first_line or repr(err)}\n"
-        )
-        atomic_write(path, header + mlir_text)
+        fields = {
+            "pipeline": pipeline or "(none)",
+            "device": device.platform,
+            "error": first_line or repr(err),
+        }
+        path = write_repro(f"{key[:16]}.mlir", "kaun_ir compile failure repro", fields, mlir_text)
         raise CompileError(
             f"XLA could not compile the module ({type(err).__name__}: {first_line}); "
             f"StableHLO written to {path}"

@@ -1,6 +1,6 @@
-"""IREE's compiler and runtime behind four functions: :func:`available`, :func:`version`,
-:func:`compile_program` (StableHLO text -> a loaded, callable program, cached in the process and on
-disk) and :func:`run` (NumPy arrays in, NumPy arrays out)."""
+"""IREE's compiler and runtime behind three functions and a class: :func:`available`,
+:func:`version`, :func:`compile_program` (StableHLO text -> a loaded :class:`Program`, cached in the
+process and on disk; ``program(arrays)`` takes and returns NumPy arrays)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kaun_ir.errors import BackendError, CompileError
-from kaun_ir.fileio import atomic_write, repro_dir
+from kaun_ir.fileio import write_repro
 from kaun_ir.runtime import disk_cache, stages
 from kaun_ir.runtime.iree import IREE_BACKENDS
 
@@ -25,7 +25,6 @@ __all__ = [
     "check_device",
     "compile_program",
     "flags",
-    "run",
     "version",
 ]
 
@@ -181,14 +180,8 @@ def _compile(text: str, backend: str, target: str, pipeline: str, key: str) -> b
     except ireec.CompilerToolError as err:
         lines = [line for line in str(err).splitlines() if "error:" in line]
         first = lines[0].strip() if lines else (str(err).splitlines() or [type(err).__name__])[0]
-        path = os.path.join(repro_dir(), f"iree-{key[:16]}.mlir")
-        header = f"// kaun_ir IREE compile failure repro\n// pipeline: {pipeline or '(none)'}\n"
-        atomic_write(path, f"{header}// backend: {backend}\n// error: {first}\n{text}")
+        fields = {"pipeline": pipeline or "(none)", "backend": backend, "error": first}
+        path = write_repro(f"iree-{key[:16]}.mlir", "kaun_ir IREE compile failure repro", fields, text)
         raise CompileError(
             f"IREE ({backend}) could not compile the module ({first}); StableHLO written to {path}"
         ) from None
-
-
-def run(program: Program, arrays: list) -> list:
-    """Run ``program`` on NumPy arrays; its results as NumPy arrays."""
-    return program(arrays)

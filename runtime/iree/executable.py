@@ -46,13 +46,6 @@ def describe_node(node) -> str:
     return Site(node.op, node.path, describe(node) or "", backward_op(node)).describe()
 
 
-def _ops(graph: Graph):
-    for node in graph.nodes:
-        yield node
-        for region in node.regions:
-            yield from _ops(region)
-
-
 def check_supported(graph: Graph, backend: str, mesh=None) -> None:
     """``BackendError`` naming the first op or feature of ``graph`` IREE cannot run on ``backend``."""
     if mesh is not None:
@@ -60,7 +53,7 @@ def check_supported(graph: Graph, backend: str, mesh=None) -> None:
             f"backend={backend!r}: @{graph.name} is partitioned over a device mesh ({mesh}); "
             "sharded programs run on XLA only: drop mesh= or use backend='xla'"
         )
-    for node in _ops(graph):
+    for node in graph.walk():
         reason = REFUSED_OPS.get(node.op)
         if reason is None and backend == "iree-cpu" and node.op in REFUSED_F64_ON_CPU:
             if any(np.dtype(v.type.dtype) == np.float64 for v in (*node.inputs, *node.outputs)):
