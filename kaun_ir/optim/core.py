@@ -212,8 +212,24 @@ def step(alg: Algorithm, state: Any, params: Any, grads: Any) -> tuple[Any, Stat
     return updates, State(*new_state)
 
 
+def _known_zero(u: Any) -> bool:
+    """Whether ``u`` is a traced constant zero (through broadcasts, reshapes and converts): the
+    update ``optim.freeze`` gives a frozen leaf."""
+    value = getattr(u, "value", None)
+    while (
+        value is not None
+        and value.node is not None
+        and value.node.op in ("broadcast_in_dim", "reshape", "convert")
+    ):
+        value = value.node.inputs[0]
+    node = None if value is None else value.node
+    return node is not None and node.op == "constant" and not np.any(node.attr("value").array)
+
+
 def _apply(params: Any, updates: Any) -> Any:
     def updated(p, u):
+        if _known_zero(u):  # a frozen leaf stays the very same value (-0.0 included)
+            return p
         return astype(add(p, u), dtype_of(p))
 
     return ptree.map2(updated, params, updates)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
-
 from kaun_ir import dtypes, tree
 from kaun_ir.ir.builder import scope as ir_scope
 from kaun_ir.runtime.backends import is_iree
@@ -19,7 +17,7 @@ from kaun_ir.surface.promotion import astype, dtype_of
 from kaun_ir.surface.reductions import sum as reduce_sum
 from kaun_ir.surface.shapes import concatenate, reshape
 from kaun_ir.surface.sorting import sort
-from kaun_ir.surface.tensor import apply
+from kaun_ir.surface.tensor import apply, type_of
 
 __all__ = ["AUTO_REMAT_MIN_BYTES", "ORDER_UPDATES_MIN_BYTES", "ordered_updates", "with_auto_remat"]
 
@@ -66,31 +64,8 @@ ORDER_UPDATES_MIN_BYTES = 1 << 20
 
 def float_bytes(params) -> int:
     """Bytes of the float leaves of a (traced) parameter tree."""
-    leaves = [p for p in tree.flatten(params)[0] if dtypes.is_float(dtype_of(p))]
-    return sum(int(np.prod(p.shape)) * np.dtype(dtype_of(p)).itemsize for p in leaves)
-
-
-def _is_zero(value) -> bool:
-    """Whether a traced value is a constant zero (through broadcasts, reshapes and converts)."""
-    while value.node is not None and value.node.op in ("broadcast_in_dim", "reshape", "convert"):
-        value = value.node.inputs[0]
-    node = value.node
-    return node is not None and node.op == "constant" and not np.any(node.attr("value").array)
-
-
-def _updated(new, old) -> bool:
-    """Whether ``new`` (a parameter after the optimiser) is more than ``old`` or ``old + 0`` (a
-    frozen parameter: ``optim.freeze`` adds a zero update)."""
-    value = new.value
-    while value.node is not None and value.node.op == "convert":
-        value = value.node.inputs[0]
-    if value is old.value:
-        return False
-    node = value.node
-    if node is None or node.op != "add" or all(v is not old.value for v in node.inputs):
-        return True
-    other = node.inputs[1] if node.inputs[0] is old.value else node.inputs[0]
-    return not _is_zero(other)
+    types = [type_of(p) for p in tree.flatten(params)[0]]
+    return sum(t.nbytes for t in types if dtypes.is_float(t.dtype))
 
 
 def after_backward(params, grads, new_params):
@@ -108,15 +83,16 @@ def after_backward(params, grads, new_params):
     into each update; a non-finite ``t`` counts as 0). ``p + -0.0`` is ``p``, but XLA may fuse the
     updates differently then: results agree to rounding (1e-7), not bit for bit."""
     new_leaves, treedef = tree.flatten(new_params)
-    pairs = zip(tree.flatten(params)[0], tree.flatten(grads)[0], new_leaves)
+    grad_leaves = tree.flatten(grads)[0]
+    # a frozen leaf comes back as the parameter itself (optim's apply skips zero updates)
+    pairs = zip(tree.flatten(params)[0], grad_leaves, new_leaves)
     updated = [
         k
         for k, (p, g, new) in enumerate(pairs)
-        if dtypes.is_float(dtype_of(new)) and int(np.prod(g.shape)) > 0 and _updated(new, p)
+        if dtypes.is_float(dtype_of(new)) and type_of(g).size > 0 and new.value is not p.value
     ]
     if not updated:
         return new_params
-    grad_leaves = tree.flatten(grads)[0]
     firsts = [astype(reshape(grad_leaves[k], (-1,))[:1], dtypes.float32) for k in updated]
     total = reduce_sum(sort(concatenate(firsts)))
     zero = where(apply("is_finite", total), absolute(total), 0.0) * -0.0
