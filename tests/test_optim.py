@@ -319,3 +319,20 @@ def test_algorithm_record():
     assert optim.adagrad(0.1).slots == ("sum_of_squares",)
     state = optim.init(optim.adagrad(0.1), {"w": np.ones(2, np.float32)})
     np.testing.assert_allclose(np.asarray(state.trees[0]["w"]), 0.1)
+
+
+@pytest.mark.parametrize("value", [0.0, -0.0, 0.25])
+def test_init_fills_slots_with_the_exact_value(value):
+    """A fresh state's slots hold the fill value bit for bit (a +0.0 fill takes the zeroed-pages
+    path, -0.0 must keep its sign), in the parameters' shapes and dtypes."""
+    params = {"w": np.ones((3, 4), np.float32), "b": np.ones((5,), np.float64)}
+    state = optim.init(optim.adagrad(0.1, initial_accumulator_value=value), params)
+    for name, leaf in params.items():
+        got = np.asarray(state.trees[0][name])
+        want = np.full(leaf.shape, value, leaf.dtype)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        assert got.tobytes() == want.tobytes()
+    moments = optim.init(optim.adam(1e-3), params).trees
+    for tree_ in moments:
+        for name, leaf in params.items():
+            assert np.asarray(tree_[name]).tobytes() == np.zeros(leaf.shape, leaf.dtype).tobytes()
