@@ -43,6 +43,29 @@ def test_every_implementation_reaches_the_same_loss(name):
     assert losses["kaun_ir"] != entries["kaun_ir"]["first_call_loss"]
 
 
+def test_losses_are_compared_after_the_workloads_loss_steps(monkeypatch):
+    """A workload's ``loss_steps`` moves the loss check earlier (the rows still train all their
+    steps): every row's compared loss is JAX's own loss after that many steps, computed here by a
+    separate JAX run; a count that a fused row's calls cannot reach falls back to ``steps``."""
+    import dataclasses
+
+    workload = dataclasses.replace(WORKLOADS["mlp_small"], loss_steps=2)
+    monkeypatch.setitem(WORKLOADS, "mlp_small", workload)
+    result = bench_measure.bench_workload("mlp_small", steps=4, rounds=0, small=True, steps_per_call=2)
+    reference = bench_reference.JaxRunner.of(bench_workloads.Setup("mlp_small", small=True))
+    after_two = reference.last_loss([reference.call() for _ in range(2)][-1])
+    after_four = reference.last_loss([reference.call() for _ in range(2)][-1])
+    assert after_two != after_four
+    for impl, entry in result["implementations"].items():
+        assert entry["loss_steps"] == 2, impl
+        np.testing.assert_allclose(entry["loss_after_steps"], after_two, rtol=bench_measure.LOSS_RTOL)
+    assert bench_measure.loss_steps(workload, 4, 0) == 2
+    assert bench_measure.loss_steps(workload, 1, 0) == 1
+    assert bench_measure.loss_steps(workload, 8, 4) == 8  # 2 steps is no whole call of 4
+    assert bench_measure.loss_steps(dataclasses.replace(workload, loss_steps=3), 4, 0) == 3
+    assert bench_measure.loss_steps(dataclasses.replace(workload, loss_steps=0), 6, 2) == 6
+
+
 def test_torch_is_left_out_with_a_reason_when_not_importable(monkeypatch, capsys):
     line = "skipped: import torch failed (ImportError: no torch); install kaun-ir[bench]"
     monkeypatch.setattr(bench_measure, "torch_status", lambda: (False, line))

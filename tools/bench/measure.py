@@ -72,10 +72,19 @@ def _check_arguments(steps: int, rounds: int, steps_per_call: int) -> None:
         raise ValueError(f"steps ({steps}) must be a multiple of steps_per_call ({steps_per_call})")
 
 
+def loss_steps(workload, steps: int, steps_per_call: int) -> int:
+    """The steps after which every row's loss is compared with JAX's: ``workload.loss_steps``
+    (or ``steps``, whichever is fewer), or ``steps`` where that is no whole number of the fused
+    row's calls of ``steps_per_call`` steps (0: no fused row), so all rows compare alike."""
+    wanted = min(workload.loss_steps or steps, steps)
+    return steps if steps_per_call and wanted % steps_per_call else wanted
+
+
 def _first_steps(schedule: list, setup: Setup, steps: int, steps_per_call: int, entries: dict) -> dict:
     """Build every row in ``schedule`` order, time its first call and train it to ``steps`` steps;
     returns the runners by name."""
     runners = {}
+    check = loss_steps(setup.workload, steps, steps_per_call)
     for impl in schedule:
         entry = entries[impl]
         start = time.perf_counter()
@@ -84,8 +93,11 @@ def _first_steps(schedule: list, setup: Setup, steps: int, steps_per_call: int, 
         entry["first_step_in_process_s"] = time.perf_counter() - start
         entry["steps_per_call"] = runner.steps_per_call
         entry["first_call_loss"] = first_loss
-        more = steps // runner.steps_per_call - 1
-        entry["loss_after_steps"] = _run_calls(runner, more) if more else first_loss
+        calls, check_calls = steps // runner.steps_per_call, check // runner.steps_per_call
+        entry["loss_steps"] = check
+        entry["loss_after_steps"] = _run_calls(runner, check_calls - 1) if check_calls > 1 else first_loss
+        if calls > check_calls:
+            _run_calls(runner, calls - check_calls)
         entry["steps_per_s_rounds"] = []
     return runners
 

@@ -53,7 +53,8 @@ def format_table(results: list[dict]) -> str:
             lines.append(
                 f"| {r['workload']} | {impl} | {_fmt_rate(entry['steps_per_s'])} | "
                 f"{_first_step(entry)} | "
-                f"{_fmt_bytes(entry['peak_memory_bytes'])} | {r['steps']} | {loss} | {ratio} | "
+                f"{_fmt_bytes(entry['peak_memory_bytes'])} | {entry.get('loss_steps', r['steps'])} | "
+                f"{loss} | {ratio} | "
                 f"{_fmt_gflops(entry.get('gflops'))} |"
             )
     return "\n".join(lines)
@@ -69,7 +70,8 @@ def format_footer(results: list[dict], matmul: dict | None = None) -> str:
         diffs = ", ".join(f"{impl} {entries[impl]['loss_rel_diff_vs_jax']:.1e}" for impl in others)
         bad = [impl for impl in others if not entries[impl]["loss_agrees"]]
         verdict = f"DISAGREE: {', '.join(bad)}" if bad else "agree"
-        line = f"{r['workload']}: losses after {r['steps']} steps vs JAX {diffs} ({verdict})"
+        after = next(iter(entries.values())).get("loss_steps", r["steps"])  # the same for every row
+        line = f"{r['workload']}: losses after {after} steps vs JAX {diffs} ({verdict})"
         ratios = [
             f"{impl} {entries[impl]['peak_memory_ratio_vs_jax']:.2f}x"
             for impl in others
