@@ -170,7 +170,7 @@ def filled_like(params: Any, value: float, state_dtype: Any = None) -> Any:
 def _host_filled(shape: tuple, value: float, dtype) -> np.ndarray:
     """``np.full(shape, value, dtype)``; a +0.0 fill is ``np.zeros``, whose pages the system
     hands out already zeroed, so a large model's moments are not written once on the host before
-    their copy to the device (GPT-2's Adam state: 1.07 -> 0.14 s a tree in a fresh process)."""
+    their copy to the device (a 300 MiB leaf in a fresh process, copy included: 1.07 -> 0.14 s)."""
     if value == 0 and not np.signbit(value):
         return np.zeros(shape, dtype)
     return np.full(shape, value, dtype)
