@@ -16,6 +16,7 @@ from kaun_ir.runtime.interop import stablehlo_import  # spelled kn.runtime.stabl
 from kaun_ir.runtime.interop.jax_export import to_jax_export
 from kaun_ir.runtime.jit import Jitted, jit
 from kaun_ir.runtime.lower import lower
+from kaun_ir.runtime.malloc_tuning import tune_malloc
 from kaun_ir.runtime.mesh import Mesh, Spec
 from kaun_ir.runtime.xla import backend, mlir
 from kaun_ir.runtime.xla.backend import backend_name
@@ -69,6 +70,7 @@ __all__ = [
     "stages",
     "stats",
     "to_jax_export",
+    "tune_malloc",
 ]
 
 __dir__ = public_dir(__all__)

@@ -11,7 +11,7 @@ import numpy as np
 from kaun_ir import dtypes
 from kaun_ir.errors import CompileError
 from kaun_ir.ir.core import Graph, TensorType
-from kaun_ir.runtime import finite, stages
+from kaun_ir.runtime import finite, malloc_tuning, stages
 from kaun_ir.runtime.lower import lower
 from kaun_ir.runtime.mesh import REPLICATED, as_spec, check_graph_mesh, constraint_meshes, mesh_of_axes
 from kaun_ir.runtime.xla import backend, compiler, shardings, transfer
@@ -79,6 +79,8 @@ class Executable:
             with stages.stage("lower"):
                 self.mlir = lower(compiled if checking else graph, donate=self.donate)
             self.loaded = compile_mlir(self.mlir, self.device, pipeline)
+            if self.device.platform == "cpu":
+                malloc_tuning.note_compiled(self.memory_analysis())
             #: ``run(device_arrays) -> list``: the dispatch path, built once (see :func:`compiler.executor`)
             self.run = _moving_devices(compiler.executor(self.loaded, out_types, self.device), self.device)
             if checking:

@@ -12,6 +12,9 @@ os.environ.setdefault("KAUN_IR_BACKEND", "cpu")
 os.environ["KAUN_IR_CACHE_DIR"] = "off"
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KAUN_IR_VERIFY_EACH", "1")
+# the suite times nothing: no warning about glibc's malloc tunables on large programs
+# (tests/test_malloc_tuning.py sets the switch itself for its child processes)
+os.environ.setdefault("KAUN_IR_MALLOC_TUNING", "0")
 
 
 def pytest_collection_modifyitems(config, items):

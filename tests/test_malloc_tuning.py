@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from kaun_ir.tools import cli, malloc_tuning
+from kaun_ir.runtime import malloc_tuning
+from kaun_ir.tools import cli
 
 GLIBC_LINUX = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
 
@@ -45,7 +46,7 @@ def test_memory_children_run_without_the_heap_keeping_tunables():
 
 _CHILD = (
     "import os\n"
-    "from kaun_ir.tools import malloc_tuning\n"
+    "from kaun_ir.runtime import malloc_tuning\n"
     "malloc_tuning.restart_with_tunables()\n"
     "print(os.environ.get('GLIBC_TUNABLES'))\n"
 )
@@ -59,3 +60,62 @@ def test_the_process_restarts_with_the_tunable(switch):
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ([malloc_tuning.TUNABLE] if switch == "1" else ["None"])
+
+
+def test_hint_names_the_tunables_only_where_they_would_change_something():
+    big, small = malloc_tuning.HINT_TEMP_BYTES, malloc_tuning.HINT_TEMP_BYTES - 1
+    message = malloc_tuning.hint(big + (3 << 20), {}, "linux", "glibc")
+    assert "35 MiB" in message and "kn.runtime.tune_malloc()" in message and malloc_tuning.TUNABLE in message
+    assert malloc_tuning.hint(small, {}, "linux", "glibc") is None
+    assert malloc_tuning.hint(big, {"GLIBC_TUNABLES": malloc_tuning.TUNABLE}, "linux", "glibc") is None
+    assert malloc_tuning.hint(big, {malloc_tuning.SWITCH: "0"}, "linux", "glibc") is None
+    assert malloc_tuning.hint(big, {}, "darwin", "") is None
+
+
+_BIG_TEMP = (
+    "import os, warnings\n"
+    "import numpy as np\n"
+    "import kaun_ir as kn\n"
+    "f = kn.jit(lambda a, b, c: (a @ b) @ c)  # a [4096, 4096] float32 product in between: 64 MiB\n"
+    "shapes = [(4096, 8), (8, 4096), (4096, 1)]\n"
+    "args = [np.ones(shape, np.float32) for shape in shapes]\n"
+    "with warnings.catch_warnings(record=True) as caught:\n"
+    "    warnings.simplefilter('always')\n"
+    "    f(*args)\n"
+    "    kn.jit(lambda a, b, c: (a @ b) @ c * 2.0)(*args)  # a second program: no second warning\n"
+    "print(sum('malloc tunables' in str(w.message) for w in caught))\n"
+)
+
+
+@pytest.mark.skipif(not GLIBC_LINUX, reason="glibc Linux only")
+@pytest.mark.parametrize("tuned", [False, True])
+def test_one_warning_for_a_large_cpu_program_in_a_plain_process(tuned):
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", malloc_tuning.SWITCH)}
+    if tuned:
+        env["GLIBC_TUNABLES"] = malloc_tuning.TUNABLE
+    command = [sys.executable, "-c", _BIG_TEMP]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == ("0" if tuned else "1")
+
+
+_TUNE = (
+    "import os\n"
+    "import kaun_ir as kn\n"
+    "print('start', os.environ.get('GLIBC_TUNABLES'))\n"
+    "print('returned', kn.runtime.tune_malloc())\n"
+)
+
+
+@pytest.mark.skipif(not GLIBC_LINUX, reason="glibc Linux only")
+def test_tune_malloc_restarts_the_script_once(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(_TUNE)
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", malloc_tuning.SWITCH)}
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # the script ran twice: first without the tunables (the call restarted it), then with them
+    assert out.stdout.split("\n")[:3] == ["start None", f"start {malloc_tuning.TUNABLE}", "returned False"]
+    env[malloc_tuning.SWITCH] = "0"
+    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.split("\n")[:2] == ["start None", "returned False"]

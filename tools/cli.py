@@ -12,7 +12,7 @@ import importlib
 import re
 import sys
 
-#: commands that train steps: started with huge pages for the C heap (kaun_ir.tools.malloc_tuning)
+#: commands that train steps: started with huge pages for the C heap (kaun_ir.runtime.malloc_tuning)
 TUNED_COMMANDS = ("demo", "bench")
 DEBUG = False  # set by main() from --debug: commands re-raise instead of printing one line
 
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run ``kaun-ir`` with ``argv`` (default: the process's arguments); returns the exit status."""
     global DEBUG
     if argv is None and _named_command(sys.argv[1:]) in TUNED_COMMANDS:
-        from kaun_ir.tools import malloc_tuning
+        from kaun_ir.runtime import malloc_tuning
 
         malloc_tuning.restart_with_tunables()  # returns when there is nothing to change
     argv = list(sys.argv[1:] if argv is None else argv)

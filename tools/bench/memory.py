@@ -14,9 +14,9 @@ import time
 
 import numpy as np
 
+from kaun_ir.runtime.malloc_tuning import without_heap_keeping
 from kaun_ir.tools.bench.runners import make_runner
 from kaun_ir.tools.bench.workloads import Setup
-from kaun_ir.tools.malloc_tuning import without_heap_keeping
 
 #: calls measured for the training-phase peak memory (after the first)
 MEMORY_CALLS = 3
