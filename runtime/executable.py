@@ -80,7 +80,7 @@ class Executable:
                 self.mlir = lower(compiled if checking else graph, donate=self.donate)
             self.loaded = compile_mlir(self.mlir, self.device, pipeline)
             if self.device.platform == "cpu":
-                malloc_tuning.note_compiled(self.memory_analysis())
+                malloc_tuning.note_compiled(self.memory_analysis)
             #: ``run(device_arrays) -> list``: the dispatch path, built once (see :func:`compiler.executor`)
             self.run = _moving_devices(compiler.executor(self.loaded, out_types, self.device), self.device)
             if checking:

@@ -127,13 +127,15 @@ def hint(temp_bytes: int, environ: dict | None = None, system: str | None = None
     )
 
 
-def note_compiled(memory: dict | None) -> None:
-    """Warn once per process (``RuntimeWarning``) when a CPU program just compiled, whose XLA
-    memory analysis is ``memory``, has a :func:`hint`."""
+def note_compiled(memory_analysis) -> None:
+    """Warn once per process (``RuntimeWarning``) when a CPU program just compiled has a
+    :func:`hint`; ``memory_analysis()`` gives its XLA memory analysis (asked only while there is
+    something to say: not after the warning, nor in a process that has the tunables)."""
     global _noted
-    if _noted or not memory:
+    if _noted or tuned_environment(dict(os.environ)) is None:
         return
-    message = hint(int(memory.get("temp", 0)))
+    memory = memory_analysis()
+    message = hint(int(memory.get("temp", 0))) if memory else None
     if message is not None:
         _noted = True
         warnings.warn(message, RuntimeWarning, stacklevel=2)
