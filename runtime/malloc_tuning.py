@@ -25,6 +25,7 @@ process (docs/performance.md, knob 9).
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -38,6 +39,9 @@ KEEP_HEAP = "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=17179869184"
 TUNABLE = f"{HUGE_PAGES}:{KEEP_HEAP}"
 #: the environment variable that turns the restart (and the warning) off when ``0``
 SWITCH = "KAUN_IR_MALLOC_TUNING"
+#: set in the restarted process: a second restart never happens, even where ``GLIBC_TUNABLES``
+#: does not survive ``exec`` (a secure-mode binary, a wrapper that cleans the environment)
+RESTARTED = "KAUN_IR_MALLOC_TUNING_RESTARTED"
 #: the temporaries of one call from which a process without the tunables is warned
 HINT_TEMP_BYTES = 32 << 20
 
@@ -48,18 +52,25 @@ def tuned_environment(environ: dict, system: str | None = None, libc: str | None
     """The environment to restart with (``GLIBC_TUNABLES`` with :data:`TUNABLE` added), or None
     when there is nothing to do: turned off, already set (by us or the user), or not glibc
     Linux. ``system`` / ``libc`` default to this process's."""
-    if environ.get(SWITCH, "1") == "0":
+    if environ.get(SWITCH, "1") == "0" or environ.get(RESTARTED):
         return None
     current = environ.get("GLIBC_TUNABLES", "")
     if "glibc.malloc.hugetlb" in current:
         return None
     if (system if system is not None else sys.platform) != "linux":
         return None
-    if (libc if libc is not None else platform.libc_ver()[0]) != "glibc":
+    if (libc if libc is not None else _libc()) != "glibc":
         return None
     env = dict(environ)
     env["GLIBC_TUNABLES"] = f"{current}:{TUNABLE}" if current else TUNABLE
+    env[RESTARTED] = "1"
     return env
+
+
+@functools.lru_cache(maxsize=1)
+def _libc() -> str:
+    """This process's C library (``platform.libc_ver`` reads the interpreter's binary: once)."""
+    return platform.libc_ver()[0]
 
 
 def restart_with_tunables() -> None:
@@ -93,44 +104,78 @@ def _interactive() -> bool:
     )
 
 
+def restartable(argv: list[str]) -> bool:
+    """Whether a process started as ``argv`` (``sys.orig_argv``) can start again from its
+    beginning: a script file, ``-m module`` or ``-c code``; not a program read from standard input
+    (``python -`` or a pipe: already consumed) nor a ``multiprocessing`` child (its parent's
+    pipe is read), nor an interpreter without a program."""
+    args = argv[1:]
+    while args and args[0].startswith("-") and args[0] not in ("-", "-m", "-c"):
+        args = args[1:] if args[0] not in ("-W", "-X", "-Q") else args[2:]  # options (and values)
+    if not args or args[0] == "-" or any(a.startswith("--multiprocessing-fork") for a in argv):
+        return False
+    return args[0] in ("-m", "-c") or os.path.isfile(args[0])
+
+
+def tuned() -> bool:
+    """Whether this process runs with glibc's huge-page malloc tunable set (ours or the user's)."""
+    return "glibc.malloc.hugetlb" in os.environ.get("GLIBC_TUNABLES", "")
+
+
 def tune_malloc() -> bool:
     """Restart this Python program with glibc's malloc tunables (:data:`TUNABLE`: transparent
-    huge pages, and a heap that keeps freed memory for the next step) unless they are set.
+    huge pages, and a heap that keeps freed memory for the next step) unless they are set;
+    returns whether this process runs with them.
 
     Call it first thing in a training script: the program starts again from its beginning with
-    ``GLIBC_TUNABLES`` set, and there the call returns at once (False). Nothing happens (False)
-    with ``KAUN_IR_MALLOC_TUNING=0``, where the tunables are set already (or
-    ``glibc.malloc.hugetlb`` is, by the user), off glibc Linux, and in an interactive session
-    (the REPL, IPython, Jupyter), which a restart would lose. Steps of the bench's transformer,
-    LSTM and GPT-2 124M ran 1.5x, 1.25x and 1.1x faster with them (docs/performance.md, knob 9);
-    the resident size then stays at its high-water mark."""
-    if _interactive() or tuned_environment(dict(os.environ)) is None:
-        return False
+    ``GLIBC_TUNABLES`` set, and there the call returns True at once. Nothing is restarted with
+    ``KAUN_IR_MALLOC_TUNING=0``, where the tunables are set already (or
+    ``glibc.malloc.hugetlb`` is, by the user), off glibc Linux, in an interactive session (the
+    REPL, IPython, Jupyter: start the kernel with ``GLIBC_TUNABLES`` instead), in a program read
+    from standard input and in a ``multiprocessing`` child, none of which can start again. Steps
+    of the bench's transformer, LSTM and GPT-2 124M ran 1.5x, 1.25x and 1.1x faster with them
+    (docs/performance.md, knob 9); the resident size then stays at its high-water mark."""
+    import multiprocessing  # noqa: PLC0415 - only to tell a child process, on this rare call
+
+    argv = list(getattr(sys, "orig_argv", None) or [])
+    if _interactive() or multiprocessing.parent_process() is not None or not restartable(argv):
+        return tuned()
     restart_with_tunables()
-    return False  # the interpreter could not be named: nothing was restarted
+    return tuned()  # nothing to restart for, or the interpreter could not be named
 
 
-def hint(temp_bytes: int, environ: dict | None = None, system: str | None = None, libc: str | None = None):
+def hint(
+    temp_bytes: int,
+    environ: dict | None = None,
+    system: str | None = None,
+    libc: str | None = None,
+    interactive: bool | None = None,
+):
     """The warning for a compiled CPU program with ``temp_bytes`` of temporaries per call in a
     process with ``environ`` (default this one's), or None: below :data:`HINT_TEMP_BYTES`, or
-    nothing to tune (see :func:`tuned_environment`)."""
+    nothing to tune (see :func:`tuned_environment`). ``interactive`` (default: this session's)
+    advises starting the kernel with the tunables instead of calling :func:`tune_malloc`."""
     if temp_bytes < HINT_TEMP_BYTES:
         return None
     if tuned_environment(dict(os.environ if environ is None else environ), system, libc) is None:
         return None
+    ask = (
+        f"start the session with GLIBC_TUNABLES={TUNABLE}"
+        if (_interactive() if interactive is None else interactive)
+        else f"call kn.runtime.tune_malloc() first thing in the script, or set GLIBC_TUNABLES={TUNABLE}"
+    )
     return (
         f"kaun_ir: this CPU program allocates {temp_bytes / 2**20:.0f} MiB of temporaries per call, "
-        "which glibc maps and faults in afresh on every call; started with glibc's malloc tunables "
-        "(call kn.runtime.tune_malloc() first thing in the script, or set "
-        f"GLIBC_TUNABLES={TUNABLE}) such steps ran 1.1-1.5x faster (docs/performance.md, knob 9); "
-        f"{SWITCH}=0 silences this"
+        "which glibc maps and faults in afresh on every call; with glibc's malloc tunables such "
+        f"steps ran 1.1-1.5x faster ({ask}; docs/performance.md, knob 9); {SWITCH}=0 silences this"
     )
 
 
 def note_compiled(memory_analysis) -> None:
-    """Warn once per process (``RuntimeWarning``) when a CPU program just compiled has a
-    :func:`hint`; ``memory_analysis()`` gives its XLA memory analysis (asked only while there is
-    something to say: not after the warning, nor in a process that has the tunables)."""
+    """Warn once per process (``RuntimeWarning``, attributed to the first caller outside
+    kaun_ir) when a CPU program just compiled has a :func:`hint`; ``memory_analysis()`` gives
+    its XLA memory analysis (asked only while there is something to say: not after the warning,
+    nor in a process that has the tunables)."""
     global _noted
     if _noted or tuned_environment(dict(os.environ)) is None:
         return
@@ -138,4 +183,13 @@ def note_compiled(memory_analysis) -> None:
     message = hint(int(memory.get("temp", 0))) if memory else None
     if message is not None:
         _noted = True
-        warnings.warn(message, RuntimeWarning, stacklevel=2)
+        warnings.warn(message, RuntimeWarning, stacklevel=_outside_caller())
+
+
+def _outside_caller() -> int:
+    """The ``stacklevel`` of the first frame whose module is not kaun_ir's, seen from a
+    ``warnings.warn`` in the caller of this function."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and frame.f_globals.get("__name__", "").startswith("kaun_ir"):
+        frame, level = frame.f_back, level + 1
+    return level

@@ -17,7 +17,7 @@ GLIBC_LINUX = sys.platform == "linux" and platform.libc_ver()[0] == "glibc"
 
 def test_tuned_environment_adds_the_tunable_once():
     env = malloc_tuning.tuned_environment({"PATH": "/bin"}, "linux", "glibc")
-    assert env == {"PATH": "/bin", "GLIBC_TUNABLES": malloc_tuning.TUNABLE}
+    assert env == {"PATH": "/bin", "GLIBC_TUNABLES": malloc_tuning.TUNABLE, malloc_tuning.RESTARTED: "1"}
     # a user's own tunables are kept, ours appended
     env = malloc_tuning.tuned_environment({"GLIBC_TUNABLES": "glibc.malloc.arena_max=2"}, "linux", "glibc")
     assert env["GLIBC_TUNABLES"] == "glibc.malloc.arena_max=2:" + malloc_tuning.TUNABLE
@@ -55,7 +55,7 @@ _CHILD = (
 @pytest.mark.skipif(not GLIBC_LINUX, reason="glibc Linux only")
 @pytest.mark.parametrize("switch", ["1", "0"])
 def test_the_process_restarts_with_the_tunable(switch):
-    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", malloc_tuning.RESTARTED)}
     env[malloc_tuning.SWITCH] = switch
     out = subprocess.run([sys.executable, "-c", _CHILD], env=env, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -64,7 +64,7 @@ def test_the_process_restarts_with_the_tunable(switch):
 
 def test_hint_names_the_tunables_only_where_they_would_change_something():
     big, small = malloc_tuning.HINT_TEMP_BYTES, malloc_tuning.HINT_TEMP_BYTES - 1
-    message = malloc_tuning.hint(big + (3 << 20), {}, "linux", "glibc")
+    message = malloc_tuning.hint(big + (3 << 20), {}, "linux", "glibc", interactive=False)
     assert "35 MiB" in message and "kn.runtime.tune_malloc()" in message and malloc_tuning.TUNABLE in message
     assert malloc_tuning.hint(small, {}, "linux", "glibc") is None
     assert malloc_tuning.hint(big, {"GLIBC_TUNABLES": malloc_tuning.TUNABLE}, "linux", "glibc") is None
@@ -90,7 +90,8 @@ _BIG_TEMP = (
 @pytest.mark.skipif(not GLIBC_LINUX, reason="glibc Linux only")
 @pytest.mark.parametrize("tuned", [False, True])
 def test_one_warning_for_a_large_cpu_program_in_a_plain_process(tuned):
-    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", malloc_tuning.SWITCH)}
+    unset = ("GLIBC_TUNABLES", malloc_tuning.SWITCH, malloc_tuning.RESTARTED)
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     if tuned:
         env["GLIBC_TUNABLES"] = malloc_tuning.TUNABLE
     command = [sys.executable, "-c", _BIG_TEMP]
@@ -111,11 +112,43 @@ _TUNE = (
 def test_tune_malloc_restarts_the_script_once(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(_TUNE)
-    env = {k: v for k, v in os.environ.items() if k not in ("GLIBC_TUNABLES", malloc_tuning.SWITCH)}
+    unset = ("GLIBC_TUNABLES", malloc_tuning.SWITCH, malloc_tuning.RESTARTED)
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     # the script ran twice: first without the tunables (the call restarted it), then with them
-    assert out.stdout.split("\n")[:3] == ["start None", f"start {malloc_tuning.TUNABLE}", "returned False"]
-    env[malloc_tuning.SWITCH] = "0"
-    out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
-    assert out.stdout.split("\n")[:2] == ["start None", "returned False"]
+    assert out.stdout.split("\n")[:3] == ["start None", f"start {malloc_tuning.TUNABLE}", "returned True"]
+    # switched off, or a program read from standard input (consumed: it could not start again)
+    for command, extra, stdin in (
+        ([sys.executable, str(script)], {malloc_tuning.SWITCH: "0"}, None),
+        ([sys.executable, "-"], {}, _TUNE),
+    ):
+        out = subprocess.run(
+            command, env={**env, **extra}, input=stdin, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split("\n")[:2] == ["start None", "returned False"]
+
+
+def test_only_a_program_that_can_start_again_is_restarted(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("")
+    py = sys.executable
+    assert malloc_tuning.restartable([py, str(script), "--epochs", "3"])
+    assert malloc_tuning.restartable([py, "-u", "-W", "ignore", "-X", "dev", str(script)])
+    assert malloc_tuning.restartable([py, "-m", "pkg.train"])
+    assert malloc_tuning.restartable([py, "-c", "print(1)"])
+    assert not malloc_tuning.restartable([py])  # the REPL
+    assert not malloc_tuning.restartable([py, "-"])  # standard input, already read
+    assert not malloc_tuning.restartable([py, str(tmp_path / "missing.py")])
+    assert not malloc_tuning.restartable([py, "-c", "x", "--multiprocessing-fork"])
+    # the restarted process never restarts again, whatever became of GLIBC_TUNABLES
+    assert malloc_tuning.tuned_environment({malloc_tuning.RESTARTED: "1"}, "linux", "glibc") is None
+
+
+def test_the_warning_advises_what_works_in_the_session():
+    size = malloc_tuning.HINT_TEMP_BYTES
+    script = malloc_tuning.hint(size, {}, "linux", "glibc", interactive=False)
+    session = malloc_tuning.hint(size, {}, "linux", "glibc", interactive=True)
+    assert "kn.runtime.tune_malloc()" in script
+    assert "kn.runtime.tune_malloc()" not in session and "start the session with GLIBC_TUNABLES" in session

@@ -60,7 +60,8 @@ Measured per workload (``--workload``, default all):
    over the steps (Adam amplifies them; the CNN's trajectories of different kernels are ~1e-2
    apart after 100 steps), so the check is meant for modest N; a workload whose trajectory
    outgrows the tolerance within a round compares earlier (``Workload.loss_steps``: resnet
-   after 8 of its 16 steps, where both XLA programs are within 3e-6 of a float64 run).
+   after 8 of its 16 steps, where both XLA programs are within 3e-6 of a float64 run); the
+   table's ``N`` is the step the losses are compared at.
 3. ``--rounds`` alternating rounds of N steps per implementation (rotated order as above);
    *steps/s* is the median over the rounds (each round blocks on its last loss), *ratio vs JAX*
    is steps/s over JAX's steps/s.

@@ -1,5 +1,6 @@
 """The timing side of ``kaun-ir bench``: one workload's rows built, run for ``N`` steps, timed over
-alternating rounds, compared with JAX (loss after ``N`` steps, steps/s, GFLOP/s) and, with
+alternating rounds, compared with JAX (the loss after ``N`` steps, or the workload's
+``loss_steps``; steps/s, GFLOP/s) and, with
 ``memory``, measured again in child processes (see the ``kaun-ir bench`` help for the method)."""
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ ACCELERATOR_LOSS_RTOL = 1e-3
 
 
 def loss_rtol(impl: str, backend: str = "cpu") -> float:
-    """The relative tolerance of row ``impl``'s loss after N steps against JAX's (``backend``: the
+    """The relative tolerance of row ``impl``'s compared loss against JAX's (``backend``: the
     XLA backend the rows ran on; off the CPU the exact rows get :data:`ACCELERATOR_LOSS_RTOL`)."""
     exact = {
         "jax",
@@ -74,10 +75,12 @@ def _check_arguments(steps: int, rounds: int, steps_per_call: int) -> None:
 
 def loss_steps(workload, steps: int, steps_per_call: int) -> int:
     """The steps after which every row's loss is compared with JAX's: ``workload.loss_steps``
-    (or ``steps``, whichever is fewer), or ``steps`` where that is no whole number of the fused
-    row's calls of ``steps_per_call`` steps (0: no fused row), so all rows compare alike."""
+    (or ``steps``, whichever is fewer), rounded up to whole calls of the fused row's
+    ``steps_per_call`` steps (0: no fused row), so all rows compare at the same step."""
     wanted = min(workload.loss_steps or steps, steps)
-    return steps if steps_per_call and wanted % steps_per_call else wanted
+    if steps_per_call:
+        wanted = -(-wanted // steps_per_call) * steps_per_call
+    return min(wanted, steps)
 
 
 def _first_steps(schedule: list, setup: Setup, steps: int, steps_per_call: int, entries: dict) -> dict:
