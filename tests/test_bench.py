@@ -256,6 +256,10 @@ def test_cli_table_and_bad_options(capsys):
     assert "kaun_ir[K=" not in out  # --steps-per-call 0: no fused row
     assert ("| mlp_small | torch |" in out) == TORCH_OK
     assert "PyTorch:" in out
+    tunables = os.environ.get("GLIBC_TUNABLES")  # whichever heap the suite runs with
+    assert (
+        f"malloc: GLIBC_TUNABLES={tunables} for every row" if tunables else "malloc: the C library's defaults"
+    ) in out
     assert main(["bench", "-w", "nope"]) == 2
     assert main(["bench", "-w", "mlp_small", "--steps", "5", "--steps-per-call", "2"]) == 2
     assert "multiple of --steps-per-call" in capsys.readouterr().out

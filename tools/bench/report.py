@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 from kaun_ir.tools.bench import flops as bench_flops
 from kaun_ir.tools.bench.measure import FUSED_LOSS_RTOL, LOSS_RTOL, MIXED_LOSS_RTOL, TORCH_LOSS_RTOL
@@ -128,7 +129,21 @@ def format_footer(results: list[dict], matmul: dict | None = None) -> str:
     if matmul_line:
         lines.append(matmul_line)
     lines.append(f"PyTorch: {results[0]['torch'] if results else torch_status()[1]}")
+    lines.append(malloc_line())
     return "\n".join(lines)
+
+
+def malloc_line() -> str:
+    """Which C heap every row ran with: glibc's tunables (``kaun-ir bench`` restarts with them
+    unless ``KAUN_IR_MALLOC_TUNING=0``) or the defaults a plain ``python train.py`` gets, which
+    change the ratios (docs/performance.md, knob 9 and round 7)."""
+    tunables = os.environ.get("GLIBC_TUNABLES")
+    if tunables:
+        return f"malloc: GLIBC_TUNABLES={tunables} for every row (docs/performance.md, knob 9)."
+    return (
+        "malloc: the C library's defaults for every row, as in a plain process "
+        "(docs/performance.md, knob 9: kaun_ir's steps gain more than PyTorch's from the tunables)."
+    )
 
 
 def print_json(results: list[dict], matmul: dict | None, ok: bool) -> None:
@@ -143,6 +158,7 @@ def print_json(results: list[dict], matmul: dict | None, ok: bool) -> None:
                 "torch_loss_rtol": TORCH_LOSS_RTOL,
                 "torch": torch_status()[1],
                 "matmul": matmul,
+                "glibc_tunables": os.environ.get("GLIBC_TUNABLES"),
                 "results": results,
                 "ok": ok,
             },
