@@ -54,9 +54,9 @@ def tuned_environment(environ: dict, system: str | None = None, libc: str | None
     Linux. ``system`` / ``libc`` default to this process's."""
     if environ.get(SWITCH, "1") == "0" or environ.get(RESTARTED):
         return None
-    current = environ.get("GLIBC_TUNABLES", "")
-    if "glibc.malloc.hugetlb" in current:
+    if tuned(environ):
         return None
+    current = environ.get("GLIBC_TUNABLES", "")
     if (system if system is not None else sys.platform) != "linux":
         return None
     if (libc if libc is not None else _libc()) != "glibc":
@@ -111,15 +111,16 @@ def restartable(argv: list[str]) -> bool:
     pipe is read), nor an interpreter without a program."""
     args = argv[1:]
     while args and args[0].startswith("-") and args[0] not in ("-", "-m", "-c"):
-        args = args[1:] if args[0] not in ("-W", "-X", "-Q") else args[2:]  # options (and values)
+        args = args[1:] if args[0] not in ("-W", "-X") else args[2:]  # options (and their values)
     if not args or args[0] == "-" or any(a.startswith("--multiprocessing-fork") for a in argv):
         return False
     return args[0] in ("-m", "-c") or os.path.isfile(args[0])
 
 
-def tuned() -> bool:
-    """Whether this process runs with glibc's huge-page malloc tunable set (ours or the user's)."""
-    return "glibc.malloc.hugetlb" in os.environ.get("GLIBC_TUNABLES", "")
+def tuned(environ: dict | None = None) -> bool:
+    """Whether a process with ``environ`` (default this one's) runs with glibc's huge-page malloc
+    tunable set (ours or the user's)."""
+    return "glibc.malloc.hugetlb" in (os.environ if environ is None else environ).get("GLIBC_TUNABLES", "")
 
 
 def tune_malloc() -> bool:
