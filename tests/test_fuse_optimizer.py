@@ -75,9 +75,10 @@ def test_training_trajectory_is_bit_identical(name):
     alg = OPTIMIZERS[name]()
     plain_graph, plain_losses, plain_state = _run(alg, BASE)
     fused_graph, fused_losses, fused_state = _run(alg, FUSED)
-    # the pass did fuse: one concatenation per tensor operand of the chain, none before
-    assert "concatenate" not in plain_graph.op_counts()
-    assert fused_graph.op_counts().get("concatenate", 0) >= 2
+    # the pass did fuse: one concatenation per tensor operand of the chain (the loss's label
+    # gather builds its indices with one)
+    before = plain_graph.op_counts().get("concatenate", 0)
+    assert fused_graph.op_counts().get("concatenate", 0) >= before + 2
     for i, (a, b) in enumerate(zip(fused_losses, plain_losses)):
         assert_bit_identical(a, b, f"{name}: loss of step {i}")
     assert len(fused_state) == len(plain_state)
@@ -121,7 +122,7 @@ def test_statistics_and_the_input_is_not_modified():
     assert out.op_counts()["slice"] == 6 * 3  # new params, mu and nu of each parameter
     # without horizontal fusion the graph keeps its per-parameter chains
     plain = passes.run(graph, "fuse-optimizer")
-    assert "concatenate" not in plain.op_counts()
+    assert plain.op_counts().get("concatenate", 0) == graph.op_counts().get("concatenate", 0)
 
 
 def test_optimizer_update_nodes_carry_the_layer_path():

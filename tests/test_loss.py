@@ -177,3 +177,77 @@ def test_shape_and_type_errors():
         loss.huber(PRED, TARGET, delta=0.0)
     with pytest.raises(ShapeError, match=r"\[4,3\]"):  # also while tracing
         kn.trace(lambda p, t: loss.huber(p, t), PRED, TARGET[:2])
+
+
+# ------------------------------------------------ cross_entropy_sparse's own derivative rule
+
+
+def _sparse_float64(logits, labels):
+    """NumPy float64 oracle: ``(loss, d loss / d logits)``; labels outside ``[0, C)`` contribute
+    0 to the sum (the mean still counts them) and get a zero gradient row."""
+    x = np.asarray(logits, np.float64)
+    classes = x.shape[-1]
+    valid = (labels >= 0) & (labels < classes)
+    lse = np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1)) + x.max(-1)
+    picked = np.take_along_axis(x, np.clip(labels, 0, classes - 1)[..., None], -1)[..., 0]
+    count = labels.size
+    value = np.where(valid, lse - picked, 0.0).sum() / count
+    one_hot = (np.arange(classes) == labels[..., None]).astype(np.float64)
+    grad = (np.exp(x - lse[..., None]) * valid[..., None] - one_hot) / count
+    return value, grad
+
+
+def test_sparse_labels_outside_the_classes_inside_a_trace():
+    """Traced labels cannot be checked: -1 and C contribute nothing, and no gradient."""
+    labels = np.asarray([0, -1, 5, 2, 4, -7], np.int32)
+    value, grad = kn.jit(kn.value_and_grad(loss.cross_entropy_sparse))(LOGITS, labels)
+    want_value, want_grad = _sparse_float64(LOGITS, labels)
+    np.testing.assert_allclose(np.asarray(value), want_value, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-5, atol=1e-7)
+    assert not np.asarray(grad)[[1, 2, 5]].any()
+
+
+def test_sparse_forward_mode_and_per_example_gradients():
+    """kn.jvp (derived from the rule) and kn.vmap of kn.grad (the rule batched) against jax."""
+    tangent = RNG.standard_normal(LOGITS.shape).astype(np.float32)
+    _, got = kn.jvp(lambda x: loss.cross_entropy_sparse(x, LABELS), (LOGITS,), (tangent,))
+    _, want = jax.jvp(lambda x: _sparse_oracle(x, LABELS), (LOGITS,), (tangent,))
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+    rows, labels = LOGITS[:, None, :], LABELS[:, None]  # one example per vmapped call
+    got = kn.vmap(kn.grad(loss.cross_entropy_sparse))(rows, labels)
+    want = jax.jit(jax.vmap(jax.grad(_sparse_oracle)))(rows, labels)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16])
+def test_sparse_low_precision_logits(dtype):
+    """Computed in float32, returned (value and gradient) in the logits' dtype."""
+    logits = LOGITS.astype(dtype)
+    value, grad = kn.value_and_grad(loss.cross_entropy_sparse)(logits, LABELS)
+    assert value.dtype == dtype and grad.dtype == dtype
+    want_value, want_grad = _sparse_float64(np.asarray(logits, np.float64), LABELS)
+    np.testing.assert_allclose(np.asarray(value, np.float64), want_value, rtol=1e-2)
+    np.testing.assert_allclose(np.asarray(grad, np.float64), want_grad, rtol=2e-2, atol=1e-3)
+
+
+def test_sparse_non_finite_logits_stay_non_finite():
+    logits = LOGITS.copy()
+    logits[0, 1] = np.nan
+    logits[1, LABELS[1]] = -np.inf
+    assert np.isnan(np.asarray(loss.cross_entropy_sparse(logits[:1], LABELS[:1])))
+    assert np.asarray(loss.cross_entropy_sparse(logits[1:2], LABELS[1:2])) == np.inf
+
+
+def test_sparse_gradient_keeps_no_full_size_temporary():
+    """The rule recomputes the softmax from the logits in the gradient's own element-wise pass:
+    XLA's temporaries of value_and_grad hold no [N, C] buffer (exp(logits) and the one-hot
+    product were one each, the largest buffers of a language model's step)."""
+    logits = RNG.standard_normal((64, 4096)).astype(np.float32)
+    labels = RNG.integers(0, 4096, size=64).astype(np.int32)
+    step = kn.jit(kn.value_and_grad(loss.cross_entropy_sparse))
+    value, grad = step(logits, labels)
+    want_value, want_grad = _sparse_float64(logits, labels)
+    np.testing.assert_allclose(np.asarray(value), want_value, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-4, atol=1e-9)
+    temp = step.executables()[-1].memory_analysis()["temp"]
+    assert temp < logits.nbytes // 4, temp
