@@ -103,7 +103,11 @@ def test_gradient_with_respect_to_targets():
 def test_second_order():
     """Hessian-vector products (grad of grad) against jax."""
     v = RNG.standard_normal(LOGITS.shape).astype(np.float32)
-    for ours, oracle, x, t in (CASES["cross_entropy_sparse"], CASES["binary_cross_entropy"]):
+    for ours, oracle, x, t in (
+        CASES["cross_entropy_sparse"],
+        CASES["cross_entropy_soft"],
+        CASES["binary_cross_entropy"],
+    ):
         vx = v[: x.shape[0], : x.shape[1]]
 
         def hvp(xp, f, t=t, vx=vx):
@@ -220,12 +224,17 @@ def test_sparse_forward_mode_and_per_example_gradients():
 
 
 @pytest.mark.parametrize("dtype", [jnp.bfloat16, np.float16])
-def test_sparse_low_precision_logits(dtype):
+def test_cross_entropy_low_precision_logits(dtype):
     """Computed in float32, returned (value and gradient) in the logits' dtype."""
     logits = LOGITS.astype(dtype)
     value, grad = kn.value_and_grad(loss.cross_entropy_sparse)(logits, LABELS)
     assert value.dtype == dtype and grad.dtype == dtype
     want_value, want_grad = _sparse_float64(np.asarray(logits, np.float64), LABELS)
+    np.testing.assert_allclose(np.asarray(value, np.float64), want_value, rtol=1e-2)
+    np.testing.assert_allclose(np.asarray(grad, np.float64), want_grad, rtol=2e-2, atol=1e-3)
+    # one-hot targets: the same loss and gradient as the labels
+    value, grad = kn.value_and_grad(loss.cross_entropy)(logits, ONE_HOT.astype(dtype))
+    assert value.dtype == dtype and grad.dtype == dtype
     np.testing.assert_allclose(np.asarray(value, np.float64), want_value, rtol=1e-2)
     np.testing.assert_allclose(np.asarray(grad, np.float64), want_grad, rtol=2e-2, atol=1e-3)
 
@@ -238,16 +247,25 @@ def test_sparse_non_finite_logits_stay_non_finite():
     assert np.asarray(loss.cross_entropy_sparse(logits[1:2], LABELS[1:2])) == np.inf
 
 
-def test_sparse_gradient_keeps_no_full_size_temporary():
-    """The rule recomputes the softmax from the logits in the gradient's own element-wise pass:
-    XLA's temporaries of value_and_grad hold no [N, C] buffer (exp(logits) and the one-hot
-    product were one each, the largest buffers of a language model's step)."""
+def test_cross_entropy_gradients_keep_no_full_size_temporary():
+    """The rules recompute the softmax from the logits in the gradient's own element-wise pass:
+    XLA's temporaries of value_and_grad hold no [N, C] buffer (the composites kept exp(logits),
+    and the sparse one also a one-hot product: the largest buffers of a language model's step)."""
     logits = RNG.standard_normal((64, 4096)).astype(np.float32)
     labels = RNG.integers(0, 4096, size=64).astype(np.int32)
-    step = kn.jit(kn.value_and_grad(loss.cross_entropy_sparse))
-    value, grad = step(logits, labels)
+    soft = np.asarray(jax.nn.softmax(RNG.standard_normal((64, 4096)).astype(np.float32)))
+    sparse_step = kn.jit(kn.value_and_grad(loss.cross_entropy_sparse))
+    value, grad = sparse_step(logits, labels)
     want_value, want_grad = _sparse_float64(logits, labels)
     np.testing.assert_allclose(np.asarray(value), want_value, rtol=1e-5)
     np.testing.assert_allclose(np.asarray(grad), want_grad, rtol=1e-4, atol=1e-9)
-    temp = step.executables()[-1].memory_analysis()["temp"]
-    assert temp < logits.nbytes // 4, temp
+    soft_step = kn.jit(kn.value_and_grad(loss.cross_entropy))
+    value, grad = soft_step(logits, soft)
+    x = logits.astype(np.float64)
+    top = x.max(-1, keepdims=True)
+    log_probs = x - top - np.log(np.exp(x - top).sum(-1, keepdims=True))
+    np.testing.assert_allclose(np.asarray(value), -(soft * log_probs).sum(-1).mean(), rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(grad), (np.exp(log_probs) - soft) / 64, rtol=1e-3, atol=1e-9)
+    for step in (sparse_step, soft_step):
+        temp = step.executables()[-1].memory_analysis()["temp"]
+        assert temp < logits.nbytes // 4, temp

@@ -1,11 +1,12 @@
 """``kn.loss``: loss functions. Each returns the scalar mean over all examples.
 
 All are composites of differentiable ops (``kn.grad`` works, and grad of grad), run inside a
-trace or, on concrete arrays, as one compiled graph per signature; ``cross_entropy_sparse`` also
-has a derivative rule of its own (below), itself differentiable. Shapes are checked strictly:
-predictions and targets must have exactly the shapes stated (no broadcasting, which would hide
-an ``[N, 1]`` vs ``[N]`` mistake); a mismatch raises :class:`kaun_ir.ShapeError`. Integer or
-bool targets are converted to the predictions' float dtype; integer predictions to float32.
+trace or, on concrete arrays, as one compiled graph per signature; the two softmax
+cross-entropies also have a derivative rule of their own (below), itself differentiable.
+Shapes are checked strictly: predictions and targets must have exactly the shapes stated (no
+broadcasting, which would hide an ``[N, 1]`` vs ``[N]`` mistake); a mismatch raises
+:class:`kaun_ir.ShapeError`. Integer or bool targets are converted to the predictions' float
+dtype; integer predictions to float32.
 """
 
 from __future__ import annotations
@@ -81,13 +82,55 @@ def cross_entropy(logits, one_hot):
     logits ``[..., C]``, one_hot ``[..., C]`` (same shape) -> scalar
     ``mean(-sum(one_hot * log_softmax(logits), axis=-1))`` over the leading axes
     (optax ``softmax_cross_entropy(...).mean()``, PyTorch ``cross_entropy`` with probabilities).
+    Float16 / bfloat16 logits are computed in float32 and the result returned in their dtype.
+
+    Like :func:`cross_entropy_sparse`'s, its gradient has a rule of its own: ``(softmax(logits) *
+    sum(targets) - targets) / N`` for the logits, ``-log_softmax(logits) / N`` for the targets,
+    the softmax recomputed from the logits and their saved logsumexp, so no ``exp(logits)`` buffer
+    is kept for the backward pass.
     """
     _class_axis("cross_entropy", logits)
-    logits, targets = _pair("cross_entropy", ("logits", "one_hot"), logits, one_hot)
-    per_example = negative(
-        reductions.sum(multiply(targets, reductions.log_softmax(logits, axis=-1)), axis=-1)
-    )
-    return reductions.mean(per_example)
+    return _soft_mean(*_pair("cross_entropy", ("logits", "one_hot"), logits, one_hot))
+
+
+def _soft_parts(logits, targets):
+    """``(mean loss in the logits' dtype, log-softmax, logsumexp)``, computed in the compute dtype."""
+    compute = compute_dtype(dtype_of(logits))
+    x, t = astype(logits, compute), astype(targets, compute)
+    lse = reductions.logsumexp(x, axis=-1)
+    log_probs = subtract(x, expand_dims(lse, -1))
+    value = reductions.mean(negative(reductions.sum(multiply(t, log_probs), axis=-1)))
+    return astype(value, dtype_of(logits)), log_probs, lse
+
+
+@custom_vjp
+def _soft_mean(logits, targets):
+    return _soft_parts(logits, targets)[0]
+
+
+def _soft_mean_fwd(logits, targets):
+    value, _, lse = _soft_parts(logits, targets)
+    return value, (logits, targets, lse)
+
+
+def _soft_mean_bwd(residuals, g):
+    # d/dlogits = (softmax * sum(targets) - targets) * g / N, d/dtargets = -log_softmax * g / N:
+    # element-wise passes over the logits that recompute the softmax from the saved logsumexp
+    # (differentiating the composite keeps exp(logits) as a full-size buffer)
+    logits, targets, lse = residuals
+    shape = shape_of(logits)
+    compute = compute_dtype(dtype_of(logits))
+    x, t = astype(logits, compute), astype(targets, compute)
+    count = max(int(np.prod(shape[:-1], dtype=np.int64)), 1)  # no examples: empty gradients
+    scale = multiply(astype(g, compute), 1.0 / count)
+    log_probs = subtract(x, expand_dims(lse, -1))
+    total = reductions.sum(t, axis=-1, keepdims=True)
+    dx = multiply(subtract(multiply(exp(log_probs), total), t), scale)
+    dt = multiply(negative(log_probs), scale)
+    return astype(dx, dtype_of(logits)), astype(dt, dtype_of(targets))
+
+
+_soft_mean.defvjp(_soft_mean_fwd, _soft_mean_bwd)
 
 
 def _check_labels_on_host(labels: Any, num_classes: int) -> None:
