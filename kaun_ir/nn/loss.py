@@ -94,13 +94,13 @@ def cross_entropy(logits, one_hot):
 
 
 def _soft_parts(logits, targets):
-    """``(mean loss in the logits' dtype, log-softmax, logsumexp)``, computed in the compute dtype."""
+    """``(mean loss in the logits' dtype, logsumexp)``, computed in the compute dtype."""
     compute = compute_dtype(dtype_of(logits))
     x, t = astype(logits, compute), astype(targets, compute)
     lse = reductions.logsumexp(x, axis=-1)
     log_probs = subtract(x, expand_dims(lse, -1))
     value = reductions.mean(negative(reductions.sum(multiply(t, log_probs), axis=-1)))
-    return astype(value, dtype_of(logits)), log_probs, lse
+    return astype(value, dtype_of(logits)), lse
 
 
 @custom_vjp
@@ -109,8 +109,18 @@ def _soft_mean(logits, targets):
 
 
 def _soft_mean_fwd(logits, targets):
-    value, _, lse = _soft_parts(logits, targets)
+    value, lse = _soft_parts(logits, targets)
     return value, (logits, targets, lse)
+
+
+def _backward_terms(logits, lse, g):
+    """What both cross-entropy rules start from: ``(log_softmax(logits), g / N)`` in the compute
+    dtype, the log-softmax recomputed from the saved logsumexp (N: the examples, at least 1)."""
+    shape = shape_of(logits)
+    compute = compute_dtype(dtype_of(logits))
+    count = max(int(np.prod(shape[:-1], dtype=np.int64)), 1)  # no examples: empty gradients
+    log_probs = subtract(astype(logits, compute), expand_dims(lse, -1))
+    return log_probs, multiply(astype(g, compute), 1.0 / count)
 
 
 def _soft_mean_bwd(residuals, g):
@@ -118,12 +128,8 @@ def _soft_mean_bwd(residuals, g):
     # element-wise passes over the logits that recompute the softmax from the saved logsumexp
     # (differentiating the composite keeps exp(logits) as a full-size buffer)
     logits, targets, lse = residuals
-    shape = shape_of(logits)
-    compute = compute_dtype(dtype_of(logits))
-    x, t = astype(logits, compute), astype(targets, compute)
-    count = max(int(np.prod(shape[:-1], dtype=np.int64)), 1)  # no examples: empty gradients
-    scale = multiply(astype(g, compute), 1.0 / count)
-    log_probs = subtract(x, expand_dims(lse, -1))
+    log_probs, scale = _backward_terms(logits, lse, g)
+    t = astype(targets, dtype_of(log_probs))
     total = reductions.sum(t, axis=-1, keepdims=True)
     dx = multiply(subtract(multiply(exp(log_probs), total), t), scale)
     dt = multiply(negative(log_probs), scale)
@@ -167,26 +173,27 @@ def _in_range(labels, classes: int):
 
 
 def _sparse_parts(logits, labels):
-    """``(per-example losses, logsumexp)`` in the compute dtype: ``lse - logits[label]``, and
-    ``0 * lse`` (0, or NaN where the row is not finite) for a label outside ``[0, C)``."""
+    """``(mean loss in the logits' dtype, logsumexp)``: per example ``lse - logits[label]``, and
+    ``0 * lse`` (0, or NaN where the row is not finite) for a label outside ``[0, C)``, in the
+    compute dtype."""
     classes = shape_of(logits)[-1]
     x = astype(logits, compute_dtype(dtype_of(logits)))
     lse = reductions.logsumexp(x, axis=-1)
     valid = _in_range(labels, classes)
     index = expand_dims(clip(labels, 0, max(classes - 1, 0)), -1)
     picked = take_along_axis(x, index, axis=-1)[..., 0]
-    return where(valid, subtract(lse, picked), multiply(lse, 0.0)), lse
+    per_example = where(valid, subtract(lse, picked), multiply(lse, 0.0))
+    return astype(reductions.mean(per_example), dtype_of(logits)), lse
 
 
 @custom_vjp
 def _sparse_mean(logits, labels):
-    per_example, _ = _sparse_parts(logits, labels)
-    return astype(reductions.mean(per_example), dtype_of(logits))
+    return _sparse_parts(logits, labels)[0]
 
 
 def _sparse_mean_fwd(logits, labels):
-    per_example, lse = _sparse_parts(logits, labels)
-    return astype(reductions.mean(per_example), dtype_of(logits)), (logits, lse, labels)
+    value, lse = _sparse_parts(logits, labels)
+    return value, (logits, lse, labels)
 
 
 def _sparse_mean_bwd(residuals, g):
@@ -195,14 +202,10 @@ def _sparse_mean_bwd(residuals, g):
     # composite instead keeps exp(logits) and the one-hot product as full-size buffers (with a
     # large vocabulary the biggest of the step: GPT-2 124M, 4 x 128 tokens: 98 MiB each).
     logits, lse, labels = residuals
-    shape = shape_of(logits)
-    compute = compute_dtype(dtype_of(logits))
-    classes = shape[-1]
-    count = max(int(np.prod(shape[:-1], dtype=np.int64)), 1)  # no examples: an empty gradient
-    probs = exp(subtract(astype(logits, compute), expand_dims(lse, -1)))
-    probs = where(expand_dims(_in_range(labels, classes), -1), probs, 0.0)
-    scale = multiply(astype(g, compute), 1.0 / count)
-    grad = multiply(subtract(probs, _one_hot(labels, classes, dtype=compute)), scale)
+    log_probs, scale = _backward_terms(logits, lse, g)
+    classes = shape_of(logits)[-1]
+    probs = where(expand_dims(_in_range(labels, classes), -1), exp(log_probs), 0.0)
+    grad = multiply(subtract(probs, _one_hot(labels, classes, dtype=dtype_of(log_probs))), scale)
     return astype(grad, dtype_of(logits)), None
 
 
