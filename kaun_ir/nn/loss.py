@@ -103,14 +103,23 @@ def _soft_parts(logits, targets):
     return astype(value, dtype_of(logits)), lse
 
 
-@custom_vjp
-def _soft_mean(logits, targets):
-    return _soft_parts(logits, targets)[0]
+def _with_rule(name: str, parts, bwd):
+    """The loss ``parts(logits, targets)[0]`` with the derivative rule ``bwd((logits, lse,
+    targets), g)``, ``lse`` the logsumexp that ``parts`` returns with the loss; ``name`` is the
+    ``custom_vjp`` node's in the IR."""
 
+    def mean_loss(logits, targets):
+        return parts(logits, targets)[0]
 
-def _soft_mean_fwd(logits, targets):
-    value, lse = _soft_parts(logits, targets)
-    return value, (logits, targets, lse)
+    mean_loss.__name__ = name
+    mean_loss = custom_vjp(mean_loss)
+
+    def fwd(logits, targets):
+        value, lse = parts(logits, targets)
+        return value, (logits, lse, targets)
+
+    mean_loss.defvjp(fwd, bwd)
+    return mean_loss
 
 
 def _backward_terms(logits, lse, g):
@@ -127,7 +136,7 @@ def _soft_mean_bwd(residuals, g):
     # d/dlogits = (softmax * sum(targets) - targets) * g / N, d/dtargets = -log_softmax * g / N:
     # element-wise passes over the logits that recompute the softmax from the saved logsumexp
     # (differentiating the composite keeps exp(logits) as a full-size buffer)
-    logits, targets, lse = residuals
+    logits, lse, targets = residuals
     log_probs, scale = _backward_terms(logits, lse, g)
     t = astype(targets, dtype_of(log_probs))
     total = reductions.sum(t, axis=-1, keepdims=True)
@@ -136,7 +145,7 @@ def _soft_mean_bwd(residuals, g):
     return astype(dx, dtype_of(logits)), astype(dt, dtype_of(targets))
 
 
-_soft_mean.defvjp(_soft_mean_fwd, _soft_mean_bwd)
+_soft_mean = _with_rule("cross_entropy", _soft_parts, _soft_mean_bwd)
 
 
 def _check_labels_on_host(labels: Any, num_classes: int) -> None:
@@ -186,16 +195,6 @@ def _sparse_parts(logits, labels):
     return astype(reductions.mean(per_example), dtype_of(logits)), lse
 
 
-@custom_vjp
-def _sparse_mean(logits, labels):
-    return _sparse_parts(logits, labels)[0]
-
-
-def _sparse_mean_fwd(logits, labels):
-    value, lse = _sparse_parts(logits, labels)
-    return value, (logits, lse, labels)
-
-
 def _sparse_mean_bwd(residuals, g):
     # d/dlogits = (softmax(logits) - one_hot(label)) * g / N: one element-wise pass over the
     # logits, the softmax recomputed from them and the saved logsumexp. Differentiating the
@@ -209,7 +208,7 @@ def _sparse_mean_bwd(residuals, g):
     return astype(grad, dtype_of(logits)), None
 
 
-_sparse_mean.defvjp(_sparse_mean_fwd, _sparse_mean_bwd)
+_sparse_mean = _with_rule("cross_entropy_sparse", _sparse_parts, _sparse_mean_bwd)
 
 
 def cross_entropy_sparse(logits, labels):
